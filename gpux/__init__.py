@@ -1,0 +1,20 @@
+"""gpux: declarative build-and-run tool for ML inference."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from gpux.session import Session
+
+
+def load(target: str = ".", provider: str | None = None, **kwargs: Any) -> Session:
+    """Open a model (project dir, gpux.yml, model name or .onnx file) with ordered fallback."""
+    from gpux.session import load as _load
+
+    return _load(target, provider=provider, **kwargs)
+
+
+__all__ = ["__version__", "load"]

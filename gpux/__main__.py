@@ -1,0 +1,3 @@
+from gpux.cli import main
+
+main()

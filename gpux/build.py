@@ -1,0 +1,290 @@
+"""Runs a plan's targets: cache keys from content and environment, locked atomic builds, verification."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import gpux
+from gpux import store
+from gpux.config import Project
+from gpux.deps import installed_ort_distributions, version_of
+from gpux.errors import BuildFailed, VerificationFailed
+from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
+from gpux.plan import Target, resolve_shapes, targets
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Step:
+    """How one kind of target is built and checked (functions named lazily as 'module:function')."""
+
+    build: str
+    verify: str | None  # returns an infer(feeds) -> outputs callable on this machine; None: not here
+    packages: tuple[str, ...]  # distributions whose versions key the artifact
+    device: str  # "none" | "cpu" | "cpu-if-level" | "gpu": which device identity keys it
+
+
+ORT_STEP = Step("gpux.providers.ort:build_onnx", "gpux.providers.ort:verify_runner", ("onnxruntime", "onnx"),
+                "cpu-if-level")
+STEPS: dict[str, Step] = {
+    "optimize": ORT_STEP,
+    "float16": ORT_STEP,
+    "quantize": ORT_STEP,
+    "openvino-ir": Step("gpux.providers.openvino:build_ir", "gpux.providers.openvino:verify_runner",
+                        ("openvino", "nncf", "onnxruntime"), "cpu"),
+    "tensorrt-engine": Step("gpux.providers.tensorrt:build_engine", "gpux.providers.tensorrt:verify_runner",
+                            ("tensorrt", "onnxruntime"), "gpu"),
+}
+
+
+def _resolve(ref: str) -> Callable[..., Any]:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@cache
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def runtime_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for pkg in packages:
+        if pkg == "onnxruntime":
+            dists = installed_ort_distributions()
+            out["onnxruntime"] = f"{dists[0]} {version_of(dists[0])}" if dists else None
+        else:
+            out[pkg] = version_of(pkg)
+    return out
+
+
+def device_identity(step: Step, target: Target) -> dict[str, Any]:
+    if step.device == "none" or (
+        step.device == "cpu-if-level" and target.options.get("optimization") in (None, "disabled", "basic")
+    ):
+        return {}
+    if step.device == "gpu":
+        return _resolve("gpux.providers.tensorrt:gpu_identity")()
+    return {"cpu": cpu_model(), "machine": platform.machine()}
+
+
+@dataclass
+class Context:
+    """What a build step receives: its input file, a private folder, and the model's interface."""
+
+    project: Project
+    target: Target
+    src: Path
+    workdir: Path
+    inputs: dict[str, Tensor]
+    shapes: dict[str, int]
+    log: Log
+    calibration: Callable[[], list[dict[str, Any]]]
+
+
+@dataclass
+class TargetResult:
+    target: Target
+    key: str
+    artifact: store.Artifact
+    cached: bool
+    seconds: float
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.artifact.manifest
+        return {"target": self.target.to_dict(), "key": self.key, "cached": self.cached,
+                "reason": self.reason, "seconds": round(self.seconds, 4), "path": str(self.artifact.main),
+                "size": self.artifact.size(), "verification": m.get("verification")}
+
+
+@dataclass
+class BuildResult:
+    project: Project
+    provider: str
+    results: list[TargetResult] = field(default_factory=list)
+
+    @property
+    def final(self) -> TargetResult:
+        return self.results[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.project.name, "provider": self.provider,
+                "targets": [r.to_dict() for r in self.results]}
+
+
+def source_files(project: Project, io: ModelIO) -> list[Path]:
+    src = project.source
+    return [src, *[(src.parent / f).resolve() for f in io.external_data]]
+
+
+def build(project: Project, provider: str, *, force: bool = False, verify: bool = True,
+          store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
+          io: ModelIO | None = None) -> BuildResult:
+    """Build (or find in the cache) every target provider `provider` needs."""
+    log = log or (lambda _msg: None)
+    io = io or load_checked(project)
+    root = store.store_root(project.root, store_dir)
+    files = source_files(project, io)
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise BuildFailed(f"{project.source}: external data file not found: {missing[0]}")
+    source_digest = store.digest_files(files, project.source.parent, root / ".hashes.json")
+    inputs, _ = effective_io(project, io)
+    shapes = resolve_shapes(project, shapes)
+    result = BuildResult(project, provider)
+    for target, parts, key in keyed_targets(project, provider, inputs, source_digest):
+        folder = root / project.name / f"{target.id}-{key[:12]}"
+        src = project.source if not result.results else result.final.artifact.main
+        started = time.perf_counter()
+        art, reason = (None, "--force") if force else _cached(folder, key)
+        cached = art is not None
+        if art is None:
+            with store.locked(root / ".locks" / f"{project.name}-{folder.name}.lock"):
+                art, reason2 = (None, reason) if force else _cached(folder, key)
+                if art is None:
+                    log(f"building {target.id} ({reason2 or reason})")
+                    art = _build_one(project, target, parts, key, src, folder, root, inputs, shapes, verify,
+                                     log)
+                else:
+                    cached = True
+        r = TargetResult(target, key, art, cached, time.perf_counter() - started, "" if cached else reason)
+        log(f"{target.id}: {'cached' if cached else 'built'} → {art.dir}")
+        result.results.append(r)
+    return result
+
+
+def digest_of(parts: dict[str, Any] | None) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor],
+                  source_digest: str) -> list[tuple[Target, dict[str, Any], str]]:
+    """The provider's targets with their key parts and cache keys; a target's key covers its input's."""
+    keys: dict[str, str] = {"source": source_digest}
+    out = []
+    for target in targets(project, provider):
+        parts = key_parts(project, target, inputs, keys[target.consumes])
+        keys[target.id] = digest_of(parts)
+        out.append((target, parts, keys[target.id]))
+    return out
+
+
+def _cached(folder: Path, key: str) -> tuple[store.Artifact | None, str]:
+    art = store.read_manifest(folder)
+    if art is None:
+        return None, "not built yet" if not folder.exists() else "no valid manifest"
+    if art.manifest.get("key") != key or digest_of(art.manifest.get("key_parts")) != key:
+        return None, "manifest does not match this environment"
+    problem = store.check(art, full=False)
+    if problem:
+        return None, f"artifact damaged: {problem}"
+    return art, ""
+
+
+def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input_key: str) -> dict[str, Any]:
+    step = STEPS[target.step]
+    return {
+        "gpux": gpux.__version__,
+        "step": target.step,
+        "precision": target.precision,
+        "options": target.options,
+        "input": input_key,
+        "inputs": {n: t.to_dict() for n, t in inputs.items()},
+        "calibration": _calibration_digest(project, target),
+        "versions": runtime_versions(step.packages),
+        "device": device_identity(step, target),
+    }
+
+
+def _calibration_digest(project: Project, target: Target) -> str | None:
+    path = target.options.get("calibration")
+    if not path:
+        return None
+    p = project.root / path
+    files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+    if not files or not all(f.is_file() for f in files):
+        raise BuildFailed(f"{project.path}: calibration data not found: {p}")
+    return store.digest_files(files, project.root)
+
+
+def _build_one(project: Project, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path,
+               root: Path, inputs: dict[str, Tensor], shapes: dict[str, int], verify: bool,
+               log: Log) -> store.Artifact:
+    from gpux import calibrate
+
+    step = STEPS[target.step]
+    workdir = store.new_workdir(root, folder.name)
+    try:
+        ctx = Context(project, target, src, workdir, inputs, shapes, log,
+                      lambda: calibrate.feeds(project, target, inputs, shapes, log))
+        started = time.perf_counter()
+        info = _resolve(step.build)(ctx)
+        seconds = time.perf_counter() - started
+        manifest = {
+            "schema": store.MANIFEST_SCHEMA,
+            "name": project.name,
+            "version": project.config.version,
+            "target": target.to_dict(),
+            "key": key,
+            "key_parts": parts,
+            "main": info.pop("main"),
+            "info": info,
+            "source": str(project.source),
+            "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "build_seconds": round(seconds, 3),
+            "verification": None,
+        }
+        if verify and project.config.verify.enabled:
+            manifest["verification"] = _verify(project, step, target, workdir / manifest["main"], inputs,
+                                               shapes, log)
+        else:
+            manifest["verification"] = {"skipped": "--no-verify" if not verify else "verify.enabled: false"}
+        return store.publish(workdir, folder, manifest)
+    finally:
+        if workdir.exists():
+            store.discard_tmp(workdir)
+
+
+def _verify(project: Project, step: Step, target: Target, artifact: Path, inputs: dict[str, Tensor],
+            shapes: dict[str, int], log: Log) -> dict[str, Any]:
+    from gpux import calibrate, verify
+    from gpux.providers import ort
+
+    if step.verify is None:
+        return {"skipped": f"{target.step} cannot run on this machine"}
+    runner = _resolve(step.verify)(artifact, target)
+    if isinstance(runner, str):
+        return {"skipped": runner}
+    feeds = calibrate.verification_feeds(project, inputs, shapes)
+    ref = ort.create_session(project.source, "CPUExecutionProvider", None, level="disabled")
+    names = ref.output_names
+    reference = [ref.run(f) for f in feeds]
+    got = [runner(f) for f in feeds]
+    tol = verify.tolerances(target.precision, project.config.verify)
+    result = verify.compare(names, reference, got, target.precision, tol)
+    log(f"verify {target.id}: {result.summary()}")
+    if not result.passed:
+        lines = "\n".join(f"  {f}" for f in result.failures)
+        raise VerificationFailed(
+            f"{target.id} failed verification against the FP32 reference:\n{lines}",
+            hint="loosen verify: tolerances in gpux.yml, or build with --no-verify",
+        )
+    return result.to_dict()

@@ -1,0 +1,76 @@
+"""Sample inputs for calibration and verification: declared files, else seeded random data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpux.config import Project
+from gpux.errors import BuildFailed, GpuxError
+from gpux.inputs import cast_all, load_file, synthetic
+from gpux.modelio import Tensor
+from gpux.plan import Target
+
+
+def ranges(project: Project) -> dict[str, tuple[float, float]]:
+    return {n: s.range for n, s in (project.config.inputs or {}).items() if s.range is not None}
+
+
+def verification_feeds(project: Project, inputs: dict[str, Tensor], shapes: dict[str, int]) -> list[dict]:
+    v = project.config.verify
+    if v.data:
+        return read_samples(project.root / v.data, inputs)
+    return [synthetic(inputs, shapes, v.seed + i, ranges(project)) for i in range(v.samples)]
+
+
+def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: dict[str, int],
+          log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Calibration feeds for quantization: `calibration:` files, else seeded random inputs (with a warning)."""
+    path = target.options.get("calibration")
+    if path:
+        return read_samples(project.root / path, inputs)
+    n = int(target.options.get("calibration_samples") or 16)
+    log(f"warning: {target.id}: no calibration data declared; calibrating on {n} seeded random inputs "
+        f"(accuracy on real data may differ: set providers.{target.provider}.calibration)")
+    return [synthetic(inputs, shapes, 1000 + i, ranges(project)) for i in range(n)]
+
+
+def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
+    """A file (.npz/.npy/.json) or a folder of them. An array with one more axis than the input is a
+    stack of samples along axis 0."""
+    files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy", ".json")) if path.is_dir() \
+        else [path]
+    if not files:
+        raise BuildFailed(f"{path}: no .npz/.npy/.json sample files found")
+    out: list[dict[str, Any]] = []
+    for f in files:
+        try:
+            raw = _load_raw(f, inputs)
+        except GpuxError as exc:
+            raise BuildFailed(exc.message) from None
+        ranks = {n: len(inputs[n].shape or ()) for n in raw if n in inputs}
+        stacked = all(getattr(raw[n], "ndim", 0) == ranks[n] + 1 for n in ranks) and bool(ranks)
+        if stacked:
+            count = min(raw[n].shape[0] for n in ranks)
+            out += [cast_all({n: raw[n][i] for n in raw}, inputs, str(f)) for i in range(count)]
+        else:
+            out.append(cast_all(raw, inputs, str(f)))
+    return out
+
+
+def _load_raw(f: Path, inputs: dict[str, Tensor]) -> dict[str, Any]:
+    import numpy as np
+
+    if f.suffix == ".json":
+        return load_file(f, inputs)
+    try:
+        data = np.load(f, allow_pickle=False)
+    except Exception as exc:
+        raise BuildFailed(f"{f}: cannot read samples: {exc}") from None
+    if hasattr(data, "files"):
+        with data:
+            return {k: data[k] for k in data.files}
+    if len(inputs) != 1:
+        raise BuildFailed(f"{f}: a .npy holds one array but the model has inputs {', '.join(inputs)}")
+    return {next(iter(inputs)): data}

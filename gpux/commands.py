@@ -1,0 +1,221 @@
+"""The work behind each CLI command, returning exit codes; the click layer only parses options."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from gpux import report
+from gpux.errors import ExitCode, ProviderUnavailable
+
+
+def _log(as_json: bool) -> Any:
+    if as_json or not sys.stderr.isatty():
+        return report.info
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False)
+    return lambda msg: console.print(f"[dim]•[/dim] {msg}")
+
+
+def build_command(path: str, provider: str | None, strict: bool, force: bool, verify: bool, dry_run: bool,
+                  store_dir: str | None, as_json: bool) -> int:
+    from gpux.build import build, keyed_targets, source_files
+    from gpux.modelio import effective_io, load_checked
+    from gpux.plan import select
+    from gpux.providers import probe
+    from gpux.resolve import open_project, remember
+    from gpux.session import Attempt, save_choice
+
+    project = open_project(path)
+    for w in project.warnings:
+        report.warn(w)
+    io = load_checked(project)
+    selection = select(project, provider, strict)
+    if dry_run:
+        from gpux import store
+
+        inputs, _ = effective_io(project, io)
+        digest = store.digest_files(source_files(project, io), project.root)
+        first = selection.chain[0]
+        keyed = keyed_targets(project, first, inputs, digest)
+        plan_targets = [t for t, _, _ in keyed]
+        doc: dict[str, Any] = {"name": project.name, "selection": selection.to_dict(), "provider": first,
+               "available": probe(first).to_dict(),
+               "targets": [{**t.to_dict(), "key": key, "key_parts": parts} for t, parts, key in keyed]}
+        if as_json:
+            report.emit_json(doc)
+        else:
+            avail = doc["available"]
+            print(f"plan for {project.name} on {first} ({avail['status']}: {avail['reason']})")
+            print(f"  source {project.source}")
+            for t in plan_targets:
+                opts = ", ".join(f"{k}={v}" for k, v in t.options.items() if v not in (None, {}, []))
+                print(f"  → {t.id} [{t.step}, {t.precision}] from {t.consumes}: {opts}")
+        return 0
+    attempts: list[Attempt] = []
+    log = _log(as_json)
+    for name in selection.chain:
+        avail = probe(name)
+        if avail.ok:
+            break
+        attempts.append(Attempt(name, "probe", False, avail.reason, avail.fix))
+        if selection.strict and selection.source != "auto":
+            raise ProviderUnavailable(f"{name} unavailable: {avail.reason} — fallback is off", hint=avail.fix)
+    else:
+        raise ProviderUnavailable("no provider can build here: " + "; ".join(a.line() for a in attempts))
+    result = build(project, name, force=force, verify=verify, store_dir=store_dir, log=log, io=io)
+    remember(project)
+    save_choice(project, store_dir, name)
+    doc = {**result.to_dict(), "requested": selection.to_dict(),
+           "attempts": [a.to_dict() for a in attempts], "warnings": project.warnings}
+    if as_json:
+        report.emit_json(doc)
+        return 0
+    for a in attempts:
+        report.warn(a.line())
+    if attempts:
+        report.warn(f"built for {name} instead of {selection.chain[0]}")
+    for r in result.results:
+        v = r.artifact.manifest.get("verification") or {}
+        ver = f"verify skipped: {v['skipped']}" if "skipped" in v else \
+            f"verified (cosine {min(o['cosine'] for o in v['outputs'].values()):.6f})" if v.get("outputs") else ""
+        state = "cached" if r.cached else f"built in {r.seconds:.2f}s"
+        print(f"{r.target.id}: {state}, {report.format_size(r.artifact.size())}, {ver} → {r.artifact.main}")
+    return 0
+
+
+def run_command(target: str, *, input_json: str | None, input_file: str | None, output: str | None,
+                provider: str | None, strict: bool, store: str | None, as_json: bool, benchmark: bool,
+                **bench: Any) -> int:
+    from gpux.inputs import load_file, parse_json
+    from gpux.session import load
+
+    if benchmark:
+        from gpux.benchmark import benchmark_command
+
+        return benchmark_command(target, provider=provider, strict=strict, store=store, as_json=as_json,
+                                 input_file=input_file, **bench)
+    if input_json is None and input_file is None:
+        from gpux.errors import InputError
+
+        raise InputError("no inputs given", hint="pass --input '{\"name\": [...]}' or --file inputs.npz "
+                         "(or --benchmark for seeded random inputs)")
+    with load(target, provider, strict=strict, store_dir=store, log=_log(as_json)) as session:
+        if input_json is not None:
+            feeds = parse_json(input_json, session.inputs)
+        else:
+            feeds = load_file(input_file or "", session.inputs)
+        values = session.run_feeds(feeds)
+        outputs = dict(zip(session.output_names, values, strict=True))
+        info = session.report()
+        if output:
+            import numpy as np
+
+            np.savez(output, **outputs)
+        doc = report.output_doc(session.project, outputs)
+        if as_json:
+            report.emit_json({"name": session.project.name, **info, "outputs": doc})
+            return 0
+        for w in session.warnings:
+            report.warn(w)
+        for line in report.provider_lines(info):
+            report.info(line)
+        print(report.format_outputs(doc))
+        if output:
+            report.info(f"wrote {output}")
+    return 0
+
+
+def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
+    from gpux import store
+    from gpux.build import keyed_targets, source_files
+    from gpux.config import PROVIDERS
+    from gpux.modelio import effective_io, load_checked
+    from gpux.plan import select
+    from gpux.providers import ort_conflict_warning, probe
+    from gpux.resolve import open_project
+
+    project = open_project(target)
+    io = load_checked(project)
+    inputs, outputs = effective_io(project, io)
+    avail = [probe(p).to_dict() for p in PROVIDERS]
+    selection = select(project, None, False)
+    chosen = next((p for p in selection.chain if probe(p).ok), None)
+    root = store.store_root(project.root, store_dir)
+    digest = store.digest_files(source_files(project, io), project.root, root / ".hashes.json")
+    current = {f"{t.id}-{key[:12]}" for p in PROVIDERS for t, _, key in keyed_targets(project, p, inputs, digest)}
+    arts = []
+    for a in store.artifacts(root, project.name):
+        problem = store.check(a, full=False)
+        state = "damaged" if problem else ("current" if a.dir.name in current else "stale")
+        arts.append({"id": a.id, "state": state, "problem": problem, "size": a.size(), "path": str(a.main),
+                     "built_at": a.manifest.get("built_at"), "verification": a.manifest.get("verification"),
+                     "versions": a.manifest["key_parts"].get("versions")})
+    size = sum(f.stat().st_size for f in source_files(project, io))
+    warnings = [w for w in [ort_conflict_warning()] if w]
+    doc = {"name": project.name, "version": project.config.version, "config": str(project.path),
+           "source": str(project.source), "size": size, "opset": io.opset, "ir_version": io.ir_version,
+           "producer": io.producer, "inputs": [t.to_dict() for t in inputs.values()],
+           "outputs": [t.to_dict() for t in outputs.values()], "selection": selection.to_dict(),
+           "would_run_on": chosen, "providers": avail, "artifacts": arts, "warnings": warnings}
+    if as_json:
+        report.emit_json(doc)
+        return 0
+    print(f"{project.name} {project.config.version}  ({project.path})")
+    print(f"model: {project.source}  {report.format_size(size)}  opset {io.opset}  ir {io.ir_version}")
+    for kind, ts in (("inputs", inputs), ("outputs", outputs)):
+        print(f"{kind}:")
+        for t in ts.values():
+            shape = "?" if t.shape is None else "[" + ", ".join("?" if d is None else str(d) for d in t.shape) + "]"
+            print(f"  {t.name}: {t.dtype} {shape}")
+    print(f"\nproviders (order {', '.join(selection.chain)}; would run on {chosen or 'none'}):")
+    print(report.providers_table(avail))
+    print("\nartifacts:")
+    print(report.artifacts_table(arts) if arts else "  none built yet: run `gpux build`")
+    for w in warnings:
+        report.warn(w)
+    return 0
+
+
+def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) -> int:
+    from gpux import store
+    from gpux.resolve import open_project
+
+    project = open_project(path)
+    root = store.store_root(project.root, store_dir)
+    arts = store.artifacts(root, project.name)
+    rows: list[dict[str, Any]] = []
+    removed: list[str] = []
+    code = 0
+    for a in arts:
+        problem = store.check(a, full=action == "verify")
+        rows.append({"id": a.id, "path": str(a.dir), "size": a.size(), "ok": problem is None,
+                     "problem": problem, "built_at": a.manifest.get("built_at")})
+        if problem and action == "verify":
+            code = int(ExitCode.FAILED)
+        if action == "prune-all" or (action == "prune" and problem):
+            store.discard(a.dir)
+            removed.append(str(a.dir))
+    if action.startswith("prune"):
+        for p in store.stale_workdirs(root):
+            store.discard_tmp(p)
+            removed.append(str(p))
+        for folder in (root / project.name).glob("*") if (root / project.name).is_dir() else []:
+            if folder.is_dir() and store.read_manifest(folder) is None:
+                store.discard(folder)
+                removed.append(str(folder))
+    if as_json:
+        report.emit_json({"store": str(root), "artifacts": rows, "removed": removed})
+        return code
+    for r in rows:
+        state = "ok" if r["ok"] else f"DAMAGED: {r['problem']}"
+        print(f"{r['id']:<28} {report.format_size(r['size']):>9}  {state}  {r['path']}")
+    for gone in removed:
+        print(f"removed {gone}")
+    if not rows:
+        print(f"no artifacts in {root}")
+    return code
+
+
+__all__ = ["build_command", "cache_command", "inspect_command", "run_command"]

@@ -1,0 +1,76 @@
+"""Lazy access to optional heavy packages: ask whether one is installed, or import it with an install hint."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from functools import cache
+from importlib import metadata
+from types import ModuleType
+
+from gpux.errors import MissingDependency
+
+DIST = "gpux-ml"
+
+# module -> pip extra that provides it
+EXTRAS = {
+    "onnxruntime": "cpu",
+    "openvino": "openvino",
+    "nncf": "openvino",
+    "tensorrt": "tensorrt",
+    "coremltools": "coreml",
+    "torch": "torch",
+    "docker": "docker",
+}
+
+# every distribution that installs the `onnxruntime` module
+ORT_DISTRIBUTIONS = (
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-openvino",
+    "onnxruntime-directml",
+    "onnxruntime-rocm",
+    "onnxruntime-migraphx",
+    "onnxruntime-qnn",
+)
+
+
+def install_hint(extra: str) -> str:
+    return f"pip install '{DIST}[{extra}]'"
+
+
+@cache
+def is_installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require(module: str, extra: str | None = None) -> ModuleType:
+    """Import `module`, or raise MissingDependency naming the install command."""
+    extra = extra or EXTRAS.get(module.split(".")[0], module)
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if is_installed(module.split(".")[0]):
+            raise MissingDependency(f"{module} is installed but fails to import: {exc}") from exc
+        raise MissingDependency(f"{module} is not installed", hint=install_hint(extra)) from exc
+
+
+def installed_ort_distributions() -> list[str]:
+    found = []
+    for name in ORT_DISTRIBUTIONS:
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        found.append(name)
+    return found
+
+
+def version_of(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None

@@ -1,0 +1,88 @@
+"""The GpuxError tree and the exit codes every command uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILED = 1  # a build, run, verification or benchmark gate failed
+    USAGE = 2  # command-line usage error (click's own)
+    CONFIG = 3  # gpux.yml not found, YAML syntax, validation, unknown provider, model I/O mismatch
+    UNAVAILABLE = 4  # provider unavailable with fallback off (--strict), or every fallback exhausted
+    INTERNAL = 70  # a bug: traceback and "please report"
+    INTERRUPTED = 130
+
+
+class GpuxError(Exception):
+    """A user-facing error: printed as one line, no traceback."""
+
+    exit_code: ExitCode = ExitCode.FAILED
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def lines(self) -> list[str]:
+        return [self.message + (f" → {self.hint}" if self.hint else "")]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem in a config file, located to its line and column."""
+
+    file: str
+    line: int
+    col: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}:{self.col}" if self.line else self.file
+        return f"{where} {self.field}: {self.message}" if self.field else f"{where} {self.message}"
+
+
+class ConfigError(GpuxError):
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems
+
+    def lines(self) -> list[str]:
+        return [str(p) for p in self.problems]
+
+
+class NotFound(GpuxError):
+    """A model name or file that does not exist."""
+
+    exit_code = ExitCode.CONFIG
+
+
+class UsageError(GpuxError):
+    exit_code = ExitCode.USAGE
+
+
+class InputError(GpuxError):
+    """Inputs given to `run` do not fit the model."""
+
+    exit_code = ExitCode.USAGE
+
+
+class MissingDependency(GpuxError):
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class ProviderUnavailable(GpuxError):
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class BuildFailed(GpuxError):
+    exit_code = ExitCode.FAILED
+
+
+class VerificationFailed(BuildFailed):
+    pass

@@ -1,0 +1,173 @@
+"""Reads an ONNX model's real inputs/outputs and checks the declared ones in gpux.yml against them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpux.config import Project, TensorSpec
+from gpux.deps import require
+from gpux.errors import ConfigError, Problem
+
+# ONNX TensorProto element type -> gpux dtype name
+ONNX_DTYPES = {
+    1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string",
+    9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16",
+}  # fmt: skip
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    dtype: str
+    shape: tuple[Dim, ...] | None  # None: rank unknown; a None dim: unnamed dynamic dim
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
+
+
+@dataclass(frozen=True)
+class ModelIO:
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    opset: int | None = None
+    ir_version: int | None = None
+    producer: str = ""
+    external_data: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+            "opset": self.opset,
+            "ir_version": self.ir_version,
+            "producer": self.producer,
+            "external_data": list(self.external_data),
+        }
+
+
+def _tensor(value_info: Any) -> Tensor:
+    t = value_info.type.tensor_type
+    dtype = ONNX_DTYPES.get(t.elem_type, f"onnx-type-{t.elem_type}")
+    if not t.HasField("shape"):
+        return Tensor(value_info.name, dtype, None)
+    dims: list[Dim] = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or None)
+    return Tensor(value_info.name, dtype, tuple(dims))
+
+
+def read_io(path: Path) -> ModelIO:
+    """Parse the model graph (not its external weights) and return its interface."""
+    onnx = require("onnx")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # onnx raises DecodeError and friends
+        raise ConfigError([Problem(str(path), 0, 0, "", f"not a readable ONNX model: {exc}")]) from None
+    init = {i.name for i in model.graph.initializer}
+    external = sorted(
+        {
+            e.value
+            for t in _all_tensors(model.graph)
+            if t.data_location == 1
+            for e in t.external_data
+            if e.key == "location"
+        }
+    )
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    return ModelIO(
+        inputs=tuple(_tensor(v) for v in model.graph.input if v.name not in init),
+        outputs=tuple(_tensor(v) for v in model.graph.output),
+        opset=opset,
+        ir_version=model.ir_version,
+        producer=f"{model.producer_name} {model.producer_version}".strip(),
+        external_data=tuple(external),
+    )
+
+
+def _all_tensors(graph: Any) -> Any:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _all_tensors(attr.g)
+            for g in attr.graphs:
+                yield from _all_tensors(g)
+
+
+def check_declared(project: Project, io: ModelIO) -> list[Problem]:
+    """Every declared input/output must exist in the model with the same dtype, rank and static dims."""
+    problems = []
+    for kind, declared, actual in (
+        ("inputs", project.config.inputs, io.inputs),
+        ("outputs", project.config.outputs, io.outputs),
+    ):
+        if declared is None:
+            continue
+        real = {t.name: t for t in actual}
+        for name, spec in declared.items():
+            if name not in real:
+                from gpux.config import did_you_mean
+
+                msg = f"the model has no {kind[:-1]} {name!r}{did_you_mean(name, list(real))}"
+                problems.append(project.problem((kind, name), f"{msg}; it has {', '.join(real)}", key=True))
+                continue
+            problems += _compare(project, (kind, name), spec, real[name])
+        if kind == "inputs":
+            missing = [n for n in real if n not in declared]
+            if missing:
+                problems.append(project.problem((kind,), f"model inputs not declared: {', '.join(missing)}"))
+    return problems
+
+
+def _compare(project: Project, loc: tuple[str, ...], spec: TensorSpec, real: Tensor) -> list[Problem]:
+    out = []
+    if spec.dtype != real.dtype:
+        out.append(project.problem((*loc, "dtype"), f"declared {spec.dtype} but the model has {real.dtype}"))
+    if spec.shape is None or real.shape is None:
+        return out
+    if len(spec.shape) != len(real.shape):
+        msg = f"declared rank {len(spec.shape)} but the model has rank {len(real.shape)} {_fmt(real.shape)}"
+        return [*out, project.problem((*loc, "shape"), msg)]
+    for i, (d, r) in enumerate(zip(spec.shape, real.shape, strict=True)):
+        if isinstance(r, int) and d != r:
+            msg = f"dim {i} is {d!r} but the model fixes it to {r} {_fmt(real.shape)}"
+            out.append(project.problem((*loc, "shape", str(i)), msg))
+    return out
+
+
+def _fmt(shape: tuple[Dim, ...]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def effective_io(project: Project, io: ModelIO) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """The interface gpux uses: declared names/shapes where given (they name dynamic dims), else the model's."""
+
+    def merge(declared: dict[str, TensorSpec] | None, actual: tuple[Tensor, ...]) -> dict[str, Tensor]:
+        out = {}
+        for t in actual:
+            spec = (declared or {}).get(t.name)
+            shape = t.shape
+            if spec is not None and spec.shape is not None:
+                shape = tuple(spec.shape)
+            out[t.name] = Tensor(t.name, t.dtype, shape)
+        return out
+
+    return merge(project.config.inputs, io.inputs), merge(project.config.outputs, io.outputs)
+
+
+def load_checked(project: Project) -> ModelIO:
+    io = read_io(project.source)
+    problems = check_declared(project, io)
+    if problems:
+        raise ConfigError(problems)
+    return io

@@ -1,0 +1,450 @@
+"""Typed option blocks of gpux.yml's `providers:` section, and tables mapping their snake_case keys to the
+names the runtimes document (ONNX Runtime execution-provider options, OpenVINO properties).
+
+Only pydantic and the standard library are imported here; callers import the runtimes themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
+
+DIM_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_DEVICE = r"(?:CPU|GPU(?:\.\d+)?|NPU)"
+OPENVINO_DEVICE = rf"^(?:{_DEVICE}|AUTO|(?:AUTO|HETERO|MULTI):{_DEVICE}(?:,{_DEVICE})*)$"
+LAYOUT = r"^[NCDHWT?]+$"
+# coremltools `ct.target` names -> Core ML specification level (the iOS release it shipped with).
+COREML_TARGETS: dict[str, int] = {
+    **{f"iOS{v}": v for v in range(13, 19)},
+    **{f"tvOS{v}": v for v in range(13, 19)},
+    **{f"watchOS{v}": v + 7 for v in range(6, 12)},
+    "macOS10_15": 13,
+    **{f"macOS{v}": v + 3 for v in range(11, 16)},
+}
+COREML_BITS = {"palettize": (1, 2, 3, 4, 6, 8), "linear_quantize": (4, 8)}
+CoreMLTarget = Annotated[str, Field(json_schema_extra={"enum": list(COREML_TARGETS)})]
+Arena = Literal["next_power_of_two", "same_as_requested"]
+
+
+class Options(BaseModel):
+    """Base of every provider block: unknown keys are errors and validated blocks are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def _only_if(self, fields: Sequence[str], allowed: bool, why: str) -> None:
+        """Reject `fields` that differ from their defaults unless `allowed` (defaults always round-trip)."""
+        defaults = type(self).model_fields
+        given = [f for f in fields if getattr(self, f) != defaults[f].get_default(call_default_factory=True)]
+        if given and not allowed:
+            raise ValueError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} only valid {why}")
+
+
+def _field(default: Any, description: str, **kw: Any) -> Any:
+    return Field(default, description=description, **kw)
+
+
+_CALIBRATION = "Calibration inputs: a .npz/.npy file, or a folder of them, relative to gpux.yml."
+_SAMPLES = "Seeded random calibration samples generated from the inputs when no calibration is given."
+_DEVICE_ID = "Index of the GPU to run on."
+_MEMORY = "Device memory arena limit, e.g. '4GB', '512MiB' or bytes; unset = no limit."
+_ARENA = "Arena growth: next_power_of_two, or same_as_requested (exactly the amount requested)."
+
+
+class CPUOptions(Options):
+    """ONNX Runtime on the CPU, and the ONNX Runtime quantization of the model built for it."""
+
+    optimization: Literal["disabled", "basic", "extended", "all"] = _field(
+        "basic", "ONNX Runtime graph optimization level; 'basic' stays portable, 'extended' and 'all' "
+        "write ONNX Runtime-specific operators.")
+    precision: Literal["fp32", "fp16", "int8"] = _field("fp32", "Precision of the built model.")
+    quantization: Literal["dynamic", "static"] = _field(
+        "dynamic", "int8 only: 'dynamic' quantizes activations at run time; 'static' uses calibration data.")
+    calibration: str | None = _field(None, _CALIBRATION + " Used by static quantization.", min_length=1)
+    calibration_samples: int = _field(16, _SAMPLES, ge=1)
+    per_channel: bool = _field(False, "int8 only: quantize weights per channel instead of per tensor.")
+
+    @model_validator(mode="after")
+    def _int8_fields(self) -> CPUOptions:
+        self._only_if(("quantization", "per_channel", "calibration", "calibration_samples"),
+                      self.precision == "int8", "with precision: int8")
+        self._only_if(("calibration", "calibration_samples"), self.quantization == "static",
+                      "with quantization: static (dynamic quantization needs no calibration data)")
+        return self
+
+
+class OpenVINOOptions(Options):
+    """OpenVINO runtime (native IR) and the OpenVINO execution provider of ONNX Runtime."""
+
+    device: str = _field(
+        "CPU", "OpenVINO device: CPU, GPU, GPU.0, NPU, AUTO, or a priority list such as AUTO:GPU,CPU "
+        "(also HETERO:... and MULTI:...).", pattern=OPENVINO_DEVICE)
+    hint: Literal["latency", "throughput", "cumulative_throughput"] = _field(
+        "latency", "Performance hint (PERFORMANCE_HINT).")
+    precision: Literal["fp32", "fp16", "int8"] = _field(
+        "fp32", "Weight precision of the built IR: fp16 = fp16 weights, int8 = NNCF, per int8_mode.")
+    int8_mode: Literal["quantize", "weights"] = _field(
+        "quantize", "int8 only: 'quantize' = NNCF post-training quantization (uses calibration data), "
+        "'weights' = int8 weight compression only.")
+    inference_precision: Literal["auto", "f32", "bf16", "f16"] = _field(
+        "auto", "Execution precision (INFERENCE_PRECISION_HINT); 'auto' keeps the device default.")
+    num_requests: int | None = _field(
+        None, "Parallel requests the hint targets (PERFORMANCE_HINT_NUM_REQUESTS).", ge=1)
+    streams: Annotated[int, Field(ge=1)] | Literal["auto"] | None = _field(
+        None, "Execution streams (NUM_STREAMS): a count or 'auto'; unset lets the hint decide.")
+    threads: int | None = _field(None, "Inference threads (INFERENCE_NUM_THREADS).", ge=1)
+    cache: bool = _field(True, "Cache compiled models (CACHE_DIR) in the artifact store.")
+    layout: dict[str, Annotated[str, Field(pattern=LAYOUT)]] | None = _field(
+        None, "Layout per input name, e.g. {images: NCHW}; letters N, C, D, H, W, T and ?.")
+    calibration: str | None = _field(None, _CALIBRATION + " Used by int8_mode: quantize.", min_length=1)
+    calibration_samples: int = _field(16, _SAMPLES, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> OpenVINOOptions:
+        if self.streams == "auto" and self.hint == "latency":
+            raise ValueError("streams: auto is OpenVINO's throughput stream mode; use it with hint: "
+                             "throughput or cumulative_throughput, or give a stream count")
+        self._only_if(("int8_mode", "calibration", "calibration_samples"), self.precision == "int8",
+                      "with precision: int8")
+        self._only_if(("calibration", "calibration_samples"), self.int8_mode == "quantize",
+                      "with int8_mode: quantize (weight compression needs no calibration data)")
+        return self
+
+
+class ProfileRange(Options):
+    """Range of one dynamic dimension in a TensorRT optimization profile."""
+
+    min: int = _field(..., "Smallest size the engine accepts.", ge=1)
+    opt: int = _field(..., "Size the engine is tuned for.", ge=1)
+    max: int = _field(..., "Largest size the engine accepts.", ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ProfileRange:
+        if not self.min <= self.opt <= self.max:
+            raise ValueError(f"expected min <= opt <= max, got {self.min}, {self.opt}, {self.max}")
+        return self
+
+
+class TensorRTOptions(Options):
+    """TensorRT, through the TensorRT execution provider of ONNX Runtime."""
+
+    precision: Literal["fp32", "fp16", "bf16", "int8", "best"] = _field(
+        "fp32", "Kernel precisions TensorRT may choose; 'best' allows fp16 and int8. int8 needs a quantized "
+        "(QDQ) model or calibration data.")
+    workspace: ByteSize | None = _field(None, "Maximum builder workspace, e.g. '4GB'; unset = the default.")
+    builder_optimization_level: int = _field(
+        3, "Builder optimization level 0-5: lower builds faster, higher may run faster.", ge=0, le=5)
+    profiles: dict[Annotated[str, Field(pattern=DIM_NAME)], ProfileRange] = Field(
+        default_factory=dict,
+        description="Optimization profile per symbolic dimension, e.g. {batch: {min: 1, opt: 8, max: 32}}.")
+    timing_cache: bool = _field(True, "Keep the TensorRT timing cache in the artifact store.")
+    engine_cache: bool = _field(True, "Keep built TensorRT engines in the artifact store.")
+    dla_core: int | None = _field(None, "Run on this DLA core (Jetson/DRIVE); unset = the GPU.", ge=0)
+    calibration: str | None = _field(None, _CALIBRATION, min_length=1)
+    calibration_samples: int = _field(16, _SAMPLES, ge=1)
+    device_id: int = _field(0, _DEVICE_ID, ge=0)
+
+    @model_validator(mode="after")
+    def _precision_fields(self) -> TensorRTOptions:
+        self._only_if(("calibration", "calibration_samples"), self.precision in ("int8", "best"),
+                      "with precision: int8 or best")
+        self._only_if(("dla_core",), self.precision in ("fp16", "int8", "best"),
+                      "with precision fp16, int8 or best (DLA runs FP16 and INT8 only)")
+        return self
+
+
+class CUDAOptions(Options):
+    """ONNX Runtime CUDA execution provider."""
+
+    device_id: int = _field(0, _DEVICE_ID, ge=0)
+    memory: ByteSize | None = _field(None, _MEMORY)
+    arena_extend_strategy: Arena = _field("next_power_of_two", _ARENA)
+    cudnn_conv_algo_search: Literal["EXHAUSTIVE", "HEURISTIC", "DEFAULT"] = _field(
+        "EXHAUSTIVE", "cuDNN convolution algorithm search: full benchmarking, a heuristic, or the default.")
+    copy_in_default_stream: bool = _field(True, "Copy on the compute stream (recommended; false may race).")
+    tf32: bool = _field(True, "Allow TF32 math for float32 MatMul/Conv on Ampere and newer GPUs.")
+    cuda_graph: bool = _field(False, "Capture and replay CUDA graphs (static shapes, whole model on CUDA).")
+    io_binding: bool = _field(False, "Keep benchmark inputs and outputs on the GPU, not copied per run.")
+
+    @model_validator(mode="after")
+    def _graph_needs_binding(self) -> CUDAOptions:
+        if self.cuda_graph and not self.io_binding:
+            raise ValueError("cuda_graph requires io_binding: true (CUDA graphs replay on bound buffers)")
+        return self
+
+
+class ROCmOptions(Options):
+    """AMD GPUs through ONNX Runtime's MIGraphX execution provider, or the older ROCm one."""
+
+    execution_provider: Literal["rocm", "migraphx"] = _field(
+        "migraphx", "ONNX Runtime execution provider: migraphx, or rocm (removed in ONNX Runtime 1.23).")
+    device_id: int = _field(0, _DEVICE_ID, ge=0)
+    memory: ByteSize | None = _field(None, _MEMORY)
+    arena_extend_strategy: Arena = _field("next_power_of_two", _ARENA)
+    migraphx_fp16: bool = _field(False, "MIGraphX only: compile in fp16.")
+    migraphx_int8: bool = _field(False, "MIGraphX only: compile in int8.")
+    exhaustive_tune: bool = _field(False, "MIGraphX only: exhaustive tuning while compiling.")
+    cache: bool = _field(True, "MIGraphX only: keep compiled programs in the artifact store.")
+    miopen_conv_exhaustive_search: bool = _field(False, "ROCm EP only: exhaustive MIOpen convolution search.")
+    tunable_op: bool = _field(False, "ROCm EP only: TunableOp with online tuning.")
+
+    @model_validator(mode="after")
+    def _ep_fields(self) -> ROCmOptions:
+        migraphx = self.execution_provider == "migraphx"
+        self._only_if(("migraphx_fp16", "migraphx_int8", "exhaustive_tune"), migraphx,
+                      "with execution_provider: migraphx")
+        self._only_if(("miopen_conv_exhaustive_search", "tunable_op"), not migraphx,
+                      "with execution_provider: rocm")
+        return self
+
+
+class CoreMLOptions(Options):
+    """Core ML: ONNX Runtime's CoreML execution provider, and native packages built from PyTorch."""
+
+    compute_units: Literal["all", "cpu_only", "cpu_and_gpu", "cpu_and_ne"] = _field(
+        "all", "Hardware Core ML may use; cpu_and_ne = CPU and Neural Engine.")
+    model_format: Literal["mlprogram", "neuralnetwork"] = _field(
+        "mlprogram", "Core ML model type: mlprogram (iOS 15/macOS 12+) or neuralnetwork (older devices).")
+    static_shapes: bool = _field(False, "Only give Core ML the nodes whose inputs have static shapes.")
+    cache: bool = _field(True, "Keep compiled Core ML models in the artifact store.")
+    minimum_deployment_target: CoreMLTarget | None = _field(
+        None, "Native builds: oldest OS to support, as coremltools names it (iOS16, macOS13, ...).")
+    compute_precision: Literal["fp16", "fp32"] = _field("fp16", "Native builds: precision of intermediates.")
+    compression: Literal["none", "palettize", "linear_quantize", "prune"] = _field(
+        "none", "Native builds: coremltools post-training weight compression.")
+    compression_bits: int | None = _field(
+        None, "Bits per weight: palettize 1/2/3/4/6/8, linear_quantize 4/8; unset = coremltools default.")
+
+    @model_validator(mode="after")
+    def _native_fields(self) -> CoreMLOptions:
+        target = self.minimum_deployment_target
+        level = COREML_TARGETS.get(target or "iOS18")
+        if level is None:
+            raise ValueError(f"unknown minimum_deployment_target {target!r}; expected one of "
+                             f"{', '.join(COREML_TARGETS)}")
+        if self.model_format == "mlprogram" and level < 15:
+            raise ValueError(f"model_format mlprogram needs iOS15/macOS12 or newer, not {target}")
+        if self.compression != "none" and (self.model_format != "mlprogram" or level < 16):
+            raise ValueError("compression needs model_format: mlprogram and iOS16/macOS13 or newer")
+        bits = COREML_BITS.get(self.compression, ())
+        if self.compression_bits is not None and self.compression_bits not in bits:
+            raise ValueError(f"compression_bits {self.compression_bits} is not valid with compression: "
+                             f"{self.compression} (valid: {', '.join(map(str, bits)) or 'none'})")
+        return self
+
+
+class DirectMLOptions(Options):
+    """ONNX Runtime DirectML execution provider (Windows, DirectX 12)."""
+
+    device_id: int | None = _field(None, "Adapter index (DXGI order); overrides the two options below.", ge=0)
+    performance_preference: Literal["default", "high_performance", "minimum_power"] = _field(
+        "default", "Adapter preference when device_id is unset.")
+    device_filter: Literal["gpu", "npu", "any"] = _field("gpu", "Adapter kinds used when device_id is unset.")
+
+    @model_validator(mode="after")
+    def _selection(self) -> DirectMLOptions:
+        self._only_if(("performance_preference", "device_filter"), self.device_id is None,
+                      "without device_id (an explicit adapter index overrides them)")
+        return self
+
+
+# Provider name -> option block, in priority order.
+OPTIONS: dict[str, type[Options]] = {
+    "tensorrt": TensorRTOptions, "cuda": CUDAOptions, "rocm": ROCmOptions, "coreml": CoreMLOptions,
+    "directml": DirectMLOptions, "openvino": OpenVINOOptions, "cpu": CPUOptions,
+}
+# onnxruntime.SessionOptions attribute -> value DirectML requires (execution_mode: ExecutionMode member name).
+DIRECTML_SESSION_SETTINGS: dict[str, Any] = {"enable_mem_pattern": False, "execution_mode": "ORT_SEQUENTIAL"}
+# CPUOptions.optimization -> onnxruntime.GraphOptimizationLevel member name.
+ORT_GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+                          "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+EP_NAMES = {
+    "tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider",
+    "rocm": "ROCMExecutionProvider", "migraphx": "MIGraphXExecutionProvider",
+    "coreml": "CoreMLExecutionProvider", "directml": "DmlExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider", "cpu": "CPUExecutionProvider",
+}
+
+# ---- converters: the runtime's string for a value, or None to leave the option out ----
+Convert = Callable[[Any], str | None]
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(int(value) if isinstance(value, int) else value)
+
+
+def _flag(on: str, off: str) -> Callable[[Any], str]:
+    return lambda value: on if value else off
+
+
+_true_false = _flag("True", "False")  # what ORT's TensorRT/CUDA/ROCm/MIGraphX/DirectML parsers accept
+_one_zero = _flag("1", "0")  # the CoreML EP reads its flags as "1"/"0"
+
+
+def _pick(mapping: Mapping[Any, str]) -> Convert:
+    return lambda value: mapping.get(value)
+
+
+_ARENA_NAMES = _pick({"next_power_of_two": "kNextPowerOfTwo", "same_as_requested": "kSameAsRequested"})
+_COREML_UNITS = {"all": "ALL", "cpu_only": "CPUOnly", "cpu_and_gpu": "CPUAndGPU",
+                 "cpu_and_ne": "CPUAndNeuralEngine"}
+
+# EP key -> rows of (field, ONNX Runtime option name, converter).
+ORT_TABLES: dict[str, tuple[tuple[str, str, Convert], ...]] = {
+    "tensorrt": (
+        ("device_id", "device_id", _text),
+        ("workspace", "trt_max_workspace_size", _text),
+        ("builder_optimization_level", "trt_builder_optimization_level", _text),
+        ("dla_core", "trt_dla_enable", lambda v: None if v is None else "True"),
+        ("dla_core", "trt_dla_core", _text),
+    ),
+    "cuda": (
+        ("device_id", "device_id", _text),
+        ("memory", "gpu_mem_limit", _text),
+        ("arena_extend_strategy", "arena_extend_strategy", _ARENA_NAMES),
+        ("cudnn_conv_algo_search", "cudnn_conv_algo_search", _text),
+        ("copy_in_default_stream", "do_copy_in_default_stream", _true_false),
+        ("tf32", "use_tf32", _true_false),
+        ("cuda_graph", "enable_cuda_graph", _true_false),
+    ),
+    "rocm": (
+        ("device_id", "device_id", _text),
+        ("memory", "gpu_mem_limit", _text),
+        ("arena_extend_strategy", "arena_extend_strategy", _ARENA_NAMES),
+        ("miopen_conv_exhaustive_search", "miopen_conv_exhaustive_search", _true_false),
+        ("tunable_op", "tunable_op_enable", _true_false),
+        ("tunable_op", "tunable_op_tuning_enable", _true_false),
+    ),
+    "migraphx": (
+        ("device_id", "device_id", _text),
+        ("memory", "migraphx_mem_limit", _text),
+        ("arena_extend_strategy", "migraphx_arena_extend_strategy", _ARENA_NAMES),
+        ("migraphx_fp16", "migraphx_fp16_enable", _true_false),
+        ("migraphx_int8", "migraphx_int8_enable", _true_false),
+        ("exhaustive_tune", "migraphx_exhaustive_tune", _true_false),
+    ),
+    "coreml": (
+        ("model_format", "ModelFormat", _pick({"mlprogram": "MLProgram", "neuralnetwork": "NeuralNetwork"})),
+        ("compute_units", "MLComputeUnits", _pick(_COREML_UNITS)),
+        ("static_shapes", "RequireStaticInputShapes", _one_zero),
+    ),
+    "directml": (
+        ("device_id", "device_id", _text),
+        ("performance_preference", "performance_preference", _text),
+        ("device_filter", "device_filter", _text),
+    ),
+    "openvino": (
+        ("device", "device_type", _text),
+        ("inference_precision", "precision", _pick({"f32": "FP32", "f16": "FP16"})),
+        ("threads", "num_of_threads", _text),
+        ("streams", "num_streams", lambda v: str(v) if isinstance(v, int) else None),
+        ("layout", "layout", lambda v: ",".join(f"{k}[{x}]" for k, x in v.items()) if v else None),
+    ),
+    "cpu": (),
+}
+# TensorRT precision -> flags (trt_bf16_enable only when asked for: older builds reject the key).
+TRT_PRECISION: dict[str, dict[str, str]] = {
+    "fp32": {"trt_fp16_enable": "False", "trt_int8_enable": "False"},
+    "fp16": {"trt_fp16_enable": "True", "trt_int8_enable": "False"},
+    "bf16": {"trt_fp16_enable": "False", "trt_int8_enable": "False", "trt_bf16_enable": "True"},
+    "int8": {"trt_fp16_enable": "False", "trt_int8_enable": "True"},
+    "best": {"trt_fp16_enable": "True", "trt_int8_enable": "True"},
+}
+# EP key -> (cache field, option switching it on or None, option naming its directory).
+ORT_CACHES: dict[str, tuple[tuple[str, str | None, str], ...]] = {
+    "tensorrt": (("engine_cache", "trt_engine_cache_enable", "trt_engine_cache_path"),
+                 ("timing_cache", "trt_timing_cache_enable", "trt_timing_cache_path")),
+    "migraphx": (("cache", None, "migraphx_model_cache_dir"),),
+    "coreml": (("cache", None, "ModelCacheDirectory"),),
+    "openvino": (("cache", None, "cache_dir"),),
+}
+# OpenVINOOptions field -> (OpenVINO property, converter).
+OPENVINO_PROPERTIES: dict[str, tuple[str, Convert]] = {
+    "hint": ("PERFORMANCE_HINT", lambda v: v.upper()),
+    "num_requests": ("PERFORMANCE_HINT_NUM_REQUESTS", _text),
+    "streams": ("NUM_STREAMS", lambda v: None if v is None else str(v).upper()),
+    "threads": ("INFERENCE_NUM_THREADS", _text),
+    "inference_precision": ("INFERENCE_PRECISION_HINT", lambda v: None if v == "auto" else v),
+}
+
+
+def _check(provider: str, opts: Options | None) -> Options:
+    if provider not in OPTIONS:
+        raise ValueError(f"unknown provider {provider!r}; expected one of {', '.join(OPTIONS)}")
+    model = OPTIONS[provider]
+    if opts is not None and not isinstance(opts, model):
+        raise TypeError(f"provider {provider} takes {model.__name__}, not {type(opts).__name__}")
+    return model() if opts is None else opts
+
+
+def _ep_key(provider: str, opts: Options) -> str:
+    return "migraphx" if isinstance(opts, ROCmOptions) and opts.execution_provider == "migraphx" else provider
+
+
+def ort_ep_name(provider: str, opts: Options | None = None) -> str:
+    """Exact ONNX Runtime execution-provider name for a gpux provider (for rocm: the EP `opts` choose)."""
+    return EP_NAMES[_ep_key(provider, _check(provider, opts))]
+
+
+def ort_provider_options(provider: str, opts: Options, cache_dir: str | None = None) -> dict[str, str]:
+    """ONNX Runtime provider_options (all strings) for `ort_ep_name(provider, opts)`; cpu has none.
+
+    `cache_dir` is the artifact-store directory for engine/program caches: without it caches stay off.
+    TensorRT optimization profiles need concrete input shapes: merge in `trt_profile_shapes(...)`.
+    """
+    opts = _check(provider, opts)
+    key = _ep_key(provider, opts)
+    out = {name: value for field, name, convert in ORT_TABLES[key]
+           if (value := convert(getattr(opts, field))) is not None}
+    if isinstance(opts, TensorRTOptions):
+        out.update(TRT_PRECISION[opts.precision])
+    for field, switch, path in ORT_CACHES.get(key, ()):
+        enabled = bool(getattr(opts, field)) and cache_dir is not None
+        if switch is not None:
+            out[switch] = _true_false(enabled)
+        if enabled:
+            out[path] = str(cache_dir)
+    return out
+
+
+def trt_profile_shapes(profiles: Mapping[str, ProfileRange],
+                       inputs: Mapping[str, Sequence[int | str]]) -> dict[str, str]:
+    """trt_profile_{min,opt,max}_shapes ("name:1x3x224x224,...") for the inputs with symbolic dims.
+
+    `inputs` maps input name -> dims (ints, or symbolic names looked up in `profiles`). Returns {} when
+    every input is static; raises ValueError when a symbolic dim has no profile.
+    """
+    bounds: dict[str, list[str]] = {"min": [], "opt": [], "max": []}
+    for name, dims in inputs.items():
+        missing = sorted({d for d in dims if isinstance(d, str) and d not in profiles})
+        if missing:
+            raise ValueError(f"input {name!r}: dynamic dimension(s) {', '.join(missing)} need "
+                             "min/opt/max in tensorrt.profiles")
+        if all(isinstance(d, int) for d in dims):
+            continue
+        for bound, shapes in bounds.items():
+            sizes = (d if isinstance(d, int) else getattr(profiles[d], bound) for d in dims)
+            shapes.append(f"{name}:{'x'.join(map(str, sizes))}")
+    return {f"trt_profile_{b}_shapes": ",".join(s) for b, s in bounds.items() if s}
+
+
+def ort_graph_optimization_level(opts: CPUOptions) -> str:
+    """onnxruntime.GraphOptimizationLevel member name for the cpu block's `optimization`."""
+    return ORT_GRAPH_OPTIMIZATION[opts.optimization]
+
+
+def openvino_properties(opts: OpenVINOOptions, *, for_verification: bool = False,
+                        cache_dir: str | None = None) -> dict[str, str]:
+    """OpenVINO properties for `Core.compile_model(model, opts.device, properties)`.
+
+    `for_verification` forces f32 execution so outputs compare against the reference; `cache_dir` (the
+    artifact store's directory) becomes CACHE_DIR when `opts.cache` is on.
+    """
+    props = {name: value for field, (name, convert) in OPENVINO_PROPERTIES.items()
+             if (value := convert(getattr(opts, field))) is not None}
+    if for_verification:
+        props["INFERENCE_PRECISION_HINT"] = "f32"
+    if opts.cache and cache_dir is not None:
+        props["CACHE_DIR"] = str(cache_dir)
+    return props

@@ -1,0 +1,144 @@
+"""Config + CLI/env overrides + host facts → which providers to try, in order, and the targets each needs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpux.config import PROVIDERS, Project, did_you_mean
+from gpux.errors import UsageError
+
+ENV_PROVIDER = "GPUX_PROVIDER"
+
+# what an explicitly requested provider falls back to, before cpu
+FALLBACK = {
+    "tensorrt": ("cuda",),
+    "cuda": (),
+    "rocm": (),
+    "coreml": (),
+    "directml": (),
+    "openvino": (),
+    "cpu": (),
+}
+
+# ONNX artifact precision -> build step that makes it from the source model
+ONNX_STEPS = {"fp32": "optimize", "fp16": "float16", "int8": "quantize"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One artifact to build: what makes it, from what, with which resolved options."""
+
+    id: str  # human-readable, also the artifact folder's prefix, e.g. onnx-fp16, openvino-ir-int8
+    step: str  # optimize | float16 | quantize | openvino-ir | tensorrt-engine | coreml-package
+    provider: str
+    precision: str
+    options: dict[str, Any]
+    consumes: str = "source"  # "source" or another target's id
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "step": self.step, "provider": self.provider, "precision": self.precision,
+                "consumes": self.consumes, "options": self.options}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The ordered providers to try and where that order came from."""
+
+    chain: tuple[str, ...]
+    source: str  # --provider | GPUX_PROVIDER | runtime.backend | saved | auto
+    strict: bool
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"chain": list(self.chain), "source": self.source, "strict": self.strict,
+                "notes": list(self.notes)}
+
+
+def parse_request(value: str, source: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    for n in names:
+        if n not in (*PROVIDERS, "auto"):
+            raise UsageError(f"{source}: unknown provider {n!r}{did_you_mean(n, (*PROVIDERS, 'auto'))}; "
+                             f"expected one of auto, {', '.join(PROVIDERS)}")
+    return names or ("auto",)
+
+
+def select(project: Project, provider: str | None = None, strict: bool = False,
+           saved: str | None = None) -> Selection:
+    """Precedence: --provider > GPUX_PROVIDER > runtime.backend > a saved choice > auto."""
+    cfg = project.config
+    strict = strict or not cfg.runtime.fallback
+    supported = cfg.runtime.supported
+    notes: list[str] = []
+    if provider:
+        request, source = parse_request(provider, "--provider"), "--provider"
+    elif os.environ.get(ENV_PROVIDER):
+        request, source = parse_request(os.environ[ENV_PROVIDER], ENV_PROVIDER), ENV_PROVIDER
+    elif cfg.runtime.backend != ("auto",):
+        request, source = cfg.runtime.backend, "runtime.backend"
+    elif saved:
+        request, source = (saved,), "saved"
+    else:
+        request, source = ("auto",), "auto"
+    if supported and request != ("auto",):
+        bad = [p for p in request if p not in supported]
+        if bad:
+            raise UsageError(f"{source}: {', '.join(bad)} is not supported by model {project.name!r} "
+                             f"(runtime.supported: {', '.join(supported)})",
+                             hint=f"use one of {', '.join(supported)}")
+    if request == ("auto",):
+        chain = tuple(p for p in PROVIDERS if not supported or p in supported)
+    elif len(request) == 1:
+        chain = (request[0], *FALLBACK[request[0]])
+        if not strict and "cpu" not in chain:
+            chain = (*chain, "cpu")
+    else:
+        chain = request if strict or "cpu" in request else (*request, "cpu")
+    if supported:
+        chain = tuple(p for p in chain if p in supported) or chain[:1]
+    if strict and request == ("auto",):
+        notes.append("strict with backend auto: the best available provider is used; none → exit 4")
+    return Selection(chain, source, strict, tuple(notes))
+
+
+def resolve_shapes(project: Project, shapes: dict[str, int] | None = None) -> dict[str, int]:
+    """Values for symbolic dims: CLI --shape, then benchmark.shapes/batch, then 1."""
+    out = dict(project.config.benchmark.shapes)
+    if project.config.benchmark.batch:
+        out.setdefault("batch", project.config.benchmark.batch)
+    out.update(shapes or {})
+    return out
+
+
+def targets(project: Project, provider: str) -> list[Target]:
+    """The targets that provider `provider` needs, in build order."""
+    cfg = project.config
+    if provider == "openvino":
+        o = cfg.providers.openvino
+        return [Target(f"openvino-ir-{o.precision}", "openvino-ir", provider, o.precision,
+                       o.model_dump(mode="json"))]
+    if provider == "cpu":
+        return [_onnx_target(project, provider, cfg.providers.cpu.model_dump(mode="json"))]
+    if provider == "tensorrt":
+        base = _onnx_target(project, provider, {"optimization": "basic", "precision": "fp32"})
+        t = cfg.providers.tensorrt
+        return [base, Target(f"tensorrt-engine-{t.precision}", "tensorrt-engine", provider, t.precision,
+                             t.model_dump(mode="json"), consumes=base.id)]
+    # ORT GPU EPs (cuda, rocm, directml, coreml) load the portable ONNX artifact
+    return [_onnx_target(project, provider, {"optimization": "basic", "precision": "fp32"})]
+
+
+def _onnx_target(project: Project, provider: str, options: dict[str, Any]) -> Target:
+    precision = options.get("precision", "fp32")
+    opts = {k: v for k, v in options.items() if v is not None}
+    label = precision
+    if precision == "int8":
+        label = f"int8-{opts.get('quantization', 'dynamic')}"
+    else:
+        for k in ("quantization", "calibration", "calibration_samples", "per_channel"):
+            opts.pop(k, None)
+    level = opts.get("optimization", "basic")
+    # one ONNX artifact serves every ONNX Runtime provider that asks for the same options
+    return Target(f"onnx-{label}-{level}", ONNX_STEPS[precision], "onnxruntime", precision, opts)

@@ -1,0 +1,195 @@
+"""The provider registry: seven providers as rows of data, each with a cheap probe that never raises."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import metadata
+from typing import Any, Literal
+
+from gpux.deps import install_hint, installed_ort_distributions, is_installed
+
+Status = Literal["ok", "not installed", "import failed", "no device", "unsupported platform"]
+ENTRY_POINT_GROUP = "gpux.providers"
+
+
+@dataclass(frozen=True)
+class Availability:
+    provider: str
+    status: Status
+    reason: str = ""
+    fix: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"provider": self.provider, "status": self.status, "reason": self.reason, "fix": self.fix}
+
+
+@dataclass
+class Runner:
+    """An opened artifact: `run(feeds)` returns outputs in `output_names` order."""
+
+    run: Callable[[dict[str, Any]], list[Any]]
+    output_names: list[str]
+    used: str  # what executes, e.g. "CPUExecutionProvider" or "OpenVINO CPU"
+    dropped: str | None = None  # why the runtime did not take the requested device (None: it did)
+    details: dict[str, Any] = field(default_factory=dict)
+    close: Callable[[], None] = lambda: None
+    native: Any = None  # the runtime's own session / compiled model
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One row of the registry."""
+
+    name: str
+    runtime: Literal["onnxruntime", "openvino", "tensorrt", "coremltools"]
+    ep: str | None  # exact ONNX Runtime execution provider string
+    extra: str  # pip extra of gpux-ml that installs it
+    platforms: tuple[str, ...]  # sys.platform prefixes where it can run
+    device: Callable[[], str | None] | None = field(default=None, compare=False)  # None = ok, else why not
+    hardware: str = ""
+
+    def probe(self) -> Availability:
+        return probe(self.name)
+
+
+def _cuda_device() -> str | None:
+    for lib in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            cuda = ctypes.CDLL(lib)
+        except OSError:
+            continue
+        count = ctypes.c_int(0)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return "the NVIDIA driver is present but CUDA cannot initialise a device"
+        return None if count.value > 0 else "no NVIDIA GPU found"
+    return "no NVIDIA driver (libcuda) found: this machine has no usable NVIDIA GPU"
+
+
+def _rocm_device() -> str | None:
+    return None if os.path.exists("/dev/kfd") else "no AMD GPU found (/dev/kfd is missing)"
+
+
+PROVIDERS: dict[str, Provider] = {
+    p.name: p
+    for p in (
+        Provider("tensorrt", "onnxruntime", "TensorrtExecutionProvider", "tensorrt", ("linux", "win32"),
+                 _cuda_device, "NVIDIA GPU"),
+        Provider("cuda", "onnxruntime", "CUDAExecutionProvider", "cuda", ("linux", "win32"),
+                 _cuda_device, "NVIDIA GPU"),
+        Provider("rocm", "onnxruntime", "ROCMExecutionProvider", "rocm", ("linux",), _rocm_device, "AMD GPU"),
+        Provider("coreml", "onnxruntime", "CoreMLExecutionProvider", "coreml", ("darwin",), None,
+                 "Apple Neural Engine / GPU"),
+        Provider("directml", "onnxruntime", "DmlExecutionProvider", "directml", ("win32",), None,
+                 "DirectX 12 GPU"),
+        Provider("openvino", "openvino", None, "openvino", ("linux", "win32", "darwin"), None,
+                 "Intel CPU / GPU / NPU"),
+        Provider("cpu", "onnxruntime", "CPUExecutionProvider", "cpu", ("linux", "win32", "darwin"), None,
+                 "any CPU"),
+    )
+}  # fmt: skip
+ORDER = tuple(PROVIDERS)
+
+# ORT distribution that carries each EP (for the fix line)
+ORT_PACKAGE = {
+    "tensorrt": "onnxruntime-gpu (+ TensorRT libraries)",
+    "cuda": "onnxruntime-gpu",
+    "rocm": "onnxruntime-rocm (AMD's package index)",
+    "coreml": "onnxruntime (macOS wheel)",
+    "directml": "onnxruntime-directml",
+    "cpu": "onnxruntime",
+}
+
+
+@cache
+def ort_available_eps() -> tuple[str, ...] | str:
+    """EPs compiled into the installed onnxruntime, or the import error as a string."""
+    try:
+        import onnxruntime
+
+        return tuple(onnxruntime.get_available_providers())
+    except Exception as exc:  # a broken install raises anything
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _probe_ort(p: Provider) -> Availability:
+    if not is_installed("onnxruntime"):
+        return Availability(p.name, "not installed", "onnxruntime is not installed", install_hint(p.extra))
+    eps = ort_available_eps()
+    if isinstance(eps, str):
+        return Availability(p.name, "import failed", f"onnxruntime fails to import: {eps}",
+                            f"pip install --force-reinstall {ORT_PACKAGE[p.name].split()[0]}")
+    ep = p.ep
+    if p.name == "rocm" and ep not in eps and "MIGraphXExecutionProvider" in eps:
+        ep = "MIGraphXExecutionProvider"
+    if ep not in eps:
+        dists = ", ".join(installed_ort_distributions()) or "onnxruntime"
+        return Availability(p.name, "not installed", f"{p.ep} is not in this ONNX Runtime build ({dists})",
+                            f"install {ORT_PACKAGE[p.name]}: {install_hint(p.extra)}")
+    return Availability(p.name, "ok", f"{ep} available")
+
+
+def _probe_openvino(p: Provider) -> Availability:
+    if not is_installed("openvino"):
+        return Availability(p.name, "not installed", "openvino is not installed", install_hint(p.extra))
+    try:
+        import openvino
+
+        devices = openvino.Core().available_devices
+    except Exception as exc:
+        return Availability(p.name, "import failed", f"openvino fails to load: {exc}",
+                            "pip install --force-reinstall openvino")
+    if not devices:
+        return Availability(p.name, "no device", "OpenVINO sees no device", None)
+    return Availability(p.name, "ok", f"OpenVINO devices: {', '.join(devices)}")
+
+
+@cache
+def probe(name: str) -> Availability:
+    """Is provider `name` usable here? Cheap, cached, never raises."""
+    p = PROVIDERS.get(name) or plugin_providers().get(name)
+    if p is None:
+        return Availability(name, "not installed", f"unknown provider {name!r}", None)
+    try:
+        if not sys.platform.startswith(p.platforms):
+            where = ", ".join(p.platforms)
+            return Availability(name, "unsupported platform", f"{name} runs on {where}, not {sys.platform}",
+                                f"use a machine with {p.hardware}")
+        avail = _probe_openvino(p) if p.runtime == "openvino" else _probe_ort(p)
+        if avail.ok and p.device is not None and os.environ.get("GPUX_PROBE_DEVICES", "1") != "0":
+            why = p.device()
+            if why:
+                return Availability(name, "no device", why, f"run on a machine with {p.hardware}")
+        return avail
+    except Exception as exc:  # a probe must never raise
+        return Availability(name, "import failed", f"probe failed: {type(exc).__name__}: {exc}", None)
+
+
+@cache
+def plugin_providers() -> dict[str, Provider]:
+    """Third-party providers registered under the `gpux.providers` entry-point group."""
+    found: dict[str, Provider] = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception:
+            continue
+        if isinstance(obj, Provider) and obj.name not in PROVIDERS:
+            found[obj.name] = obj
+    return found
+
+
+def ort_conflict_warning() -> str | None:
+    dists = installed_ort_distributions()
+    if len(dists) > 1:
+        return (f"several ONNX Runtime distributions are installed ({', '.join(dists)}); they overwrite "
+                f"each other's files: keep one (pip uninstall the others, then reinstall it)")
+    return None

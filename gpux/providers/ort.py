@@ -1,0 +1,201 @@
+"""ONNX Runtime: the ONNX build steps (optimize, float16, quantize) and sessions for its execution providers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpux.deps import require
+
+LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+          "all": "ORT_ENABLE_ALL"}  # fmt: skip
+EXTERNAL_THRESHOLD = 1_800_000_000  # protobuf's 2 GB limit, with room
+
+
+def ort() -> Any:
+    return require("onnxruntime")
+
+
+def session_options(level: str = "basic", intra_op: int = 0, inter_op: int = 0,
+                    settings: dict[str, Any] | None = None) -> Any:
+    so = ort().SessionOptions()
+    so.graph_optimization_level = getattr(ort().GraphOptimizationLevel, LEVELS[level])
+    so.intra_op_num_threads = intra_op
+    so.inter_op_num_threads = inter_op
+    so.log_severity_level = 3  # errors only: gpux reports what ran itself
+    for key, value in (settings or {}).items():
+        setattr(so, key, value)
+    return so
+
+
+def has_external_data(path: Path) -> bool:
+    from gpux.modelio import read_io
+
+    return bool(read_io(path).external_data)
+
+
+def optimize(src: Path, dst: Path, level: str) -> None:
+    """Offline graph optimization by ONNX Runtime itself, written to `dst`."""
+    so = session_options(level)
+    so.optimized_model_filepath = str(dst)
+    if has_external_data(src) or src.stat().st_size > EXTERNAL_THRESHOLD:
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                    dst.name + ".data")
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    ort().InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+
+
+def to_float16(src: Path, dst: Path) -> None:
+    """ONNX Runtime's float16 conversion; inputs and outputs keep their float32 types."""
+    onnx = require("onnx")
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = onnx.load(str(src))
+    model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=False)
+    save_model(model, dst)
+
+
+def save_model(model: Any, dst: Path) -> None:
+    onnx = require("onnx")
+    external = model.ByteSize() > EXTERNAL_THRESHOLD
+    onnx.save_model(model, str(dst), save_as_external_data=external, location=dst.name + ".data")
+
+
+def quantize(src: Path, dst: Path, mode: str, per_channel: bool,
+             calibration: Sequence[dict[str, Any]] | None = None) -> None:
+    """ONNX Runtime's int8 quantization: dynamic (weights) or static QDQ calibrated on `calibration`."""
+    q = require("onnxruntime.quantization", "cpu")
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = dst.with_name(dst.stem + ".pre.onnx")
+    try:
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=False)
+    except Exception:  # pre-processing is an optimisation; quantize the source as it is
+        pre = src
+    if mode == "dynamic":
+        q.quantize_dynamic(str(pre), str(dst), weight_type=q.QuantType.QInt8, per_channel=per_channel)
+    else:
+        reader = _Reader(list(calibration or []))
+        q.quantize_static(str(pre), str(dst), reader, quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
+                          activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+    if pre != src:
+        for p in (pre, pre.with_name(pre.name + ".data")):
+            p.unlink(missing_ok=True)
+
+
+class _Reader:
+    """CalibrationDataReader over a list of feeds."""
+
+    def __init__(self, feeds: list[dict[str, Any]]) -> None:
+        self._it: Iterator[dict[str, Any]] = iter(feeds)
+
+    def get_next(self) -> dict[str, Any] | None:
+        return next(self._it, None)
+
+
+@dataclass
+class OrtSession:
+    """An InferenceSession plus what actually runs it."""
+
+    session: Any
+    requested: list[str]
+    used: list[str]
+    output_names: list[str] = field(default_factory=list)
+    input_names: list[str] = field(default_factory=list)
+
+    def run(self, feeds: dict[str, Any]) -> list[Any]:
+        return self.session.run(self.output_names, feeds)
+
+    def close(self) -> None:
+        self.session = None
+
+
+def create_session(model: Path, ep: str, ep_options: dict[str, str] | None, *, intra_op: int = 0,
+                   inter_op: int = 0, settings: dict[str, Any] | None = None,
+                   level: str = "basic") -> OrtSession:
+    """Create a session asking for `ep` (then CPU); report what ONNX Runtime actually took."""
+    so = session_options(level, intra_op, inter_op, settings)
+    providers: list[Any] = [(ep, ep_options or {})]
+    if ep != "CPUExecutionProvider":
+        providers.append("CPUExecutionProvider")
+    with quiet_stderr():
+        sess = ort().InferenceSession(str(model), so, providers=providers)
+    return OrtSession(sess, [ep], list(sess.get_providers()),
+                      [o.name for o in sess.get_outputs()], [i.name for i in sess.get_inputs()])
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Silence native libraries writing to fd 2 (ORT's EP load errors are reported by gpux itself)."""
+    if os.environ.get("GPUX_DEBUG"):
+        yield
+        return
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def build_onnx(ctx: Any) -> dict[str, Any]:
+    """The ONNX artifact: float16 / int8 variant of the source if asked, then offline graph optimization."""
+    target = ctx.target
+    opts = target.options
+    dst = ctx.workdir / "model.onnx"
+    src = ctx.src
+    if target.step == "float16":
+        src = ctx.workdir / "fp16.onnx"
+        to_float16(ctx.src, src)
+    elif target.step == "quantize":
+        src = ctx.workdir / "int8.onnx"
+        mode = opts.get("quantization", "dynamic")
+        quantize(ctx.src, src, mode, bool(opts.get("per_channel")),
+                 ctx.calibration() if mode == "static" else None)
+    optimize(src, dst, opts.get("optimization", "basic"))
+    if src != ctx.src:
+        for p in (src, src.with_name(src.name + ".data")):
+            p.unlink(missing_ok=True)
+    return {"main": dst.name, "optimization": opts.get("optimization", "basic")}
+
+
+def verify_runner(artifact: Path, target: Any) -> Any:
+    sess = create_session(artifact, "CPUExecutionProvider", None)
+    return sess.run
+
+
+def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+    """A session on the provider's EP; `dropped` says so when ONNX Runtime silently fell back to CPU."""
+    from gpux import options as o
+    from gpux.providers import Runner
+
+    opts = getattr(project.config.providers, provider)
+    ep = o.ort_ep_name(provider, opts)
+    cache = artifact.dir.parent / "cache" / provider
+    ep_opts = o.ort_provider_options(provider, opts, str(cache)) if provider != "cpu" else {}
+    if any(k.endswith(("cache_path", "CacheDirectory", "cache_dir")) for k in ep_opts):
+        cache.mkdir(parents=True, exist_ok=True)
+    settings = dict(o.DIRECTML_SESSION_SETTINGS) if provider == "directml" else {}
+    if "execution_mode" in settings:
+        settings["execution_mode"] = getattr(ort().ExecutionMode, settings["execution_mode"])
+    threads = project.config.runtime.threads
+    level = opts.optimization if provider == "cpu" else "basic"
+    sess = create_session(artifact.main, ep, ep_opts, intra_op=threads.intra_op, inter_op=threads.inter_op,
+                          settings=settings, level=level)
+    used = sess.used[0] if sess.used else "none"
+    dropped = None
+    if used != ep:
+        dropped = f"ONNX Runtime did not take {ep} (it would run on {used})"
+    return Runner(sess.run, sess.output_names, used, dropped,
+                  {"ep": ep, "ep_options": ep_opts, "session_providers": sess.used}, sess.close, sess.session)

@@ -1,0 +1,119 @@
+"""Renders results for people (text) and machines (JSON): outputs, attempts, artifacts, providers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpux.config import Project
+
+
+def emit_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, default=_default) + "\n")
+
+
+def _default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    return str(value)
+
+
+def warn(msg: str) -> None:
+    sys.stderr.write(f"warning: {msg}\n")
+
+
+def info(msg: str) -> None:
+    sys.stderr.write(f"{msg}\n")
+
+
+def provider_lines(report: dict[str, Any]) -> list[str]:
+    """requested → used, then one line per skipped provider with its reason and fix."""
+    lines = []
+    for a in report["attempts"]:
+        if not a["ok"]:
+            fix = f" → {a['fix']}" if a.get("fix") else ""
+            lines.append(f"skipped {a['provider']} ({a['stage']}): {a['reason']}{fix}")
+    requested = ",".join(report["requested"])
+    lines.append(f"provider: requested {requested} ({report['request_source']}) → ran {report['provider']}"
+                 f" [{report['runs_on']}]")
+    return lines
+
+
+def labels_of(project: Project, output: str) -> list[str] | None:
+    spec = (project.config.outputs or {}).get(output)
+    if spec is None or spec.labels is None:
+        return None
+    if isinstance(spec.labels, list):
+        return spec.labels
+    path = project.root / spec.labels
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def output_doc(project: Project, outputs: dict[str, Any], top: int = 5) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for name, arr in outputs.items():
+        entry: dict[str, Any] = {"dtype": str(arr.dtype), "shape": list(arr.shape), "data": arr.tolist()}
+        labels = labels_of(project, name)
+        if labels and arr.ndim >= 1 and arr.shape[-1] == len(labels) and arr.dtype.kind == "f":
+            rows = arr.reshape(-1, arr.shape[-1])
+            entry["top"] = [
+                [{"label": labels[i], "score": float(r[i])} for i in r.argsort()[::-1][:top]] for r in rows
+            ]
+        doc[name] = entry
+    return doc
+
+
+def format_outputs(doc: dict[str, Any]) -> str:
+    import numpy as np
+
+    lines = []
+    for name, entry in doc.items():
+        lines.append(f"{name}: {entry['dtype']} {entry['shape']}")
+        if "top" in entry:
+            for i, row in enumerate(entry["top"]):
+                best = ", ".join(f"{t['label']} {t['score']:.4f}" for t in row)
+                lines.append(f"  [{i}] {best}")
+        else:
+            text = np.array2string(np.asarray(entry["data"]), threshold=20, edgeitems=3, precision=5)
+            lines.extend("  " + line for line in text.splitlines())
+    return "\n".join(lines)
+
+
+def format_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
+
+
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(out)
+
+
+def providers_table(avail: list[dict[str, Any]]) -> str:
+    rows = [[a["provider"], a["status"], a["reason"] + (f" → {a['fix']}" if a.get("fix") else "")]
+            for a in avail]
+    return format_table(["provider", "status", "detail"], rows)
+
+
+def artifacts_table(arts: list[dict[str, Any]]) -> str:
+    rows = []
+    for a in arts:
+        v = a.get("verification") or {}
+        ver = "skipped" if "skipped" in v else ("passed" if v.get("passed") else "failed" if v else "-")
+        if v.get("outputs"):
+            cos = min(o["cosine"] for o in v["outputs"].values())
+            ver += f" cos={cos:.6f}"
+        rows.append([a["id"], a["state"], format_size(a["size"]), ver, a["path"]])
+    return format_table(["artifact", "state", "size", "verification", "path"], rows)

@@ -1,0 +1,205 @@
+"""Opens a model with ordered fallback, records every attempt, and runs inference: the Python API."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpux import store
+from gpux.build import BuildResult, build
+from gpux.config import Project
+from gpux.errors import GpuxError, ProviderUnavailable
+from gpux.inputs import cast_all
+from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
+from gpux.plan import Selection, select
+from gpux.providers import PROVIDERS, Runner, probe
+from gpux.resolve import open_project
+
+OPENERS = {"onnxruntime": "gpux.providers.ort:open_runner", "openvino": "gpux.providers.openvino:open_runner"}
+SAVED = "selected.json"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try of one provider: how far it got and why it stopped."""
+
+    provider: str
+    stage: str  # probe | build | session | first-inference | ok
+    ok: bool
+    reason: str = ""
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"provider": self.provider, "stage": self.stage, "ok": self.ok, "reason": self.reason,
+                "fix": self.fix}
+
+    def line(self) -> str:
+        fix = f" → {self.fix}" if self.fix else ""
+        return f"skipped {self.provider} ({self.stage}): {self.reason}{fix}"
+
+
+class Session:
+    """A model opened on the best provider that really works; `provider` says what runs."""
+
+    def __init__(self, project: Project, io: ModelIO, selection: Selection, *, store_dir: str | Path | None,
+                 force: bool, verify: bool, log: Callable[[str], None], warnings: list[str]) -> None:
+        self.project = project
+        self.io = io
+        self.selection = selection
+        self.inputs, self.outputs = effective_io(project, io)
+        self.attempts: list[Attempt] = []
+        self.warnings = warnings
+        self.build: BuildResult | None = None
+        self._store_dir, self._force, self._verify, self._log = store_dir, force, verify, log
+        self._runner: Runner | None = None
+        self._pending = list(selection.chain)
+        self._first_done = False
+        self.provider = ""
+        self._advance()
+
+    # -- opening with fallback ------------------------------------------------------------------
+    def _fail(self, provider: str, stage: str, reason: str, fix: str | None = None) -> None:
+        self.attempts.append(Attempt(provider, stage, False, reason, fix))
+        if self.selection.strict and (self.selection.source != "auto" or stage != "probe"):
+            raise ProviderUnavailable(f"{provider} unavailable ({stage}): {reason} — fallback is off "
+                                      f"(--strict or runtime.fallback: false)", hint=fix)
+
+    def _advance(self) -> None:
+        while self._pending:
+            provider = self._pending.pop(0)
+            avail = probe(provider)
+            if not avail.ok:
+                self._fail(provider, "probe", avail.reason, avail.fix)
+                continue
+            try:
+                result = build(self.project, provider, force=self._force, verify=self._verify,
+                               store_dir=self._store_dir, log=self._log, io=self.io)
+            except GpuxError as exc:
+                self._fail(provider, "build", exc.message.splitlines()[0], exc.hint)
+                continue
+            try:
+                runner = open_runner(provider, self.project, result.final.artifact)
+            except Exception as exc:  # runtimes raise anything when a device or library is missing
+                self._fail(provider, "session", _short(exc))
+                continue
+            if runner.dropped:
+                runner.close()
+                self._fail(provider, "session", runner.dropped)
+                continue
+            self._runner, self.provider, self.build = runner, provider, result
+            self._first_done = False
+            return
+        tried = "; ".join(a.line() for a in self.attempts) or "nothing to try"
+        raise ProviderUnavailable(f"no provider could run {self.project.name!r}: {tried}")
+
+    # -- inference ------------------------------------------------------------------------------
+    def run(self, inputs: dict[str, Any] | None = None, **named: Any) -> dict[str, Any]:
+        """Run once; values are cast to each input's dtype. Returns output name → array."""
+        feeds = cast_all({**(inputs or {}), **named}, self.inputs, "inputs")
+        return dict(zip(self.output_names, self.run_feeds(feeds), strict=True))
+
+    def run_feeds(self, feeds: dict[str, Any]) -> list[Any]:
+        """Run prepared feeds; the first inference that fails moves on to the next provider."""
+        assert self._runner is not None
+        if self._first_done:
+            return self._runner.run(feeds)
+        while True:
+            try:
+                out = self._runner.run(feeds)
+            except Exception as exc:
+                self._runner.close()
+                self._fail(self.provider, "first-inference", _short(exc))
+                self._advance()
+                continue
+            self._first_done = True
+            self.attempts.append(Attempt(self.provider, "ok", True, self._runner.used))
+            save_choice(self.project, self._store_dir, self.provider)
+            return out
+
+    @property
+    def runner(self) -> Runner:
+        assert self._runner is not None
+        return self._runner
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.runner.output_names
+
+    @property
+    def used(self) -> str:
+        return self.runner.used
+
+    def report(self) -> dict[str, Any]:
+        return {"requested": list(self.selection.chain[:1]) if self.selection.source != "auto" else ["auto"],
+                "request_source": self.selection.source, "chain": list(self.selection.chain),
+                "provider": self.provider, "runs_on": self.used if self._runner else None,
+                "fell_back": any(not a.ok for a in self.attempts if a.stage != "probe" or
+                                 self.selection.source != "auto"),
+                "attempts": [a.to_dict() for a in self.attempts], "warnings": self.warnings}
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:
+    module, _, fn = OPENERS[PROVIDERS[provider].runtime].partition(":")
+    opener = getattr(importlib.import_module(module), fn)
+    return opener(provider, project, artifact)
+
+
+def saved_choice(project: Project, store_dir: str | Path | None) -> str | None:
+    path = store.store_root(project.root, store_dir) / project.name / SAVED
+    try:
+        value = json.loads(path.read_text()).get("provider")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if value in PROVIDERS else None
+
+
+def save_choice(project: Project, store_dir: str | Path | None, provider: str) -> None:
+    path = store.store_root(project.root, store_dir) / project.name / SAVED
+    try:
+        if saved_choice(project, store_dir) != provider:
+            store.atomic_write_text(path, json.dumps({"provider": provider}))
+    except OSError:
+        pass
+
+
+def load(target: str | os.PathLike[str] = ".", provider: str | None = None, *, strict: bool = False,
+         store_dir: str | Path | None = None, force: bool = False, verify: bool = True,
+         log: Callable[[str], None] | None = None) -> Session:
+    """Open a project dir, gpux.yml, model name or .onnx file on the best working provider."""
+    project = open_project(str(target))
+    io = load_checked(project)
+    warnings = list(project.warnings)
+    saved = saved_choice(project, store_dir)
+    if saved:
+        avail = probe(saved)
+        if not avail.ok or (project.config.runtime.supported and saved not in project.config.runtime.supported):
+            warnings.append(f"saved provider {saved} is no longer usable here ({avail.reason or 'unsupported'})"
+                            f"; reset to the best available")
+            saved = None
+    selection = select(project, provider, strict, saved)
+    return Session(project, io, selection, store_dir=store_dir, force=force, verify=verify,
+                   log=log or (lambda _m: None), warnings=warnings)
+
+
+__all__ = ["Attempt", "Session", "Tensor", "load"]

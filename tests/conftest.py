@@ -1,0 +1,108 @@
+"""Shared fixtures: tiny ONNX models generated with onnx.helper, projects in tmp folders, a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_mlp(path: Path, features: int = 8, hidden: int = 16, classes: int = 4, seed: int = 0) -> Path:
+    """x float32 [batch, features] -> probs float32 [batch, classes]."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    w1 = numpy_helper.from_array((rng.standard_normal((features, hidden)) * 0.5).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32) * 0.1, "b1")
+    w2 = numpy_helper.from_array((rng.standard_normal((hidden, classes)) * 0.5).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["h2"]),
+        helper.make_node("MatMul", ["h2", "w2"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes, "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", classes])],
+        [w1, b1, w2],
+    )
+    model = helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+    return path
+
+
+def make_two_inputs(path: Path) -> Path:
+    """ids int64 [batch, seq] + scale float32 [batch, 1] -> out float32 [batch, 4]."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    emb = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4) / 10, "emb")
+    nodes = [
+        helper.make_node("Gather", ["emb", "ids"], ["g"]),
+        helper.make_node("ReduceMean", ["g"], ["m"], axes=[1], keepdims=0),
+        helper.make_node("Mul", ["m", "scale"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "two",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("scale", TensorProto.FLOAT, ["batch", 1])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 4])],
+        [emb],
+    )
+    model = helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+    return path
+
+
+MLP_YML = """\
+name: {name}
+version: 1.0.0
+model:
+  source: model.onnx
+inputs:
+  x: {{dtype: float32, shape: [batch, 8]}}
+outputs:
+  probs: {{dtype: float32, shape: [batch, 4], labels: [cat, dog, fox, owl]}}
+runtime:
+  backend: cpu
+"""
+
+
+@pytest.fixture
+def mlp_project(tmp_path: Path) -> Path:
+    make_mlp(tmp_path / "model.onnx")
+    (tmp_path / "gpux.yml").write_text(MLP_YML.format(name="tiny-mlp"))
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep the name index and env overrides out of the user's machine."""
+    monkeypatch.setenv("GPUX_HOME", str(tmp_path_factory.mktemp("home")))
+    for var in ("GPUX_PROVIDER", "GPUX_STORE", "GPUX_DEBUG"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def gpux(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+         timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "gpux", *args], cwd=cwd, env=full_env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path

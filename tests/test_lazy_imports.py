@@ -1,0 +1,56 @@
+"""`gpux --help`, `--version`, `validate` and `schema` import no heavy runtime."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = ["onnxruntime", "openvino", "onnx", "numpy", "coremltools", "tensorrt", "torch", "docker", "nncf"]
+
+# Block the heavy modules outright, then run the CLI and report what got imported.
+PROBE = """
+import sys, importlib.abc
+HEAVY = {heavy!r}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HEAVY:
+            raise ImportError("blocked heavy import: " + name)
+        return None
+sys.meta_path.insert(0, Block())
+sys.argv = ["gpux", *{args!r}]
+from gpux.cli import main
+code = 0
+try:
+    main({args!r})
+except SystemExit as exc:
+    code = exc.code
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)
+print("LOADED=" + ",".join(loaded), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def run_blocked(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    code = PROBE.format(heavy=HEAVY, args=list(args))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["schema"], ["build", "--help"], ["run", "--help"]])
+def test_cli_entry_points_import_nothing_heavy(args: list[str]) -> None:
+    r = run_blocked(*args)
+    assert r.returncode == 0, r.stderr
+    assert "LOADED=\n" in r.stderr
+
+
+def test_validate_imports_nothing_heavy(mlp_project: Path) -> None:
+    r = run_blocked("validate", str(mlp_project / "gpux.yml"))
+    assert r.returncode == 0, r.stderr
+    assert "LOADED=\n" in r.stderr
+    bad = mlp_project / "bad.yml"
+    bad.write_text("name: x\nmodel: {source: model.onnx}\nruntime: {backend: cdua}\n")
+    r = run_blocked("validate", str(bad))
+    assert r.returncode == 3
+    assert "LOADED=\n" in r.stderr
