@@ -140,7 +140,7 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
           io: ModelIO | None = None) -> BuildResult:
     """Build (or find in the cache) every target provider `provider` needs."""
     log = log or (lambda _msg: None)
-    io = io or load_checked(project)
+    io = io or load_checked(project, store_dir)
     root = store.store_root(project.root, store_dir)
     files = source_files(project, io)
     missing = [f for f in files if not f.is_file()]

@@ -31,8 +31,9 @@ def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: d
     if path:
         return read_samples(project.root / path, inputs)
     n = int(target.options.get("calibration_samples") or 16)
+    block = "cpu" if target.provider == "onnxruntime" else target.provider
     log(f"warning: {target.id}: no calibration data declared; calibrating on {n} seeded random inputs "
-        f"(accuracy on real data may differ: set providers.{target.provider}.calibration)")
+        f"(accuracy on real data may differ: set providers.{block}.calibration)")
     return [synthetic(inputs, shapes, 1000 + i, ranges(project)) for i in range(n)]
 
 

@@ -30,7 +30,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     project = open_project(path)
     for w in project.warnings:
         report.warn(w)
-    io = load_checked(project)
+    io = load_checked(project, store_dir)
     selection = select(project, provider, strict)
     if dry_run:
         from gpux import store
@@ -137,7 +137,7 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     from gpux.resolve import open_project
 
     project = open_project(target)
-    io = load_checked(project)
+    io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
     avail = [probe(p).to_dict() for p in PROVIDERS]
     selection = select(project, None, False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,15 @@ class ModelIO:
     producer: str = ""
     external_data: tuple[str, ...] = field(default=())
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelIO:
+        def tensors(items: list[dict[str, Any]]) -> tuple[Tensor, ...]:
+            return tuple(Tensor(t["name"], t["dtype"], None if t["shape"] is None else tuple(t["shape"]))
+                         for t in items)
+
+        return cls(tensors(d["inputs"]), tensors(d["outputs"]), d["opset"], d["ir_version"], d["producer"],
+                   tuple(d["external_data"]))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "inputs": [t.to_dict() for t in self.inputs],
@@ -63,8 +73,35 @@ def _tensor(value_info: Any) -> Tensor:
     return Tensor(value_info.name, dtype, tuple(dims))
 
 
-def read_io(path: Path) -> ModelIO:
-    """Parse the model graph (not its external weights) and return its interface."""
+def read_io(path: Path, memo: Path | None = None) -> ModelIO:
+    """The model's interface; memoised in `memo` by the file's (size, mtime) so unchanged models aren't parsed."""
+    import json
+
+    st = path.stat() if path.is_file() else None
+    key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}" if st else ""
+    if memo is not None and st is not None:
+        try:
+            cached = json.loads(memo.read_text()).get(key)
+        except (OSError, ValueError, AttributeError):
+            cached = None
+        if cached:
+            return ModelIO.from_dict(cached)
+    io = _parse_io(path)
+    if memo is not None and st is not None:
+        from gpux.store import atomic_write_text
+
+        try:
+            data = json.loads(memo.read_text()) if memo.is_file() else {}
+        except (OSError, ValueError):
+            data = {}
+        data = {k: v for k, v in data.items() if not k.startswith(f"{path.resolve()}:")}
+        data[key] = io.to_dict()
+        with contextlib.suppress(OSError):
+            atomic_write_text(memo, json.dumps(data))
+    return io
+
+
+def _parse_io(path: Path) -> ModelIO:
     onnx = require("onnx")
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -165,8 +202,11 @@ def effective_io(project: Project, io: ModelIO) -> tuple[dict[str, Tensor], dict
     return merge(project.config.inputs, io.inputs), merge(project.config.outputs, io.outputs)
 
 
-def load_checked(project: Project) -> ModelIO:
-    io = read_io(project.source)
+def load_checked(project: Project, store_dir: str | Path | None = None) -> ModelIO:
+    """The model's interface, after checking the declared inputs/outputs against it."""
+    from gpux.store import store_root
+
+    io = read_io(project.source, store_root(project.root, store_dir) / ".io.json")
     problems = check_declared(project, io)
     if problems:
         raise ConfigError(problems)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,7 @@ class Session:
         self._pending = list(selection.chain)
         self._first_done = False
         self.provider = ""
+        self.timings: dict[str, float] = {}
         self._advance()
 
     # -- opening with fallback ------------------------------------------------------------------
@@ -76,12 +78,14 @@ class Session:
             if not avail.ok:
                 self._fail(provider, "probe", avail.reason, avail.fix)
                 continue
+            started = time.perf_counter()
             try:
                 result = build(self.project, provider, force=self._force, verify=self._verify,
                                store_dir=self._store_dir, log=self._log, io=self.io)
             except GpuxError as exc:
                 self._fail(provider, "build", exc.message.splitlines()[0], exc.hint)
                 continue
+            built = time.perf_counter()
             try:
                 runner = open_runner(provider, self.project, result.final.artifact)
             except Exception as exc:  # runtimes raise anything when a device or library is missing
@@ -91,6 +95,7 @@ class Session:
                 runner.close()
                 self._fail(provider, "session", runner.dropped)
                 continue
+            self.timings = {"build_s": built - started, "load_s": time.perf_counter() - built}
             self._runner, self.provider, self.build = runner, provider, result
             self._first_done = False
             return
@@ -183,12 +188,12 @@ def save_choice(project: Project, store_dir: str | Path | None, provider: str) -
         pass
 
 
-def load(target: str | os.PathLike[str] = ".", provider: str | None = None, *, strict: bool = False,
+def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, *, strict: bool = False,
          store_dir: str | Path | None = None, force: bool = False, verify: bool = True,
          log: Callable[[str], None] | None = None) -> Session:
     """Open a project dir, gpux.yml, model name or .onnx file on the best working provider."""
-    project = open_project(str(target))
-    io = load_checked(project)
+    project = target if isinstance(target, Project) else open_project(str(target))
+    io = load_checked(project, store_dir)
     warnings = list(project.warnings)
     saved = saved_choice(project, store_dir)
     if saved:

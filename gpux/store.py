@@ -126,6 +126,8 @@ def publish(workdir: Path, final: Path, manifest: dict[str, Any]) -> Artifact:
     """Write the manifest last, then rename the whole folder into place in one step."""
     manifest = {**manifest, "files": file_table(workdir)}
     atomic_write_text(workdir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+    os.chmod(workdir / MANIFEST, 0o644)
+    os.chmod(workdir, 0o755)
     published = read_manifest(workdir)  # mtimes as they are now
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.exists():

@@ -7,6 +7,7 @@ Usage: python examples/mlp/make_model.py [OUT_PATH] [--force]
 """
 
 import argparse
+import itertools
 import os
 from pathlib import Path
 
@@ -21,19 +22,21 @@ DIMS = [64, 128, 128, 10]
 
 def build() -> onnx.ModelProto:
     rng, nodes, inits, x = np.random.default_rng(SEED), [], [], "x"
-    for i, (fan_in, fan_out) in enumerate(zip(DIMS, DIMS[1:])):
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(DIMS)):
         last = i == len(DIMS) - 2
         gain = 1.0 if last else 2.0  # He init ahead of Relu, LeCun for the logits
         w = rng.standard_normal((fan_in, fan_out)) * np.sqrt(gain / fan_in)
         b = rng.standard_normal(fan_out) * 0.01
-        inits += [numpy_helper.from_array(w.astype(np.float32), f"fc{i}.weight"),
-                  numpy_helper.from_array(b.astype(np.float32), f"fc{i}.bias")]
-        y = "logits" if last else f"fc{i}"
-        nodes.append(helper.make_node("Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [y], name=f"fc{i}"))
+        inits += [
+            numpy_helper.from_array(w.astype(np.float32), f"fc{i}.weight"),
+            numpy_helper.from_array(b.astype(np.float32), f"fc{i}.bias"),
+        ]
+        out = "logits" if last else f"fc{i}"
+        nodes.append(helper.make_node("Gemm", [x, f"fc{i}.weight", f"fc{i}.bias"], [out], name=f"fc{i}"))
+        x = out
         if not last:
-            nodes.append(helper.make_node("Relu", [y], [f"fc{i}.relu"], name=f"fc{i}.relu"))
-            y = f"fc{i}.relu"
-        x = y
+            nodes.append(helper.make_node("Relu", [x], [f"{x}.relu"], name=f"{x}.relu"))
+            x = f"{x}.relu"
     nodes.append(helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1))
     graph = helper.make_graph(
         nodes,
@@ -65,7 +68,6 @@ if __name__ == "__main__":
     parser.add_argument("out", nargs="?", type=Path, default=DEFAULT_OUT, help="output .onnx path")
     parser.add_argument("--force", action="store_true", help="regenerate even if OUT exists")
     args = parser.parse_args()
-    if args.out.exists() and not args.force:
-        print(f"{args.out} exists ({args.out.stat().st_size:,} bytes); skipped, use --force to regenerate")
-    else:
-        print(f"wrote {make(args.out)} ({args.out.stat().st_size:,} bytes)")
+    kept = args.out.exists() and not args.force  # deterministic output: regenerating would change nothing
+    path = args.out if kept else make(args.out)
+    print(f"{'kept existing' if kept else 'wrote'} {path} ({path.stat().st_size:,} bytes)")

@@ -41,8 +41,9 @@ def build() -> onnx.ModelProto:
 
     tok_emb = param("token_emb", rng.standard_normal((VOCAB, DIM)).astype(np.float32))
     seg_emb = param("segment_emb", rng.standard_normal((SEGMENTS, DIM)).astype(np.float32))
-    emb = node("Add", [node("Gather", [tok_emb, "tokens"], "token_lookup"),  # [batch, seq, DIM]
-                       node("Gather", [seg_emb, "segment"], "segment_lookup")], "embeddings")
+    tok = node("Gather", [tok_emb, "tokens"], "token_lookup")  # [batch, seq, DIM]
+    seg = node("Gather", [seg_emb, "segment"], "segment_lookup")  # [batch, seq, DIM]
+    emb = node("Add", [tok, seg], "embeddings")
     pooled = node("ReduceMean", [emb], "pooled", axes=[1], keepdims=0)  # [batch, DIM]
     features = node("Concat", [pooled, linear("dense", "dense_proj", DENSE, DIM)], "features", axis=1)
     hidden = node("Relu", [linear(features, "hidden", 2 * DIM, HIDDEN, gain=2.0)], "hidden.relu")
@@ -51,9 +52,11 @@ def build() -> onnx.ModelProto:
     nodes.append(helper.make_node("Split", [head, split], ["score", "embedding"], name="head.split", axis=1))
 
     info = helper.make_tensor_value_info
-    inputs = [info("tokens", TensorProto.INT64, ["batch", "seq"]),
-              info("segment", TensorProto.INT64, ["batch", "seq"]),
-              info("dense", TensorProto.FLOAT, ["batch", DENSE])]
+    inputs = [
+        info("tokens", TensorProto.INT64, ["batch", "seq"]),
+        info("segment", TensorProto.INT64, ["batch", "seq"]),
+        info("dense", TensorProto.FLOAT, ["batch", DENSE]),
+    ]
     outputs = [info("score", TensorProto.FLOAT, ["batch", 1]), info("embedding", TensorProto.FLOAT, ["batch", DIM])]
     graph = helper.make_graph(nodes, "ranker", inputs, outputs, inits)
     return helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", OPSET)])
@@ -79,7 +82,6 @@ if __name__ == "__main__":
     parser.add_argument("out", nargs="?", type=Path, default=DEFAULT_OUT, help="output .onnx path")
     parser.add_argument("--force", action="store_true", help="regenerate even if OUT exists")
     args = parser.parse_args()
-    if args.out.exists() and not args.force:
-        print(f"{args.out} exists ({args.out.stat().st_size:,} bytes); skipped, use --force to regenerate")
-    else:
-        print(f"wrote {make(args.out)} ({args.out.stat().st_size:,} bytes)")
+    kept = args.out.exists() and not args.force  # deterministic output: regenerating would change nothing
+    path = args.out if kept else make(args.out)
+    print(f"{'kept existing' if kept else 'wrote'} {path} ({path.stat().st_size:,} bytes)")

@@ -24,6 +24,7 @@ def build() -> onnx.ModelProto:
     def node(op, inputs, name, **attrs):
         nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
         return name
+
     def param(name, arr):
         inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), name))
         return name
@@ -38,7 +39,7 @@ def build() -> onnx.ModelProto:
         scale, bias = gamma * (0.7 + 0.6 * rng.random(cout, np.float32)), 0.1 * rng.standard_normal(cout, np.float32)
         v = (v - mean) / np.sqrt(var + 1e-5) * scale + bias
         x = node("Conv", [x, param(f"{name}.weight", w)], name, strides=[stride] * 2, pads=[pad] * 4)
-        bn = [param(f"{name}.bn.{n}", a) for n, a in zip(("scale", "bias", "mean", "var"), (scale, bias, mean, var))]
+        bn = [param(f"{name}.bn.{n}", a) for n, a in dict(scale=scale, bias=bias, mean=mean, var=var).items()]
         x = node("BatchNormalization", [x, *bn], f"{name}.bn", epsilon=1e-5)
         return (node("Relu", [x], f"{name}.relu"), np.maximum(v, 0)) if relu else (x, v)
 
@@ -83,7 +84,6 @@ if __name__ == "__main__":
     parser.add_argument("out", nargs="?", type=Path, default=DEFAULT_OUT, help="output .onnx path")
     parser.add_argument("--force", action="store_true", help="regenerate even if OUT exists")
     args = parser.parse_args()
-    if args.out.exists() and not args.force:
-        print(f"{args.out} exists ({args.out.stat().st_size:,} bytes); skipped, use --force to regenerate")
-    else:
-        print(f"wrote {make(args.out)} ({args.out.stat().st_size:,} bytes)")
+    kept = args.out.exists() and not args.force  # deterministic output: regenerating would change nothing
+    path = args.out if kept else make(args.out)
+    print(f"{'kept existing' if kept else 'wrote'} {path} ({path.stat().st_size:,} bytes)")

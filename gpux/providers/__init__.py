@@ -43,6 +43,15 @@ class Runner:
     details: dict[str, Any] = field(default_factory=dict)
     close: Callable[[], None] = lambda: None
     native: Any = None  # the runtime's own session / compiled model
+    binder: Callable[[dict[str, Any], int], list[Callable[[], object]]] | None = None
+
+    def bind(self, feeds: dict[str, Any], n: int = 1) -> list[Callable[[], object]]:
+        """`n` zero-argument callables that each run `feeds` with the least per-call work (for timing loops);
+        each may be used from its own thread."""
+        if self.binder is not None:
+            return self.binder(feeds, n)
+        run = self.run
+        return [lambda: run(feeds)] * n
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,7 @@ class Provider:
     platforms: tuple[str, ...]  # sys.platform prefixes where it can run
     device: Callable[[], str | None] | None = field(default=None, compare=False)  # None = ok, else why not
     hardware: str = ""
+    builtin: bool = False  # present in every install of its runtime: no import needed to know
 
     def probe(self) -> Availability:
         return probe(self.name)
@@ -93,7 +103,7 @@ PROVIDERS: dict[str, Provider] = {
         Provider("openvino", "openvino", None, "openvino", ("linux", "win32", "darwin"), None,
                  "Intel CPU / GPU / NPU"),
         Provider("cpu", "onnxruntime", "CPUExecutionProvider", "cpu", ("linux", "win32", "darwin"), None,
-                 "any CPU"),
+                 "any CPU", builtin=True),
     )
 }  # fmt: skip
 ORDER = tuple(PROVIDERS)
@@ -123,6 +133,8 @@ def ort_available_eps() -> tuple[str, ...] | str:
 def _probe_ort(p: Provider) -> Availability:
     if not is_installed("onnxruntime"):
         return Availability(p.name, "not installed", "onnxruntime is not installed", install_hint(p.extra))
+    if p.builtin:
+        return Availability(p.name, "ok", f"{p.ep} is part of every ONNX Runtime build")
     eps = ort_available_eps()
     if isinstance(eps, str):
         return Availability(p.name, "import failed", f"onnxruntime fails to import: {eps}",

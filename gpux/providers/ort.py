@@ -198,4 +198,14 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     if used != ep:
         dropped = f"ONNX Runtime did not take {ep} (it would run on {used})"
     return Runner(sess.run, sess.output_names, used, dropped,
-                  {"ep": ep, "ep_options": ep_opts, "session_providers": sess.used}, sess.close, sess.session)
+                  {"ep": ep, "ep_options": ep_opts, "session_providers": sess.used}, sess.close, sess.session,
+                  binder=lambda feeds, n: bind(sess, feeds, n))
+
+
+def bind(sess: OrtSession, feeds: dict[str, Any], n: int) -> list[Any]:
+    """The C++ session's own run with names and feeds fixed: no per-call Python checks. Sessions are
+    thread-safe, so one callable serves every worker."""
+    import functools
+
+    native = sess.session._sess  # InferenceSession.run validates, then calls this
+    return [functools.partial(native.run, sess.output_names, feeds, None)] * n

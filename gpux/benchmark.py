@@ -1,0 +1,164 @@
+"""`gpux run --benchmark`: opens the model per provider and precision, times every phase, applies the protocol."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gpux
+from gpux import bench, report
+from gpux.config import PROVIDERS, Project
+from gpux.errors import GpuxError, InputError, VerificationFailed
+
+# precisions `--provider all` tries per provider (the field of its option block that selects it)
+PRECISIONS: dict[str, tuple[str, ...]] = {
+    "cpu": ("fp32", "fp16", "int8"),
+    "openvino": ("fp32", "fp16", "int8"),
+    "tensorrt": ("fp32", "fp16", "int8"),
+}
+
+
+def with_precision(project: Project, provider: str, precision: str) -> Project:
+    """The same project with `providers.<provider>.precision` replaced."""
+    block = getattr(project.config.providers, provider)
+    if not hasattr(block, "precision") or block.precision == precision:
+        return project
+    providers = project.config.providers.model_copy(
+        update={provider: block.model_copy(update={"precision": precision})})
+    config = project.config.model_copy(update={"providers": providers})
+    return Project(project.path, config, project.marks, project.warnings)
+
+
+def protocol_for(project: Project, runs: int | None, warmup: int | None, duration: float | None,
+                 batch: int | None, concurrency: int | None) -> bench.Protocol:
+    b = project.config.benchmark
+    return bench.Protocol(warmup=b.warmup if warmup is None else warmup, warmup_seconds=b.warmup_seconds,
+                          runs=runs or b.runs, seconds=b.seconds if duration is None else duration,
+                          concurrency=concurrency or b.concurrency, batch=batch or b.batch or 1)
+
+
+def bench_one(project: Project, provider: str | None, precision: str | None, protocol: bench.Protocol,
+              shapes: dict[str, int], *, strict: bool, store: str | None, input_file: str | None,
+              log: Any) -> dict[str, Any]:
+    """One row: open (build or cache hit, load), first inference, warm-up, measurement."""
+    from gpux.calibrate import ranges
+    from gpux.inputs import load_file, symbolic_values, synthetic
+    from gpux.session import load
+
+    label = precision or "-"
+    try:
+        session = load(project, provider, strict=strict, store_dir=store, log=log)
+    except VerificationFailed as exc:
+        return bench.result_row(provider or "auto", label, None, bench.Phases(), status="failed verification",
+                                error=exc.message.splitlines()[0])
+    except GpuxError as exc:
+        return bench.result_row(provider or "auto", label, None, bench.Phases(), status="unavailable",
+                                error=exc.message)
+    with session:
+        feeds = load_file(input_file, session.inputs) if input_file else \
+            synthetic(session.inputs, shapes, 0, ranges(project))
+        started = time.perf_counter()
+        session.run_feeds(feeds)
+        first = time.perf_counter() - started
+        calls = session.runner.bind(feeds, protocol.concurrency)
+        m = bench.measure(calls if protocol.concurrency > 1 else calls[0], protocol)
+        batch = next((v for k, v in symbolic_values(feeds, session.inputs).items() if k == "batch"), 1)
+        stats = bench.summarize(m.latencies_s, m.wall_s, batch=batch, concurrency=protocol.concurrency)
+        phases = bench.Phases(build_s=session.timings.get("build_s"), load_s=session.timings.get("load_s"),
+                              first_inference_s=first, warmup_s=m.warmup_s, measure_s=m.wall_s)
+        info = session.report()
+        art = session.build.final.artifact if session.build else None
+        fell = [a for a in info["attempts"] if not a["ok"]]
+        status = "ok" if not fell or provider in (None, "auto") else f"fell back to {session.provider}"
+        if provider not in (None, "auto") and session.provider != provider:
+            status = f"fell back to {session.provider}"
+        verification = (art.manifest.get("verification") or {}) if art else {}
+        outputs = verification.get("outputs") or {}
+        return bench.result_row(
+            session.provider, precision or (art.manifest["target"]["precision"] if art else "-"), stats, phases,
+            status=status, latencies_s=m.latencies_s, requested=provider or "auto", runs_on=session.used,
+            attempts=info["attempts"], artifact=str(art.main) if art else None,
+            artifact_size=art.size() if art else None,
+            artifact_sha256=art.manifest["files"][art.manifest["main"]]["sha256"] if art else None,
+            accuracy={"min_cosine": min((o["cosine"] for o in outputs.values()), default=None),
+                      "max_abs": max((o["max_abs"] for o in outputs.values()), default=None)} if outputs else None,
+            options=session.runner.details, versions=art.manifest["key_parts"]["versions"] if art else None,
+            shapes={n: list(getattr(v, "shape", ())) for n, v in feeds.items()},
+        )
+
+
+def benchmark_command(target: str, *, provider: str | None, strict: bool, store: str | None, as_json: bool,
+                      input_file: str | None, runs: int | None, warmup: int | None, duration: float | None,
+                      batch: int | None, shapes: tuple[str, ...], concurrency: int | None, as_csv: bool,
+                      baseline: str | None, max_regression: float) -> int:
+    from gpux.inputs import parse_shapes
+    from gpux.plan import resolve_shapes
+    from gpux.providers import probe
+    from gpux.resolve import open_project
+
+    project = open_project(target)
+    shape_values = resolve_shapes(project, parse_shapes(shapes))
+    if batch:
+        shape_values["batch"] = batch
+    protocol = protocol_for(project, runs, warmup, duration, batch, concurrency)
+    log = report.info if not as_json and not as_csv else (lambda _m: None)
+    rows: list[dict[str, Any]] = []
+    if provider == "all":
+        for name in PROVIDERS:
+            avail = probe(name)
+            if not avail.ok:
+                rows.append(bench.result_row(name, "-", None, bench.Phases(), status="unavailable",
+                                             error=avail.reason, fix=avail.fix))
+                continue
+            for precision in PRECISIONS.get(name, ("fp32",)):
+                log(f"benchmarking {name} {precision} ...")
+                rows.append(bench_one(with_precision(project, name, precision), name, precision, protocol,
+                                      shape_values, strict=True, store=store, input_file=input_file, log=log))
+    else:
+        rows.append(bench_one(project, provider, None, protocol, shape_values, strict=strict, store=store,
+                              input_file=input_file, log=log))
+    doc = bench.make_document(rows, environment(project, protocol))
+    code = 0
+    if baseline:
+        try:
+            base = json.loads(Path(baseline).read_text(encoding="utf-8"))
+            notes: list[str] = []
+            regressions = bench.compare_baseline(doc, base, max_regression, notes=notes)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--baseline {baseline}: cannot use it: {exc}") from None
+        doc["baseline"] = {"file": baseline, "max_regression_pct": max_regression, "regressions": regressions,
+                           "notes": notes}
+        code = 1 if regressions else 0
+    if as_json:
+        report.emit_json(doc)
+    elif as_csv:
+        sys.stdout.write(bench.to_csv(rows))
+    else:
+        print(bench.format_table(rows))
+        for row in rows:
+            for a in row.get("attempts") or []:
+                if not a["ok"]:
+                    report.warn(f"{row['provider']}: skipped {a['provider']} ({a['stage']}): {a['reason']}")
+            for w in (row.get("stats") or {}).get("warnings", []):
+                report.warn(f"{row['provider']} {row['precision']}: {w}")
+            if row.get("error"):
+                report.warn(f"{row['provider']} {row['precision']}: {row['status']}: {row['error']}")
+        for r in (doc.get("baseline") or {}).get("regressions", []):
+            report.warn(f"regression: {r}")
+    if not any(r["status"] != "unavailable" and r.get("stats") for r in rows):
+        code = code or 4
+    return code
+
+
+def environment(project: Project, protocol: bench.Protocol) -> dict[str, Any]:
+    cfg_bytes = project.path.read_bytes() if project.path.is_file() else b""
+    return {**bench.environment_facts(), "gpux": gpux.__version__,
+            "config": str(project.path), "config_sha256": hashlib.sha256(cfg_bytes).hexdigest(),
+            "threads": project.config.runtime.threads.model_dump(),
+            "protocol": {"warmup": protocol.warmup, "warmup_seconds": protocol.warmup_seconds,
+                         "runs": protocol.runs, "seconds": protocol.seconds, "concurrency": protocol.concurrency,
+                         "batch": protocol.batch}}

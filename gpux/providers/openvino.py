@@ -1,0 +1,396 @@
+"""OpenVINO: builds native IR (fp32, fp16 weights, NNCF int8) precompiled for its device, and opens it.
+
+Shapes: dims declared as ints stay static, symbolic or unknown dims stay dynamic ("?"), except for
+NPU, which compiles static shapes only: there they are fixed to the resolved sizes (benchmark.shapes /
+batch / --shape, else 1) and the IR records them.
+
+Caches: the build compiles the IR once for its device with the runtime's own properties, writing the
+blob into the artifact (`ov_cache/`), so the first session on this machine loads instead of compiling.
+Sessions never write into a published artifact: they use `<store>/<model>/cache/openvino/`, seeded
+with the artifact's blobs. Blob names are content hashes of model and properties (not of paths or
+CACHE_DIR), so one folder serves every artifact of the model and a miss only costs one cold compile.
+
+Precision: verification compiles on CPU with INFERENCE_PRECISION_HINT=f32 so outputs compare with the
+FP32 ONNX Runtime reference; sessions keep `inference_precision` (auto = the device default, bf16 on
+CPUs with AMX/AVX512-BF16) and report what the compiled model really uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from gpux.deps import require
+from gpux.errors import BuildFailed, MissingDependency
+
+MAIN = "model.xml"
+CACHE = "ov_cache"  # precompiled blobs inside the artifact folder
+VIRTUAL = ("AUTO", "MULTI", "HETERO")
+STATIC_ONLY = ("NPU",)  # devices that compile static shapes only
+
+Feeds = dict[str, Any]
+
+
+class DeviceMissing(RuntimeError):
+    """The requested OpenVINO device is not present on this machine."""
+
+
+def ov() -> Any:
+    return require("openvino")
+
+
+@cache
+def core() -> Any:
+    """One Core per process: plugins load once, compiled models share it."""
+    return ov().Core()
+
+
+# ---- devices and properties ------------------------------------------------------------------------
+def split_device(spec: str) -> tuple[str, list[str]]:
+    """'AUTO:GPU,CPU' -> ('AUTO', ['GPU', 'CPU']); 'GPU.1' -> ('', ['GPU.1']); 'AUTO' -> ('AUTO', [])."""
+    head, sep, rest = spec.partition(":")
+    if sep:
+        return head, rest.split(",")
+    return (spec, []) if spec in VIRTUAL else ("", [spec])
+
+
+def _same(a: str, b: str) -> bool:
+    """GPU matches GPU.0 / GPU.1; GPU.1 matches only GPU.1 (or a lone GPU)."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def resolve_device(spec: str, available: Sequence[str]) -> str:
+    """The device string to compile for here: missing devices leave a priority list; none left raises."""
+    virtual, wanted = split_device(spec)
+    if virtual and not wanted:
+        return spec
+    here = [d for d in wanted if any(_same(d, a) for a in available)]
+    if not here:
+        seen = ", ".join(available) or "no device"
+        raise DeviceMissing(f"OpenVINO device {spec} is not available on this machine (OpenVINO sees {seen})")
+    return f"{virtual}:{','.join(here)}" if virtual else here[0]
+
+
+def compile_properties(opts: Any, intra_op: int, cache_dir: Path | None, device: str) -> dict[str, str]:
+    """What `compile_model` gets, identical at build and run so the precompiled blob is the one loaded.
+
+    runtime.threads.intra_op applies when `threads` is unset and only the CPU plugin compiles.
+    """
+    from gpux.options import openvino_properties
+
+    props = openvino_properties(opts, cache_dir=None if cache_dir is None else str(cache_dir))
+    if opts.threads is None and intra_op > 0 and split_device(device)[1] == ["CPU"]:
+        props["INFERENCE_NUM_THREADS"] = str(intra_op)
+    return props
+
+
+def reason(exc: BaseException) -> str:
+    """The informative line of an OpenVINO error (they open with source locations)."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    rules = [x.lstrip("- ").strip() for x in lines if x.startswith("--")]
+    if rules:
+        return "; ".join(rules)[:300]
+    useful = [x for x in lines if not x.startswith(("Exception from", "Check '"))]
+    return (useful or lines or [type(exc).__name__])[-1][:300]
+
+
+# ---- build --------------------------------------------------------------------------------------------
+def build_ir(ctx: Any) -> dict[str, Any]:
+    """ONNX -> OpenVINO IR (model.xml/.bin) at the target's precision, precompiled into `ov_cache/`."""
+    from gpux.modelio import read_io
+    from gpux.options import OpenVINOOptions
+
+    o = ov()
+    opts = OpenVINOOptions.model_validate(ctx.target.options)
+    static = any(d.startswith(STATIC_ONLY) for d in split_device(opts.device)[1])
+    started = time.perf_counter()
+    try:
+        model = o.convert_model(str(ctx.src), input=_input_shapes(ctx.inputs, ctx.shapes, static) or None)
+    except Exception as exc:  # the ONNX frontend raises OpConversionFailure / GeneralFailure
+        raise BuildFailed(f"OpenVINO cannot convert {ctx.src.name}: {reason(exc)}",
+                          hint="run it with ONNX Runtime (provider cpu), or drop openvino from "
+                               "runtime.supported") from None
+    outputs = [t.name for t in read_io(ctx.src).outputs]
+    model = _in_order(model, outputs)
+    if opts.layout:
+        model = _with_layout(model, opts.layout)
+    info: dict[str, Any] = {"main": MAIN, "openvino": o.__version__, "device": opts.device,
+                            "precision": opts.precision, "outputs": outputs, "static_shapes": static,
+                            "shapes": {p.get_any_name(): str(p.get_partial_shape()) for p in model.inputs},
+                            "convert_seconds": round(time.perf_counter() - started, 4)}
+    model = _compress(ctx, model, opts, info)
+    o.save_model(model, str(ctx.workdir / MAIN), compress_to_fp16=opts.precision == "fp16")
+    info.update(_precompile(ctx, opts))
+    return info
+
+
+def _input_shapes(inputs: Mapping[str, Any], shapes: Mapping[str, int], static: bool) -> dict[str, Any]:
+    """PartialShape per input: declared ints static, names/None dynamic (-1), or resolved when `static`."""
+    def size(d: Any) -> int:
+        if isinstance(d, int):
+            return d
+        return int(shapes.get(d, 1)) if static and d else 1 if static else -1
+
+    return {name: ov().PartialShape([size(d) for d in t.shape]) for name, t in inputs.items()
+            if t.shape is not None}
+
+
+def _in_order(model: Any, names: Sequence[str]) -> Any:
+    """Results reordered to the ONNX graph's output order (the frontend keeps it; this makes it certain)."""
+    order = [next((i for i, p in enumerate(model.outputs) if n in p.get_names()), -1) for n in names]
+    if -1 in order or order == list(range(len(model.outputs))) or model.get_sinks():
+        return model
+    results = model.get_results()
+    return ov().Model([results[i] for i in order], model.get_parameters(), model.friendly_name)
+
+
+def _with_layout(model: Any, layouts: Mapping[str, str]) -> Any:
+    o = ov()
+    ppp = o.preprocess.PrePostProcessor(model)
+    for name, layout in layouts.items():
+        try:
+            ppp.input(name).model().set_layout(o.Layout(layout))
+        except Exception as exc:
+            raise BuildFailed(f"providers.openvino.layout.{name}: {reason(exc)}",
+                              hint=f"inputs are {', '.join(p.get_any_name() for p in model.inputs)}") from None
+    try:
+        return ppp.build()
+    except Exception as exc:
+        raise BuildFailed(f"providers.openvino.layout: {reason(exc)}") from None
+
+
+def _compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
+    """int8 by NNCF: post-training quantization on calibration feeds, or int8 weight compression."""
+    if opts.precision != "int8":
+        return model
+    nncf = require("nncf")
+    info.update(nncf=nncf.__version__, int8_mode=opts.int8_mode)
+    started = time.perf_counter()
+    try:
+        if opts.int8_mode == "weights":
+            with quiet_nncf():
+                model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+        else:
+            feeds = ctx.calibration()
+            info["calibration_samples"] = len(feeds)
+            with quiet_nncf():
+                model = nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds))
+    except Exception as exc:
+        raise BuildFailed(f"NNCF int8 ({opts.int8_mode}) failed: {type(exc).__name__}: {reason(exc)}") from None
+    info["nncf_seconds"] = round(time.perf_counter() - started, 4)
+    ctx.log(f"{ctx.target.id}: NNCF int8 {opts.int8_mode} in {info['nncf_seconds']:.2f}s")
+    return model
+
+
+@contextlib.contextmanager
+def quiet_nncf() -> Iterator[None]:
+    """NNCF logs and draws progress bars on stdout, which `--json` output owns: keep them out."""
+    if os.environ.get("GPUX_DEBUG"):
+        yield
+        return
+    logger = logging.getLogger("nncf")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _precompile(ctx: Any, opts: Any) -> dict[str, Any]:
+    """Compile once for the target device, cache on; then again to time a cached load."""
+    c = core()
+    try:
+        device = resolve_device(opts.device, c.available_devices)
+    except DeviceMissing as exc:
+        return {"precompiled": None, "precompile_skipped": f"{exc}; sessions compile on first use or fall back"}
+    cache_dir = ctx.workdir / CACHE if opts.cache else None
+    props = compile_properties(opts, ctx.project.config.runtime.threads.intra_op, cache_dir, device)
+    xml = str(ctx.workdir / MAIN)
+    try:
+        started = time.perf_counter()
+        compiled = c.compile_model(c.read_model(xml), device, props)
+        cold = time.perf_counter() - started
+    except Exception as exc:
+        raise BuildFailed(f"OpenVINO cannot compile the IR for {device}: {reason(exc)}") from None
+    out: dict[str, Any] = {
+        "compiled_for": device, "compile_seconds": round(cold, 4),
+        "execution_devices": [str(d) for d in compiled.get_property("EXECUTION_DEVICES")],
+        "properties": {k: v for k, v in props.items() if k != "CACHE_DIR"},
+        "inference_precision": _precision(compiled),
+    }
+    del compiled
+    if cache_dir is None:
+        return {**out, "precompiled": None, "precompile_skipped": "providers.openvino.cache is off"}
+    started = time.perf_counter()
+    c.compile_model(c.read_model(xml), device, props)
+    out["cached_compile_seconds"] = round(time.perf_counter() - started, 4)
+    ctx.log(f"{ctx.target.id}: compiled for {device} in {cold:.3f}s cold, "
+            f"{out['cached_compile_seconds']:.3f}s from the cache")
+    return {**out, "precompiled": CACHE}
+
+
+def _precision(compiled: Any) -> str | None:
+    try:
+        return str(compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
+    except Exception:  # not every device reports it
+        return None
+
+
+# ---- run ----------------------------------------------------------------------------------------------
+class Requests:
+    """One InferRequest of a compiled model; `run(feeds)` returns outputs in `order`.
+
+    `infer` copies outputs out of the request (share_outputs=False), so results stay valid after the
+    next call; inputs are shared zero-copy where they are contiguous and of the input's type.
+    """
+
+    def __init__(self, compiled: Any, order: Sequence[int]) -> None:
+        self.request = compiled.create_infer_request()
+        self.order = list(order)
+
+    def run(self, feeds: Feeds) -> list[Any]:
+        values = self.request.infer(feeds, share_inputs=True).to_tuple()
+        return [values[i] for i in self.order]
+
+    def close(self) -> None:
+        self.request = None
+
+
+def output_order(compiled: Any, names: Sequence[str]) -> list[int]:
+    """Index of each named output among the compiled model's outputs (OpenVINO keeps ONNX names)."""
+    ports = list(compiled.outputs)
+    found = [next((i for i, p in enumerate(ports) if n in p.get_names()), -1) for n in names]
+    return list(range(len(ports))) if -1 in found or len(found) != len(ports) else found
+
+
+def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] | str:
+    """The IR compiled on CPU at f32 execution precision, comparable with the FP32 reference."""
+    from gpux.options import OpenVINOOptions, openvino_properties
+
+    try:
+        c = core()
+    except MissingDependency as exc:
+        return exc.message
+    if "CPU" not in c.available_devices:
+        return "OpenVINO has no CPU device here to verify on"
+    props = openvino_properties(OpenVINOOptions.model_validate(target.options), for_verification=True)
+    try:
+        compiled = c.compile_model(c.read_model(str(artifact)), "CPU", props)
+    except Exception as exc:
+        raise BuildFailed(f"OpenVINO cannot compile {artifact.name} on CPU: {reason(exc)}") from None
+    return Requests(compiled, range(len(compiled.outputs))).run
+
+
+def runtime_cache(artifact: Any) -> Path:
+    """`<store>/<model>/cache/openvino`, seeded with the artifact's precompiled blobs (copied, never
+    linked: OpenVINO rewrites a blob it cannot load, and that must not touch a published artifact)."""
+    folder = (artifact.dir.parent / "cache" / "openvino").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    seed = artifact.dir / CACHE
+    for blob in seed.iterdir() if seed.is_dir() else ():
+        dst = folder / blob.name
+        if blob.is_file() and not (dst.is_file() and dst.stat().st_size == blob.stat().st_size):
+            tmp = folder / f".{blob.name}.{os.getpid()}.tmp"
+            shutil.copyfile(blob, tmp)
+            os.replace(tmp, dst)
+    return folder
+
+
+def _blobs(folder: Path | None) -> set[str]:
+    return {p.name for p in folder.glob("*.blob")} if folder is not None else set()
+
+
+def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+    """Compile the artifact on `providers.openvino.device`; raises when that device is missing or fails
+    (the session records it and falls back). `used` names the EXECUTION_DEVICES."""
+    from gpux.providers import Runner
+
+    opts = project.config.providers.openvino
+    c = core()
+    device = resolve_device(opts.device, list(c.available_devices))
+    cache_dir, cache_state = None, "off (providers.openvino.cache: false)"
+    if opts.cache:
+        try:
+            cache_dir = runtime_cache(artifact)
+        except OSError as exc:
+            cache_state = f"off (cannot write the cache folder: {exc})"
+    props = compile_properties(opts, project.config.runtime.threads.intra_op, cache_dir, device)
+    before = _blobs(cache_dir)
+    started = time.perf_counter()
+    try:
+        compiled = c.compile_model(c.read_model(str(artifact.main)), device, props)
+    except Exception as exc:
+        raise RuntimeError(f"OpenVINO cannot compile {artifact.id} for {device}: {reason(exc)}") from None
+    seconds = time.perf_counter() - started
+    if cache_dir is not None:
+        cache_state = "written (cold compile)" if _blobs(cache_dir) - before else "loaded"
+    execution = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
+    names = list(artifact.manifest.get("info", {}).get("outputs") or [])
+    if len(names) != len(compiled.outputs):
+        names = [p.get_any_name() for p in compiled.outputs]
+    order = output_order(compiled, names)
+    requests = Requests(compiled, order)
+    details = {"device": opts.device, "compiled_for": device, "execution_devices": execution,
+               "properties": props, "compile_seconds": round(seconds, 4), "cache": cache_state,
+               "inference_precision": _precision(compiled), "output_order": order,
+               "optimal_requests": compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")}
+    return Runner(requests.run, names, "OpenVINO " + ",".join(execution), dropped(opts.device, execution),
+                  details, requests.close, compiled)
+
+
+def dropped(requested: str, execution: Sequence[str]) -> str | None:
+    """Why the runtime did not take the device; only a device requested alone (not AUTO/HETERO/MULTI
+    priority lists, which may settle on any of theirs) counts."""
+    virtual, wanted = split_device(requested)
+    if virtual or not execution:
+        return None
+    clean = [d.strip("()") for d in execution]
+    if any(_same(wanted[0], d) for d in clean):
+        return None
+    return f"OpenVINO did not take {requested} (it would run on {', '.join(clean)})"
+
+
+# ---- concurrency --------------------------------------------------------------------------------------
+def request_runners(compiled: Any, n: int, order: Sequence[int] | None = None) -> list[Callable[[Feeds], list]]:
+    """`n` independent `run(feeds)` callables, each with its own InferRequest, for n worker threads
+    (an InferRequest is not thread-safe; `infer` releases the GIL while OpenVINO runs)."""
+    order = range(len(compiled.outputs)) if order is None else order
+    return [Requests(compiled, order).run for _ in range(n)]
+
+
+def async_runner(compiled: Any, n_requests: int = 0, order: Sequence[int] | None = None, *,
+                 keep_outputs: bool = True) -> Callable[[Sequence[Feeds]], list[list[Any]]]:
+    """Run a batch of feeds through an `openvino.AsyncInferQueue` of `n_requests` parallel requests
+    (0: the compiled model's OPTIMAL_NUMBER_OF_INFER_REQUESTS, which follows PERFORMANCE_HINT).
+
+    The returned `run_all(feeds_list)` starts every request, waits for all, and returns each feed's
+    outputs in `order` (Runner.details["output_order"]); keep_outputs=False skips copying outputs out
+    of the requests and returns empty lists (throughput measurement).
+    """
+    queue = ov().AsyncInferQueue(compiled, n_requests)
+    order = list(range(len(compiled.outputs)) if order is None else order)
+
+    def run_all(feeds_list: Sequence[Feeds]) -> list[list[Any]]:
+        results: list[list[Any]] = [[] for _ in feeds_list]
+
+        def done(request: Any, index: int) -> None:
+            if keep_outputs:
+                results[index] = [request.get_output_tensor(i).data.copy() for i in order]
+
+        queue.set_callback(done)
+        for i, feeds in enumerate(feeds_list):
+            queue.start_async(feeds, userdata=i)
+        queue.wait_all()
+        return results
+
+    return run_all
