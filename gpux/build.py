@@ -33,6 +33,7 @@ class Step:
     verify: str | None  # returns an infer(feeds) -> outputs callable on this machine; None: not here
     packages: tuple[str, ...]  # distributions whose versions key the artifact
     device: str  # "none" | "cpu" | "cpu-if-level" | "gpu": which device identity keys it
+    on_run: bool = True  # may `run` build it when missing? (engines are built by `gpux build` only)
 
 
 ORT_STEP = Step("gpux.providers.ort:build_onnx", "gpux.providers.ort:verify_runner", ("onnxruntime", "onnx"),
@@ -44,7 +45,7 @@ STEPS: dict[str, Step] = {
     "openvino-ir": Step("gpux.providers.openvino:build_ir", "gpux.providers.openvino:verify_runner",
                         ("openvino", "nncf", "onnxruntime"), "cpu"),
     "tensorrt-engine": Step("gpux.providers.tensorrt:build_engine", "gpux.providers.tensorrt:verify_runner",
-                            ("tensorrt", "onnxruntime"), "gpu"),
+                            ("tensorrt", "onnxruntime"), "gpu", on_run=False),
 }
 
 
@@ -137,8 +138,9 @@ def source_files(project: Project, io: ModelIO) -> list[Path]:
 
 def build(project: Project, provider: str, *, force: bool = False, verify: bool = True,
           store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
-          io: ModelIO | None = None) -> BuildResult:
-    """Build (or find in the cache) every target provider `provider` needs."""
+          io: ModelIO | None = None, full_check: bool = False, for_run: bool = False) -> BuildResult:
+    """Build (or find in the cache) every target provider `provider` needs. `full_check` re-hashes cached
+    artifacts (what `run` does before loading) instead of trusting their recorded size and mtime."""
     log = log or (lambda _msg: None)
     io = io or load_checked(project, store_dir)
     root = store.store_root(project.root, store_dir)
@@ -154,11 +156,13 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
         folder = root / project.name / f"{target.id}-{key[:12]}"
         src = project.source if not result.results else result.final.artifact.main
         started = time.perf_counter()
-        art, reason = (None, "--force") if force else _cached(folder, key)
+        art, reason = (None, "--force") if force else _cached(folder, key, full_check)
         cached = art is not None
         if art is None:
             with store.locked(root / ".locks" / f"{project.name}-{folder.name}.lock"):
-                art, reason2 = (None, reason) if force else _cached(folder, key)
+                art, reason2 = (None, reason) if force else _cached(folder, key, full_check)
+                if art is None and for_run and not STEPS[target.step].on_run:
+                    raise NeedsBuild(project, target, parts, root)
                 if art is None:
                     log(f"building {target.id} ({reason2 or reason})")
                     art = _build_one(project, target, parts, key, src, folder, root, inputs, shapes, verify,
@@ -171,6 +175,32 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
     return result
 
 
+class NeedsBuild(BuildFailed):
+    """`run` found no artifact it may build itself; says why an existing one does not fit and what to run."""
+
+    def __init__(self, project: Project, target: Target, parts: dict[str, Any], root: Path) -> None:
+        others = [a for a in store.artifacts(root, project.name) if a.id == target.id]
+        why = "none built yet"
+        if others:
+            newest = max(others, key=lambda a: str(a.manifest.get("built_at")))
+            diffs = differences(newest.manifest.get("key_parts") or {}, parts)
+            why = "the one built does not fit this machine: " + ("; ".join(diffs) or "its options differ")
+        path = project.root if project.path.is_file() else project.source
+        super().__init__(f"{target.id} for {project.name!r}: {why}",
+                         hint=f"gpux build {path} --provider {target.provider}")
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What about the machine changed between two key_parts: device identity and runtime versions."""
+    out = []
+    for section in ("device", "versions"):
+        was, now = recorded.get(section) or {}, current.get(section) or {}
+        for k in sorted(set(was) | set(now)):
+            if was.get(k) != now.get(k):
+                out.append(f"{k} {was.get(k) or 'none'} (built) vs {now.get(k) or 'none'} (here)")
+    return out
+
+
 def digest_of(parts: dict[str, Any] | None) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -180,20 +210,20 @@ def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor],
     """The provider's targets with their key parts and cache keys; a target's key covers its input's."""
     keys: dict[str, str] = {"source": source_digest}
     out = []
-    for target in targets(project, provider):
+    for target in targets(project, provider, inputs):
         parts = key_parts(project, target, inputs, keys[target.consumes])
         keys[target.id] = digest_of(parts)
         out.append((target, parts, keys[target.id]))
     return out
 
 
-def _cached(folder: Path, key: str) -> tuple[store.Artifact | None, str]:
+def _cached(folder: Path, key: str, full: bool = False) -> tuple[store.Artifact | None, str]:
     art = store.read_manifest(folder)
     if art is None:
         return None, "not built yet" if not folder.exists() else "no valid manifest"
     if art.manifest.get("key") != key or digest_of(art.manifest.get("key_parts")) != key:
         return None, "manifest does not match this environment"
-    problem = store.check(art, full=False)
+    problem = store.check(art, full=full)
     if problem:
         return None, f"artifact damaged: {problem}"
     return art, ""
@@ -209,6 +239,7 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
         "input": input_key,
         "inputs": {n: t.to_dict() for n, t in inputs.items()},
         "calibration": _calibration_digest(project, target),
+        "verify": project.config.verify.model_dump(mode="json"),
         "versions": runtime_versions(step.packages),
         "device": device_identity(step, target),
     }

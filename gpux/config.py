@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import re
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from gpux import options as opts
 from gpux.errors import ConfigError, Problem
 
 CONFIG_NAMES = ("gpux.yml", "gpux.yaml")
+SCHEMA_VERSIONS = (1,)  # gpux.yml formats this gpux reads
 PROVIDERS = tuple(opts.OPTIONS)  # priority order: tensorrt, cuda, rocm, coreml, directml, openvino, cpu
 DTYPES = (
     "float32", "float16", "bfloat16", "float64",
@@ -26,58 +39,86 @@ DType = Literal[
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "bool", "string",
 ]  # fmt: skip
+# names other tools use for a dtype -> the gpux name (for did-you-mean only; they are not accepted)
+DTYPE_ALIASES = {"float": "float32", "fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
+                 "double": "float64", "fp64": "float64", "int": "int64", "long": "int64", "str": "string"}
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 DIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+Loc = tuple[str, ...]
 
 
 def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    """' (did you mean 'x'?)' for the closest choice (case-insensitive), or ''."""
+    if not isinstance(word, str) or not choices:
+        return ""
+    lowered = {str(c).lower(): str(c) for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
+    return f" (did you mean '{lowered[close[0]]}'?)" if close else ""
 
 
-def _provider_name(value: Any, allow_auto: bool = False) -> str:
+def _fail(message: str, *at: str | int) -> PydanticCustomError:
+    """A validation error whose location goes `at` deeper than the field (e.g. the bad item of a list)."""
+    return PydanticCustomError("gpux", "{message}", {"message": message, "at": tuple(str(a) for a in at)})
+
+
+def _provider_name(value: Any, index: int | None, allow_auto: bool = False) -> str:
     names = (*PROVIDERS, "auto") if allow_auto else PROVIDERS
+    at = () if index is None else (index,)
+    if value == "auto" and not allow_auto:
+        raise _fail("'auto' stands alone (backend: auto); a list names providers to try in order", *at)
     if not isinstance(value, str) or value not in names:
-        hint = did_you_mean(value, names) if isinstance(value, str) else ""
-        raise ValueError(f"unknown provider {value!r}{hint}; expected one of {', '.join(names)}")
+        raise _fail(f"unknown provider {_got(value)}{did_you_mean(value, names)}; "
+                    f"expected one of {', '.join(names)}", *at)
     return value
+
+
+def _provider_list(value: list[Any]) -> tuple[str, ...]:
+    names = tuple(_provider_name(v, i) for i, v in enumerate(value))
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise _fail(f"{name!r} is listed twice", i)
+    return names
 
 
 def _backend(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
-        return (_provider_name(value, allow_auto=True),)
+        return (_provider_name(value, None, allow_auto=True),)
     if isinstance(value, list) and value:
-        names = tuple(_provider_name(v) for v in value)
-        if len(set(names)) != len(names):
-            raise ValueError("a provider is listed twice")
-        return names
-    raise ValueError("expected 'auto', a provider name, or a non-empty list of provider names")
+        return _provider_list(value)
+    raise _fail(f"expected 'auto', a provider name, or a non-empty list of provider names, got {_got(value)}")
 
 
 def _providers(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
-        raise ValueError("expected a non-empty list of provider names")
-    return tuple(_provider_name(v) for v in value)
+        raise _fail(f"expected a non-empty list of provider names, got {_got(value)}")
+    return _provider_list(value)
 
 
-def _dim(value: Any) -> int | str:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"expected a list of ints or names, got {value!r}")
-    if isinstance(value, int):
+def _dim(value: Any, i: int) -> int | str:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:
-            raise ValueError(f"dimension {value} must be >= 1 (use a name such as 'batch' for a dynamic dim)")
+            raise _fail(f"dim {i} is {value}: static dims are >= 1; name a dynamic dim instead (e.g. batch)", i)
         return value
-    if value.isdigit():
-        return int(value)
-    if not DIM_RE.match(value):
-        raise ValueError(f"expected a list of ints or names, got {value!r}")
-    return value
+    if isinstance(value, str) and DIM_RE.match(value):
+        return value
+    raise _fail(f"dim {i}: expected an int >= 1 or a name such as batch, got {_got(value)}", i)
 
 
 def _shape(value: Any) -> tuple[int | str, ...]:
     if not isinstance(value, list):
-        raise ValueError(f"expected a list of ints or names, got {value!r}")
-    return tuple(_dim(v) for v in value)
+        raise _fail(f"expected a list of ints or names, got {_got(value)}")
+    return tuple(_dim(v, i) for i, v in enumerate(value))
+
+
+def _range(value: Any) -> tuple[float, float]:
+    numbers = isinstance(value, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    if not numbers or len(value) != 2:
+        raise _fail(f"expected [low, high] (two numbers), got {_got(value)}")
+    if not value[0] < value[1]:
+        raise _fail(f"expected low < high, got {_got(value)}")
+    return float(value[0]), float(value[1])
 
 
 def _to_str(value: Any) -> Any:
@@ -97,6 +138,12 @@ Shape = Annotated[
     WithJsonSchema(
         {"type": "array", "items": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]}}
     ),
+]
+Range = Annotated[
+    tuple[float, float],
+    BeforeValidator(_range),
+    WithJsonSchema({"maxItems": 2, "minItems": 2, "prefixItems": [{"type": "number"}, {"type": "number"}],
+                    "type": "array"}),
 ]
 Version = Annotated[str, BeforeValidator(_to_str)]
 
@@ -120,7 +167,7 @@ class TensorSpec(Strict):
     labels: list[str] | str | None = Field(
         None, description="Class labels for the last axis: a list, or a text file (one per line)."
     )
-    range: tuple[float, float] | None = Field(
+    range: Range | None = Field(
         None, description="[low, high) of values for synthetic inputs (integer inputs: token ids, classes)."
     )
     description: str | None = Field(None, description="What this tensor holds.")
@@ -145,6 +192,18 @@ class Runtime(Strict):
     min_coverage: float | None = Field(
         None, ge=0, le=1, description="Least fraction of graph nodes the chosen accelerator must take."
     )
+
+    @model_validator(mode="after")
+    def _backend_supported(self) -> Runtime:
+        if self.supported is None or self.backend == ("auto",):
+            return self
+        bad = [i for i, name in enumerate(self.backend) if name not in self.supported]
+        if bad:
+            names = ", ".join(self.backend[i] for i in bad)
+            raise _fail(f"{names} {'is' if len(bad) == 1 else 'are'} not in runtime.supported "
+                        f"({', '.join(self.supported)}); add {'it' if len(bad) == 1 else 'them'} there "
+                        "or leave it out of backend", "backend", bad[0])
+        return self
 
 
 class Providers(Strict):
@@ -211,8 +270,11 @@ class Project:
 
     path: Path
     config: GpuxConfig
-    marks: dict[tuple[str, ...], tuple[int, int]] = field(default_factory=dict, repr=False)
+    marks: dict[Loc, tuple[int, int]] = field(default_factory=dict, repr=False)
     warnings: list[str] = field(default_factory=list)
+    # where v1 fields that an earlier-format file was mapped to are written in that file (see legacy.py)
+    aliases: dict[Loc, Loc] = field(default_factory=dict, repr=False)
+    notes: list[Problem] = field(default_factory=list, repr=False)  # the warnings, located
 
     @property
     def root(self) -> Path:
@@ -227,8 +289,15 @@ class Project:
         return (self.root / self.config.model.source).resolve()
 
     def problem(self, loc: tuple[str, ...], message: str, key: bool = False) -> Problem:
+        """A Problem at the v1 field `loc`, named and located as the file writes it."""
+        loc = relocate(tuple(str(p) for p in loc), self.aliases)
         line, col = locate(self.marks, loc, key)
         return Problem(str(self.path), line, col, ".".join(loc), message)
+
+    def warn(self, loc: tuple[str, ...], message: str, key: bool = True) -> None:
+        note = self.problem(loc, message, key)
+        self.notes.append(note)
+        self.warnings.append(str(note))
 
 
 def find_config(path: str | Path) -> Path:
@@ -243,146 +312,409 @@ def find_config(path: str | Path) -> Path:
     return p
 
 
-def load_config(path: str | Path) -> Project:
-    """Read, migrate and validate a gpux.yml; raise ConfigError listing every problem at once."""
+def load_config(path: str | Path, *, require_model: bool = True) -> Project:
+    """Read, migrate and validate a gpux.yml; raise ConfigError listing every problem at once.
+
+    With `require_model=False` (plain `gpux validate`) a missing model file is a warning, not an error:
+    models are often generated or fetched after checkout, and the config can be checked without them.
+    """
     from gpux import legacy
 
     file = find_config(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([Problem(str(file), 0, 0, "", f"cannot read: {exc}")]) from None
     data, marks, problems = parse_yaml(text, str(file))
-    if problems:
+    if problems and data is None:
         raise ConfigError(problems)
     if not isinstance(data, dict):
-        raise ConfigError([Problem(str(file), 1, 1, "", "expected a mapping of keys (name:, model:, ...)")])
-    data, notes = legacy.migrate(data)
-    project = Project(path=file, config=None, marks=marks)  # type: ignore[arg-type]
-    warnings = [str(project.problem(loc, msg)) for loc, msg in notes]
+        line, col = marks.get((), (1, 1))
+        msg = "no settings in this file; a gpux.yml needs at least name: and model: {source: ...}" \
+            if data is None else f"expected a mapping of keys (name:, model:, ...), got {_got(data)}"
+        raise ConfigError([Problem(str(file), line, col, "", msg)])
+    moved = legacy.migrate(data)
+    project = Project(path=file, config=None, marks=marks, aliases=moved.aliases)  # type: ignore[arg-type]
+    for loc, msg in moved.notes:
+        project.warn(loc, msg)
+    problems += [project.problem(loc, msg, key=True) for loc, msg in moved.errors]
+    config = None
     try:
-        config = GpuxConfig.model_validate(data)
+        config = GpuxConfig.model_validate(moved.data)
     except ValidationError as exc:
-        raise ConfigError([project.problem(*_describe(e)) for e in exc.errors()]) from None
-    project.config = config
-    project.warnings = warnings
-    problems = check_files(project)
+        problems += describe_errors(project, exc.errors(), moved.data)
+    problems += check_files(project, moved.data, require_model)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(sorted(dict.fromkeys(problems), key=lambda p: (p.line, p.col)))
+    project.config = config  # type: ignore[assignment]
+    project.notes.sort(key=lambda p: (p.line, p.col))
+    project.warnings = [str(n) for n in project.notes]
     return project
 
 
-def check_files(project: Project) -> list[Problem]:
-    """Files named by the config exist (cheap: no model parsing)."""
-    cfg, out = project.config, []
-    if not project.source.exists():
-        out.append(project.problem(("model", "source"), f"file not found: {project.source}"))
-    for kind, specs in (("inputs", cfg.inputs), ("outputs", cfg.outputs)):
-        for name, spec in (specs or {}).items():
-            if isinstance(spec.labels, str) and not (project.root / spec.labels).is_file():
-                out.append(project.problem((kind, name, "labels"), f"labels file not found: {spec.labels}"))
-    if cfg.verify.data and not (project.root / cfg.verify.data).is_file():
-        out.append(project.problem(("verify", "data"), f"file not found: {cfg.verify.data}"))
+def check_files(project: Project, data: dict[str, Any], require_model: bool = True) -> list[Problem]:
+    """Files named by the config exist (cheap: nothing is parsed). Reads the raw mapping, so these are
+    reported together with validation problems."""
+    out: list[Problem] = []
+    model = data.get("model")
+    source = model.get("source") if isinstance(model, dict) else None
+    if isinstance(source, str) and not (project.root / source).is_file():
+        where = (project.root / source).resolve()
+        msg = f"file not found: {source} (looked for {where}; paths are relative to gpux.yml)"
+        if not source or where.is_dir():
+            msg = f"expected a model file, got {'an empty path' if not source else 'a folder'}: {where}"
+        if require_model or not source or where.is_dir():
+            out.append(project.problem(("model", "source"), msg))
+        else:
+            project.warn(("model", "source"), f"{msg}; build, run and validate --check-model need it", key=False)
+    for kind in ("inputs", "outputs"):
+        specs = data.get(kind)
+        for name, spec in (specs.items() if isinstance(specs, dict) else ()):
+            labels = spec.get("labels") if isinstance(spec, dict) else None
+            if isinstance(labels, str) and labels and not (project.root / labels).is_file():
+                out.append(project.problem((kind, str(name), "labels"), f"labels file not found: {labels}"))
+    verify = data.get("verify")
+    sample = verify.get("data") if isinstance(verify, dict) else None
+    if isinstance(sample, str) and sample and not (project.root / sample).is_file():
+        out.append(project.problem(("verify", "data"), f"file not found: {sample}"))
     return out
 
 
-def parse_yaml(text: str, file: str) -> tuple[Any, dict[tuple[str, ...], tuple[int, int]], list[Problem]]:
-    """Safe-load YAML and map each key path to (line, col); duplicate keys are problems."""
+def parse_yaml(text: str, file: str) -> tuple[Any, dict[Loc, tuple[int, int]], list[Problem]]:
+    """Safe-load YAML and map each key path to (line, col) of its key, and `(*path, '=')` to its value.
+
+    Duplicate keys are problems (the data keeps the last one, so validation still runs). A `version:`
+    that YAML reads as a number or date keeps its source text (1.10 stays "1.10").
+    """
+    loader = yaml.SafeLoader(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
-        msg = " ".join(str(x) for x in (exc.context, exc.problem) if x)
-        if "python/" in msg or "could not determine a constructor" in msg:
-            msg = "tags such as !!python/... are not allowed (YAML is loaded safely)"
-        return None, {}, [Problem(file, line, col, "", f"YAML syntax: {msg}")]
+        return None, {}, [_yaml_problem(exc, file)]
     except yaml.YAMLError as exc:
         return None, {}, [Problem(file, 0, 0, "", f"YAML syntax: {exc}")]
-    marks: dict[tuple[str, ...], tuple[int, int]] = {}
+    except RecursionError:
+        return None, {}, [Problem(file, 0, 0, "", "YAML syntax: nested too deeply")]
+    finally:
+        loader.dispose()
+    marks: dict[Loc, tuple[int, int]] = {}
+    raw: dict[Loc, str] = {}
     problems: list[Problem] = []
+    seen: set[int] = set()
 
-    def walk(n: yaml.Node, loc: tuple[str, ...]) -> None:
-        marks.setdefault(loc, (n.start_mark.line + 1, n.start_mark.column + 1))
-        if isinstance(n, yaml.MappingNode):
-            seen: set[str] = set()
+    def at(n: yaml.Node) -> tuple[int, int]:
+        return n.start_mark.line + 1, n.start_mark.column + 1
+
+    def walk(n: yaml.Node, loc: Loc) -> None:
+        marks.setdefault((*loc, "="), at(n))
+        if id(n) in seen:  # an alias: walked where its anchor is (and never twice: no blow-up)
+            return
+        seen.add(id(n))
+        if isinstance(n, yaml.ScalarNode):
+            raw[loc] = n.value
+        elif isinstance(n, yaml.MappingNode):
+            first: dict[str, tuple[int, int]] = {}
             for k, v in n.value:
-                key = str(k.value)
-                if key in seen:
-                    line, col = k.start_mark.line + 1, k.start_mark.column + 1
-                    problems.append(Problem(file, line, col, ".".join((*loc, key)), "duplicate key"))
-                seen.add(key)
-                marks[(*loc, key)] = (k.start_mark.line + 1, k.start_mark.column + 1)
-                marks[(*loc, key, "=")] = (v.start_mark.line + 1, v.start_mark.column + 1)
+                if k.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = str(k.value) if isinstance(k, yaml.ScalarNode) else f"<{k.id}>"
+                if key in first:
+                    problems.append(Problem(file, *at(k), ".".join((*loc, key)),
+                                            f"duplicate key (first at line {first[key][0]}); remove one"))
+                first.setdefault(key, at(k))
+                marks[(*loc, key)] = at(k)
                 walk(v, (*loc, key))
         elif isinstance(n, yaml.SequenceNode):
             for i, v in enumerate(n.value):
+                marks.setdefault((*loc, str(i)), at(v))
                 walk(v, (*loc, str(i)))
 
     if node is not None:
         walk(node, ())
+        marks[()] = at(node)
+    if isinstance(data, dict):
+        for mapping, loc in ((data, ("version",)), (data.get("model"), ("model", "version"))):
+            value = mapping.get("version") if isinstance(mapping, dict) else None
+            if isinstance(value, int | float | datetime.date) and not isinstance(value, bool):
+                mapping["version"] = raw.get(loc, value)  # type: ignore[index]  # as written: 1.10 stays "1.10"
     return data, marks, problems
 
 
-def locate(
-    marks: dict[tuple[str, ...], tuple[int, int]], loc: tuple[str, ...], key: bool = False
-) -> tuple[int, int]:
+def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
+    mark = exc.problem_mark or exc.context_mark
+    line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+    problem = str(exc.problem or "")
+    tag = re.search(r"tag '([^']*)'", problem)
+    if tag and "constructor" in problem:
+        name = tag.group(1).replace("tag:yaml.org,2002:", "!!")
+        return Problem(file, line, col, "", f"YAML: tag {name} is not allowed (gpux.yml is loaded safely: "
+                                            "plain mappings, lists, strings and numbers only)")
+    if "'\\t'" in problem:
+        return Problem(file, line, col, "", "YAML syntax: tab character; indent with spaces")
+    msg = problem
+    if exc.context and exc.context_mark and (not mark or exc.context_mark.line != mark.line):
+        msg += f" ({exc.context.removeprefix('while ')} started at line {exc.context_mark.line + 1})"
+    elif exc.context:
+        msg = f"{exc.context.removeprefix('while ')}: {msg}"
+    if "mapping values are not allowed" in problem:
+        msg += "; check the indentation, or quote a value that contains ': '"
+    return Problem(file, line, col, "", f"YAML syntax: {msg}")
+
+
+def relocate(loc: Loc, aliases: dict[Loc, Loc]) -> Loc:
+    """The path a v1 field `loc` has in the file as written (earlier-format files move some fields)."""
+    for n in range(len(loc), 0, -1):
+        if loc[:n] in aliases:
+            return aliases[loc[:n]] + loc[n:]
+    return loc
+
+
+def locate(marks: dict[Loc, tuple[int, int]], loc: Loc, key: bool = False) -> tuple[int, int]:
     """Line and column of the value (or the key) at `loc`, else of its nearest written ancestor's key."""
     if not key and (*loc, "=") in marks:
         return marks[(*loc, "=")]
     for n in range(len(loc), -1, -1):
         if loc[:n] in marks:
             return marks[loc[:n]]
-    return (1, 1)
+    return marks.get((), (1, 1))
 
 
-def _model_at(loc: tuple[str, ...]) -> type[BaseModel] | None:
-    """The pydantic model class that validates the mapping at `loc` (for did-you-mean)."""
-    import typing
+def _unwrap(tp: Any) -> list[Any]:
+    """The member types of an annotation, without Annotated, Optional and unions."""
+    while typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return [m for a in typing.get_args(tp) if a is not type(None) for m in _unwrap(a)]
+    return [tp]
 
-    current: Any = GpuxConfig
+
+def _model_at(loc: Loc) -> type[BaseModel] | None:
+    """The pydantic model class that validates the mapping at `loc` (for did-you-mean and descriptions)."""
+    current: list[Any] = [GpuxConfig]
     for part in loc:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            args = [a for a in typing.get_args(current) if a is not type(None)]
-            current = args[-1] if args else None
-            if current is None:
-                return None
-            continue
-        info = current.model_fields.get(part)
-        if info is None:
-            return None
-        current = info.annotation
-        while not (isinstance(current, type) and issubclass(current, BaseModel)):
-            args = [a for a in typing.get_args(current) if a is not type(None)]
-            if not args:
-                break
-            if typing.get_origin(current) is dict:
-                break
-            current = args[0]
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+        nxt: list[Any] = []
+        for tp in current:
+            if isinstance(tp, type) and issubclass(tp, BaseModel):
+                info = tp.model_fields.get(part)
+                nxt += _unwrap(info.annotation) if info else []
+            elif typing.get_origin(tp) is dict:
+                nxt += _unwrap(typing.get_args(tp)[1])
+            elif typing.get_origin(tp) in (list, tuple):
+                nxt += _unwrap(typing.get_args(tp)[0])
+        current = nxt
+    models = [tp for tp in current if isinstance(tp, type) and issubclass(tp, BaseModel)]
+    return models[0] if models else None
 
 
-def _describe(err: Any) -> tuple[tuple[str, ...], str, bool]:
-    loc = tuple(str(p) for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in _TYPE_TAGS)))
-    kind, msg = err["type"], err["msg"]
+def _field_info(loc: Loc) -> Any:
+    model = _model_at(loc[:-1]) if loc else None
+    return model.model_fields.get(loc[-1]) if model else None
+
+
+def _got(value: Any) -> str:
+    """A value as a YAML user would recognise it, for 'got ...'."""
+    if value is None:
+        return "an empty value"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        if len(value) > 8 or any(isinstance(v, dict | list | tuple) for v in value):
+            return "a list"
+        text = "[" + ", ".join(_got(v) for v in value) + "]"
+        return text if len(text) <= 40 else "a list"
+    return repr(value)
+
+
+def _split_loc(raw: tuple[Any, ...], data: Any, kind: str) -> tuple[Loc, int | None, bool]:
+    """Pydantic's loc → (path in the data, index where a union member's tag was dropped, is a dict-key error).
+
+    A part is a real key when the data has it; other parts are pydantic's names for union members
+    ('list[str]', 'constrained-int', "literal['auto']", '[key]'), except the field a 'missing' error names.
+    """
+    out: list[str] = []
+    tag_at: int | None = None
+    key_error = False
+    cur = data
+    for i, part in enumerate(raw):
+        if isinstance(cur, dict) and (part in cur or str(part) in map(str, cur)):
+            cur = cur[part] if part in cur else next(v for k, v in cur.items() if str(k) == str(part))
+            out.append(str(part))
+        elif isinstance(cur, list | tuple) and isinstance(part, int) and 0 <= part < len(cur):
+            cur = cur[part]
+            out.append(str(part))
+        elif kind in ("missing", "extra_forbidden") and i == len(raw) - 1:
+            out.append(str(part))
+        else:
+            key_error = key_error or part == "[key]"
+            tag_at = len(out) if tag_at is None else tag_at
+            cur = None if part == "[key]" else cur
+    return tuple(out), (None if key_error else tag_at), key_error
+
+
+_PATTERNS = {
+    NAME_RE: "use letters, digits, '.', '_' or '-', starting with a letter or digit",
+    opts.DIM_NAME: "expected a dimension name: letters, digits and '_', not starting with a digit",
+    opts.LAYOUT: "expected layout letters N, C, D, H, W, T or ? (e.g. NCHW)",
+    opts.OPENVINO_DEVICE: "expected an OpenVINO device: CPU, GPU, GPU.0, NPU, AUTO, or a priority list such as "
+                          "AUTO:GPU,CPU (also HETERO:... and MULTI:...)",
+}
+
+
+def _sentence(text: str) -> str:
+    """A description as the tail of a message: no final period, lower-case first letter unless an acronym."""
+    text = text.rstrip(".")
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+_ALTERNATIVES = {
+    "int_parsing": "an integer", "int_type": "an integer", "int_from_float": "an integer",
+    "float_parsing": "a number", "float_type": "a number", "string_type": "a string",
+    "bool_parsing": "true or false", "bool_type": "true or false", "list_type": "a list", "tuple_type": "a list",
+    "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
+}
+_BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"),
+           "less_than": ("<", "lt")}
+
+
+def _message(loc: Loc, err: dict[str, Any]) -> tuple[str, bool]:
+    """One error as (message, point at the key rather than the value)."""
+    kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+    got = _got(value)
+    if kind == "gpux":
+        return ctx["message"], False
     if kind == "extra_forbidden":
         model = _model_at(loc[:-1])
         names = list(model.model_fields) if model else []
-        return loc, f"unknown field{did_you_mean(loc[-1], names)}", True
+        hint = did_you_mean(loc[-1], names)
+        if model is Providers:
+            return f"unknown provider{hint}; expected one of {', '.join(PROVIDERS)}", True
+        listing = f"; expected one of {', '.join(names)}" if names and not hint and len(names) <= 12 else ""
+        return f"unknown field{hint}{listing}", True
     if kind == "missing":
-        return loc, "required field is missing", True
+        info = _field_info(loc)
+        about = f": {_sentence(info.description)}" if info and info.description else ""
+        return f"required field is missing{about}", True
     if kind == "literal_error":
-        got = err.get("input")
-        expected = err.get("ctx", {}).get("expected", "")
-        choices = re.findall(r"'([^']*)'", expected)
-        hint = did_you_mean(got, choices) if isinstance(got, str) else ""
-        return loc, f"{got!r} is not one of {expected}{hint}", False
-    if kind == "value_error":
-        msg = msg.removeprefix("Value error, ")
-    if kind == "string_pattern_mismatch" and loc == ("name",):
-        msg = "use letters, digits, '.', '_' or '-', starting with a letter or digit"
-    return loc, (msg[0].lower() + msg[1:]) if msg else msg, False
+        expected = ctx.get("expected", "")
+        choices = re.findall(r"'([^']*)'", expected) or [expected]
+        if loc == ("schema_version",):
+            known = ", ".join(map(str, SCHEMA_VERSIONS))
+            if str(value) in map(str, SCHEMA_VERSIONS):
+                return f"write schema_version: {value} (a number, not a string)", False
+            return f"this gpux reads schema_version {known}, got {got}; a newer gpux may read this file", False
+        hint = did_you_mean(value, choices) if isinstance(value, str) else ""
+        if not hint and isinstance(value, str) and value.lower() in DTYPE_ALIASES and "float32" in choices:
+            hint = f" (did you mean '{DTYPE_ALIASES[value.lower()]}'?)"
+        return f"unknown {loc[-1] if loc else 'value'} {got}{hint}; expected one of {', '.join(choices)}", False
+    if kind in ("value_error", "assertion_error"):
+        return err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, "), False
+    if kind == "string_pattern_mismatch":
+        pattern = ctx.get("pattern", "")
+        info = _field_info(loc)
+        if pattern in _PATTERNS:
+            return f"{_PATTERNS[pattern]}, got {got}", False
+        what = _sentence(info.description) if info and info.description else f"a match of {pattern}"
+        return f"{got} is not valid ({what})", False
+    if kind in _BOUNDS:
+        op, name = _BOUNDS[kind]
+        return f"must be {op} {ctx.get(name)}, got {got}", False
+    if kind in ("byte_size", "byte_size_unit"):
+        return f"expected a size such as 4GB, 512MiB or a number of bytes, got {got}", False
+    if kind == "string_too_short":
+        return "must not be empty", False
+    if kind == "int_from_float":
+        return f"expected a whole number, got {got}", False
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        examples: dict[Loc, str] = {("model",): " such as {source: model.onnx}",
+                                    ("inputs",): " of name -> {dtype, shape}",
+                                    ("outputs",): " of name -> {dtype, shape}"}
+        example = examples.get(loc, "")
+        if len(loc) == 2 and loc[0] in ("inputs", "outputs"):
+            example = " such as {dtype: float32, shape: [batch, 3]}"
+        return f"expected a mapping{example}, got {got}", False
+    if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
+        return f"expected a string, got {got}; quote it: '{value}'", False
+    if kind in _ALTERNATIVES:
+        return f"expected {_ALTERNATIVES[kind]}, got {got}", False
+    msg = err["msg"]
+    return f"{msg[0].lower()}{msg[1:]}, got {got}", False
 
 
-_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "function-after", "function-before", "literal"}
+def _refine(loc: Loc, err: dict[str, Any], data: Any) -> Loc:
+    """Point a model-level error at what it is about: the bad list item, or the first option it names."""
+    if err["type"] == "gpux":
+        return (*loc, *err["ctx"].get("at", ()))
+    model = _model_at(loc)
+    if err["type"] == "value_error" and model:
+        for word in re.findall(r"[a-z][a-z_0-9]*", err["msg"].removeprefix("Value error, ")):
+            if word in model.model_fields and len(_written((*loc, word), data)) > len(loc):
+                return (*loc, word)
+    return loc
+
+
+def _written(loc: Loc, data: Any) -> Loc:
+    """The longest prefix of `loc` that the data has (a refined location may name a field left out)."""
+    cur, out = data, []
+    for part in loc:
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            break
+        out.append(part)
+    return tuple(out)
+
+
+def describe_errors(project: Project, errors: list[Any], data: Any) -> list[Problem]:
+    """Pydantic errors → one Problem per mistake, located at the key or value written in the file."""
+    found: list[tuple[Loc, str, bool, dict[str, Any]]] = []
+    unions: dict[Loc, list[tuple[Loc, dict[str, Any]]]] = {}
+    for err in errors:
+        loc, tag_at, key_error = _split_loc(err["loc"], data, err["type"])
+        if tag_at is not None:
+            unions.setdefault(loc[:tag_at], []).append((loc, err))
+            continue
+        if key_error:
+            found.append((loc, _message(loc, err)[0], True, err))
+            continue
+        found.append((loc, *_message(loc, err), err))
+    for prefix, members in unions.items():
+        deeper = [(loc, err) for loc, err in members if len(loc) > len(prefix)]
+        if deeper:  # the value had one member's type; report that member's own errors
+            found += [(loc, *_message(loc, err), err) for loc, err in deeper]
+            continue
+        wanted: list[str] = []
+        for _, err in members:
+            kind, ctx = err["type"], err.get("ctx") or {}
+            if kind == "literal_error":
+                wanted.append(ctx.get("expected", "").replace(" or ", ", "))
+            elif kind in _BOUNDS:
+                wanted.append(f"a value {_BOUNDS[kind][0]} {ctx.get(_BOUNDS[kind][1])}")
+            else:
+                wanted.append(_ALTERNATIVES.get(kind, err["msg"].lower()))
+        found.append((prefix, f"expected {' or '.join(dict.fromkeys(wanted))}, got {_got(members[0][1].get('input'))}",
+                      False, members[0][1]))
+    # 'naem: unknown field (did you mean name?)' already says that name is missing
+    suggested = {(*loc[:-1], m.group(1)) for loc, msg, _, err in found if err["type"] == "extra_forbidden"
+                 for m in [re.search(r"did you mean '([^']*)'", msg)] if m}
+    out = []
+    for loc, msg, key, err in found:
+        if err["type"] == "missing" and loc in suggested:
+            continue
+        shown = where = loc
+        if err["type"] in ("gpux", "value_error"):
+            refined = _written(_refine(loc, err, data), data)
+            where = refined if len(refined) > len(loc) else loc
+            shown = where if err["type"] == "gpux" else loc
+        problem = project.problem(shown, msg, key)
+        if where != shown:  # a block's rule, at the option it names
+            line, col = locate(project.marks, relocate(where, project.aliases), key=True)
+            problem = Problem(problem.file, line, col, problem.field, problem.message)
+        out.append(problem)
+    return out

@@ -112,8 +112,9 @@ def resolve_shapes(project: Project, shapes: dict[str, int] | None = None) -> di
     return out
 
 
-def targets(project: Project, provider: str) -> list[Target]:
-    """The targets that provider `provider` needs, in build order."""
+def targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+    """The targets that provider `provider` needs, in build order (`inputs`: the model's Tensors, which
+    fix TensorRT's shape profiles)."""
     cfg = project.config
     if provider == "openvino":
         o = cfg.providers.openvino
@@ -122,12 +123,36 @@ def targets(project: Project, provider: str) -> list[Target]:
     if provider == "cpu":
         return [_onnx_target(project, provider, cfg.providers.cpu.model_dump(mode="json"))]
     if provider == "tensorrt":
-        base = _onnx_target(project, provider, {"optimization": "basic", "precision": "fp32"})
         t = cfg.providers.tensorrt
-        return [base, Target(f"tensorrt-engine-{t.precision}", "tensorrt-engine", provider, t.precision,
-                             t.model_dump(mode="json"), consumes=base.id)]
+        # int8 engines are built from the calibrated QDQ model (explicit quantization)
+        base_opts: dict[str, Any] = {"optimization": "basic", "precision": "fp32"}
+        if t.precision == "int8":
+            base_opts = {"optimization": "basic", "precision": "int8", "quantization": "static",
+                         "calibration": t.calibration, "calibration_samples": t.calibration_samples}
+        base = _onnx_target(project, provider, base_opts)
+        opts = t.model_dump(mode="json")
+        opts["profile_shapes"] = trt_profiles(project, t, inputs or {})
+        return [base, Target(f"tensorrt-engine-{t.precision}", "tensorrt-engine", provider, t.precision, opts,
+                             consumes=base.id)]
     # ORT GPU EPs (cuda, rocm, directml, coreml) load the portable ONNX artifact
     return [_onnx_target(project, provider, {"optimization": "basic", "precision": "fp32"})]
+
+
+def trt_profiles(project: Project, t: Any, inputs: dict[str, Any]) -> dict[str, str]:
+    """min/opt/max shapes for TensorRT: declared `profiles`, else each symbolic dim fixed at its resolved size."""
+    from gpux.options import ProfileRange, trt_profile_shapes
+
+    sizes = resolve_shapes(project)
+    profiles = dict(t.profiles or {})
+    shapes = {n: list(getattr(x, "shape", None) or ()) for n, x in inputs.items()}
+    for dims in shapes.values():
+        for i, d in enumerate(dims):
+            if d is None:
+                dims[i] = d = "?"
+            if isinstance(d, str) and d not in profiles:
+                v = sizes.get(d, 1)
+                profiles[d] = ProfileRange(min=v, opt=v, max=v)
+    return trt_profile_shapes(profiles, shapes)
 
 
 def _onnx_target(project: Project, provider: str, options: dict[str, Any]) -> Target:

@@ -81,7 +81,7 @@ class Session:
             started = time.perf_counter()
             try:
                 result = build(self.project, provider, force=self._force, verify=self._verify,
-                               store_dir=self._store_dir, log=self._log, io=self.io)
+                               store_dir=self._store_dir, log=self._log, io=self.io, full_check=True, for_run=True)
             except GpuxError as exc:
                 self._fail(provider, "build", exc.message.splitlines()[0], exc.hint)
                 continue

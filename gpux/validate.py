@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from gpux.config import CONFIG_NAMES, GpuxConfig, load_config
 from gpux.errors import ConfigError, ExitCode, GpuxError, Problem
 
 SCHEMA_ID = "https://gpux.dev/schemas/gpux.schema.json"
+SKIP_DIRS = {"node_modules", "__pycache__", "site-packages"}  # and every hidden folder (.git, .venv, .gpux)
 
 
 def schema_text() -> str:
@@ -21,65 +24,117 @@ def schema_text() -> str:
     return json.dumps(schema, indent=2, sort_keys=False) + "\n"
 
 
-def expand(paths: list[str]) -> list[Path]:
-    out: list[Path] = []
+@dataclass
+class Result:
+    """What validating one path found."""
+
+    path: Path
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": str(self.path), "valid": self.valid,
+                "problems": [_problem_dict(p) for p in self.problems],
+                "warnings": [_problem_dict(p) for p in self.warnings]}
+
+
+def _problem_dict(p: Problem) -> dict[str, Any]:
+    return {"line": p.line, "column": p.col, "field": p.field, "message": p.message}
+
+
+def _configs_below(folder: Path) -> list[Path]:
+    """The folder's own gpux.yml; without one, every gpux.yml below it (hidden folders skipped)."""
+    for name in CONFIG_NAMES:
+        if (folder / name).is_file():
+            return [folder / name]
+    found = []
+    for here, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
+        config = next((n for n in CONFIG_NAMES if n in files), None)
+        if config:
+            found.append(Path(here) / config)
+    return found
+
+
+def expand(paths: list[str]) -> list[Path | Result]:
+    """Files to check, in the order given; a pattern or folder that names none is a Result saying so."""
+    out: list[Path | Result] = []
     for raw in paths:
-        matches = sorted(glob.glob(raw, recursive=True)) if any(c in raw for c in "*?[") else [raw]
+        pattern = any(c in raw for c in "*?[")
+        matches = sorted(glob.glob(raw, recursive=True)) if pattern else [raw]
         if not matches:
-            out.append(Path(raw))  # reported as not found
+            out.append(Result(Path(raw), [Problem(raw, 0, 0, "", "no file matches this pattern")]))
         for m in matches:
             p = Path(m)
             if p.is_dir():
-                found = [p / n for n in CONFIG_NAMES if (p / n).is_file()]
-                out.extend(found or [p])
+                found = _configs_below(p)
+                out.extend(found or [Result(p, [Problem(m, 0, 0, "", "no gpux.yml in this folder or below")])])
             else:
                 out.append(p)
-    return list(dict.fromkeys(out))
+    seen: set[Path] = set()
+    unique: list[Path | Result] = []
+    for item in out:
+        key = (item.path if isinstance(item, Result) else item).resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(item)
+    return unique
 
 
-def check_one(path: Path, check_model: bool) -> tuple[list[Problem], list[str]]:
+def check_one(path: Path, check_model: bool) -> Result:
+    """Validate one file; with `check_model`, also parse the model and compare its inputs/outputs."""
     try:
-        project = load_config(path)
+        project = load_config(path, require_model=check_model)
         if check_model:
             from gpux.modelio import load_checked
 
             load_checked(project)
     except ConfigError as exc:
-        return exc.problems, []
-    except GpuxError as exc:
-        return [Problem(str(path), 0, 0, "", exc.message)], []
-    return [], project.warnings
+        return Result(path, exc.problems)
+    except GpuxError as exc:  # e.g. onnx not installed for --check-model
+        return Result(path, [Problem(str(path), 0, 0, "", "; ".join(exc.lines()))])
+    return Result(path, warnings=list(project.notes))
 
 
 def validate_paths(paths: list[str], fmt: str, check_model: bool) -> int:
-    results = [(p, *check_one(p, check_model)) for p in expand(paths)]
-    bad = sum(1 for _, problems, _ in results if problems)
+    """Check every file, print in `fmt` (text, json, github), return the exit code (3 if any is invalid)."""
+    results = [item if isinstance(item, Result) else check_one(item, check_model) for item in expand(paths)]
+    bad = sum(1 for r in results if not r.valid)
     if fmt == "json":
-        doc = {"valid": bad == 0, "files": [
-            {"file": str(p), "valid": not problems, "warnings": warnings,
-             "problems": [{"line": x.line, "column": x.col, "field": x.field, "message": x.message}
-                          for x in problems]}
-            for p, problems, warnings in results]}
+        doc = {"valid": bad == 0, "checked": len(results), "invalid": bad, "files": [r.to_dict() for r in results]}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        for p, problems, warnings in results:
-            for w in warnings:
-                _emit(fmt, "warning", w, p)
-            for x in problems:
-                _emit(fmt, "error", str(x), p, x)
-            if not problems and fmt == "text":
-                sys.stdout.write(f"ok: {p}\n")
-        if fmt == "text":
-            sys.stdout.write(f"{len(results) - bad} valid, {bad} invalid\n")
+        for r in results:
+            for w in r.warnings:
+                _emit(fmt, "warning", w)
+            for x in r.problems:
+                _emit(fmt, "error", x)
+            if r.valid and fmt == "text":
+                sys.stdout.write(f"ok: {r.path}\n")
+        sys.stdout.write(f"{len(results) - bad} valid, {bad} invalid\n")
     return int(ExitCode.CONFIG) if bad else 0
 
 
-def _emit(fmt: str, level: str, text: str, path: Path, problem: Problem | None = None) -> None:
+def _escape_data(text: str) -> str:
+    """A GitHub workflow command's message: %, CR and LF escaped."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    """A GitHub workflow command's property value: also ':' and ','."""
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _emit(fmt: str, level: str, problem: Problem) -> None:
     if fmt == "github":
-        loc = f"file={path}"
-        if problem is not None and problem.line:
-            loc += f",line={problem.line},col={problem.col}"
-        body = f"{problem.field}: {problem.message}" if problem is not None and problem.field else text
-        sys.stdout.write(f"::{level} {loc}::{body}\n")
+        where = f"file={_escape_property(problem.file)}"
+        if problem.line:
+            where += f",line={problem.line},col={problem.col}"
+        body = f"{problem.field}: {problem.message}" if problem.field else problem.message
+        sys.stdout.write(f"::{level} {where}::{_escape_data(body)}\n")
     else:
-        sys.stderr.write(f"{level}: {text}\n")
+        sys.stderr.write(f"{level}: {problem}\n")

@@ -106,3 +106,23 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text))
     return path
+
+
+REQUIRE_ENV = "GPUX_REQUIRE_PROVIDERS"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """`@pytest.mark.hardware("cuda")`: skip with the probe's reason where the provider is not usable here,
+    fail instead when GPUX_REQUIRE_PROVIDERS names it (a machine that should have it)."""
+    for mark in item.iter_markers("hardware"):
+        from gpux.providers import probe
+
+        provider = mark.args[0]
+        avail = probe(provider)
+        if avail.ok:
+            continue
+        required = {p.strip() for p in os.environ.get(REQUIRE_ENV, "").split(",") if p.strip()}
+        message = f"{provider} not usable here: {avail.status}: {avail.reason}"
+        if provider in required or "all" in required:
+            pytest.fail(f"{message} ({REQUIRE_ENV} requires it)", pytrace=False)
+        pytest.skip(message)

@@ -75,8 +75,8 @@ def two_inputs(path: Path) -> Path:
              helper.make_node("ReduceMean", ["g"], ["m"], axes=[1], keepdims=0),
              helper.make_node("Mul", ["m", "scale"], ["out"])]
     vi = helper.make_tensor_value_info
-    return _save(path, nodes, [vi("ids", TensorProto.INT64, ["batch", "seq"]), vi("scale", TensorProto.FLOAT, ["batch", 1])],
-                 [vi("out", TensorProto.FLOAT, ["batch", 4])], [emb])
+    inputs = [vi("ids", TensorProto.INT64, ["batch", "seq"]), vi("scale", TensorProto.FLOAT, ["batch", 1])]
+    return _save(path, nodes, inputs, [vi("out", TensorProto.FLOAT, ["batch", 4])], [emb])
 
 
 def determinant(path: Path) -> Path:
@@ -107,7 +107,8 @@ def project(folder: Path, make: Any, inputs: str, openvino: str = "{}", extra: s
 
 
 WIDE_INPUTS = f"  x: {{dtype: float32, shape: [batch, {WIDE}]}}\n"
-TWO_INPUTS = "  ids: {dtype: int64, shape: [batch, seq], range: [0, 10]}\n  scale: {dtype: float32, shape: [batch, 1]}\n"
+TWO_INPUTS = ("  ids: {dtype: int64, shape: [batch, seq], range: [0, 10]}\n"
+              "  scale: {dtype: float32, shape: [batch, 1]}\n")
 
 
 def reference(folder: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -182,18 +183,23 @@ def test_session_uses_precompiled_blob_and_matches_onnxruntime(built: dict[str, 
     assert store.check(art, full=True) is None
 
 
-def test_runtime_cache_writes_stay_out_of_the_artifact(built: dict[str, BuildResult], tmp_path: Path) -> None:
-    """Other properties than the precompiled ones compile cold into the runtime cache, not the artifact."""
+def test_sessions_never_write_into_the_artifact(built: dict[str, BuildResult]) -> None:
+    """CACHE_DIR is the model's runtime cache beside the artifacts, re-seeded from the artifact's blobs."""
     art = built["fp16"].final.artifact
-    before = sorted((art.dir / "ov_cache").iterdir())
-    proj = load_config(built["fp16"].project.path)
-    cfg = proj.config.model_copy(update={"runtime": proj.config.runtime.model_copy(
-        update={"threads": proj.config.runtime.threads.model_copy(update={"intra_op": 1})})})
-    proj.config = cfg
+    yml = built["fp16"].project.path
+    threads = yml.with_name("threads.yml")  # same project and store, one intra-op thread
+    threads.write_text(yml.read_text().replace("runtime:\n", "runtime:\n  threads: {intra_op: 1}\n"))
+    proj = load_config(threads)
+    cache = art.dir.parent / "cache" / "openvino"
+    for blob in cache.glob("*.blob"):
+        blob.unlink()
     runner = ovp.open_runner("openvino", proj, art)
-    assert runner.details["properties"]["INFERENCE_NUM_THREADS"] == "1"
-    assert runner.details["cache"] == "written (cold compile)"
-    assert sorted((art.dir / "ov_cache").iterdir()) == before
+    props = runner.details["properties"]
+    assert props["INFERENCE_NUM_THREADS"] == "1"  # runtime.threads.intra_op, threads unset
+    assert Path(props["CACHE_DIR"]) == cache.resolve() and not Path(props["CACHE_DIR"]).is_relative_to(art.dir)
+    assert runner.details["cache"] == "loaded"  # the precompiled blob was copied over and taken
+    assert runner.run({"x": np.ones((1, WIDE), np.float32)})[0].shape == (1, WIDE)
+    runner.close()
     assert store.check(art, full=True) is None
 
 
@@ -215,6 +221,7 @@ def test_concurrency_helpers_match_sequential(built: dict[str, BuildResult]) -> 
     runner = ovp.open_runner("openvino", built["fp32"].project, built["fp32"].final.artifact)
     rng = np.random.default_rng(5)
     feeds = [{"x": rng.standard_normal((2, WIDE)).astype(np.float32)} for _ in range(6)]
+    originals = [f["x"].copy() for f in feeds]
     expected = [runner.run(f) for f in feeds]
     order = runner.details["output_order"]
     run_all = ovp.async_runner(runner.native, 3, order)
@@ -224,6 +231,8 @@ def test_concurrency_helpers_match_sequential(built: dict[str, BuildResult]) -> 
     assert ovp.async_runner(runner.native, 2, keep_outputs=False)(feeds) == [[]] * 6
     workers = ovp.request_runners(runner.native, 2, order)
     np.testing.assert_allclose(workers[1](feeds[0])[1], expected[0][1], rtol=1e-6)
+    for f, x in zip(feeds, originals, strict=True):  # no request ever writes into the caller's inputs
+        np.testing.assert_array_equal(f["x"], x)
 
 
 # ---- devices and fallback ----

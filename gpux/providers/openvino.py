@@ -251,7 +251,9 @@ class Requests:
     """One InferRequest of a compiled model; `run(feeds)` returns outputs in `order`.
 
     `infer` copies outputs out of the request (share_outputs=False), so results stay valid after the
-    next call; inputs are shared zero-copy where they are contiguous and of the input's type.
+    next call. Inputs are copied in too: with share_inputs=True the CPU plugin (2026.4) keeps the
+    caller's buffer bound to the stream, and the next request on the same compiled model from another
+    InferRequest or an AsyncInferQueue writes its input into that caller's array.
     """
 
     def __init__(self, compiled: Any, order: Sequence[int]) -> None:
@@ -259,7 +261,7 @@ class Requests:
         self.order = list(order)
 
     def run(self, feeds: Feeds) -> list[Any]:
-        values = self.request.infer(feeds, share_inputs=True).to_tuple()
+        values = self.request.infer(feeds).to_tuple()
         return [values[i] for i in self.order]
 
     def close(self) -> None:

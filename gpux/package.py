@@ -1,0 +1,608 @@
+"""Container images per provider: a build context (Dockerfile, project, artifacts, gpux wheel), built by Docker.
+
+`gpux package` builds the provider's artifacts on this machine, writes a build context and builds it on the
+engine `DOCKER_HOST` names. The image installs gpux and the provider's runtime with pip, pinned to the
+versions the packaged artifacts' cache keys name, then runs `gpux build` once at image build time: a cache
+hit when the keys match there, a rebuild inside the image when they cannot. Its entry point is
+`gpux run /model`, so `docker run IMAGE --input '{...}' --json` and `docker run IMAGE --benchmark` work.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import ssl
+import sys
+import tempfile
+import time
+import zipfile
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gpux
+from gpux import report
+from gpux.config import PROVIDERS, Project
+from gpux.deps import require
+from gpux.errors import BuildFailed, ExitCode, GpuxError, UsageError
+
+CUDA_BASE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"  # Ubuntu 24.04: Python 3.12 from apt (22.04 has 3.10)
+VENV = "/opt/gpux"
+MODEL_DIR = "/model"
+STORE_DIR = "/var/lib/gpux/store"
+HOME_DIR = "/var/lib/gpux/home"
+GPU_REQUEST = {"count": -1, "capabilities": [["gpu"]]}  # docker run --gpus all
+WRITTEN = ("Dockerfile", "gpux-ca.crt", "wheels", "model", "store")  # what a context folder holds
+
+
+@dataclass(frozen=True)
+class ImageRow:
+    """How the image of one provider is made and run."""
+
+    base_image: str | None  # None: the user must name one (--base-image or package.base_image)
+    pip: tuple[str, ...]  # runtime distributions pip installs beside gpux
+    apt: tuple[str, ...] = ()  # system packages the base image needs for Python >= 3.11 and venv
+    gpus: bool = False  # request every GPU at run time (DeviceRequest count=-1, capabilities [[gpu]])
+    devices: tuple[str, ...] = ()  # host devices passed at run time
+    host_build: str | None = None  # provider whose artifacts this machine builds and the image may reuse
+    image_build: str | None = None  # provider `gpux build` runs for at image build time
+    no_device_probe: bool = False  # the image build machine has no GPU: build without the device probe
+    note: str = ""
+
+
+IMAGES: dict[str, ImageRow] = {
+    "cpu": ImageRow("python:3.11-slim", ("onnxruntime",), host_build="cpu", image_build="cpu"),
+    "openvino": ImageRow("python:3.11-slim", ("openvino", "onnxruntime"), host_build="openvino",
+                         image_build="openvino"),
+    "cuda": ImageRow(CUDA_BASE, ("onnxruntime-gpu",), ("python3", "python3-venv"), gpus=True,
+                     host_build="cuda", image_build="cuda", no_device_probe=True),
+    "tensorrt": ImageRow(CUDA_BASE, ("onnxruntime-gpu", "tensorrt"), ("python3", "python3-venv"), gpus=True,
+                         host_build="cuda", image_build="cuda", no_device_probe=True,
+                         note="the TensorRT engine is keyed by the GPU: it is built on the first run; mount a "
+                              f"volume at {STORE_DIR} to keep it"),
+    "rocm": ImageRow(None, (), devices=("/dev/kfd", "/dev/dri"), host_build="rocm", image_build="rocm",
+                     no_device_probe=True,
+                     note="ONNX Runtime for ROCm is not on PyPI: the base image must provide it"),
+}  # fmt: skip
+REFUSED = {
+    "coreml": "Core ML runs on macOS only; a Linux container cannot reach the Apple Neural Engine or GPU",
+    "directml": "DirectML needs Windows and DirectX 12; a Linux container cannot use it",
+}
+
+
+class EngineUnavailable(GpuxError):
+    """The Docker SDK, the engine, a base image or the engine's GPU runtime is missing."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class ImageBuildFailed(BuildFailed):
+    """A step of the image build failed; the message names the step and ends with its last log lines."""
+
+
+@dataclass
+class ImagePlan:
+    """Everything the Dockerfile and the build context are made from."""
+
+    name: str
+    version: str
+    provider: str
+    row: ImageRow
+    base_image: str
+    tag: str
+    requirements: list[str]
+    apt: list[str]
+    wheel: str
+    reuse: bool  # the host artifacts are copied: their keys can match inside the image
+    notes: list[str] = field(default_factory=list)
+    artifacts: list[Path] = field(default_factory=list)
+    ca_bundle: Path | None = None
+
+    def dockerfile(self) -> str:
+        q = shlex.join
+        lines = [f"# gpux package: {self.name} {self.version} for {self.provider} (gpux {gpux.__version__})",
+                 f"FROM {self.base_image}"]
+        if self.apt:
+            lines.append("RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+                         f"--no-install-recommends {q(self.apt)} && rm -rf /var/lib/apt/lists/*")
+        env = {"PATH": f"{VENV}/bin:$PATH", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"}
+        if self.ca_bundle:
+            lines.append("COPY gpux-ca.crt /etc/gpux/ca.crt")
+            env["PIP_CERT"] = "/etc/gpux/ca.crt"
+        check = ('import sys; sys.exit(0 if sys.version_info >= (3, 11) else '
+                 '"gpux needs Python >= 3.11 in the base image, it has " + sys.version.split()[0])')
+        lines += [f"RUN python3 -c {shlex.quote(check)} && python3 -m venv --system-site-packages {VENV}",
+                  "ENV " + " ".join(f"{k}={v}" for k, v in env.items()),
+                  "COPY wheels/ /tmp/gpux-wheels/",
+                  f"RUN pip install {q([f'/tmp/gpux-wheels/{self.wheel}', *self.requirements])} "
+                  "&& rm -rf /tmp/gpux-wheels",
+                  f"ENV GPUX_PROVIDER={self.provider} GPUX_STORE={STORE_DIR} GPUX_HOME={HOME_DIR}",
+                  f"COPY model/ {MODEL_DIR}/"]
+        if self.reuse and self.artifacts:
+            lines.append(f"COPY store/ {STORE_DIR}/")
+        if self.row.image_build:
+            probe = "GPUX_PROBE_DEVICES=0 " if self.row.no_device_probe else ""
+            lines.append(f"RUN {probe}gpux build {MODEL_DIR} --provider {self.row.image_build} --strict")
+        labels = {"org.opencontainers.image.title": self.name, "org.opencontainers.image.version": self.version,
+                  "io.gpux.provider": self.provider, "io.gpux.gpus": "all" if self.row.gpus else "none"}
+        lines += ["LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in labels.items()),
+                  f"WORKDIR {MODEL_DIR}",
+                  "ENTRYPOINT " + json.dumps(["gpux", "run", MODEL_DIR])]
+        return "\n".join(lines) + "\n"
+
+    def run_flags(self) -> list[str]:
+        flags = ["--gpus", "all"] if self.row.gpus else []
+        for d in self.row.devices:
+            flags += ["--device", d]
+        return flags
+
+    def run_line(self, args: str = "--benchmark") -> str:
+        return shlex.join(["docker", "run", "--rm", *self.run_flags(), self.tag]) + f" {args}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "provider": self.provider, "tag": self.tag, "base_image": self.base_image,
+                "requirements": self.requirements, "apt": self.apt, "gpus": self.row.gpus,
+                "devices": list(self.row.devices), "reuse_artifacts": self.reuse, "notes": self.notes,
+                "artifacts": [p.name for p in self.artifacts] if self.reuse else [],
+                "image_build": self.row.image_build, "run": self.run_line()}
+
+
+def choose_provider(project: Project, provider: str | None) -> str:
+    """--provider, else GPUX_PROVIDER or runtime.backend when they name one, else cpu (the portable image)."""
+    from gpux.plan import select
+
+    if provider and ("," in provider or provider == "auto"):
+        raise UsageError(f"--provider {provider}: an image is made for one provider",
+                         hint=f"pick one of {', '.join(IMAGES)}")
+    selection = select(project, provider)
+    name = "cpu" if selection.source == "auto" else selection.chain[0]
+    if name in REFUSED:
+        raise UsageError(f"cannot package {name}: {REFUSED[name]}", hint=f"package one of {', '.join(IMAGES)}")
+    if name not in IMAGES:
+        raise UsageError(f"unknown provider {name!r}; expected one of {', '.join(IMAGES)}")
+    return name
+
+
+def default_tag(project: Project, provider: str) -> str:
+    repo = re.sub(r"[^a-z0-9._-]", "-", project.name.lower()).strip("._-") or "model"
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{project.config.version}-{provider}")[:128]
+    return f"gpux/{repo}:{tag}"
+
+
+def _req_name(req: str) -> str:
+    return re.split(r"[\s<>=!~;\[@]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def pin_requirements(wanted: Iterable[str], versions: dict[str, str | None],
+                     always: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """Pin `wanted` to the versions the artifacts' keys name; say why those keys cannot match in the image.
+
+    `versions` is a key's `versions` part ({"onnxruntime": "onnxruntime 1.31.1", "onnx": "1.23.2"});
+    `always` are distributions the image gets anyway (gpux's own dependencies).
+    """
+    reqs = list(dict.fromkeys(wanted))
+    names = {_req_name(r): r for r in reqs}
+    present = set(names) | {_req_name(a) for a in always}
+    pins: dict[str, str] = {}
+    misses: list[str] = []
+    for pkg, value in sorted(versions.items()):
+        if value is None:
+            if pkg in present:
+                misses.append(f"{pkg} is not installed here but the image installs it")
+            continue
+        dist, _, ver = value.rpartition(" ") if " " in value else (pkg, "", value)
+        dist = dist.lower()
+        spec = names.get(dist)
+        if dist not in present:
+            instead = [n for n in names if n.startswith(pkg)] or ["no " + pkg]
+            misses.append(f"the artifacts were built with {dist} {ver}; the image has {', '.join(instead)}")
+        elif spec is not None and spec.strip().lower() != dist and spec.replace(" ", "") != f"{dist}=={ver}":
+            misses.append(f"package.packages asks for {spec}; the artifacts were built with {dist} {ver}")
+        else:
+            pins[dist] = ver
+    out = [f"{_req_name(r)}=={pins.pop(_req_name(r))}" if _req_name(r) in pins else r for r in reqs]
+    out += [f"{d}=={v}" for d, v in pins.items()]
+    return out, misses
+
+
+def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]], *,
+               base_image: str | None = None, tag: str | None = None) -> ImagePlan:
+    """The image for `provider`: base image, pinned requirements, and whether artifacts with these key parts
+    (those of the row's host_build targets) can be built here and reused inside the image."""
+    row = IMAGES[provider]
+    cfg = project.config.package
+    base = base_image or cfg.base_image or row.base_image
+    if base is None:
+        raise UsageError(f"{provider} images need a base image: {row.note}",
+                         hint="pass --base-image IMAGE (or set package.base_image in gpux.yml)")
+    versions: dict[str, str | None] = {}
+    notes = [row.note] if row.note else []
+    for parts in key_parts:
+        versions.update(parts.get("versions") or {})
+        if parts.get("device"):
+            notes.append(f"{parts['step']} artifacts are keyed to this machine's "
+                         f"{', '.join(str(v) for v in parts['device'].values())}: on another, gpux rebuilds "
+                         "them in the container on the first run")
+    reqs, misses = pin_requirements([*row.pip, *cfg.packages], versions, always=wheel_requirements())
+    reuse = bool(key_parts) and not misses
+    if key_parts and misses:
+        notes.append("artifacts are built inside the image, not copied from here: " + "; ".join(misses))
+    apt = list(dict.fromkeys([*row.apt, *cfg.system_packages]))
+    return ImagePlan(project.name, str(project.config.version), provider, row, base,
+                     tag or default_tag(project, provider), reqs, apt, wheel_name(), reuse, notes,
+                     ca_bundle=host_ca_bundle())
+
+
+def host_ca_bundle() -> Path | None:
+    """The CA bundle this machine's TLS trusts: copied into images so pip there trusts the same issuers."""
+    paths = ssl.get_default_verify_paths()
+    for p in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), paths.cafile, paths.openssl_cafile,
+              "/etc/ssl/certs/ca-certificates.crt"):
+        if p and Path(p).is_file():
+            return Path(p)
+    return None
+
+
+# -- the gpux wheel: written from the running package, so images need neither a source tree nor PyPI for gpux --
+def wheel_name() -> str:
+    return f"gpux_ml-{gpux.__version__}-py3-none-any.whl"
+
+
+def wheel_requirements() -> list[str]:
+    """gpux's own dependencies: from pyproject.toml in a source checkout, else the installed metadata."""
+    import tomllib
+    from importlib import metadata
+
+    pyproject = Path(gpux.__file__).resolve().parent.parent / "pyproject.toml"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+        if data.get("name") == "gpux-ml":
+            return list(data.get("dependencies", []))
+    try:
+        return [r for r in metadata.requires("gpux-ml") or [] if "extra ==" not in r]
+    except metadata.PackageNotFoundError:
+        return []
+
+
+def write_wheel(dest: Path) -> Path:
+    """A pure-Python wheel of the running gpux package (fixed timestamps: same bytes, same image layer)."""
+    pkg = Path(gpux.__file__).resolve().parent
+    dist_info = f"gpux_ml-{gpux.__version__}.dist-info"
+    files = {f"gpux/{p.relative_to(pkg).as_posix()}": p.read_bytes() for p in sorted(pkg.rglob("*"))
+             if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")}
+    meta = ["Metadata-Version: 2.1", "Name: gpux-ml", f"Version: {gpux.__version__}", "Requires-Python: >=3.11",
+            *(f"Requires-Dist: {r}" for r in wheel_requirements())]
+    files[f"{dist_info}/METADATA"] = ("\n".join(meta) + "\n").encode()
+    files[f"{dist_info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: gpux\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files[f"{dist_info}/entry_points.txt"] = b"[console_scripts]\ngpux = gpux.cli:main\n"
+    record = [f"{name},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}" for name, data in files.items()]
+    files[f"{dist_info}/RECORD"] = ("\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n").encode()
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / wheel_name()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, data, zipfile.ZIP_DEFLATED)
+    return out
+
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+# -- the build context -----------------------------------------------------------------------------------------
+def project_files(project: Project, io: Any) -> tuple[str, list[tuple[Path, str]]]:
+    """(model.source as packaged, [(file here, path under model/)]): the source, its external data, labels,
+    verification data and calibration data. Files other than the source must lie inside the project folder."""
+    from gpux.build import source_files
+
+    root, src = project.root.resolve(), project.source
+    try:
+        source_rel = src.relative_to(root).as_posix()
+    except ValueError:
+        source_rel = src.name
+    out = [(src, source_rel)]
+    for f in source_files(project, io)[1:]:
+        out.append((f, (Path(source_rel).parent / f.relative_to(src.parent)).as_posix()))
+    cfg = project.config
+    named = [s.labels for s in [*(cfg.inputs or {}).values(), *(cfg.outputs or {}).values()]
+             if isinstance(s.labels, str)]
+    named += [cfg.verify.data] if cfg.verify.data else []
+    named += [c for p in PROVIDERS if (c := getattr(getattr(cfg.providers, p), "calibration", None))]
+    for rel in named:
+        path = (root / rel).resolve()
+        if not path.is_relative_to(root):
+            raise UsageError(f"{project.path}: {rel} lies outside the project folder; an image cannot hold it",
+                             hint=f"move it into {root}")
+        found = sorted(x for x in path.rglob("*") if x.is_file()) if path.is_dir() else [path]
+        out += [(x, x.relative_to(root).as_posix()) for x in found]
+    return source_rel, list(dict.fromkeys(out))
+
+
+def packaged_config(project: Project, source_rel: str) -> str:
+    """gpux.yml for the image: the file as written, with model.source rewritten only where it moved."""
+    import yaml
+
+    if not project.path.is_file():  # a bare .onnx file: gpux.yml is implied
+        return yaml.safe_dump({"name": project.name, "model": {"source": source_rel}}, sort_keys=False)
+    text = project.path.read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    written = str((data.get("model") or {}).get("source", ""))
+    if (project.root / written).resolve() == (project.root / source_rel).resolve():
+        return text
+    data["model"]["source"] = source_rel
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def write_context(plan: ImagePlan, project: Project, io: Any, out: Path, link: bool = False) -> Path:
+    """Write Dockerfile, model/, store/, wheels/ and the CA bundle into `out` (created or emptied of them)."""
+    if out.exists() and any(p.name not in WRITTEN for p in out.iterdir()):
+        raise UsageError(f"{out} holds files gpux did not write; the whole folder is the image's build context",
+                         hint="pass an empty or new folder")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in WRITTEN:
+        p = out / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+    copy = _link_or_copy if link else shutil.copy2
+    source_rel, files = project_files(project, io)
+    for src, rel in files:
+        (out / "model" / rel).parent.mkdir(parents=True, exist_ok=True)
+        copy(src, out / "model" / rel)
+    (out / "model" / "gpux.yml").write_text(packaged_config(project, source_rel), encoding="utf-8")
+    if plan.reuse:
+        for art in plan.artifacts:
+            shutil.copytree(art, out / "store" / project.name / art.name, copy_function=copy)
+    write_wheel(out / "wheels")
+    if plan.ca_bundle:
+        shutil.copyfile(plan.ca_bundle, out / "gpux-ca.crt")
+    (out / "Dockerfile").write_text(plan.dockerfile(), encoding="utf-8")
+    return out
+
+
+def _link_or_copy(src: Any, dst: Any) -> Any:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst
+
+
+# -- the engine ------------------------------------------------------------------------------------------------
+def engine_address() -> str:
+    host = os.environ.get("DOCKER_HOST")
+    return host if host else "unix:///var/run/docker.sock (DOCKER_HOST is unset)"
+
+
+def _short(exc: BaseException) -> str:
+    text = str(getattr(exc, "explanation", None) or exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def connect() -> Any:
+    """A Docker SDK client for the engine DOCKER_HOST names (or the default socket), checked with a ping."""
+    docker = require("docker", "docker")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # the SDK wraps socket and HTTP errors in several types
+        hint = "start the engine (dockerd), or point DOCKER_HOST at its socket, e.g. unix:///run/docker.sock"
+        if "Permission denied" in str(exc) or isinstance(exc, PermissionError):
+            hint = "the socket is not yours to use: join the docker group or use a rootless engine"
+        raise EngineUnavailable(f"no Docker engine answers at {engine_address()}: {_short(exc)}", hint=hint) from None
+    return client
+
+
+def ensure_base_image(client: Any, image: str, log: Callable[[str], None]) -> None:
+    """The base image must be on the engine; pull it if it is not, and say so plainly if that fails."""
+    import docker
+
+    try:
+        client.images.get(image)
+        return
+    except docker.errors.ImageNotFound:
+        pass
+    log(f"pulling {image} (not on the engine yet)")
+    repo, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
+    try:
+        for chunk in client.api.pull(repo, tag=tag, stream=True, decode=True):
+            if "error" in chunk:
+                raise docker.errors.APIError(chunk["error"])
+    except Exception as exc:
+        raise EngineUnavailable(
+            f"base image {image} is not on the engine at {engine_address()} and pulling it failed: {_short(exc)}",
+            hint="pull it (or `docker load` it) where a registry is reachable, or pass --base-image with a local "
+                 "image") from None
+
+
+class Progress:
+    """Streamed build lines: a rich status line plus the steps on a terminal, plain lines otherwise."""
+
+    def __init__(self) -> None:
+        self.console: Any = None
+        self.status: Any = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            self.console = Console(stderr=True, highlight=False)
+            self.status = self.console.status("starting the image build")
+            self.status.start()
+
+    def step(self, text: str) -> None:
+        if self.console is None:
+            report.info(text)
+            return
+        from rich.markup import escape
+
+        self.status.update(escape(text))
+        self.console.print(f"[bold]{escape(text)}[/bold]")
+
+    def line(self, text: str) -> None:
+        if self.console is None:
+            report.info(f"  {text}")
+            return
+        from rich.markup import escape
+
+        self.console.print(f"  [dim]{escape(text)}[/dim]")
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+def build_image(client: Any, context: Path, tag: str, progress: Progress) -> str:
+    """Build `context` on the engine with host networking; stream its lines; return the image id."""
+    step, tail, image_id = "", deque[str](maxlen=15), ""
+    pending = ""
+    buildargs = {k: v for k in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+                 if (v := os.environ.get(k))}
+    try:
+        stream = client.api.build(path=str(context), tag=tag, rm=True, forcerm=True, decode=True, pull=False,
+                                  network_mode="host", buildargs=buildargs)
+        for chunk in stream:
+            if "error" in chunk:
+                detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
+                raise ImageBuildFailed(_failure(step, detail.strip(), [*tail, pending] if pending else list(tail)))
+            if "aux" in chunk:
+                image_id = chunk["aux"].get("ID", image_id)
+            text = pending + str(chunk.get("stream", ""))
+            *lines, pending = text.split("\n")
+            for line in (x.rstrip("\r") for x in lines):
+                if re.match(r"Step \d+/\d+ : ", line):
+                    step = line
+                    tail.clear()
+                    progress.step(line)
+                elif line.strip() and not line.startswith(" ---> "):
+                    tail.append(line)
+                    progress.line(line)
+    except GpuxError:
+        raise
+    except Exception as exc:  # APIError (bad Dockerfile, context), connection lost
+        raise ImageBuildFailed(_failure(step, _short(exc), list(tail))) from None
+    finally:
+        progress.close()
+    return image_id or client.images.get(tag).id
+
+
+def _failure(step: str, error: str, tail: list[str]) -> str:
+    where = f"at {step}" if step else "before its first step"
+    lines = [f"image build failed {where}: {error}"]
+    if tail:
+        lines += ["last lines of its log:", *(f"  | {x}" for x in tail)]
+    return "\n".join(lines)
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run_image(client: Any, image: str, args: list[str], gpus: bool = False, devices: Iterable[str] = (),
+              entrypoint: list[str] | None = None) -> RunResult:
+    """Run the image once (no network), GPUs requested as `docker run --gpus all` does; wait; collect output."""
+    import docker
+
+    requests = [docker.types.DeviceRequest(**GPU_REQUEST)] if gpus else None
+    binds = [f"{d}:{d}:rwm" for d in devices]
+    container = client.containers.create(image, command=args, entrypoint=entrypoint, network_mode="none",
+                                         device_requests=requests, devices=binds or None)
+    try:
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            if gpus and ("device driver" in str(exc) or "gpu" in str(exc).lower()):
+                raise EngineUnavailable(
+                    f"the Docker engine at {engine_address()} has no GPU runtime: {_short(exc)}",
+                    hint="install the NVIDIA Container Toolkit where the engine runs (nvidia-ctk runtime configure "
+                         "--runtime=docker, then restart it), or package --provider cpu") from None
+            raise BuildFailed(f"cannot start {image}: {_short(exc)}") from None
+        code = int(container.wait().get("StatusCode", 1))
+        out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+        return RunResult(code, out, err)
+    finally:
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+
+
+# -- the command -----------------------------------------------------------------------------------------------
+def host_key_parts(project: Project, provider: str | None, io: Any) -> list[dict[str, Any]]:
+    """Key parts of the targets this machine would build for `provider` (versions, device), without building."""
+    from gpux.build import keyed_targets
+    from gpux.modelio import effective_io
+
+    if provider is None:
+        return []
+    inputs, _ = effective_io(project, io)
+    return [parts for _, parts, _ in keyed_targets(project, provider, inputs, "")]
+
+
+def package_command(path: str, provider: str | None, tag: str | None, out_dir: str | None,
+                    base_image: str | None, run_args: str | None, store_dir: str | None, as_json: bool) -> int:
+    from gpux.build import build
+    from gpux.modelio import load_checked
+    from gpux.resolve import open_project
+
+    project = open_project(path)
+    for w in project.warnings:
+        report.warn(w)
+    name = choose_provider(project, provider)
+    client = None if out_dir else connect()  # before building anything: fail fast without an engine
+    io = load_checked(project)
+    row = IMAGES[name]
+    plan = plan_image(project, name, host_key_parts(project, row.host_build, io), base_image=base_image, tag=tag)
+    if plan.reuse and row.host_build:
+        built = build(project, row.host_build, store_dir=store_dir, log=report.info, io=io)
+        plan.artifacts = [r.artifact.dir for r in built.results]
+    for note in plan.notes:
+        report.info(f"note: {note}")
+    doc: dict[str, Any] = plan.to_dict()
+    if out_dir:
+        ctx = write_context(plan, project, io, Path(out_dir))
+        doc["context"] = str(ctx)
+        doc["build"] = shlex.join(["docker", "build", "--network", "host", "-t", plan.tag, str(ctx)])
+        if as_json:
+            report.emit_json(doc)
+        else:
+            print(f"wrote {ctx}/Dockerfile and its build context")
+            print(f"build it: {doc['build']}")
+            print(f"run it:   {plan.run_line()}")
+        return 0
+    ensure_base_image(client, plan.base_image, report.info)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpux-package-") as tmp:
+        ctx = write_context(plan, project, io, Path(tmp) / "context", link=True)
+        doc["image_id"] = build_image(client, ctx, plan.tag, Progress())
+    doc["seconds"] = round(time.perf_counter() - started, 2)
+    code = 0
+    if run_args is not None:
+        result = run_image(client, plan.tag, shlex.split(run_args), plan.row.gpus, plan.row.devices)
+        doc["run_result"] = {"args": shlex.split(run_args), "exit_code": result.exit_code,
+                             "stdout": result.stdout, "stderr": result.stderr}
+        code = result.exit_code
+    if as_json:
+        report.emit_json(doc)
+        return code
+    print(f"built {plan.tag} ({doc['image_id'][:19]}) from {plan.base_image} in {doc['seconds']:.1f}s")
+    print(f"run it: {plan.run_line()}")
+    if run_args is not None:
+        sys.stderr.write(doc["run_result"]["stderr"])
+        sys.stdout.write(doc["run_result"]["stdout"])
+    return code
+
+
+__all__ = ["IMAGES", "REFUSED", "ImagePlan", "build_image", "connect", "package_command", "plan_image",
+           "run_image", "write_context", "write_wheel"]

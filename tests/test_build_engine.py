@@ -1,0 +1,218 @@
+"""The build engine on real ONNX Runtime: cache keys, atomic publish under SIGKILL, concurrency, variants."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpux
+from gpux import store
+from gpux.build import build
+from gpux.config import load_config
+from gpux.errors import VerificationFailed
+
+from .conftest import ROOT, make_mlp, write
+from .conftest import gpux as cli
+
+
+def built(project_dir: Path, provider: str = "cpu", **kw):
+    return build(load_config(project_dir), provider, **kw).final
+
+
+def edit(project_dir: Path, old: str, new: str) -> None:
+    p = project_dir / "gpux.yml"
+    text = p.read_text()
+    assert old in text
+    p.write_text(text.replace(old, new))
+
+
+def test_cache_hit_and_miss_matrix(mlp_project: Path) -> None:
+    first = built(mlp_project)
+    assert not first.cached
+    assert built(mlp_project).cached, "unchanged → nothing rebuilt"
+
+    # an option of the provider
+    edit(mlp_project, "backend: cpu", "backend: cpu\nproviders:\n  cpu: {optimization: extended}")
+    opt = built(mlp_project)
+    assert not opt.cached and opt.artifact.dir != first.artifact.dir
+    assert opt.artifact.manifest["key_parts"]["device"]["cpu"], "extended output is machine-specific"
+    edit(mlp_project, "{optimization: extended}", "{optimization: basic}")
+    assert built(mlp_project).cached, "back to the first options → the first artifact"
+
+    # precision
+    edit(mlp_project, "{optimization: basic}", "{optimization: basic, precision: fp16}")
+    fp16 = built(mlp_project)
+    assert not fp16.cached and fp16.target.precision == "fp16"
+    edit(mlp_project, "precision: fp16", "precision: fp32")
+
+    # declared input shapes and verification settings
+    edit(mlp_project, "version: 1.0.0", "version: 1.0.0\nverify: {samples: 2}")
+    assert not built(mlp_project).cached
+
+    # --force
+    again = build(load_config(mlp_project), "cpu", force=True).final
+    assert not again.cached and again.reason == "--force"
+
+    # the runtime's version: simulate an upgrade by changing what the manifest recorded
+    manifest_path = again.artifact.dir / "manifest.json"
+    m = json.loads(manifest_path.read_text())
+    m["key_parts"]["versions"]["onnxruntime"] = "onnxruntime 0.0.1"
+    manifest_path.write_text(json.dumps(m))
+    stale = built(mlp_project)
+    assert not stale.cached and stale.reason == "manifest does not match this environment"
+
+    # the model's bytes
+    make_mlp(mlp_project / "model.onnx", seed=7)
+    changed = built(mlp_project)
+    assert not changed.cached
+    assert changed.artifact.manifest["key_parts"]["input"] != stale.artifact.manifest["key_parts"]["input"]
+
+
+def test_damaged_artifact_is_never_loaded(mlp_project: Path) -> None:
+    art = built(mlp_project).artifact
+    data = bytearray(art.main.read_bytes())
+    data[-10] ^= 0xFF
+    st = art.main.stat()
+    art.main.write_bytes(bytes(data))
+    os.utime(art.main, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size and mtime: only a hash can tell
+    assert store.check(art, full=False) is None
+    assert "sha256" in (store.check(art, full=True) or "")
+    with gpux.load(mlp_project) as s:  # run re-hashes, sees the damage and rebuilds
+        s.run({"x": np.zeros((1, 8), np.float32)})
+        assert not s.build.final.cached
+    assert store.check(store.read_manifest(art.dir), full=True) is None
+    r = cli("cache", "verify", str(mlp_project))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_verification_failure_is_readable_and_publishes_nothing(mlp_project: Path) -> None:
+    edit(mlp_project, "backend: cpu", "backend: cpu\nproviders:\n  cpu: {precision: int8}\n"
+                                      "verify: {min_cosine: 0.9999999, atol: 1.0e-9}")
+    with pytest.raises(VerificationFailed) as info:
+        built(mlp_project)
+    assert "failed verification against the FP32 reference" in info.value.message
+    assert "cosine" in info.value.message and "outside atol" in info.value.message
+    assert not list((mlp_project / ".gpux" / "tiny-mlp").glob("onnx-int8*")), "nothing published"
+    r = cli("build", str(mlp_project))
+    assert r.returncode == 1 and "min_cosine 0.9999999" in r.stderr and "Traceback" not in r.stderr
+    ok = cli("build", str(mlp_project), "--no-verify", "--json")
+    assert ok.returncode == 0
+    assert json.loads(ok.stdout)["targets"][0]["verification"] == {"skipped": "--no-verify"}
+
+
+@pytest.fixture
+def examples(tmp_path: Path) -> dict[str, Path]:
+    """The mlp and multi-input examples, copied with their generated models."""
+    out = {}
+    for name in ("mlp", "multi_input"):
+        src = ROOT / "examples" / name
+        dst = tmp_path / name
+        dst.mkdir()
+        (dst / "gpux.yml").write_text((src / "gpux.yml").read_text())
+        subprocess.run([sys.executable, str(src / "make_model.py"), str(dst / "model.onnx")], check=True,
+                       capture_output=True)
+        out[name] = dst
+    return out
+
+
+@pytest.mark.parametrize("name", ["mlp", "multi_input"])
+def test_fp16_and_int8_variants_are_smaller_and_verified(examples: dict[str, Path], name: str) -> None:
+    sizes = {}
+    for precision, quant in (("fp32", None), ("fp16", None), ("int8", "dynamic"), ("int8", "static")):
+        block = f"{{precision: {precision}" + (f", quantization: {quant}}}" if quant else "}")
+        p = examples[name] / "gpux.yml"
+        p.write_text(p.read_text().replace("cpu: {optimization: basic, precision: fp32}", f"cpu: {block}"))
+        final = built(examples[name])
+        v = final.artifact.manifest["verification"]
+        assert v["passed"], v["failures"]
+        sizes[final.target.id] = final.artifact.size()
+        p.write_text(p.read_text().replace(f"cpu: {block}", "cpu: {optimization: basic, precision: fp32}"))
+    fp32 = sizes["onnx-fp32-basic"]
+    assert sizes["onnx-fp16-basic"] < fp32
+    assert sizes["onnx-int8-dynamic-basic"] < fp32 and sizes["onnx-int8-static-basic"] < fp32
+
+
+def test_static_int8_calibrates_on_declared_data(examples: dict[str, Path]) -> None:
+    proj = examples["mlp"]
+    rng = np.random.default_rng(3)
+    np.savez(proj / "calib.npz", x=rng.standard_normal((8, 1, 64)).astype(np.float32))
+    p = proj / "gpux.yml"
+    p.write_text(p.read_text().replace("cpu: {optimization: basic, precision: fp32}",
+                                       "cpu: {precision: int8, quantization: static, calibration: calib.npz}"))
+    logs: list[str] = []
+    first = build(load_config(proj), "cpu", log=logs.append).final
+    assert not any("seeded random" in m for m in logs)
+    np.savez(proj / "calib.npz", x=rng.standard_normal((8, 1, 64)).astype(np.float32))
+    assert not built(proj).key == first.key, "new calibration data → new artifact"
+
+
+def test_dry_run_prints_the_plan_without_building(mlp_project: Path) -> None:
+    r = cli("build", str(mlp_project), "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    [target] = doc["targets"]
+    assert target["id"] == "onnx-fp32-basic" and target["options"]["optimization"] == "basic"
+    assert target["key_parts"]["versions"]["onnxruntime"]
+    assert not (mlp_project / ".gpux" / "tiny-mlp").exists()
+
+
+def big_mlp_project(tmp_path: Path) -> Path:
+    make_mlp(tmp_path / "model.onnx", features=512, hidden=2048, classes=512)
+    write(tmp_path / "gpux.yml", """\
+        name: big
+        model: {source: model.onnx}
+        runtime: {backend: cpu}
+        providers: {cpu: {precision: int8}}
+        """)
+    return tmp_path
+
+
+def trusted_artifacts(root: Path) -> list[store.Artifact]:
+    """What a later run would trust: folders with a valid manifest."""
+    return [a for a in store.artifacts(root) if a is not None]
+
+
+def test_sigkill_during_builds_never_leaves_a_trusted_half_artifact(tmp_path: Path) -> None:
+    proj = big_mlp_project(tmp_path)
+    rng = random.Random(42)
+    killed = 0
+    for _ in range(20):
+        p = subprocess.Popen([sys.executable, "-m", "gpux", "build", str(proj), "--force"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 2.5))
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            killed += 1
+        p.wait()
+        for art in trusted_artifacts(proj / ".gpux"):
+            assert store.check(art, full=True) is None, f"trusted but damaged: {art.dir}"
+    assert killed >= 10, "the kills must land during builds"
+    r = cli("build", str(proj), "--json")
+    assert r.returncode == 0, r.stderr
+    r = cli("run", str(proj), "--input", json.dumps({"x": [[0.1] * 512]}), "--json")
+    assert r.returncode == 0, r.stderr
+    cli("cache", "prune", str(proj))
+    assert not list((proj / ".gpux" / ".tmp").glob("*")), "prune removes half-built leftovers"
+
+
+def test_concurrent_builds_leave_one_consistent_artifact_set(tmp_path: Path) -> None:
+    proj = big_mlp_project(tmp_path)
+    procs = [subprocess.Popen([sys.executable, "-m", "gpux", "build", str(proj), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [e for _, e in outs]
+    paths = {json.loads(o)["targets"][0]["path"] for o, _ in outs}
+    assert len(paths) == 1
+    arts = trusted_artifacts(proj / ".gpux")
+    assert len(arts) == 1 and store.check(arts[0], full=True) is None
+    built_fresh = [json.loads(o)["targets"][0]["cached"] for o, _ in outs].count(False)
+    assert built_fresh == 1, "one process builds, the others wait and reuse"
