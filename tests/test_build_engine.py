@@ -152,7 +152,7 @@ def test_static_int8_calibrates_on_declared_data(examples: dict[str, Path]) -> N
     first = build(load_config(proj), "cpu", log=logs.append).final
     assert not any("seeded random" in m for m in logs)
     np.savez(proj / "calib.npz", x=rng.standard_normal((8, 1, 64)).astype(np.float32))
-    assert not built(proj).key == first.key, "new calibration data → new artifact"
+    assert built(proj).key != first.key, "new calibration data → new artifact"
 
 
 def test_dry_run_prints_the_plan_without_building(mlp_project: Path) -> None:

@@ -18,7 +18,8 @@ from gpux.providers import Availability
 
 from .conftest import gpux as cli
 
-TRT = "runtime:\n  backend: cpu\nproviders:\n  tensorrt: {precision: fp16, workspace: 1GB, profiles: {batch: {min: 1, opt: 4, max: 16}}}\n"
+TRT = ("runtime:\n  backend: cpu\nproviders:\n"
+       "  tensorrt: {precision: fp16, workspace: 1GB, profiles: {batch: {min: 1, opt: 4, max: 16}}}\n")
 
 
 def trt_project(mlp_project: Path) -> Path:
@@ -55,7 +56,7 @@ def fake_engine(project_dir: Path, gpu: str, trt_version: str) -> store.Artifact
     io = load_checked(project)
     inputs, _ = effective_io(project, io)
     digest = store.digest_files(source_files(project, io), project.root)
-    target, parts, key = keyed_targets(project, "tensorrt", inputs, digest)[-1]
+    target, parts, _ = keyed_targets(project, "tensorrt", inputs, digest)[-1]
     parts = {**parts, "device": {"gpu": gpu, "compute_capability": "8.0", "cuda_driver": "12.4"},
              "versions": {**parts["versions"], "tensorrt": trt_version}}
     work = store.new_workdir(project_dir / ".gpux", "fake")
