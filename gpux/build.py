@@ -33,6 +33,7 @@ class Step:
     verify: str | None  # returns an infer(feeds) -> outputs callable on this machine; None: not here
     packages: tuple[str, ...]  # distributions whose versions key the artifact
     device: str  # "none" | "cpu" | "cpu-if-level" | "gpu": which device identity keys it
+    open: str = "gpux.providers.ort:open_runner"  # (provider, project, artifact) -> Runner
     on_run: bool = True  # may `run` build it when missing? (engines are built by `gpux build` only)
 
 
@@ -43,13 +44,14 @@ STEPS: dict[str, Step] = {
     "float16": ORT_STEP,
     "quantize": ORT_STEP,
     "openvino-ir": Step("gpux.providers.openvino:build_ir", "gpux.providers.openvino:verify_runner",
-                        ("openvino", "nncf", "onnxruntime"), "cpu"),
+                        ("openvino", "nncf", "onnxruntime"), "cpu", "gpux.providers.openvino:open_runner"),
     "tensorrt-engine": Step("gpux.providers.tensorrt:build_engine", "gpux.providers.tensorrt:verify_runner",
-                            ("tensorrt", "onnxruntime"), "gpu", on_run=False),
+                            ("tensorrt", "onnxruntime"), "gpu", "gpux.providers.tensorrt:open_runner",
+                            on_run=False),
 }
 
 
-def _resolve(ref: str) -> Callable[..., Any]:
+def resolve(ref: str) -> Callable[..., Any]:
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -82,7 +84,7 @@ def device_identity(step: Step, target: Target) -> dict[str, Any]:
     ):
         return {}
     if step.device == "gpu":
-        return _resolve("gpux.providers.tensorrt:gpu_identity")()
+        return resolve("gpux.providers.tensorrt:gpu_identity")()
     return {"cpu": cpu_model(), "machine": platform.machine()}
 
 
@@ -267,7 +269,7 @@ def _build_one(project: Project, target: Target, parts: dict[str, Any], key: str
         ctx = Context(project, target, src, workdir, inputs, shapes, log,
                       lambda: calibrate.feeds(project, target, inputs, shapes, log))
         started = time.perf_counter()
-        info = _resolve(step.build)(ctx)
+        info = resolve(step.build)(ctx)
         seconds = time.perf_counter() - started
         manifest = {
             "schema": store.MANIFEST_SCHEMA,
@@ -301,7 +303,7 @@ def _verify(project: Project, step: Step, target: Target, artifact: Path, inputs
 
     if step.verify is None:
         return {"skipped": f"{target.step} cannot run on this machine"}
-    runner = _resolve(step.verify)(artifact, target)
+    runner = resolve(step.verify)(artifact, target)
     if isinstance(runner, str):
         return {"skipped": runner}
     feeds = calibrate.verification_feeds(project, inputs, shapes)

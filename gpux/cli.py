@@ -130,6 +130,27 @@ def inspect(target: str, store: str | None, as_json: bool) -> None:
     sys.exit(inspect_command(target, store, as_json))
 
 
+@cli.command()
+@click.argument("path", default=".")
+@click.option("--provider", "-p", default=None,
+              help="Provider the image runs: cpu, openvino, cuda, tensorrt or rocm (default: $GPUX_PROVIDER, "
+                   "runtime.backend, else cpu).")
+@click.option("--tag", "-t", default=None, help="Image tag (default: gpux/NAME:VERSION-PROVIDER).")
+@click.option("--dockerfile-only", "out_dir", type=click.Path(file_okay=False), default=None, metavar="OUT_DIR",
+              help="Write the build context (Dockerfile, model, artifacts, gpux wheel) to OUT_DIR; no engine.")
+@click.option("--base-image", default=None, help="Base image (default: package.base_image, else per provider).")
+@click.option("--run", "run_args", default=None, metavar="ARGS",
+              help="Run the image once after building, with these `gpux run` arguments, e.g. --run '--benchmark'.")
+@STORE
+@JSON
+def package(path: str, provider: str | None, tag: str | None, out_dir: str | None, base_image: str | None,
+            run_args: str | None, store: str | None, as_json: bool) -> None:
+    """Build a container image that runs the model with `gpux run` (Docker engine from $DOCKER_HOST)."""
+    from gpux.package import package_command
+
+    sys.exit(package_command(path, provider, tag, out_dir, base_image, run_args, store, as_json))
+
+
 @cli.group()
 def cache() -> None:
     """Manage the artifact store."""

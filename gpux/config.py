@@ -407,10 +407,10 @@ def parse_yaml(text: str, file: str) -> tuple[Any, dict[Loc, tuple[int, int]], l
         return n.start_mark.line + 1, n.start_mark.column + 1
 
     def walk(n: yaml.Node, loc: Loc) -> None:
-        marks.setdefault((*loc, "="), at(n))
-        if id(n) in seen:  # an alias: walked where its anchor is (and never twice: no blow-up)
+        if id(n) in seen:  # an alias: located at its key; walked once, where its anchor is (no blow-up)
             return
         seen.add(id(n))
+        marks.setdefault((*loc, "="), at(n))
         if isinstance(n, yaml.ScalarNode):
             raw[loc] = n.value
         elif isinstance(n, yaml.MappingNode):
@@ -452,11 +452,14 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
                                             "plain mappings, lists, strings and numbers only)")
     if "'\\t'" in problem:
         return Problem(file, line, col, "", "YAML syntax: tab character; indent with spaces")
+    context = str(exc.context or "")
+    if "single document" in context:
+        return Problem(file, line, col, "", "YAML syntax: a second document ('---'); a gpux.yml holds one")
     msg = problem
-    if exc.context and exc.context_mark and (not mark or exc.context_mark.line != mark.line):
-        msg += f" ({exc.context.removeprefix('while ')} started at line {exc.context_mark.line + 1})"
-    elif exc.context:
-        msg = f"{exc.context.removeprefix('while ')}: {msg}"
+    if context.startswith("while ") and exc.context_mark and (not mark or exc.context_mark.line != mark.line):
+        msg += f" ({context.removeprefix('while ')} started at line {exc.context_mark.line + 1})"
+    elif context:
+        msg = f"{context.removeprefix('while ')}: {msg}"
     if "mapping values are not allowed" in problem:
         msg += "; check the indentation, or quote a value that contains ': '"
     return Problem(file, line, col, "", f"YAML syntax: {msg}")

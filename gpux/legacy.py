@@ -131,6 +131,7 @@ def _tensors(m: Migration, value: Any, kind: str) -> Any:
             here = m.aliases.get((kind, str(name)), (kind, str(name)))
             if "type" in spec:
                 if "dtype" in spec:
+                    spec.pop("type")
                     m.errors.append(((*here, "type"), "give dtype: only (type: is its earlier name)"))
                 else:
                     spec["dtype"] = spec.pop("type")

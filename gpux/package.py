@@ -40,6 +40,7 @@ MODEL_DIR = "/model"
 STORE_DIR = "/var/lib/gpux/store"
 HOME_DIR = "/var/lib/gpux/home"
 GPU_REQUEST = {"count": -1, "capabilities": [["gpu"]]}  # docker run --gpus all
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 WRITTEN = ("Dockerfile", "gpux-ca.crt", "wheels", "model", "store")  # what a context folder holds
 
 
@@ -60,7 +61,7 @@ class ImageRow:
 
 IMAGES: dict[str, ImageRow] = {
     "cpu": ImageRow("python:3.11-slim", ("onnxruntime",), host_build="cpu", image_build="cpu"),
-    "openvino": ImageRow("python:3.11-slim", ("openvino", "onnxruntime"), host_build="openvino",
+    "openvino": ImageRow("python:3.11-slim", ("openvino", "nncf", "onnxruntime"), host_build="openvino",
                          image_build="openvino"),
     "cuda": ImageRow(CUDA_BASE, ("onnxruntime-gpu",), ("python3", "python3-venv"), gpus=True,
                      host_build="cuda", image_build="cuda", no_device_probe=True),
@@ -113,7 +114,8 @@ class ImagePlan:
         if self.apt:
             lines.append("RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
                          f"--no-install-recommends {q(self.apt)} && rm -rf /var/lib/apt/lists/*")
-        env = {"PATH": f"{VENV}/bin:$PATH", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"}
+        env = {"PATH": f"{VENV}/bin:$PATH", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",
+               "PIP_PROGRESS_BAR": "off"}
         if self.ca_bundle:
             lines.append("COPY gpux-ca.crt /etc/gpux/ca.crt")
             env["PIP_CERT"] = "/etc/gpux/ca.crt"
@@ -478,12 +480,12 @@ def build_image(client: Any, context: Path, tag: str, progress: Progress) -> str
                 image_id = chunk["aux"].get("ID", image_id)
             text = pending + str(chunk.get("stream", ""))
             *lines, pending = text.split("\n")
-            for line in (x.rstrip("\r") for x in lines):
+            for line in (ANSI.sub("", x).rstrip("\r") for x in lines):
                 if re.match(r"Step \d+/\d+ : ", line):
                     step = line
                     tail.clear()
                     progress.step(line)
-                elif line.strip() and not line.startswith(" ---> "):
+                elif line.strip() and not line.startswith((" ---> ", "Removing intermediate container")):
                     tail.append(line)
                     progress.line(line)
     except GpuxError:

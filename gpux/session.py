@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux import store
-from gpux.build import BuildResult, build
+from gpux.build import STEPS, BuildResult, build, resolve
 from gpux.config import Project
 from gpux.errors import GpuxError, ProviderUnavailable
 from gpux.inputs import cast_all
@@ -21,7 +20,6 @@ from gpux.plan import Selection, select
 from gpux.providers import PROVIDERS, Runner, probe
 from gpux.resolve import open_project
 
-OPENERS = {"onnxruntime": "gpux.providers.ort:open_runner", "openvino": "gpux.providers.openvino:open_runner"}
 SAVED = "selected.json"
 
 
@@ -165,8 +163,8 @@ def _short(exc: BaseException) -> str:
 
 
 def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:
-    module, _, fn = OPENERS[PROVIDERS[provider].runtime].partition(":")
-    opener = getattr(importlib.import_module(module), fn)
+    """Open an artifact with the runtime its build step names."""
+    opener = resolve(STEPS[artifact.manifest["target"]["step"]].open)
     return opener(provider, project, artifact)
 
 

@@ -270,6 +270,18 @@ def test_missing_gpu_falls_back_to_cpu_and_strict_exits_4(tmp_path: Path) -> Non
     assert "GPU" in strict.stderr
 
 
+def test_cli_build_json_stays_clean_while_nncf_quantizes(tmp_path: Path) -> None:
+    """NNCF logs and draws progress bars on stdout: `gpux build --json` must still print one document."""
+    folder = project(tmp_path / "q", small_mlp, "  x: {dtype: float32, shape: [batch, 8]}\n",
+                     "{precision: int8, calibration_samples: 4}")
+    res = cli("build", ".", "--provider", "openvino", "--json", cwd=folder)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    (target,) = doc["targets"]
+    assert target["target"]["id"] == "openvino-ir-int8" and target["verification"]["passed"]
+    assert target["path"].endswith("model.xml")
+
+
 def test_operator_openvino_cannot_convert_falls_back_to_onnxruntime(tmp_path: Path) -> None:
     folder = project(tmp_path / "det", determinant, "  m: {dtype: float32, shape: [batch, 3, 3]}\n")
     m = np.random.default_rng(2).standard_normal((4, 3, 3)).astype(np.float32)

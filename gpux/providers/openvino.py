@@ -6,9 +6,10 @@ batch / --shape, else 1) and the IR records them.
 
 Caches: the build compiles the IR once for its device with the runtime's own properties, writing the
 blob into the artifact (`ov_cache/`), so the first session on this machine loads instead of compiling.
-Sessions never write into a published artifact: they use `<store>/<model>/cache/openvino/`, seeded
-with the artifact's blobs. Blob names are content hashes of model and properties (not of paths or
-CACHE_DIR), so one folder serves every artifact of the model and a miss only costs one cold compile.
+Sessions never write into a published artifact: CACHE_DIR is `<store>/<model>/cache/openvino/`, seeded
+with the artifact's blobs. Models are compiled from a read `ov.Model`, whose blob name hashes the model
+(compiling from a path hashes the path, which changes when the build folder is published), so one
+folder serves every artifact of the model and a miss costs one cold compile.
 
 Precision: verification compiles on CPU with INFERENCE_PRECISION_HINT=f32 so outputs compare with the
 FP32 ONNX Runtime reference; sessions keep `inference_precision` (auto = the device default, bf16 on
@@ -22,6 +23,7 @@ import io
 import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
@@ -80,10 +82,8 @@ def resolve_device(spec: str, available: Sequence[str]) -> str:
 
 
 def compile_properties(opts: Any, intra_op: int, cache_dir: Path | None, device: str) -> dict[str, str]:
-    """What `compile_model` gets, identical at build and run so the precompiled blob is the one loaded.
-
-    runtime.threads.intra_op applies when `threads` is unset and only the CPU plugin compiles.
-    """
+    """What `compile_model` gets, the same at build and run; runtime.threads.intra_op applies when
+    `threads` is unset and the CPU plugin alone compiles."""
     from gpux.options import openvino_properties
 
     props = openvino_properties(opts, cache_dir=None if cache_dir is None else str(cache_dir))
@@ -144,7 +144,7 @@ def _input_shapes(inputs: Mapping[str, Any], shapes: Mapping[str, int], static: 
 
 
 def _in_order(model: Any, names: Sequence[str]) -> Any:
-    """Results reordered to the ONNX graph's output order (the frontend keeps it; this makes it certain)."""
+    """Results in the ONNX graph's output order (the frontend keeps it; this makes it certain)."""
     order = [next((i for i, p in enumerate(model.outputs) if n in p.get_names()), -1) for n in names]
     if -1 in order or order == list(range(len(model.outputs))) or model.get_sinks():
         return model
@@ -155,16 +155,13 @@ def _in_order(model: Any, names: Sequence[str]) -> Any:
 def _with_layout(model: Any, layouts: Mapping[str, str]) -> Any:
     o = ov()
     ppp = o.preprocess.PrePostProcessor(model)
-    for name, layout in layouts.items():
-        try:
-            ppp.input(name).model().set_layout(o.Layout(layout))
-        except Exception as exc:
-            raise BuildFailed(f"providers.openvino.layout.{name}: {reason(exc)}",
-                              hint=f"inputs are {', '.join(p.get_any_name() for p in model.inputs)}") from None
     try:
+        for name, layout in layouts.items():
+            ppp.input(name).model().set_layout(o.Layout(layout))
         return ppp.build()
     except Exception as exc:
-        raise BuildFailed(f"providers.openvino.layout: {reason(exc)}") from None
+        raise BuildFailed(f"providers.openvino.layout: {reason(exc)}",
+                          hint=f"inputs are {', '.join(p.get_any_name() for p in model.inputs)}") from None
 
 
 def _compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
@@ -192,18 +189,20 @@ def _compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
 
 @contextlib.contextmanager
 def quiet_nncf() -> Iterator[None]:
-    """NNCF logs and draws progress bars on stdout, which `--json` output owns: keep them out."""
-    if os.environ.get("GPUX_DEBUG"):
-        yield
-        return
-    logger = logging.getLogger("nncf")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    """NNCF logs and draws progress bars on stdout, which `--json` output owns: drop them (GPUX_DEBUG:
+    send them to stderr)."""
+    sink = sys.stderr if os.environ.get("GPUX_DEBUG") else io.StringIO()
+    handlers = [h for h in logging.getLogger("nncf").handlers
+                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+    saved = [h.stream for h in handlers]
+    for h in handlers:
+        h.setStream(sink)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stdout(sink):
             yield
     finally:
-        logger.setLevel(level)
+        for h, stream in zip(handlers, saved, strict=True):
+            h.setStream(stream)
 
 
 def _precompile(ctx: Any, opts: Any) -> dict[str, Any]:
@@ -240,10 +239,9 @@ def _precompile(ctx: Any, opts: Any) -> dict[str, Any]:
 
 
 def _precision(compiled: Any) -> str | None:
-    try:
+    with contextlib.suppress(Exception):  # not every device reports it
         return str(compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
-    except Exception:  # not every device reports it
-        return None
+    return None
 
 
 # ---- run ----------------------------------------------------------------------------------------------
@@ -257,8 +255,7 @@ class Requests:
     """
 
     def __init__(self, compiled: Any, order: Sequence[int]) -> None:
-        self.request = compiled.create_infer_request()
-        self.order = list(order)
+        self.request, self.order = compiled.create_infer_request(), list(order)
 
     def run(self, feeds: Feeds) -> list[Any]:
         values = self.request.infer(feeds).to_tuple()
@@ -294,8 +291,13 @@ def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] |
 
 
 def runtime_cache(artifact: Any) -> Path:
-    """`<store>/<model>/cache/openvino`, seeded with the artifact's precompiled blobs (copied, never
-    linked: OpenVINO rewrites a blob it cannot load, and that must not touch a published artifact)."""
+    """`<store>/<model>/cache/openvino`, seeded with the artifact's precompiled blobs.
+
+    Seeds are hard links where the file system allows (a blob holds the weights: no second copy), else
+    copies. OpenVINO replaces a blob it cannot load by a new file rather than writing into it, so the
+    artifact's bytes stay as published; were that ever to change, the manifest check would flag the
+    artifact as damaged and it would be rebuilt, never trusted.
+    """
     folder = (artifact.dir.parent / "cache" / "openvino").resolve()
     folder.mkdir(parents=True, exist_ok=True)
     seed = artifact.dir / CACHE
@@ -303,7 +305,11 @@ def runtime_cache(artifact: Any) -> Path:
         dst = folder / blob.name
         if blob.is_file() and not (dst.is_file() and dst.stat().st_size == blob.stat().st_size):
             tmp = folder / f".{blob.name}.{os.getpid()}.tmp"
-            shutil.copyfile(blob, tmp)
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(blob, tmp)
+            except OSError:
+                shutil.copyfile(blob, tmp)
             os.replace(tmp, dst)
     return folder
 
@@ -321,11 +327,10 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     c = core()
     device = resolve_device(opts.device, list(c.available_devices))
     cache_dir, cache_state = None, "off (providers.openvino.cache: false)"
-    if opts.cache:
-        try:
-            cache_dir = runtime_cache(artifact)
-        except OSError as exc:
-            cache_state = f"off (cannot write the cache folder: {exc})"
+    try:
+        cache_dir = runtime_cache(artifact) if opts.cache else None
+    except OSError as exc:
+        cache_state = f"off (cannot write the cache folder: {exc})"
     props = compile_properties(opts, project.config.runtime.threads.intra_op, cache_dir, device)
     before = _blobs(cache_dir)
     started = time.perf_counter()
@@ -340,8 +345,7 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     names = list(artifact.manifest.get("info", {}).get("outputs") or [])
     if len(names) != len(compiled.outputs):
         names = [p.get_any_name() for p in compiled.outputs]
-    order = output_order(compiled, names)
-    requests = Requests(compiled, order)
+    requests = Requests(compiled, order := output_order(compiled, names))
     details = {"device": opts.device, "compiled_for": device, "execution_devices": execution,
                "properties": props, "compile_seconds": round(seconds, 4), "cache": cache_state,
                "inference_precision": _precision(compiled), "output_order": order,
@@ -351,13 +355,10 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
 
 
 def dropped(requested: str, execution: Sequence[str]) -> str | None:
-    """Why the runtime did not take the device; only a device requested alone (not AUTO/HETERO/MULTI
-    priority lists, which may settle on any of theirs) counts."""
+    """Why OpenVINO did not take a device requested alone (AUTO/HETERO/MULTI lists may settle anywhere)."""
     virtual, wanted = split_device(requested)
-    if virtual or not execution:
-        return None
     clean = [d.strip("()") for d in execution]
-    if any(_same(wanted[0], d) for d in clean):
+    if virtual or not clean or any(_same(wanted[0], d) for d in clean):
         return None
     return f"OpenVINO did not take {requested} (it would run on {', '.join(clean)})"
 

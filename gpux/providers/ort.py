@@ -178,7 +178,6 @@ def verify_runner(artifact: Path, target: Any) -> Any:
 def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     """A session on the provider's EP; `dropped` says so when ONNX Runtime silently fell back to CPU."""
     from gpux import options as o
-    from gpux.providers import Runner
 
     opts = getattr(project.config.providers, provider)
     ep = o.ort_ep_name(provider, opts)
@@ -189,9 +188,15 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     settings = dict(o.DIRECTML_SESSION_SETTINGS) if provider == "directml" else {}
     if "execution_mode" in settings:
         settings["execution_mode"] = getattr(ort().ExecutionMode, settings["execution_mode"])
-    threads = project.config.runtime.threads
     level = opts.optimization if provider == "cpu" else "basic"
-    sess = create_session(artifact.main, ep, ep_opts, intra_op=threads.intra_op, inter_op=threads.inter_op,
+    return open_session_runner(artifact.main, ep, ep_opts, project.config.runtime.threads, settings, level)
+
+
+def open_session_runner(model: Path, ep: str, ep_opts: dict[str, str], threads: Any,
+                        settings: dict[str, Any] | None = None, level: str = "basic") -> Any:
+    from gpux.providers import Runner
+
+    sess = create_session(model, ep, ep_opts, intra_op=threads.intra_op, inter_op=threads.inter_op,
                           settings=settings, level=level)
     used = sess.used[0] if sess.used else "none"
     dropped = None

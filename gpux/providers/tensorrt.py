@@ -100,3 +100,12 @@ def verify_runner(artifact: Path, target: Any) -> Any:
     sess = create_session(artifact, "TensorrtExecutionProvider", ep_options(target.options, artifact.parent, False))
     return sess.run
 
+
+
+def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+    """The engine through ONNX Runtime's TensorRT EP, loading the EP-context model and its engine."""
+    from gpux.providers.ort import open_session_runner
+
+    opts = artifact.manifest["target"]["options"]
+    return open_session_runner(artifact.main, "TensorrtExecutionProvider", ep_options(opts, artifact.dir, False),
+                               project.config.runtime.threads)
