@@ -35,6 +35,7 @@ class Step:
     device: str  # "none" | "cpu" | "cpu-if-level" | "gpu": which device identity keys it
     open: str = "gpux.providers.ort:open_runner"  # (provider, project, artifact) -> Runner
     on_run: bool = True  # may `run` build it when missing? (engines are built by `gpux build` only)
+    needs_device: bool = False  # can only be built on the device it runs on
 
 
 ORT_STEP = Step("gpux.providers.ort:build_onnx", "gpux.providers.ort:verify_runner", ("onnxruntime", "onnx"),
@@ -43,11 +44,15 @@ STEPS: dict[str, Step] = {
     "optimize": ORT_STEP,
     "float16": ORT_STEP,
     "quantize": ORT_STEP,
+    "torch-export": Step("gpux.providers.torch:export_onnx", "gpux.providers.ort:verify_runner",
+                         ("torch", "onnx"), "none"),
+    "coreml-package": Step("gpux.providers.coreml:build_package", "gpux.providers.coreml:verify_runner",
+                           ("coremltools", "torch"), "none", "gpux.providers.coreml:open_runner"),
     "openvino-ir": Step("gpux.providers.openvino:build_ir", "gpux.providers.openvino:verify_runner",
                         ("openvino", "nncf", "onnxruntime"), "cpu", "gpux.providers.openvino:open_runner"),
     "tensorrt-engine": Step("gpux.providers.tensorrt:build_engine", "gpux.providers.tensorrt:verify_runner",
                             ("tensorrt", "onnxruntime"), "gpu", "gpux.providers.tensorrt:open_runner",
-                            on_run=False),
+                            on_run=False, needs_device=True),
 }
 
 
@@ -296,10 +301,28 @@ def _build_one(project: Project, target: Target, parts: dict[str, Any], key: str
             store.discard_tmp(workdir)
 
 
+def reference(project: Project) -> tuple[list[str], Callable[[dict[str, Any]], list[Any]]]:
+    """Output names and the FP32 reference: the source model itself (ONNX Runtime CPU, no graph
+    optimization; a PyTorch source runs in PyTorch)."""
+    from gpux.modelio import TORCH_FORMATS, source_format
+
+    fmt = source_format(project)
+    if fmt in TORCH_FORMATS:
+        runner = resolve("gpux.providers.torch:reference_runner")(project.source, fmt)
+        return list((project.config.outputs or {}).keys()), runner
+    from gpux.providers import ort
+
+    ref = ort.create_session(project.source, "CPUExecutionProvider", None, level="disabled")
+    return ref.output_names, ref.run
+
+
+def needs_device(project: Project, provider: str) -> bool:
+    return any(STEPS[t.step].needs_device for t in targets(project, provider))
+
+
 def _verify(project: Project, step: Step, target: Target, artifact: Path, inputs: dict[str, Tensor],
             shapes: dict[str, int], log: Log) -> dict[str, Any]:
     from gpux import calibrate, verify
-    from gpux.providers import ort
 
     if step.verify is None:
         return {"skipped": f"{target.step} cannot run on this machine"}
@@ -307,12 +330,12 @@ def _verify(project: Project, step: Step, target: Target, artifact: Path, inputs
     if isinstance(runner, str):
         return {"skipped": runner}
     feeds = calibrate.verification_feeds(project, inputs, shapes)
-    ref = ort.create_session(project.source, "CPUExecutionProvider", None, level="disabled")
-    names = ref.output_names
-    reference = [ref.run(f) for f in feeds]
+    names, reference_run = reference(project)
+    reference_out = [reference_run(f) for f in feeds]
     got = [runner(f) for f in feeds]
     tol = verify.tolerances(target.precision, project.config.verify)
-    result = verify.compare(names, reference, got, target.precision, tol)
+    result = verify.compare(names or [f"output_{i}" for i in range(len(got[0]))], reference_out, got,
+                            target.precision, tol)
     log(f"verify {target.id}: {result.summary()}")
     if not result.passed:
         lines = "\n".join(f"  {f}" for f in result.failures)

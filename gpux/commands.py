@@ -20,7 +20,7 @@ def _log(as_json: bool) -> Any:
 
 def build_command(path: str, provider: str | None, strict: bool, force: bool, verify: bool, dry_run: bool,
                   store_dir: str | None, as_json: bool) -> int:
-    from gpux.build import build, keyed_targets, source_files
+    from gpux.build import build, keyed_targets, needs_device, source_files
     from gpux.modelio import effective_io, load_checked
     from gpux.plan import select
     from gpux.providers import probe
@@ -55,9 +55,14 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
         return 0
     attempts: list[Attempt] = []
     log = _log(as_json)
-    for name in selection.chain:
+    cannot_run = None
+    for i, name in enumerate(selection.chain):
         avail = probe(name)
         if avail.ok:
+            break
+        if i == 0 and selection.source != "auto" and avail.status == "no device" and \
+                not needs_device(project, name):
+            cannot_run = avail  # artifacts that need no device to build (e.g. Core ML packages) are made anyway
             break
         attempts.append(Attempt(name, "probe", False, avail.reason, avail.fix))
         if selection.strict and selection.source != "auto":
@@ -66,14 +71,18 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
         raise ProviderUnavailable("no provider can build here: " + "; ".join(a.line() for a in attempts))
     result = build(project, name, force=force, verify=verify, store_dir=store_dir, log=log, io=io)
     remember(project)
-    save_choice(project, store_dir, name)
+    if cannot_run is None:
+        save_choice(project, store_dir, name)
     doc = {**result.to_dict(), "requested": selection.to_dict(),
+           "runs_here": None if cannot_run is None else False,
            "attempts": [a.to_dict() for a in attempts], "warnings": project.warnings}
     if as_json:
         report.emit_json(doc)
         return 0
     for a in attempts:
         report.warn(a.line())
+    if cannot_run is not None:
+        report.warn(f"built for {name}, which cannot run on this machine: {cannot_run.reason}")
     if attempts:
         report.warn(f"built for {name} instead of {selection.chain[0]}")
     for r in result.results:

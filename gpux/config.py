@@ -83,15 +83,15 @@ def _provider_list(value: list[Any]) -> tuple[str, ...]:
 def _backend(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return (_provider_name(value, None, allow_auto=True),)
-    if isinstance(value, list) and value:
-        return _provider_list(value)
+    if isinstance(value, list | tuple) and value:
+        return _provider_list(list(value))
     raise _fail(f"expected 'auto', a provider name, or a non-empty list of provider names, got {_got(value)}")
 
 
 def _providers(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value:
+    if not isinstance(value, list | tuple) or not value:
         raise _fail(f"expected a non-empty list of provider names, got {_got(value)}")
-    return _provider_list(value)
+    return _provider_list(list(value))
 
 
 def _dim(value: Any, i: int) -> int | str:
@@ -107,14 +107,14 @@ def _dim(value: Any, i: int) -> int | str:
 
 
 def _shape(value: Any) -> tuple[int | str, ...]:
-    if not isinstance(value, list):
+    if not isinstance(value, list | tuple):
         raise _fail(f"expected a list of ints or names, got {_got(value)}")
     return tuple(_dim(v, i) for i, v in enumerate(value))
 
 
 def _range(value: Any) -> tuple[float, float]:
-    numbers = isinstance(value, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
-    if not numbers or len(value) != 2:
+    pair = isinstance(value, list | tuple) and len(value) == 2
+    if not pair or any(isinstance(v, bool) or not isinstance(v, int | float) for v in value):
         raise _fail(f"expected [low, high] (two numbers), got {_got(value)}")
     if not value[0] < value[1]:
         raise _fail(f"expected low < high, got {_got(value)}")
@@ -452,6 +452,11 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
                                             "plain mappings, lists, strings and numbers only)")
     if "'\\t'" in problem:
         return Problem(file, line, col, "", "YAML syntax: tab character; indent with spaces")
+    char = re.search(r"found character (.*) that cannot start any token", problem)
+    if char:
+        return Problem(file, line, col, "", f"YAML syntax: {char.group(1)} cannot start a plain value; quote the "
+                                            "value")
+    problem = _YAML_WORDS.get(problem, problem).replace("'<stream end>'", "the end of the file")
     context = str(exc.context or "")
     if "single document" in context:
         return Problem(file, line, col, "", "YAML syntax: a second document ('---'); a gpux.yml holds one")
@@ -463,6 +468,13 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
     if "mapping values are not allowed" in problem:
         msg += "; check the indentation, or quote a value that contains ': '"
     return Problem(file, line, col, "", f"YAML syntax: {msg}")
+
+
+_YAML_WORDS = {
+    "expected <block end>, but found '<block mapping start>'": "this key is indented unlike the keys above it",
+    "expected <block end>, but found '-'": "a list item where a key was expected; check the indentation",
+    "expected <block end>, but found '<scalar>'": "a value where a key was expected; check the indentation",
+}
 
 
 def relocate(loc: Loc, aliases: dict[Loc, Loc]) -> Loc:
@@ -574,6 +586,8 @@ def _sentence(text: str) -> str:
     """A description as the tail of a message: no final period, lower-case first letter unless an acronym."""
     text = text.rstrip(".")
     return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
 _ALTERNATIVES = {
     "int_parsing": "an integer", "int_type": "an integer", "int_from_float": "an integer",
     "float_parsing": "a number", "float_type": "a number", "string_type": "a string",
@@ -683,10 +697,8 @@ def describe_errors(project: Project, errors: list[Any], data: Any) -> list[Prob
         if tag_at is not None:
             unions.setdefault(loc[:tag_at], []).append((loc, err))
             continue
-        if key_error:
-            found.append((loc, _message(loc, err)[0], True, err))
-            continue
-        found.append((loc, *_message(loc, err), err))
+        msg, key = _message(loc, err)
+        found.append((loc, msg, key or key_error, err))  # a bad mapping key: point at the key
     for prefix, members in unions.items():
         deeper = [(loc, err) for loc, err in members if len(loc) > len(prefix)]
         if deeper:  # the value had one member's type; report that member's own errors

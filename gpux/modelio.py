@@ -202,10 +202,48 @@ def effective_io(project: Project, io: ModelIO) -> tuple[dict[str, Tensor], dict
     return merge(project.config.inputs, io.inputs), merge(project.config.outputs, io.outputs)
 
 
+# file suffix -> source format (model.format states it where the suffix is ambiguous)
+SUFFIX_FORMATS = {".onnx": "onnx", ".pt2": "torch_export", ".pt": "torchscript", ".pth": "torchscript",
+                  ".ts": "torchscript", ".torchscript": "torchscript", ".jit": "torchscript"}
+TORCH_FORMATS = ("torchscript", "torch_export")
+
+
+def source_format(project: Project) -> str:
+    """onnx | torchscript | torch_export: stated in model.format, else from the suffix, else sniffed."""
+    if project.config.model.format:
+        return project.config.model.format
+    src = project.source
+    if src.suffix.lower() in SUFFIX_FORMATS:
+        return SUFFIX_FORMATS[src.suffix.lower()]
+    import zipfile
+
+    if zipfile.is_zipfile(src):
+        with zipfile.ZipFile(src) as z:
+            names = z.namelist()
+        return "torch_export" if any("serialized_exported_program" in n for n in names) else "torchscript"
+    return "onnx"
+
+
+def declared_io(project: Project) -> ModelIO:
+    """The interface of a source gpux cannot read without running it (PyTorch): the declared one."""
+    cfg = project.config
+    if not cfg.inputs or any(s.shape is None for s in cfg.inputs.values()):
+        raise ConfigError([project.problem(("inputs",), "a PyTorch source needs every input declared with "
+                                           "dtype and shape (ints or dim names) to be exported", key=True)])
+    def tensors(specs: dict[str, TensorSpec] | None) -> tuple[Tensor, ...]:
+        return tuple(Tensor(n, s.dtype, tuple(s.shape) if s.shape else None) for n, s in (specs or {}).items())
+
+    return ModelIO(tensors(cfg.inputs), tensors(cfg.outputs), producer=source_format(project))
+
+
 def load_checked(project: Project, store_dir: str | Path | None = None) -> ModelIO:
     """The model's interface, after checking the declared inputs/outputs against it."""
     from gpux.store import store_root
 
+    if not project.source.is_file():
+        raise ConfigError([project.problem(("model", "source"), f"file not found: {project.source}")])
+    if source_format(project) in TORCH_FORMATS:
+        return declared_io(project)
     io = read_io(project.source, store_root(project.root, store_dir) / ".io.json")
     problems = check_declared(project, io)
     if problems:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpux.config import PROVIDERS, Project, did_you_mean
@@ -114,7 +114,28 @@ def resolve_shapes(project: Project, shapes: dict[str, int] | None = None) -> di
 
 def targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
     """The targets that provider `provider` needs, in build order (`inputs`: the model's Tensors, which
-    fix TensorRT's shape profiles)."""
+    fix TensorRT's shape profiles). A PyTorch source is first exported to ONNX, which the rest consume."""
+    from gpux.modelio import TORCH_FORMATS, source_format
+
+    fmt = source_format(project)
+    if fmt not in TORCH_FORMATS:
+        return _targets(project, provider, inputs)
+    if provider == "coreml":  # coremltools converts PyTorch directly into an ML Program package
+        o = project.config.providers.coreml
+        return [Target(f"coreml-package-{o.compute_precision}", "coreml-package", provider, o.compute_precision,
+                       {**o.model_dump(mode="json"), "source_format": fmt})]
+    export = Target("onnx-export", "torch-export", "torch", "fp32",
+                    {"opset": EXPORT_OPSET, "source_format": fmt})
+    out = [export]
+    for t in _targets(project, provider, inputs):
+        out.append(replace(t, consumes=export.id) if t.consumes == "source" else t)
+    return out
+
+
+EXPORT_OPSET = 17  # pinned: the ONNX opset PyTorch sources are exported at
+
+
+def _targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
     cfg = project.config
     if provider == "openvino":
         o = cfg.providers.openvino

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from gpux.deps import install_hint, installed_ort_distributions, is_installed
 
-Status = Literal["ok", "not installed", "import failed", "no device", "unsupported platform"]
+Status = Literal["ok", "not installed", "import failed", "no device"]
 ENTRY_POINT_GROUP = "gpux.providers"
 
 
@@ -107,6 +107,7 @@ PROVIDERS: dict[str, Provider] = {
     )
 }  # fmt: skip
 ORDER = tuple(PROVIDERS)
+PLATFORM_NAMES = {"linux": "Linux", "win32": "Windows", "darwin": "macOS"}
 
 # ORT distribution that carries each EP (for the fix line)
 ORT_PACKAGE = {
@@ -172,9 +173,9 @@ def probe(name: str) -> Availability:
         return Availability(name, "not installed", f"unknown provider {name!r}", None)
     try:
         if not sys.platform.startswith(p.platforms):
-            where = ", ".join(p.platforms)
-            return Availability(name, "unsupported platform", f"{name} runs on {where}, not {sys.platform}",
-                                f"use a machine with {p.hardware}")
+            where = " or ".join(PLATFORM_NAMES.get(x, x) for x in p.platforms)
+            return Availability(name, "no device", f"{name} needs {p.hardware} on {where}; this is "
+                                f"{PLATFORM_NAMES.get(sys.platform, sys.platform)}", f"run on {where}")
         avail = _probe_openvino(p) if p.runtime == "openvino" else _probe_ort(p)
         if avail.ok and p.device is not None and os.environ.get("GPUX_PROBE_DEVICES", "1") != "0":
             why = p.device()
