@@ -101,6 +101,7 @@ def build(path: str, provider: str | None, strict: bool, force: bool, no_verify:
 @STRICT
 @STORE
 @JSON
+@click.option("--placement", is_flag=True, help="Report which execution provider ran each node (ONNX Runtime).")
 @click.option("--benchmark", is_flag=True, help="Measure latency and throughput instead of printing outputs.")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Least measured runs.")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Least warm-up runs.")

@@ -96,7 +96,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
 
 def run_command(target: str, *, input_json: str | None, input_file: str | None, output: str | None,
                 provider: str | None, strict: bool, store: str | None, as_json: bool, benchmark: bool,
-                **bench: Any) -> int:
+                placement: bool = False, **bench: Any) -> int:
     from gpux.inputs import load_file, parse_json
     from gpux.session import load
 
@@ -110,7 +110,7 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
 
         raise InputError("no inputs given", hint="pass --input '{\"name\": [...]}' or --file inputs.npz "
                          "(or --benchmark for seeded random inputs)")
-    with load(target, provider, strict=strict, store_dir=store, log=_log(as_json)) as session:
+    with load(target, provider, strict=strict, store_dir=store, log=_log(as_json), placement=placement) as session:
         if input_json is not None:
             feeds = parse_json(input_json, session.inputs)
         else:

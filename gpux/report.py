@@ -39,6 +39,11 @@ def provider_lines(report: dict[str, Any]) -> list[str]:
         if not a["ok"]:
             fix = f" → {a['fix']}" if a.get("fix") else ""
             lines.append(f"skipped {a['provider']} ({a['stage']}): {a['reason']}{fix}")
+    pl = report.get("placement")
+    if pl:
+        nodes = ", ".join(f"{ep} {n}" for ep, n in pl["nodes"].items())
+        lines.append(f"placement: {nodes} of {pl['total']} nodes; {pl['partitions']} partitions; "
+                     f"{pl['ep']} coverage {pl['coverage']:.0%}")
     requested = ",".join(report["requested"])
     lines.append(f"provider: requested {requested} ({report['request_source']}) → ran {report['provider']}"
                  f" [{report['runs_on']}]")

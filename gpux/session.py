@@ -46,7 +46,8 @@ class Session:
     """A model opened on the best provider that really works; `provider` says what runs."""
 
     def __init__(self, project: Project, io: ModelIO, selection: Selection, *, store_dir: str | Path | None,
-                 force: bool, verify: bool, log: Callable[[str], None], warnings: list[str]) -> None:
+                 force: bool, verify: bool, log: Callable[[str], None], warnings: list[str],
+                 placement: bool = False) -> None:
         self.project = project
         self.io = io
         self.selection = selection
@@ -60,6 +61,8 @@ class Session:
         self._first_done = False
         self.provider = ""
         self.timings: dict[str, float] = {}
+        self._placement = placement
+        self.placement: dict[str, Any] | None = None
         self._advance()
 
     # -- opening with fallback ------------------------------------------------------------------
@@ -119,10 +122,31 @@ class Session:
                 self._fail(self.provider, "first-inference", _short(exc))
                 self._advance()
                 continue
+            problem = self._check_placement(feeds)
+            if problem:
+                self._runner.close()
+                self._fail(self.provider, "placement", problem)
+                self._advance()
+                continue
             self._first_done = True
             self.attempts.append(Attempt(self.provider, "ok", True, self._runner.used))
             save_choice(self.project, self._store_dir, self.provider)
             return out
+
+    def _check_placement(self, feeds: dict[str, Any]) -> str | None:
+        """With runtime.min_coverage (or placement asked for), measure which EP took each node."""
+        minimum = self.project.config.runtime.min_coverage
+        details = self.runner.details
+        if (minimum is None and not self._placement) or "ep" not in details or self.build is None:
+            return None
+        from gpux.providers.ort import placement
+
+        self.placement = placement(self.build.final.artifact.main, details["ep"], details.get("ep_options"), feeds)
+        coverage = self.placement["coverage"]
+        if minimum is not None and coverage < minimum:
+            return (f"{details['ep']} took {coverage:.0%} of the nodes, below runtime.min_coverage "
+                    f"{minimum:.0%} ({self.placement['partitions']} partitions)")
+        return None
 
     @property
     def runner(self) -> Runner:
@@ -143,7 +167,8 @@ class Session:
                 "provider": self.provider, "runs_on": self.used if self._runner else None,
                 "fell_back": any(not a.ok for a in self.attempts if a.stage != "probe" or
                                  self.selection.source != "auto"),
-                "attempts": [a.to_dict() for a in self.attempts], "warnings": self.warnings}
+                "attempts": [a.to_dict() for a in self.attempts], "warnings": self.warnings,
+                "placement": self.placement}
 
     def close(self) -> None:
         if self._runner is not None:
@@ -188,7 +213,7 @@ def save_choice(project: Project, store_dir: str | Path | None, provider: str) -
 
 def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, *, strict: bool = False,
          store_dir: str | Path | None = None, force: bool = False, verify: bool = True,
-         log: Callable[[str], None] | None = None) -> Session:
+         log: Callable[[str], None] | None = None, placement: bool = False) -> Session:
     """Open a project dir, gpux.yml, model name or .onnx file on the best working provider."""
     project = target if isinstance(target, Project) else open_project(str(target))
     io = load_checked(project, store_dir)
@@ -202,7 +227,7 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
             saved = None
     selection = select(project, provider, strict, saved)
     return Session(project, io, selection, store_dir=store_dir, force=force, verify=verify,
-                   log=log or (lambda _m: None), warnings=warnings)
+                   log=log or (lambda _m: None), warnings=warnings, placement=placement)
 
 
 __all__ = ["Attempt", "Session", "Tensor", "load"]

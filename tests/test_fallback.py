@@ -175,3 +175,38 @@ def test_build_falls_back_and_says_so(mlp_project: Path) -> None:
     assert "skipped tensorrt (probe)" in r.stderr and "built for cpu instead of tensorrt" in r.stderr
     strict = cli("build", str(mlp_project), "--provider", "tensorrt", "--strict")
     assert strict.returncode == 4 and "tensorrt unavailable" in strict.stderr
+
+
+# -- placement ----------------------------------------------------------------------------------------
+def test_placement_is_measured_from_onnx_runtime_profile(mlp_project: Path) -> None:
+    from .conftest import gpux as cli
+
+    r = cli("run", str(mlp_project), "--placement", "--json", "--input", json.dumps({"x": [[0.0] * 8]}))
+    assert r.returncode == 0, r.stderr
+    pl = json.loads(r.stdout)["placement"]
+    assert pl["ep"] == "CPUExecutionProvider" and pl["coverage"] == 1.0
+    assert pl["nodes"]["CPUExecutionProvider"] == pl["total"] >= 3
+
+
+def test_placement_summary_counts_partitions() -> None:
+    order = ["CUDAExecutionProvider"] * 3 + ["CPUExecutionProvider"] * 2 + ["CUDAExecutionProvider"] * 5
+    s = ort_mod.placement_summary(order, "CUDAExecutionProvider")
+    assert s["nodes"] == {"CUDAExecutionProvider": 8, "CPUExecutionProvider": 2}
+    assert s["partitions"] == 2 and s["coverage"] == 0.8
+
+
+def test_min_coverage_below_the_floor_falls_back(mlp_project: Path, fakes: Fakes,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    set_backend(mlp_project, "[cuda, cpu]", "\n  min_coverage: 0.9")
+    low = ort_mod.placement_summary(["CUDAExecutionProvider", "CPUExecutionProvider"], "CPUExecutionProvider")
+    calls = []
+
+    def fake_placement(model, ep, ep_opts, feeds):
+        calls.append(ep)
+        return low if len(calls) == 1 else ort_mod.placement_summary(["CPUExecutionProvider"], ep)
+    monkeypatch.setattr(ort_mod, "placement", fake_placement)
+    with gpux.load(mlp_project) as s:
+        s.run(X)
+        [cuda] = [a for a in s.attempts if a.provider == "cuda"]
+        assert cuda.stage == "placement" and "below runtime.min_coverage 90%" in cuda.reason
+        assert s.provider == "cpu" and s.placement["coverage"] == 1.0

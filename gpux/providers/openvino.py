@@ -1,19 +1,14 @@
 """OpenVINO: builds native IR (fp32, fp16 weights, NNCF int8) precompiled for its device, and opens it.
 
-Shapes: dims declared as ints stay static, symbolic or unknown dims stay dynamic ("?"), except for
-NPU, which compiles static shapes only: there they are fixed to the resolved sizes (benchmark.shapes /
-batch / --shape, else 1) and the IR records them.
-
-Caches: the build compiles the IR once for its device with the runtime's own properties, writing the
-blob into the artifact (`ov_cache/`), so the first session on this machine loads instead of compiling.
-Sessions never write into a published artifact: CACHE_DIR is `<store>/<model>/cache/openvino/`, seeded
-with the artifact's blobs. Models are compiled from a read `ov.Model`, whose blob name hashes the model
-(compiling from a path hashes the path, which changes when the build folder is published), so one
-folder serves every artifact of the model and a miss costs one cold compile.
-
-Precision: verification compiles on CPU with INFERENCE_PRECISION_HINT=f32 so outputs compare with the
-FP32 ONNX Runtime reference; sessions keep `inference_precision` (auto = the device default, bf16 on
-CPUs with AMX/AVX512-BF16) and report what the compiled model really uses.
+Shapes: int dims stay static, symbolic/unknown dims dynamic ("?"); NPU compiles static shapes only, so
+there they take the resolved sizes (benchmark.shapes / batch / --shape, else 1).
+Caches: the build compiles the IR for its device into the artifact (`ov_cache/`); sessions never write
+into a published artifact: CACHE_DIR is `<store>/<model>/cache/openvino/`, seeded from it. Compiling a
+read `ov.Model` names the blob by the model's hash (a path would be hashed instead, and it changes when
+the build folder is published), so one folder serves every artifact of the model.
+Precision: verification runs on CPU with INFERENCE_PRECISION_HINT=f32, comparable with the FP32 ONNX
+Runtime reference; sessions keep `inference_precision` (auto: the device default, bf16 on CPUs with
+AMX/AVX512-BF16) and report what the compiled model uses.
 """
 
 from __future__ import annotations
@@ -31,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux.deps import require
-from gpux.errors import BuildFailed, MissingDependency
+from gpux.errors import BuildFailed, GpuxError, MissingDependency
 
 MAIN = "model.xml"
 CACHE = "ov_cache"  # precompiled blobs inside the artifact folder
@@ -145,8 +140,8 @@ def _input_shapes(inputs: Mapping[str, Any], shapes: Mapping[str, int], static: 
 
 def _in_order(model: Any, names: Sequence[str]) -> Any:
     """Results in the ONNX graph's output order (the frontend keeps it; this makes it certain)."""
-    order = [next((i for i, p in enumerate(model.outputs) if n in p.get_names()), -1) for n in names]
-    if -1 in order or order == list(range(len(model.outputs))) or model.get_sinks():
+    order = output_order(model, names)
+    if order == list(range(len(model.outputs))) or model.get_sinks():
         return model
     results = model.get_results()
     return ov().Model([results[i] for i in order], model.get_parameters(), model.friendly_name)
@@ -168,41 +163,50 @@ def _compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
     """int8 by NNCF: post-training quantization on calibration feeds, or int8 weight compression."""
     if opts.precision != "int8":
         return model
-    nncf = require("nncf")
-    info.update(nncf=nncf.__version__, int8_mode=opts.int8_mode)
+    feeds = ctx.calibration() if opts.int8_mode == "quantize" else None
     started = time.perf_counter()
     try:
-        if opts.int8_mode == "weights":
-            with quiet_nncf():
+        with nncf_quietly() as nncf:
+            if feeds is None:
                 model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
-        else:
-            feeds = ctx.calibration()
-            info["calibration_samples"] = len(feeds)
-            with quiet_nncf():
+            else:
                 model = nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds))
-    except Exception as exc:
+    except GpuxError:
+        raise
+    except Exception as exc:  # NNCF's own errors, or an import broken by another package
         raise BuildFailed(f"NNCF int8 ({opts.int8_mode}) failed: {type(exc).__name__}: {reason(exc)}") from None
-    info["nncf_seconds"] = round(time.perf_counter() - started, 4)
-    ctx.log(f"{ctx.target.id}: NNCF int8 {opts.int8_mode} in {info['nncf_seconds']:.2f}s")
+    seconds = round(time.perf_counter() - started, 4)
+    info.update(nncf=nncf.__version__, int8_mode=opts.int8_mode, nncf_seconds=seconds)
+    if feeds is not None:
+        info["calibration_samples"] = len(feeds)
+    ctx.log(f"{ctx.target.id}: NNCF int8 {opts.int8_mode} in {seconds:.2f}s")
     return model
 
 
 @contextlib.contextmanager
-def quiet_nncf() -> Iterator[None]:
-    """NNCF logs and draws progress bars on stdout, which `--json` output owns: drop them (GPUX_DEBUG:
-    send them to stderr)."""
+def nncf_quietly() -> Iterator[Any]:
+    """NNCF with its logs and progress bars kept off stdout, which `--json` owns (GPUX_DEBUG: on stderr),
+    and torch unimportable unless already loaded: NNCF imports torch whenever it is installed (seconds,
+    and a broken torch breaks NNCF) though an OpenVINO model never needs it."""
     sink = sys.stderr if os.environ.get("GPUX_DEBUG") else io.StringIO()
-    handlers = [h for h in logging.getLogger("nncf").handlers
-                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
-    saved = [h.stream for h in handlers]
-    for h in handlers:
-        h.setStream(sink)
+    block = "torch" not in sys.modules
+    if block:
+        sys.modules["torch"] = None  # type: ignore[assignment]
     try:
         with contextlib.redirect_stdout(sink):
-            yield
+            nncf = require("nncf")
+            handlers = [h for h in logging.getLogger("nncf").handlers if type(h) is logging.StreamHandler]
+            saved = [h.stream for h in handlers]
+            for h in handlers:
+                h.setStream(sink)
+            try:
+                yield nncf
+            finally:
+                for h, stream in zip(handlers, saved, strict=True):
+                    h.setStream(stream)
     finally:
-        for h, stream in zip(handlers, saved, strict=True):
-            h.setStream(stream)
+        if block and sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
 
 
 def _precompile(ctx: Any, opts: Any) -> dict[str, Any]:
@@ -265,9 +269,9 @@ class Requests:
         self.request = None
 
 
-def output_order(compiled: Any, names: Sequence[str]) -> list[int]:
-    """Index of each named output among the compiled model's outputs (OpenVINO keeps ONNX names)."""
-    ports = list(compiled.outputs)
+def output_order(model: Any, names: Sequence[str]) -> list[int]:
+    """Index of each named output among a model's outputs (OpenVINO keeps the ONNX names)."""
+    ports = list(model.outputs)
     found = [next((i for i, p in enumerate(ports) if n in p.get_names()), -1) for n in names]
     return list(range(len(ports))) if -1 in found or len(found) != len(ports) else found
 
@@ -314,10 +318,6 @@ def runtime_cache(artifact: Any) -> Path:
     return folder
 
 
-def _blobs(folder: Path | None) -> set[str]:
-    return {p.name for p in folder.glob("*.blob")} if folder is not None else set()
-
-
 def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     """Compile the artifact on `providers.openvino.device`; raises when that device is missing or fails
     (the session records it and falls back). `used` names the EXECUTION_DEVICES."""
@@ -332,7 +332,7 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     except OSError as exc:
         cache_state = f"off (cannot write the cache folder: {exc})"
     props = compile_properties(opts, project.config.runtime.threads.intra_op, cache_dir, device)
-    before = _blobs(cache_dir)
+    before = set(cache_dir.glob("*.blob")) if cache_dir else set()
     started = time.perf_counter()
     try:
         compiled = c.compile_model(c.read_model(str(artifact.main)), device, props)
@@ -340,7 +340,7 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
         raise RuntimeError(f"OpenVINO cannot compile {artifact.id} for {device}: {reason(exc)}") from None
     seconds = time.perf_counter() - started
     if cache_dir is not None:
-        cache_state = "written (cold compile)" if _blobs(cache_dir) - before else "loaded"
+        cache_state = "written (cold compile)" if set(cache_dir.glob("*.blob")) - before else "loaded"
     execution = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
     names = list(artifact.manifest.get("info", {}).get("outputs") or [])
     if len(names) != len(compiled.outputs):

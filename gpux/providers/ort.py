@@ -214,3 +214,43 @@ def bind(sess: OrtSession, feeds: dict[str, Any], n: int) -> list[Any]:
 
     native = sess.session._sess  # InferenceSession.run validates, then calls this
     return [functools.partial(native.run, sess.output_names, feeds, None)] * n
+
+
+def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: dict[str, Any],
+              level: str = "basic") -> dict[str, Any]:
+    """Which execution provider ran each node of the partitioned graph, from ONNX Runtime's own profile of
+    one inference: node counts per EP, partitions (runs of consecutive non-CPU nodes) and coverage."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        so = session_options(level)
+        so.enable_profiling = True
+        so.profile_file_prefix = str(Path(tmp) / "gpux")
+        providers: list[Any] = [(ep, ep_opts or {})] + (["CPUExecutionProvider"] if ep != "CPUExecutionProvider"
+                                                        else [])
+        with quiet_stderr():
+            sess = ort().InferenceSession(str(model), so, providers=providers)
+        sess.run(None, feeds)
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    seen: dict[str, str] = {}
+    for e in events:
+        args = e.get("args") or {}
+        if e.get("cat") == "Node" and "provider" in args:
+            seen.setdefault(e["name"].removesuffix("_kernel_time").removesuffix("_fence_before")
+                            .removesuffix("_fence_after"), args["provider"])
+    order = list(seen.values())
+    return placement_summary(order, ep)
+
+
+def placement_summary(order: list[str], ep: str) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    partitions, previous = 0, "CPUExecutionProvider"
+    for p in order:
+        counts[p] = counts.get(p, 0) + 1
+        if p != "CPUExecutionProvider" and p != previous:
+            partitions += 1
+        previous = p
+    total = len(order)
+    coverage = (counts.get(ep, 0) / total) if total else 0.0
+    return {"ep": ep, "nodes": counts, "total": total, "partitions": partitions, "coverage": round(coverage, 4)}
