@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test lint schema bench clean
+.PHONY: install demo test test-gpu lint schema bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,9 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+test-gpu: install
+	GPUX_REQUIRE_PROVIDERS=$${GPUX_REQUIRE_PROVIDERS:-cuda,tensorrt} $(BIN)/python -m pytest -q -m hardware
 
 lint: install
 	$(BIN)/ruff check gpux tests examples benchmarks

@@ -36,6 +36,7 @@ class Step:
     open: str = "gpux.providers.ort:open_runner"  # (provider, project, artifact) -> Runner
     on_run: bool = True  # may `run` build it when missing? (engines are built by `gpux build` only)
     needs_device: bool = False  # can only be built on the device it runs on
+    shapes: bool = False  # the resolved sizes of symbolic dims shape the artifact (key them)
 
 
 ORT_STEP = Step("gpux.providers.ort:build_onnx", "gpux.providers.ort:verify_runner", ("onnxruntime", "onnx"),
@@ -49,7 +50,8 @@ STEPS: dict[str, Step] = {
     "coreml-package": Step("gpux.providers.coreml:build_package", "gpux.providers.coreml:verify_runner",
                            ("coremltools", "torch"), "none", "gpux.providers.coreml:open_runner"),
     "openvino-ir": Step("gpux.providers.openvino:build_ir", "gpux.providers.openvino:verify_runner",
-                        ("openvino", "nncf", "onnxruntime"), "cpu", "gpux.providers.openvino:open_runner"),
+                        ("openvino", "nncf", "onnxruntime"), "cpu", "gpux.providers.openvino:open_runner",
+                        shapes=True),
     "tensorrt-engine": Step("gpux.providers.tensorrt:build_engine", "gpux.providers.tensorrt:verify_runner",
                             ("tensorrt", "onnxruntime"), "gpu", "gpux.providers.tensorrt:open_runner",
                             on_run=False, needs_device=True),
@@ -247,6 +249,7 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
         "inputs": {n: t.to_dict() for n, t in inputs.items()},
         "calibration": _calibration_digest(project, target),
         "verify": project.config.verify.model_dump(mode="json"),
+        "shapes": resolve_shapes(project) if step.shapes else None,
         "versions": runtime_versions(step.packages),
         "device": device_identity(step, target),
     }

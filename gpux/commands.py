@@ -211,7 +211,8 @@ def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) 
             store.discard_tmp(p)
             removed.append(str(p))
         for folder in (root / project.name).glob("*") if (root / project.name).is_dir() else []:
-            if folder.is_dir() and store.read_manifest(folder) is None:
+            keep = folder.name == "cache" and action != "prune-all"  # runtime caches: rebuildable, kept
+            if folder.is_dir() and not keep and store.read_manifest(folder) is None:
                 store.discard(folder)
                 removed.append(str(folder))
     if as_json:

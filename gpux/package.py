@@ -19,7 +19,6 @@ import shlex
 import shutil
 import ssl
 import sys
-import tempfile
 import time
 import zipfile
 from collections import deque
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import gpux
-from gpux import report
+from gpux import report, store
 from gpux.config import PROVIDERS, Project
 from gpux.deps import require
 from gpux.errors import BuildFailed, ExitCode, GpuxError, UsageError
@@ -119,8 +118,7 @@ class ImagePlan:
         if self.ca_bundle:
             lines.append("COPY gpux-ca.crt /etc/gpux/ca.crt")
             env["PIP_CERT"] = "/etc/gpux/ca.crt"
-        check = ('import sys; sys.exit(0 if sys.version_info >= (3, 11) else '
-                 '"gpux needs Python >= 3.11 in the base image, it has " + sys.version.split()[0])')
+        check = 'import sys; sys.exit("gpux needs Python >= 3.11" if sys.version_info < (3, 11) else 0)'
         lines += [f"RUN python3 -c {shlex.quote(check)} && python3 -m venv --system-site-packages {VENV}",
                   "ENV " + " ".join(f"{k}={v}" for k, v in env.items()),
                   "COPY wheels/ /tmp/gpux-wheels/",
@@ -165,7 +163,9 @@ def choose_provider(project: Project, provider: str | None) -> str:
         raise UsageError(f"--provider {provider}: an image is made for one provider",
                          hint=f"pick one of {', '.join(IMAGES)}")
     selection = select(project, provider)
-    name = "cpu" if selection.source == "auto" else selection.chain[0]
+    name = selection.chain[0]
+    if selection.source == "auto" and "cpu" in selection.chain:
+        name = "cpu"
     if name in REFUSED:
         raise UsageError(f"cannot package {name}: {REFUSED[name]}", hint=f"package one of {', '.join(IMAGES)}")
     if name not in IMAGES:
@@ -447,7 +447,8 @@ class Progress:
             return
         from rich.markup import escape
 
-        self.status.update(escape(text))
+        width = max(20, self.console.width - 6)
+        self.status.update(escape(text if len(text) <= width else text[: width - 1] + "…"))
         self.console.print(f"[bold]{escape(text)}[/bold]")
 
     def line(self, text: str) -> None:
@@ -498,8 +499,12 @@ def build_image(client: Any, context: Path, tag: str, progress: Progress) -> str
 
 
 def _failure(step: str, error: str, tail: list[str]) -> str:
+    """One line naming the step and the error, then the last lines of the step's log."""
+    step = step if len(step) <= 110 else step[:109] + "…"
     where = f"at {step}" if step else "before its first step"
-    lines = [f"image build failed {where}: {error}"]
+    code = re.search(r"returned a non-zero code: (\d+)", error)
+    lines = [f"image build failed {where} → exit code {code.group(1)}" if code else
+             f"image build failed {where}: {error}"]
     if tail:
         lines += ["last lines of its log:", *(f"  | {x}" for x in tail)]
     return "\n".join(lines)
@@ -585,9 +590,12 @@ def package_command(path: str, provider: str | None, tag: str | None, out_dir: s
         return 0
     ensure_base_image(client, plan.base_image, report.info)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gpux-package-") as tmp:
-        ctx = write_context(plan, project, io, Path(tmp) / "context", link=True)
+    tmp = store.new_workdir(store.store_root(project.root, store_dir), f"package-{name}")  # artifacts hardlink
+    try:
+        ctx = write_context(plan, project, io, tmp / "context", link=True)
         doc["image_id"] = build_image(client, ctx, plan.tag, Progress())
+    finally:
+        store.discard_tmp(tmp)
     doc["seconds"] = round(time.perf_counter() - started, 2)
     code = 0
     if run_args is not None:

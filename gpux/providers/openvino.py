@@ -351,7 +351,19 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
                "inference_precision": _precision(compiled), "output_order": order,
                "optimal_requests": compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")}
     return Runner(requests.run, names, "OpenVINO " + ",".join(execution), dropped(opts.device, execution),
-                  details, requests.close, compiled)
+                  details, requests.close, compiled, binder=lambda feeds, n: bound_requests(compiled, feeds, n))
+
+
+def bound_requests(compiled: Any, feeds: Feeds, n: int) -> list[Callable[[], object]]:
+    """`n` zero-argument callables, one InferRequest each with its inputs set once (copied in): a call is
+    just `infer()`, outputs stay in the request (what benchmark_app measures)."""
+    out = []
+    for _ in range(n):
+        request = compiled.create_infer_request()
+        for name, value in feeds.items():
+            request.set_tensor(name, ov().Tensor(value.copy()))
+        out.append(request.infer)
+    return out
 
 
 def dropped(requested: str, execution: Sequence[str]) -> str | None:
