@@ -10,12 +10,28 @@ from gpux.errors import ExitCode, ProviderUnavailable
 
 
 def _log(as_json: bool) -> Any:
+    """Plain lines on stderr; on a terminal, a spinner while each target builds."""
     if as_json or not sys.stderr.isatty():
         return report.info
-    from rich.console import Console
+    return _Progress()
 
-    console = Console(stderr=True, highlight=False)
-    return lambda msg: console.print(f"[dim]•[/dim] {msg}")
+
+class _Progress:
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True, highlight=False)
+        self.status: Any = None
+
+    def __call__(self, msg: str) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+        if msg.startswith("building "):
+            self.status = self.console.status(msg)
+            self.status.start()
+        else:
+            self.console.print(f"[dim]•[/dim] {msg}", markup=True)
 
 
 def build_command(path: str, provider: str | None, strict: bool, force: bool, verify: bool, dry_run: bool,

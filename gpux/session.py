@@ -218,6 +218,11 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
     project = target if isinstance(target, Project) else open_project(str(target))
     io = load_checked(project, store_dir)
     warnings = list(project.warnings)
+    from gpux.providers import ort_conflict_warning
+
+    conflict = ort_conflict_warning()
+    if conflict:
+        warnings.append(conflict)
     saved = saved_choice(project, store_dir)
     if saved:
         avail = probe(saved)

@@ -1,0 +1,95 @@
+"""`gpux run --benchmark` end to end on real runtimes: document shape, all-providers table, CSV, baseline gate."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from .conftest import gpux as cli
+
+QUICK = ("--runs", "20", "--warmup", "2", "--duration", "0")
+
+
+def test_json_document_carries_timings_and_environment(mlp_project: Path) -> None:
+    r = cli("run", str(mlp_project), "--benchmark", *QUICK, "--batch", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == 1
+    env = doc["environment"]
+    for key in ("gpux", "config_sha256", "cpu_model", "logical_cores", "os", "python", "threads", "protocol"):
+        assert env[key] is not None, key
+    [row] = doc["results"]
+    assert row["provider"] == "cpu" and row["status"] == "ok" and row["runs_on"] == "CPUExecutionProvider"
+    stats = row["stats"]
+    assert stats["count"] >= 20 and len(row["latencies_ms"]) == stats["count"]
+    assert stats["batch"] == 4 and row["shapes"] == {"x": [4, 8]}
+    assert stats["percentile_method"] == "linear (type 7)"
+    assert stats["min"] <= stats["p50"] <= stats["p99"] <= stats["max"]
+    phases = row["phases"]
+    assert phases["time_to_ready_s"] == phases["load_s"] + phases["first_inference_s"]
+    assert row["artifact_sha256"] and row["versions"]["onnxruntime"]
+
+
+def test_all_providers_table_names_every_provider_and_precision(mlp_project: Path) -> None:
+    r = cli("run", str(mlp_project), "--benchmark", "--provider", "all", *QUICK, "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["results"]
+    got = {(x["provider"], x["precision"]): x for x in rows}
+    for p in ("tensorrt", "cuda", "rocm", "coreml", "directml"):
+        assert got[(p, "-")]["status"] == "unavailable" and got[(p, "-")]["error"]
+    for p in ("cpu", "openvino"):
+        for precision in ("fp32", "fp16", "int8"):
+            row = got[(p, precision)]
+            assert row["status"] == "ok", row
+            assert row["artifact_size"] > 0 and row["accuracy"]["min_cosine"] > 0.9
+    text = cli("run", str(mlp_project), "--benchmark", "--provider", "all", *QUICK)
+    assert "unavailable" in text.stdout and "openvino" in text.stdout
+
+
+def test_csv_output(mlp_project: Path) -> None:
+    r = cli("run", str(mlp_project), "--benchmark", *QUICK, "--csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert rows[0]["provider"] == "cpu" and float(rows[0]["p50"]) > 0
+
+
+def test_baseline_gate(mlp_project: Path, tmp_path: Path) -> None:
+    r = cli("run", str(mlp_project), "--benchmark", *QUICK, "--json")
+    base = json.loads(r.stdout)
+    slow = tmp_path / "slow.json"
+    fast = tmp_path / "fast.json"
+    for row in base["results"]:
+        row["stats"] = {**row["stats"], "p50": row["stats"]["p50"] * 100, "p99": row["stats"]["p99"] * 100,
+                        "throughput": row["stats"]["throughput"] / 100}
+    slow.write_text(json.dumps(base))
+    ok = cli("run", str(mlp_project), "--benchmark", *QUICK, "--baseline", str(slow), "--max-regression", "10")
+    assert ok.returncode == 0, ok.stderr
+    for row in base["results"]:
+        row["stats"] = {**row["stats"], "p50": row["stats"]["p50"] / 10000, "p99": row["stats"]["p99"] / 10000,
+                        "throughput": row["stats"]["throughput"] * 10000}
+    fast.write_text(json.dumps(base))
+    bad = cli("run", str(mlp_project), "--benchmark", *QUICK, "--baseline", str(fast), "--max-regression", "10")
+    assert bad.returncode == 1 and "regression" in bad.stderr
+
+
+def test_inputs_from_file_and_symbolic_shapes(tmp_path: Path) -> None:
+    import numpy as np
+
+    from .conftest import make_two_inputs, write
+
+    make_two_inputs(tmp_path / "m.onnx")
+    write(tmp_path / "gpux.yml", """\
+        name: two
+        model: {source: m.onnx}
+        inputs:
+          ids: {dtype: int64, shape: [batch, seq], range: [0, 10]}
+          scale: {dtype: float32, shape: [batch, 1]}
+        """)
+    r = cli("run", str(tmp_path), "--benchmark", *QUICK, "--shape", "seq=16", "--batch", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["results"][0]["shapes"] == {"ids": [2, 16], "scale": [2, 1]}
+    np.savez(tmp_path / "in.npz", ids=np.ones((3, 5), np.int64), scale=np.ones((3, 1), np.float32))
+    r = cli("run", str(tmp_path), "--benchmark", *QUICK, "--file", str(tmp_path / "in.npz"), "--json")
+    assert json.loads(r.stdout)["results"][0]["shapes"] == {"ids": [3, 5], "scale": [3, 1]}
