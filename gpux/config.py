@@ -288,14 +288,15 @@ class Project:
     def source(self) -> Path:
         return (self.root / self.config.model.source).resolve()
 
-    def problem(self, loc: tuple[str, ...], message: str, key: bool = False) -> Problem:
-        """A Problem at the v1 field `loc`, named and located as the file writes it."""
-        loc = relocate(tuple(str(p) for p in loc), self.aliases)
+    def problem(self, loc: tuple[str, ...], message: str, key: bool = False, as_written: bool = False) -> Problem:
+        """A Problem at the v1 field `loc` (or at `loc` as the file writes it), named and located as written."""
+        loc = tuple(str(p) for p in loc)
+        loc = loc if as_written else relocate(loc, self.aliases)
         line, col = locate(self.marks, loc, key)
         return Problem(str(self.path), line, col, ".".join(loc), message)
 
-    def warn(self, loc: tuple[str, ...], message: str, key: bool = True) -> None:
-        note = self.problem(loc, message, key)
+    def warn(self, loc: tuple[str, ...], message: str, key: bool = True, as_written: bool = False) -> None:
+        note = self.problem(loc, message, key, as_written)
         self.notes.append(note)
         self.warnings.append(str(note))
 
@@ -336,8 +337,8 @@ def load_config(path: str | Path, *, require_model: bool = True) -> Project:
     moved = legacy.migrate(data)
     project = Project(path=file, config=None, marks=marks, aliases=moved.aliases)  # type: ignore[arg-type]
     for loc, msg in moved.notes:
-        project.warn(loc, msg)
-    problems += [project.problem(loc, msg, key=True) for loc, msg in moved.errors]
+        project.warn(loc, msg, as_written=True)
+    problems += [project.problem(loc, msg, key=True, as_written=True) for loc, msg in moved.errors]
     config = None
     try:
         config = GpuxConfig.model_validate(moved.data)
@@ -386,18 +387,25 @@ def parse_yaml(text: str, file: str) -> tuple[Any, dict[Loc, tuple[int, int]], l
     Duplicate keys are problems (the data keeps the last one, so validation still runs). A `version:`
     that YAML reads as a number or date keeps its source text (1.10 stays "1.10").
     """
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         return None, {}, [_yaml_problem(exc, file)]
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        col = exc.position - text.rfind("\n", 0, exc.position)
+        return None, {}, [Problem(file, line, col, "", f"YAML: character U+{exc.character:04X} is not allowed "
+                                                       "in a YAML file; remove it")]
     except yaml.YAMLError as exc:
-        return None, {}, [Problem(file, 0, 0, "", f"YAML syntax: {exc}")]
+        return None, {}, [Problem(file, 0, 0, "", f"YAML syntax: {' '.join(str(exc).split())}")]
     except RecursionError:
         return None, {}, [Problem(file, 0, 0, "", "YAML syntax: nested too deeply")]
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     marks: dict[Loc, tuple[int, int]] = {}
     raw: dict[Loc, str] = {}
     problems: list[Problem] = []
@@ -456,15 +464,16 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
     if char:
         return Problem(file, line, col, "", f"YAML syntax: {char.group(1)} cannot start a plain value; quote the "
                                             "value")
-    problem = _YAML_WORDS.get(problem, problem).replace("'<stream end>'", "the end of the file")
+    msg = _YAML_WORDS.get(problem, problem)
+    for token, words in _YAML_TOKENS.items():
+        msg = msg.replace(token, words)
     context = str(exc.context or "")
     if "single document" in context:
         return Problem(file, line, col, "", "YAML syntax: a second document ('---'); a gpux.yml holds one")
-    msg = problem
-    if context.startswith("while ") and exc.context_mark and (not mark or exc.context_mark.line != mark.line):
+    if context.startswith("while ") and exc.context_mark:
         msg += f" ({context.removeprefix('while ')} started at line {exc.context_mark.line + 1})"
     elif context:
-        msg = f"{context.removeprefix('while ')}: {msg}"
+        msg = f"{context}: {msg}"
     if "mapping values are not allowed" in problem:
         msg += "; check the indentation, or quote a value that contains ': '"
     return Problem(file, line, col, "", f"YAML syntax: {msg}")
@@ -475,6 +484,8 @@ _YAML_WORDS = {
     "expected <block end>, but found '-'": "a list item where a key was expected; check the indentation",
     "expected <block end>, but found '<scalar>'": "a value where a key was expected; check the indentation",
 }
+_YAML_TOKENS = {"'<stream end>'": "the end of the file", "<block end>": "the end of the block",
+                "'<scalar>'": "a value", "'<block mapping start>'": "a key", "'<document start>'": "'---'"}
 
 
 def relocate(loc: Loc, aliases: dict[Loc, Loc]) -> Loc:
@@ -642,6 +653,8 @@ def _message(loc: Loc, err: dict[str, Any]) -> tuple[str, bool]:
         return f"must be {op} {ctx.get(name)}, got {got}", False
     if kind in ("byte_size", "byte_size_unit"):
         return f"expected a size such as 4GB, 512MiB or a number of bytes, got {got}", False
+    if kind == "invalid_key":
+        return f"expected a field name, got {got}", True
     if kind == "string_too_short":
         return "must not be empty", False
     if kind == "int_from_float":

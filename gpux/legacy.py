@@ -45,6 +45,7 @@ class Migration:
     notes: list[Note] = field(default_factory=list)  # deprecations (warnings)
     errors: list[Note] = field(default_factory=list)  # earlier-format settings that cannot be mapped
     aliases: dict[Loc, Loc] = field(default_factory=dict)  # v1 path -> the path written in the file
+    # notes and errors name paths as the file writes them (inputs.0.type), not v1 paths
 
 
 def migrate(data: dict[str, Any]) -> Migration:

@@ -94,7 +94,7 @@ def check_one(path: Path, check_model: bool) -> Result:
 
             load_checked(project)
     except ConfigError as exc:
-        return Result(path, exc.problems)
+        return Result(path, sorted(exc.problems, key=lambda p: (p.line, p.col)))
     except GpuxError as exc:  # e.g. onnx not installed for --check-model
         return Result(path, [Problem(str(path), 0, 0, "", "; ".join(exc.lines()))])
     return Result(path, warnings=list(project.notes))

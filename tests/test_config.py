@@ -25,6 +25,14 @@ INVALID: list[tuple[str, str, list[str]]] = [
      ["gpux.yml:2:6 YAML syntax: expected ',' or ']', but got ':' (parsing a flow sequence started at line 1)"]),
     ("tab-indent", "name: m\nmodel:\n\tsource: model.onnx\n",
      ["gpux.yml:3:1 YAML syntax: tab character; indent with spaces"]),
+    ("bad-indentation", "name: m\nmodel:\n  source: model.onnx\n format: onnx\n",
+     ["gpux.yml:4:2 YAML syntax: this key is indented unlike the keys above it (parsing a block mapping started "
+      "at line 1)"]),
+    ("unclosed-brace", "name: m\nmodel: {source: model.onnx\n",
+     ["gpux.yml:3:1 YAML syntax: expected ',' or '}', but got the end of the file (parsing a flow mapping started "
+      "at line 2)"]),
+    ("unquoted-special-character", "name: @m\nmodel: {source: model.onnx}\n",
+     ["gpux.yml:1:7 YAML syntax: '@' cannot start a plain value; quote the value"]),
     ("python-tag", "name: !!python/object:os.system m\nmodel: {source: model.onnx}\n",
      ["gpux.yml:1:7 YAML: tag !!python/object:os.system is not allowed (gpux.yml is loaded safely: plain "
       "mappings, lists, strings and numbers only)"]),
