@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -29,8 +30,7 @@ def with_precision(project: Project, provider: str, precision: str) -> Project:
         return project
     providers = project.config.providers.model_copy(
         update={provider: block.model_copy(update={"precision": precision})})
-    config = project.config.model_copy(update={"providers": providers})
-    return Project(project.path, config, project.marks, project.warnings)
+    return dataclasses.replace(project, config=project.config.model_copy(update={"providers": providers}))
 
 
 def protocol_for(project: Project, runs: int | None, warmup: int | None, duration: float | None,

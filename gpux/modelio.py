@@ -151,19 +151,23 @@ def check_declared(project: Project, io: ModelIO) -> list[Problem]:
         if declared is None:
             continue
         real = {t.name: t for t in actual}
+        suggested: set[str] = set()
         for name, spec in declared.items():
             if name not in real:
                 from gpux.config import did_you_mean
 
-                msg = f"the model has no {kind[:-1]} {name!r}{did_you_mean(name, list(real))}"
+                hint = did_you_mean(name, list(real))
+                suggested.update(n for n in real if f"'{n}'" in hint)
+                msg = f"the model has no {kind[:-1]} {name!r}{hint}"
                 problems.append(project.problem((kind, name), f"{msg}; it has {', '.join(real)}", key=True))
                 continue
             problems += _compare(project, (kind, name), spec, real[name])
         if kind == "inputs":
-            missing = [n for n in real if n not in declared]
+            missing = [n for n in real if n not in declared and n not in suggested]
             if missing:
-                problems.append(project.problem((kind,), f"model inputs not declared: {', '.join(missing)}"))
-    return problems
+                problems.append(project.problem((kind,), f"model inputs not declared: {', '.join(missing)}",
+                                                key=True))
+    return sorted(problems, key=lambda p: (p.line, p.col))
 
 
 def _compare(project: Project, loc: tuple[str, ...], spec: TensorSpec, real: Tensor) -> list[Problem]:
