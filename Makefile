@@ -40,4 +40,4 @@ bench: install
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) examples/*/.gpux examples/*/*.onnx examples/*/*.onnx.data
+	rm -rf $(VENV) examples/*/.gpux examples/*/*.onnx examples/*/*.onnx.data examples/*/*.pt examples/*/*.pt2

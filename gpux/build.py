@@ -48,7 +48,7 @@ STEPS: dict[str, Step] = {
     "torch-export": Step("gpux.providers.torch:export_onnx", "gpux.providers.ort:verify_runner",
                          ("torch", "onnx"), "none"),
     "coreml-package": Step("gpux.providers.coreml:build_package", "gpux.providers.coreml:verify_runner",
-                           ("coremltools", "torch"), "none", "gpux.providers.coreml:open_runner"),
+                           ("coremltools", "torch"), "none", "gpux.providers.coreml:open_runner", shapes=True),
     "openvino-ir": Step("gpux.providers.openvino:build_ir", "gpux.providers.openvino:verify_runner",
                         ("openvino", "nncf", "onnxruntime"), "cpu", "gpux.providers.openvino:open_runner",
                         shapes=True),

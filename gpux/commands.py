@@ -188,7 +188,8 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
         report.emit_json(doc)
         return 0
     print(f"{project.name} {project.config.version}  ({project.path})")
-    print(f"model: {project.source}  {report.format_size(size)}  opset {io.opset}  ir {io.ir_version}")
+    fmt = f"opset {io.opset}  ir {io.ir_version}" if io.opset else f"format {io.producer}"
+    print(f"model: {project.source}  {report.format_size(size)}  {fmt}")
     for kind, ts in (("inputs", inputs), ("outputs", outputs)):
         print(f"{kind}:")
         for t in ts.values():

@@ -122,8 +122,9 @@ def targets(project: Project, provider: str, inputs: dict[str, Any] | None = Non
         return _targets(project, provider, inputs)
     if provider == "coreml":  # coremltools converts PyTorch directly into an ML Program package
         o = project.config.providers.coreml
+        profiles = {d: r.model_dump() for d, r in project.config.providers.tensorrt.profiles.items()}
         return [Target(f"coreml-package-{o.compute_precision}", "coreml-package", provider, o.compute_precision,
-                       {**o.model_dump(mode="json"), "source_format": fmt})]
+                       {**o.model_dump(mode="json"), "source_format": fmt, "profiles": profiles})]
     export = Target("onnx-export", "torch-export", "torch", "fp32",
                     {"opset": EXPORT_OPSET, "source_format": fmt})
     out = [export]
