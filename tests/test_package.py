@@ -18,14 +18,13 @@ import pytest
 
 from gpux.config import load_config
 from gpux.errors import UsageError
+from gpux.engine import EngineUnavailable, run_image
 from gpux.package import (
     CUDA_BASE,
     IMAGES,
-    EngineUnavailable,
     choose_provider,
     pin_requirements,
     plan_image,
-    run_image,
     write_wheel,
 )
 from tests.conftest import MLP_YML, gpux, make_mlp, write
