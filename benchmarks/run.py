@@ -93,28 +93,29 @@ def provider_latency(name: str, providers: list[str], seconds: float) -> dict[st
     return out
 
 
-def benchmark_app(xml: Path, seconds: float, threads: int) -> float:
-    """Median latency (ms) from OpenVINO's own benchmark_app, latency hint, sync API, one request."""
-    r = sh("benchmark_app", "-m", str(xml), "-d", "CPU", "-hint", "latency", "-api", "sync", "-t",
-           str(int(seconds)), "-nthreads", str(threads), "-infer_precision", "f32")
-    m = re.search(r"Median:\s+([\d.]+)\s+ms", r.stdout)
+def benchmark_app(xml: Path, seconds: float, threads: int, shapes: dict[str, list[int]]) -> float:
+    """Median latency (ms) from OpenVINO's own benchmark_app: one stream, `threads` threads, sync API, f32."""
+    r = sh("benchmark_app", "-m", str(xml), "-d", "CPU", "-hint", "none", "-nstreams", "1", "-api", "sync", "-t",
+           str(int(seconds)), "-nthreads", str(threads), "-infer_precision", "f32",
+           "-shape", ",".join(f"{n}[{','.join(map(str, d))}]" for n, d in shapes.items()))
+    m = re.search(r"Median:\s+([\d.]+)\s+(ms|us)", r.stdout)
     if not m:
         raise RuntimeError(r.stdout[-2000:])
-    return float(m.group(1))
+    return float(m.group(1)) / (1000 if m.group(2) == "us" else 1)
 
 
-def gpux_ov_same_settings(name: str, seconds: float, threads: int) -> tuple[float, Path]:
-    """gpux openvino p50 with the settings benchmark_app is given; returns (ms, IR path)."""
+def gpux_ov_same_settings(name: str, seconds: float, threads: int) -> tuple[float, Path, dict]:
+    """gpux openvino p50 with the settings benchmark_app is given; returns (ms, IR path, input shapes)."""
     work = Path(tempfile.mkdtemp())
     shutil.copytree(EX / name, work / name, ignore=shutil.ignore_patterns(".gpux"))
     p = work / name / "gpux.yml"
     p.write_text(p.read_text().replace("openvino: {device: CPU, hint: latency, precision: fp32}",
                                        f"openvino: {{device: CPU, hint: latency, precision: fp32, "
-                                       f"inference_precision: f32, threads: {threads}}}"))
+                                       f"inference_precision: f32, streams: 1, threads: {threads}}}"))
     gpux("build", str(work / name), "--provider", "openvino")
     r = gpux("run", str(work / name), "--provider", "openvino", "--benchmark", "--duration", str(seconds), "--json")
     row = json.loads(r.stdout)["results"][0]
-    return row["stats"]["p50"] * 1e3, Path(row["artifact"])
+    return row["stats"]["p50"] * 1e3, Path(row["artifact"]), row["shapes"]
 
 
 def ov_ready(name: str, rounds: int) -> tuple[float, float]:
@@ -213,11 +214,11 @@ def main() -> None:
             lines += ["", f"ResNet-50 on openvino reaches {achieved:.1f} GFLOP/s = {achieved / peak:.0%} of this "
                           f"machine's measured fp32 matmul peak ({peak:.1f} GFLOP/s, numpy 2048² sgemm)."]
 
-    lines += ["", "## gpux openvino vs OpenVINO benchmark_app (same IR, CPU, latency hint, f32, 2 threads)", "",
+    lines += ["", "## gpux openvino vs OpenVINO benchmark_app (same IR, CPU, 1 stream, 2 threads, f32, sync)", "",
               "| model | gpux p50 ms | benchmark_app median ms | ratio |", "|---|---|---|---|"]
     for name in ("mlp", "resnet50"):
-        g, xml = gpux_ov_same_settings(name, secs, 2)
-        b = benchmark_app(xml, max(secs, 2), 2)
+        g, xml, shapes = gpux_ov_same_settings(name, secs, 2)
+        b = benchmark_app(xml, max(secs, 2), 2, shapes)
         lines.append(f"| {name} | {g:.3f} | {b:.3f} | {g / b:.3f} |")
 
     cached, cold = ov_ready("resnet50", rounds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from gpux import report
@@ -36,6 +37,14 @@ class _Progress:
 
 def build_command(path: str, provider: str | None, strict: bool, force: bool, verify: bool, dry_run: bool,
                   store_dir: str | None, as_json: bool) -> int:
+    from gpux import noop
+
+    request = {"provider": provider, "strict": strict, "verify": verify, "store": store_dir}
+    if not force and not dry_run:
+        replayed = noop.replay(path, request)
+        if replayed is not None:
+            report.emit_json(replayed) if as_json else report.render_build(replayed)
+            return 0
     from gpux.build import build, keyed_targets, needs_device, source_files
     from gpux.modelio import effective_io, load_checked
     from gpux.plan import select
@@ -90,24 +99,32 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     if cannot_run is None:
         save_choice(project, store_dir, name)
     doc = {**result.to_dict(), "requested": selection.to_dict(),
-           "runs_here": None if cannot_run is None else False,
+           "cannot_run": None if cannot_run is None else cannot_run.reason,
            "attempts": [a.to_dict() for a in attempts], "warnings": project.warnings}
+    noop.record(project, request, doc, watched_files(project, io, result))
     if as_json:
         report.emit_json(doc)
-        return 0
-    for a in attempts:
-        report.warn(a.line())
-    if cannot_run is not None:
-        report.warn(f"built for {name}, which cannot run on this machine: {cannot_run.reason}")
-    if attempts:
-        report.warn(f"built for {name} instead of {selection.chain[0]}")
-    for r in result.results:
-        v = r.artifact.manifest.get("verification") or {}
-        ver = f"verify skipped: {v['skipped']}" if "skipped" in v else \
-            f"verified (cosine {min(o['cosine'] for o in v['outputs'].values()):.6f})" if v.get("outputs") else ""
-        state = "cached" if r.cached else f"built in {r.seconds:.2f}s"
-        print(f"{r.target.id}: {state}, {report.format_size(r.artifact.size())}, {ver} → {r.artifact.main}")
+    else:
+        report.render_build(doc)
     return 0
+
+
+def watched_files(project: Any, io: Any, result: Any) -> list[Path]:
+    """Every file an unchanged build depends on: config, model (+ external data), labels, samples,
+    calibration data, and each artifact's files with its manifest."""
+    from gpux.build import source_files
+
+    cfg = project.config
+    named = [spec.labels for spec in {**(cfg.inputs or {}), **(cfg.outputs or {})}.values()
+             if isinstance(spec.labels, str)]
+    named += [cfg.verify.data] + [r.target.options.get("calibration") for r in result.results]
+    out = [project.path, *source_files(project, io)]
+    for rel in filter(None, named):
+        p = project.root / rel
+        out += sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+    for r in result.results:
+        out += [r.artifact.dir / rel for rel in r.artifact.manifest["files"]] + [r.artifact.dir / "manifest.json"]
+    return out
 
 
 def run_command(target: str, *, input_json: str | None, input_file: str | None, output: str | None,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpux.config import Project
+if TYPE_CHECKING:
+    from gpux.config import Project
 
 
 def emit_json(doc: Any) -> None:
@@ -122,3 +123,22 @@ def artifacts_table(arts: list[dict[str, Any]]) -> str:
             ver += f" cos={cos:.6f}"
         rows.append([a["id"], a["state"], format_size(a["size"]), ver, a["path"]])
     return format_table(["artifact", "state", "size", "verification", "path"], rows)
+
+
+def render_build(doc: dict[str, Any]) -> None:
+    """`gpux build`'s human report: warnings and skipped providers on stderr, one line per target."""
+    for w in doc.get("warnings") or []:
+        warn(w)
+    for a in doc.get("attempts") or []:
+        fix = f" → {a['fix']}" if a.get("fix") else ""
+        warn(f"skipped {a['provider']} ({a['stage']}): {a['reason']}{fix}")
+    if doc.get("cannot_run"):
+        warn(f"built for {doc['provider']}, which cannot run on this machine: {doc['cannot_run']}")
+    if doc.get("attempts"):
+        warn(f"built for {doc['provider']} instead of {doc['requested']['chain'][0]}")
+    for t in doc["targets"]:
+        v = t.get("verification") or {}
+        ver = f"verify skipped: {v['skipped']}" if "skipped" in v else \
+            f"verified (cosine {min(o['cosine'] for o in v['outputs'].values()):.6f})" if v.get("outputs") else ""
+        state = "cached" if t["cached"] else f"built in {t['seconds']:.2f}s"
+        print(f"{t['target']['id']}: {state}, {format_size(t['size'])}, {ver} → {t['path']}")

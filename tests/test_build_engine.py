@@ -216,3 +216,49 @@ def test_concurrent_builds_leave_one_consistent_artifact_set(tmp_path: Path) -> 
     assert len(arts) == 1 and store.check(arts[0], full=True) is None
     built_fresh = [json.loads(o)["targets"][0]["cached"] for o, _ in outs].count(False)
     assert built_fresh == 1, "one process builds, the others wait and reuse"
+
+
+BLOCK = """
+import sys, importlib.abc
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"pydantic", "onnx", "onnxruntime", "numpy", "yaml"}:
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+from gpux.cli import main
+main(sys.argv[1:])
+"""
+
+
+def blocked_build(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", BLOCK, "build", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_unchanged_build_is_answered_without_loading_anything_heavy(mlp_project: Path) -> None:
+    first = cli("build", str(mlp_project), "--json")
+    assert first.returncode == 0, first.stderr
+    noop = blocked_build(str(mlp_project), "--json")
+    assert noop.returncode == 0, noop.stderr
+    doc = json.loads(noop.stdout)
+    assert doc["targets"][0]["cached"] is True
+    assert doc["targets"][0]["path"] == json.loads(first.stdout)["targets"][0]["path"]
+    text = blocked_build(str(mlp_project))
+    assert text.returncode == 0 and "onnx-fp32-basic: cached" in text.stdout
+
+
+@pytest.mark.parametrize("change", ["model", "config", "artifact", "flag"])
+def test_any_change_takes_the_full_path(mlp_project: Path, change: str) -> None:
+    assert cli("build", str(mlp_project)).returncode == 0
+    args = [str(mlp_project)]
+    if change == "model":
+        os.utime(mlp_project / "model.onnx")
+    elif change == "config":
+        edit(mlp_project, "version: 1.0.0", "version: 1.0.1")
+    elif change == "artifact":
+        art = next((mlp_project / ".gpux" / "tiny-mlp").glob("onnx-*/model.onnx"))
+        os.utime(art)
+    else:
+        args.append("--no-verify")
+    r = blocked_build(*args)
+    assert r.returncode != 0 and "blocked" in r.stderr, "the full build must run (and here it cannot)"
+    assert cli("build", *args).returncode == 0

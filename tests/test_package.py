@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from gpux.config import load_config
-from gpux.errors import UsageError
 from gpux.engine import EngineUnavailable, run_image
+from gpux.errors import UsageError
 from gpux.package import (
     CUDA_BASE,
     IMAGES,
