@@ -170,7 +170,8 @@ def test_coreml_package_from_cli_has_the_requested_precision(projects: dict[str,
     r = cli("build", str(project), "--provider", "coreml", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["provider"] == "coreml" and doc["runs_here"] is (False if sys.platform != "darwin" else None)
+    assert doc["provider"] == "coreml"
+    assert (doc["cannot_run"] is not None) == (sys.platform != "darwin"), "off macOS the doc says it cannot run"
     [target] = doc["targets"]
     assert target["target"]["id"] == f"coreml-package-{precision}"
     package = Path(target["path"])
