@@ -95,7 +95,7 @@ PROVIDERS: dict[str, Provider] = {
                  _cuda_device, "NVIDIA GPU"),
         Provider("cuda", "onnxruntime", "CUDAExecutionProvider", "cuda", ("linux", "win32"),
                  _cuda_device, "NVIDIA GPU"),
-        Provider("rocm", "onnxruntime", "ROCMExecutionProvider", "rocm", ("linux",), _rocm_device, "AMD GPU"),
+        Provider("rocm", "onnxruntime", "MIGraphXExecutionProvider", "", ("linux",), _rocm_device, "AMD GPU"),
         Provider("coreml", "onnxruntime", "CoreMLExecutionProvider", "coreml", ("darwin",), None,
                  "Apple Neural Engine / GPU"),
         Provider("directml", "onnxruntime", "DmlExecutionProvider", "directml", ("win32",), None,
@@ -113,11 +113,20 @@ PLATFORM_NAMES = {"linux": "Linux", "win32": "Windows", "darwin": "macOS"}
 ORT_PACKAGE = {
     "tensorrt": "onnxruntime-gpu (+ TensorRT libraries)",
     "cuda": "onnxruntime-gpu",
-    "rocm": "onnxruntime-rocm (AMD's package index)",
+    "rocm": "onnxruntime-migraphx or onnxruntime-rocm from AMD's package index (not on PyPI)",
     "coreml": "onnxruntime (macOS wheel)",
     "directml": "onnxruntime-directml",
     "cpu": "onnxruntime",
 }
+
+
+# EPs that also serve a provider (rocm: AMD ships MIGraphX, and ROCm in older ONNX Runtime builds)
+ALSO_ACCEPTED = {"rocm": ("MIGraphXExecutionProvider", "ROCMExecutionProvider")}
+
+
+def _fix(p: Provider) -> str:
+    package = ORT_PACKAGE.get(p.name, f"the ONNX Runtime build that has {p.ep}")
+    return f"install {package}" + (f": {install_hint(p.extra)}" if p.extra else "")
 
 
 @cache
@@ -133,20 +142,17 @@ def ort_available_eps() -> tuple[str, ...] | str:
 
 def _probe_ort(p: Provider) -> Availability:
     if not is_installed("onnxruntime"):
-        return Availability(p.name, "not installed", "onnxruntime is not installed", install_hint(p.extra))
+        return Availability(p.name, "not installed", "onnxruntime is not installed", _fix(p))
     if p.builtin:
         return Availability(p.name, "ok", f"{p.ep} is part of every ONNX Runtime build")
     eps = ort_available_eps()
     if isinstance(eps, str):
         return Availability(p.name, "import failed", f"onnxruntime fails to import: {eps}",
-                            f"pip install --force-reinstall {ORT_PACKAGE[p.name].split()[0]}")
-    ep = p.ep
-    if p.name == "rocm" and ep not in eps and "MIGraphXExecutionProvider" in eps:
-        ep = "MIGraphXExecutionProvider"
+                            f"pip install --force-reinstall {ORT_PACKAGE.get(p.name, "onnxruntime").split()[0]}")
+    ep = next((e for e in ALSO_ACCEPTED.get(p.name, (p.ep,)) if e in eps), p.ep)
     if ep not in eps:
         dists = ", ".join(installed_ort_distributions()) or "onnxruntime"
-        return Availability(p.name, "not installed", f"{p.ep} is not in this ONNX Runtime build ({dists})",
-                            f"install {ORT_PACKAGE[p.name]}: {install_hint(p.extra)}")
+        return Availability(p.name, "not installed", f"{p.ep} is not in this ONNX Runtime build ({dists})", _fix(p))
     return Availability(p.name, "ok", f"{ep} available")
 
 

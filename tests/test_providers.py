@@ -1,0 +1,57 @@
+"""The provider registry: order, exact EP strings, probes that never raise, third-party registration."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+import pytest
+
+from gpux import providers
+from gpux.providers import PROVIDERS, Availability, Provider, probe
+
+PLUGIN = Provider("npu-x", "onnxruntime", "NpuXExecutionProvider", "npu-x", ("linux",), None, "NPU-X card")
+
+
+def test_registry_order_and_exact_ep_strings() -> None:
+    assert list(PROVIDERS) == ["tensorrt", "cuda", "rocm", "coreml", "directml", "openvino", "cpu"]
+    assert {n: p.ep for n, p in PROVIDERS.items()} == {
+        "tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider",
+        "rocm": "MIGraphXExecutionProvider", "coreml": "CoreMLExecutionProvider",
+        "directml": "DmlExecutionProvider", "openvino": None, "cpu": "CPUExecutionProvider"}
+
+
+@pytest.mark.parametrize("name", list(PROVIDERS))
+def test_probe_answers_with_a_status_and_a_fix(name: str) -> None:
+    a = probe(name)
+    assert a.status in ("ok", "not installed", "import failed", "no device")
+    assert a.reason
+    if not a.ok:
+        assert a.fix, f"{name}: a failed probe names a fix"
+
+
+def test_probe_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom() -> str:
+        raise RuntimeError("driver exploded")
+    broken = Provider("cuda", "onnxruntime", "CUDAExecutionProvider", "cuda", ("linux",), boom, "GPU", builtin=True)
+    monkeypatch.setitem(PROVIDERS, "cuda", broken)
+    probe.cache_clear()
+    try:
+        a = probe("cuda")
+    finally:
+        probe.cache_clear()
+    assert isinstance(a, Availability) and a.status == "import failed" and "driver exploded" in a.reason
+
+
+def test_third_party_providers_register_through_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    ep = metadata.EntryPoint("npu-x", "tests.test_providers:PLUGIN", providers.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(providers.metadata, "entry_points",
+                        lambda group: [ep] if group == providers.ENTRY_POINT_GROUP else [])
+    providers.plugin_providers.cache_clear()
+    probe.cache_clear()
+    try:
+        assert providers.plugin_providers() == {"npu-x": PLUGIN}
+        a = probe("npu-x")
+        assert a.provider == "npu-x" and a.status == "not installed" and "NpuXExecutionProvider" in a.reason
+    finally:
+        providers.plugin_providers.cache_clear()
+        probe.cache_clear()
