@@ -148,7 +148,7 @@ def _probe_ort(p: Provider) -> Availability:
     eps = ort_available_eps()
     if isinstance(eps, str):
         return Availability(p.name, "import failed", f"onnxruntime fails to import: {eps}",
-                            f"pip install --force-reinstall {ORT_PACKAGE.get(p.name, "onnxruntime").split()[0]}")
+                            f"pip install --force-reinstall {ORT_PACKAGE.get(p.name, 'onnxruntime').split()[0]}")
     ep = next((e for e in ALSO_ACCEPTED.get(p.name, (p.ep,)) if e in eps), p.ep)
     if ep not in eps:
         dists = ", ".join(installed_ort_distributions()) or "onnxruntime"
