@@ -18,7 +18,7 @@ import gpux
 from gpux import store
 from gpux.config import Project
 from gpux.deps import installed_ort_distributions, version_of
-from gpux.errors import BuildFailed, VerificationFailed
+from gpux.errors import BuildFailed, GpuxError, VerificationFailed
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan import Target, resolve_shapes, targets
 
@@ -91,7 +91,7 @@ def device_identity(step: Step, target: Target) -> dict[str, Any]:
     ):
         return {}
     if step.device == "gpu":
-        return resolve("gpux.providers.tensorrt:gpu_identity")()
+        return resolve("gpux.providers.tensorrt:gpu_identity")(int(target.options.get("device_id") or 0))
     return {"cpu": cpu_model(), "machine": platform.machine()}
 
 
@@ -165,11 +165,11 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
         folder = root / project.name / f"{target.id}-{key[:12]}"
         src = project.source if not result.results else result.final.artifact.main
         started = time.perf_counter()
-        art, reason = (None, "--force") if force else _cached(folder, key, full_check)
+        art, reason = (None, "--force") if force else _cached(folder, key, full_check, verify)
         cached = art is not None
         if art is None:
             with store.locked(root / ".locks" / f"{project.name}-{folder.name}.lock"):
-                art, reason2 = (None, reason) if force else _cached(folder, key, full_check)
+                art, reason2 = (None, reason) if force else _cached(folder, key, full_check, verify)
                 if art is None and for_run and not STEPS[target.step].on_run:
                     raise NeedsBuild(project, target, parts, root)
                 if art is None:
@@ -226,12 +226,14 @@ def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor],
     return out
 
 
-def _cached(folder: Path, key: str, full: bool = False) -> tuple[store.Artifact | None, str]:
+def _cached(folder: Path, key: str, full: bool = False, verify: bool = False) -> tuple[store.Artifact | None, str]:
     art = store.read_manifest(folder)
     if art is None:
         return None, "not built yet" if not folder.exists() else "no valid manifest"
     if art.manifest.get("key") != key or digest_of(art.manifest.get("key_parts")) != key:
         return None, "manifest does not match this environment"
+    if verify and (art.manifest.get("verification") or {}).get("skipped") == "--no-verify":
+        return None, "built with --no-verify; verifying now"
     problem = store.check(art, full=full)
     if problem:
         return None, f"artifact damaged: {problem}"
@@ -277,7 +279,14 @@ def _build_one(project: Project, target: Target, parts: dict[str, Any], key: str
         ctx = Context(project, target, src, workdir, inputs, shapes, log,
                       lambda: calibrate.feeds(project, target, inputs, shapes, log))
         started = time.perf_counter()
-        info = resolve(step.build)(ctx)
+        try:
+            info = resolve(step.build)(ctx)
+        except GpuxError:
+            raise
+        except Exception as exc:  # runtimes raise anything on a model they cannot take
+            text = str(exc).strip().splitlines()
+            raise BuildFailed(f"{target.id}: {type(exc).__name__}: {text[0] if text else ''}"[:400],
+                              hint="the model may be invalid for this runtime; GPUX_DEBUG=1 shows details") from exc
         seconds = time.perf_counter() - started
         manifest = {
             "schema": store.MANIFEST_SCHEMA,

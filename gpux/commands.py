@@ -50,7 +50,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     from gpux.plan import select
     from gpux.providers import probe
     from gpux.resolve import open_project, remember
-    from gpux.session import Attempt, save_choice
+    from gpux.session import Attempt, save_choice, saved_choice_path
 
     project = open_project(path)
     for w in project.warnings:
@@ -94,6 +94,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
             raise ProviderUnavailable(f"{name} unavailable: {avail.reason} — fallback is off", hint=avail.fix)
     else:
         raise ProviderUnavailable("no provider can build here: " + "; ".join(a.line() for a in attempts))
+    before, config_sha = noop.snapshot(watched_inputs(project, io)), noop.config_digest(project.path)
     result = build(project, name, force=force, verify=verify, store_dir=store_dir, log=log, io=io)
     remember(project)
     if cannot_run is None:
@@ -101,7 +102,9 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     doc = {**result.to_dict(), "requested": selection.to_dict(),
            "cannot_run": None if cannot_run is None else cannot_run.reason,
            "attempts": [a.to_dict() for a in attempts], "warnings": project.warnings}
-    noop.record(project, request, doc, watched_files(project, io, result))
+    outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
+    selected = None if cannot_run else {"provider": name, "file": str(saved_choice_path(project, store_dir))}
+    noop.record(project, request, doc, before, config_sha, outputs, selected)
     if as_json:
         report.emit_json(doc)
     else:
@@ -109,21 +112,20 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     return 0
 
 
-def watched_files(project: Any, io: Any, result: Any) -> list[Path]:
-    """Every file an unchanged build depends on: config, model (+ external data), labels, samples,
-    calibration data, and each artifact's files with its manifest."""
+def watched_inputs(project: Any, io: Any) -> list[Path]:
+    """Every file and folder a build reads: config, model (+ external data), labels, samples, calibration
+    data (folders too: adding a file changes them)."""
     from gpux.build import source_files
 
     cfg = project.config
     named = [spec.labels for spec in {**(cfg.inputs or {}), **(cfg.outputs or {})}.values()
              if isinstance(spec.labels, str)]
-    named += [cfg.verify.data] + [r.target.options.get("calibration") for r in result.results]
+    named += [cfg.verify.data] + [getattr(b, "calibration", None) for b in
+                                  (getattr(cfg.providers, n) for n in type(cfg.providers).model_fields)]
     out = [project.path, *source_files(project, io)]
     for rel in filter(None, named):
         p = project.root / rel
-        out += sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
-    for r in result.results:
-        out += [r.artifact.dir / rel for rel in r.artifact.manifest["files"]] + [r.artifact.dir / "manifest.json"]
+        out += [p, *sorted(p.rglob("*"))] if p.is_dir() else [p]
     return out
 
 

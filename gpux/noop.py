@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ENV = ("GPUX_PROVIDER", "GPUX_STORE", "GPUX_PROBE_DEVICES")
+ENV = ("GPUX_PROVIDER", "GPUX_STORE", "GPUX_PROBE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 DISTS = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml", "onnxruntime-rocm",
          "onnxruntime-migraphx", "openvino", "nncf", "onnx", "torch", "coremltools", "tensorrt", "pydantic")
 DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dri")
@@ -52,16 +52,29 @@ def environment() -> dict[str, Any]:
     cpu = ""
     with contextlib.suppress(OSError):
         cpu = next((x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")), "")
+    devices = [d for d in DEVICES if os.path.exists(d)]
+    gpu = None
+    if any("nvidia" in d for d in devices):
+        from gpux.providers.tensorrt import gpu_identity
+
+        gpu = gpu_identity()
     return {"gpux": gpux.__version__, "python": sys.version, "platform": sys.platform, "versions": versions,
-            "cpu": cpu, "devices": [d for d in DEVICES if os.path.exists(d)]}
+            "cpu": cpu, "devices": devices, "gpu": gpu}
 
 
 def _stat(p: str) -> list[int] | None:
+    """Size and mtime; for a folder, its mtime (it changes when an entry is added or removed) and entry count."""
     try:
         st = os.stat(p)
+        size = len(os.listdir(p)) if os.path.isdir(p) else st.st_size
     except OSError:
         return None
-    return [st.st_size, st.st_mtime_ns]
+    return [size, st.st_mtime_ns]
+
+
+def snapshot(files: list[Path]) -> dict[str, Any]:
+    """What a build is about to read, taken BEFORE it reads it (so a change during the build is not missed)."""
+    return {str(Path(f).resolve()): _stat(str(f)) for f in files}
 
 
 def replay(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
@@ -81,19 +94,43 @@ def replay(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
     doc: dict[str, Any] = rec["doc"]
     for t in doc["targets"]:
         t.update(cached=True, reason="", seconds=0.0)
+    _side_effects(rec, config)
     return doc
 
 
-def record(project: Any, request: dict[str, Any], doc: dict[str, Any], files: list[Path]) -> None:
-    """Remember a successful build (best effort: a failure to write only costs the next build's speed)."""
+def _side_effects(rec: dict[str, Any], config: Path) -> None:
+    """What a full build also leaves behind: the name index entry and the project's saved provider."""
+    from gpux import index
     from gpux.store import atomic_write_text
 
-    if project.path.name not in CONFIG_NAMES or not project.path.is_file():
+    index.remember(rec["doc"]["name"], config)
+    selected = rec.get("selected")
+    if selected:
+        path = Path(selected["file"])
+        with contextlib.suppress(OSError, ValueError):
+            if not path.is_file() or json.loads(path.read_text()).get("provider") != selected["provider"]:
+                atomic_write_text(path, json.dumps({"provider": selected["provider"]}))
+
+
+def config_digest(config: Path) -> str | None:
+    try:
+        return hashlib.sha256(config.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def record(project: Any, request: dict[str, Any], doc: dict[str, Any], before: dict[str, Any], config_sha: str | None,
+           outputs: list[Path], selected: dict[str, str] | None) -> None:
+    """Remember a successful build (best effort: a failure to write only costs the next build's speed).
+    `before`/`config_sha` were taken before the build; `outputs` (artifacts) are stat-ed now."""
+    from gpux.store import atomic_write_text
+
+    if project.path.name not in CONFIG_NAMES or not project.path.is_file() or config_sha is None:
         return
-    stats = {str(Path(f).resolve()): _stat(str(f)) for f in files}
+    stats = {**before, **snapshot(outputs)}
     if any(s is None for s in stats.values()):
         return
-    rec = {"config_sha256": hashlib.sha256(project.path.read_bytes()).hexdigest(), "files": stats,
-           "environment": environment(), "doc": doc}
+    rec = {"config_sha256": config_sha, "files": stats, "environment": environment(), "doc": doc,
+           "selected": selected}
     with contextlib.suppress(OSError, TypeError, ValueError):
         atomic_write_text(_record_file(project.path, request), json.dumps(rec, default=str))

@@ -3,49 +3,25 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from pathlib import Path
 
+from gpux import index
 from gpux.config import CONFIG_NAMES, GpuxConfig, ModelSource, Project, find_config, load_config
 from gpux.errors import ConfigError, NotFound, Problem
-from gpux.store import atomic_write_text
-
-HOME_ENV = "GPUX_HOME"
-
-
-def index_path() -> Path:
-    home = os.environ.get(HOME_ENV) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpux")
-    return Path(home) / "projects.json"
-
-
-def known_projects() -> dict[str, str]:
-    """Model name → gpux.yml of every project built on this machine (most recent wins)."""
-    try:
-        data = json.loads(index_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(v, str) and Path(v).is_file()} \
-        if isinstance(data, dict) else {}
 
 
 def remember(project: Project) -> None:
-    if project.path.name not in CONFIG_NAMES or not project.path.is_file():
-        return
-    known = known_projects()
-    if known.get(project.name) == str(project.path):
-        return
-    known[project.name] = str(project.path)
-    with contextlib.suppress(OSError):
-        atomic_write_text(index_path(), json.dumps(known, indent=1, sort_keys=True))
+    if project.path.name in CONFIG_NAMES and project.path.is_file():
+        index.remember(project.name, project.path)
 
 
 def bare_model(path: Path) -> Project:
     """A project for a plain .onnx file: I/O read from the model, defaults everywhere."""
     name = "".join(c if c.isalnum() or c in "._-" else "-" for c in path.stem) or "model"
     config = GpuxConfig(name=name, model=ModelSource(source=path.name))
-    return Project(path=path.resolve().parent / "gpux.yml", config=config)
+    # not a real gpux.yml: nothing (name index, no-op record) may mistake it for one
+    return Project(path=path.resolve().with_name(path.name + ".gpux.yml"), config=config)
 
 
 def open_project(target: str) -> Project:
@@ -64,7 +40,7 @@ def open_project(target: str) -> Project:
                 project = load_config(here)
                 if project.name == target:
                     return project
-    known = known_projects()
+    known = index.known_projects()
     if target in known:
         return load_config(known[target])
     names = sorted(known)

@@ -84,7 +84,7 @@ class Session:
                 result = build(self.project, provider, force=self._force, verify=self._verify,
                                store_dir=self._store_dir, log=self._log, io=self.io, full_check=True, for_run=True)
             except GpuxError as exc:
-                self._fail(provider, "build", exc.message.splitlines()[0], exc.hint)
+                self._fail(provider, "build", " ".join(x.strip() for x in exc.message.splitlines()), exc.hint)
                 continue
             built = time.perf_counter()
             try:
@@ -193,8 +193,12 @@ def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Ru
     return opener(provider, project, artifact)
 
 
+def saved_choice_path(project: Project, store_dir: str | Path | None) -> Path:
+    return store.store_root(project.root, store_dir) / project.name / SAVED
+
+
 def saved_choice(project: Project, store_dir: str | Path | None) -> str | None:
-    path = store.store_root(project.root, store_dir) / project.name / SAVED
+    path = saved_choice_path(project, store_dir)
     try:
         value = json.loads(path.read_text()).get("provider")
     except (OSError, ValueError, AttributeError):
@@ -203,7 +207,7 @@ def saved_choice(project: Project, store_dir: str | Path | None) -> str | None:
 
 
 def save_choice(project: Project, store_dir: str | Path | None, provider: str) -> None:
-    path = store.store_root(project.root, store_dir) / project.name / SAVED
+    path = saved_choice_path(project, store_dir)
     try:
         if saved_choice(project, store_dir) != provider:
             store.atomic_write_text(path, json.dumps({"provider": provider}))

@@ -141,7 +141,11 @@ def read_manifest(folder: Path) -> Artifact | None:
         data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA or "files" not in data:
+    target = data.get("target") if isinstance(data, dict) else None
+    if (not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA
+            or not isinstance(data.get("files"), dict) or not isinstance(data.get("main"), str)
+            or not isinstance(target, dict) or not {"id", "step"} <= set(target)
+            or not isinstance(data.get("key_parts"), dict)):
         return None
     return Artifact(folder, data)
 

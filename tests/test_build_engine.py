@@ -262,3 +262,65 @@ def test_any_change_takes_the_full_path(mlp_project: Path, change: str) -> None:
     r = blocked_build(*args)
     assert r.returncode != 0 and "blocked" in r.stderr, "the full build must run (and here it cannot)"
     assert cli("build", *args).returncode == 0
+
+
+def test_name_index_holds_absolute_paths(mlp_project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    assert cli("build", ".", cwd=mlp_project).returncode == 0
+    elsewhere = tmp_path_factory.mktemp("other")
+    r = cli("run", "tiny-mlp", "--input", json.dumps({"x": [[0.0] * 8]}), "--json", cwd=elsewhere)
+    assert r.returncode == 0, r.stderr
+
+
+def test_no_verify_artifact_is_verified_before_it_is_trusted(mlp_project: Path) -> None:
+    edit(mlp_project, "backend: cpu", "backend: cpu\nproviders:\n  cpu: {precision: int8}\n"
+                                      "verify: {min_cosine: 0.9999999}")
+    assert cli("build", str(mlp_project), "--no-verify").returncode == 0
+    again = cli("build", str(mlp_project))
+    assert again.returncode == 1 and "failed verification" in again.stderr
+
+
+def test_new_calibration_file_in_a_folder_takes_the_full_path(mlp_project: Path) -> None:
+    calib = mlp_project / "calib"
+    calib.mkdir()
+    np.save(calib / "a.npy", np.ones((4, 1, 8), np.float32))
+    edit(mlp_project, "backend: cpu", "backend: cpu\nproviders:\n  cpu: {precision: int8, quantization: static, "
+                                      "calibration: calib}")
+    assert cli("build", str(mlp_project), "--no-verify").returncode == 0
+    assert blocked_build(str(mlp_project), "--no-verify").returncode == 0, "unchanged: replayed"
+    np.save(calib / "b.npy", np.zeros((4, 1, 8), np.float32))
+    r = blocked_build(str(mlp_project), "--no-verify")
+    assert r.returncode != 0 and "blocked" in r.stderr
+
+
+def test_bare_model_build_does_not_take_the_project_name(mlp_project: Path) -> None:
+    assert cli("build", str(mlp_project), "--json").returncode == 0
+    assert cli("build", str(mlp_project / "model.onnx"), "-p", "cpu").returncode == 0
+    doc = json.loads(cli("build", str(mlp_project), "--json").stdout)
+    assert doc["name"] == "tiny-mlp"
+
+
+def test_a_model_onnx_runtime_rejects_is_a_clear_failure(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph)  # stamps an IR version newer than ONNX Runtime 1.31 reads
+    model.ir_version = 99
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    write(tmp_path / "gpux.yml", "name: newer\nmodel: {source: model.onnx}\n")
+    r = cli("build", str(tmp_path), "-p", "cpu")
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "onnx-fp32-basic" in r.stderr
+    r = cli("run", str(tmp_path), "-p", "cpu", "--input", json.dumps({"x": [[0.0] * 4]}))
+    assert r.returncode == 4 and "Traceback" not in r.stderr
+
+
+def test_a_damaged_manifest_is_not_an_artifact(mlp_project: Path) -> None:
+    art = built(mlp_project).artifact
+    (art.dir / "manifest.json").write_text('{"schema": 1, "files": {}}')
+    for args in (("cache", "ls"), ("cache", "verify"), ("inspect",)):
+        r = cli(*args, str(mlp_project))
+        assert r.returncode == 0, (args, r.stderr)
+    cli("cache", "prune", str(mlp_project))
+    assert not art.dir.exists()
