@@ -101,7 +101,16 @@ def benchmark_command(target: str, *, provider: str | None, strict: bool, store:
     from gpux.resolve import open_project
 
     project = open_project(target)
-    shape_values = resolve_shapes(project, parse_shapes(shapes))
+    base = load_baseline(baseline) if baseline else None  # a bad baseline fails before minutes of measuring
+    asked = parse_shapes(shapes)
+    if input_file and (asked or batch):
+        raise InputError("--shape/--batch size synthetic inputs; with --file the data's own shapes are used")
+    dims = {d for spec in (project.config.inputs or {}).values() for d in (spec.shape or ()) if isinstance(d, str)}
+    unknown = sorted(set(asked) - dims) if project.config.inputs else []
+    if unknown:
+        raise InputError(f"--shape {unknown[0]}: no declared input has a dim named {unknown[0]!r}; "
+                         f"named dims: {', '.join(sorted(dims)) or 'none'}")
+    shape_values = resolve_shapes(project, asked)
     if batch:
         shape_values["batch"] = batch
     protocol = protocol_for(project, runs, warmup, duration, batch, concurrency)
@@ -123,13 +132,12 @@ def benchmark_command(target: str, *, provider: str | None, strict: bool, store:
                               input_file=input_file, log=log))
     doc = bench.make_document(rows, environment(project, protocol))
     code = 0
-    if baseline:
+    if base is not None:
+        notes: list[str] = []
         try:
-            base = json.loads(Path(baseline).read_text(encoding="utf-8"))
-            notes: list[str] = []
             regressions = bench.compare_baseline(doc, base, max_regression, notes=notes)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--baseline {baseline}: cannot use it: {exc}") from None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise InputError(f"--baseline {baseline}: not a gpux benchmark document: {exc}") from None
         doc["baseline"] = {"file": baseline, "max_regression_pct": max_regression, "regressions": regressions,
                            "notes": notes}
         code = 1 if regressions else 0
@@ -152,6 +160,18 @@ def benchmark_command(target: str, *, provider: str | None, strict: bool, store:
     if not any(r["status"] != "unavailable" and r.get("stats") for r in rows):
         code = code or 4
     return code
+
+
+def load_baseline(path: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--baseline {path}: cannot read it: {exc}") from None
+    rows = doc.get("results") if isinstance(doc, dict) else None
+    valid = isinstance(rows, list) and all(isinstance(r, dict) for r in rows)
+    if not valid or doc.get("schema") != bench.SCHEMA_VERSION:
+        raise InputError(f"--baseline {path}: not a gpux benchmark document (write one with --benchmark --json)")
+    return doc
 
 
 def environment(project: Project, protocol: bench.Protocol) -> dict[str, Any]:

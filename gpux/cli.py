@@ -192,7 +192,7 @@ def cache_prune(path: str, everything: bool, store: str | None, as_json: bool) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    debug = bool(os.environ.get("GPUX_DEBUG")) or "--debug" in (argv or sys.argv[1:])
+    debug = os.environ.get("GPUX_DEBUG", "") not in ("", "0", "false") or "--debug" in (argv or sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="gpux", standalone_mode=False)
     except GpuxError as exc:

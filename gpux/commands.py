@@ -50,13 +50,16 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     from gpux.plan import select
     from gpux.providers import probe
     from gpux.resolve import open_project, remember
-    from gpux.session import Attempt, save_choice, saved_choice_path
+    from gpux.session import Attempt, save_choice, saved_choice_path, usable_saved_choice
 
     project = open_project(path)
     for w in project.warnings:
         report.warn(w)
     io = load_checked(project, store_dir)
-    selection = select(project, provider, strict)
+    saved, reset = usable_saved_choice(project, store_dir)
+    if reset:
+        project.warnings.append(reset)
+    selection = select(project, provider, strict, saved)
     if dry_run:
         from gpux import store
 
@@ -140,23 +143,32 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
 
         return benchmark_command(target, provider=provider, strict=strict, store=store, as_json=as_json,
                                  input_file=input_file, **bench)
-    if input_json is None and input_file is None:
-        from gpux.errors import InputError
+    from gpux.errors import InputError
+    from gpux.modelio import effective_io, load_checked
+    from gpux.resolve import open_project
 
+    if input_json is None and input_file is None:
         raise InputError("no inputs given", hint="pass --input '{\"name\": [...]}' or --file inputs.npz "
                          "(or --benchmark for seeded random inputs)")
-    with load(target, provider, strict=strict, store_dir=store, log=_log(as_json), placement=placement) as session:
-        if input_json is not None:
-            feeds = parse_json(input_json, session.inputs)
-        else:
-            feeds = load_file(input_file or "", session.inputs)
+    if input_json is not None and input_file is not None:
+        raise InputError("--input and --file both given; pass one")
+    if output and not output.endswith(".npz"):
+        raise InputError(f"--output {output}: outputs are written as .npz; name the file *.npz")
+    project = open_project(target)
+    inputs, _ = effective_io(project, load_checked(project, store))
+    # inputs are read and checked before anything is built or loaded
+    feeds = parse_json(input_json, inputs) if input_json is not None else load_file(input_file or "", inputs)
+    with load(project, provider, strict=strict, store_dir=store, log=_log(as_json), placement=placement) as session:
         values = session.run_feeds(feeds)
         outputs = dict(zip(session.output_names, values, strict=True))
         info = session.report()
         if output:
             import numpy as np
 
-            np.savez(output, **outputs)
+            try:
+                np.savez(output, **outputs)
+            except OSError as exc:
+                raise InputError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
         doc = report.output_doc(session.project, outputs)
         if as_json:
             report.emit_json({"name": session.project.name, **info, "outputs": doc})
@@ -173,7 +185,7 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
 
 def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     from gpux import store
-    from gpux.build import keyed_targets, source_files
+    from gpux.build import source_files
     from gpux.config import PROVIDERS
     from gpux.modelio import effective_io, load_checked
     from gpux.plan import select
@@ -184,11 +196,12 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
     avail = [probe(p).to_dict() for p in PROVIDERS]
-    selection = select(project, None, False)
+    from gpux.session import usable_saved_choice
+
+    selection = select(project, None, False, usable_saved_choice(project, store_dir)[0])
     chosen = next((p for p in selection.chain if probe(p).ok), None)
     root = store.store_root(project.root, store_dir)
-    digest = store.digest_files(source_files(project, io), project.root, root / ".hashes.json")
-    current = {f"{t.id}-{key[:12]}" for p in PROVIDERS for t, _, key in keyed_targets(project, p, inputs, digest)}
+    current = current_folders(project, io, root)
     arts = []
     for a in store.artifacts(root, project.name):
         problem = store.check(a, full=False)
@@ -223,13 +236,27 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     return 0
 
 
+def current_folders(project: Any, io: Any, root: Path) -> set[str]:
+    """Artifact folder names the current config, model and environment would build, for every provider."""
+    from gpux import store
+    from gpux.build import keyed_targets, source_files
+    from gpux.config import PROVIDERS
+    from gpux.modelio import effective_io
+
+    inputs, _ = effective_io(project, io)
+    digest = store.digest_files(source_files(project, io), project.root, root / ".hashes.json")
+    return {f"{t.id}-{key[:12]}" for p in PROVIDERS for t, _, key in keyed_targets(project, p, inputs, digest)}
+
+
 def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) -> int:
     from gpux import store
+    from gpux.modelio import load_checked
     from gpux.resolve import open_project
 
     project = open_project(path)
     root = store.store_root(project.root, store_dir)
     arts = store.artifacts(root, project.name)
+    current = current_folders(project, load_checked(project, store_dir), root) if action == "prune" else set()
     rows: list[dict[str, Any]] = []
     removed: list[str] = []
     code = 0
@@ -239,7 +266,8 @@ def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) 
                      "problem": problem, "built_at": a.manifest.get("built_at")})
         if problem and action == "verify":
             code = int(ExitCode.FAILED)
-        if action == "prune-all" or (action == "prune" and problem):
+        superseded = action == "prune" and a.dir.name not in current
+        if action == "prune-all" or (action == "prune" and problem) or superseded:
             store.discard(a.dir)
             removed.append(str(a.dir))
     if action.startswith("prune"):

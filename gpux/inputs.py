@@ -97,7 +97,16 @@ def cast_all(data: dict[str, Any], tensors: dict[str, Tensor], origin: str) -> d
     if missing:
         raise InputError(f"{origin}: missing input {', '.join(missing)}",
                          hint=f"give every input: {_describe(tensors)}")
-    return {k: cast(data[k], tensors[k], origin) for k in tensors}
+    feeds = {k: cast(data[k], tensors[k], origin) for k in tensors}
+    seen: dict[str, tuple[int, str]] = {}
+    for name, t in tensors.items():
+        for d, n in zip(t.shape or (), getattr(feeds[name], "shape", ()), strict=False):
+            if isinstance(d, str):
+                if d in seen and seen[d][0] != n:
+                    raise InputError(f"{origin}: dim {d!r} is {seen[d][0]} in input {seen[d][1]!r} but {n} in "
+                                     f"input {name!r}; inputs sharing a dim name must agree")
+                seen.setdefault(d, (int(n), name))
+    return feeds
 
 
 def cast(value: Any, tensor: Tensor, origin: str = "input") -> Any:

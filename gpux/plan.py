@@ -57,7 +57,11 @@ class Selection:
 
 
 def parse_request(value: str, source: str) -> tuple[str, ...]:
-    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    names = tuple(v.strip() for v in value.split(","))
+    if not all(names):
+        raise UsageError(f"{source}: {value!r} has an empty provider name; expected e.g. cuda,cpu")
+    if "auto" in names and len(names) > 1:
+        raise UsageError(f"{source}: 'auto' stands alone; list providers instead, e.g. cuda,openvino,cpu")
     for n in names:
         if n not in (*PROVIDERS, "auto"):
             raise UsageError(f"{source}: unknown provider {n!r}{did_you_mean(n, (*PROVIDERS, 'auto'))}; "

@@ -12,7 +12,19 @@ if TYPE_CHECKING:
 
 
 def emit_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, default=_default) + "\n")
+    """One strict JSON document on stdout (NaN and infinities become null)."""
+    sys.stdout.write(json.dumps(_finite(json.loads(json.dumps(doc, default=_default))), indent=2,
+                                allow_nan=False) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _default(value: Any) -> Any:
@@ -58,7 +70,11 @@ def labels_of(project: Project, output: str) -> list[str] | None:
     if isinstance(spec.labels, list):
         return spec.labels
     path = project.root / spec.labels
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def output_doc(project: Project, outputs: dict[str, Any], top: int = 5) -> dict[str, Any]:

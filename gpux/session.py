@@ -13,7 +13,7 @@ from typing import Any
 from gpux import store
 from gpux.build import STEPS, BuildResult, build, resolve
 from gpux.config import Project
-from gpux.errors import GpuxError, ProviderUnavailable
+from gpux.errors import GpuxError, InputError, ProviderUnavailable
 from gpux.inputs import cast_all
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan import Selection, select
@@ -118,6 +118,8 @@ class Session:
             try:
                 out = self._runner.run(feeds)
             except Exception as exc:
+                if type(exc).__name__ == "InvalidArgument":  # ONNX Runtime: the feeds do not fit the model
+                    raise InputError(f"the model rejected the inputs: {_short(exc)}") from None
                 self._runner.close()
                 self._fail(self.provider, "first-inference", _short(exc))
                 self._advance()
@@ -193,6 +195,19 @@ def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Ru
     return opener(provider, project, artifact)
 
 
+def usable_saved_choice(project: Project, store_dir: str | Path | None) -> tuple[str | None, str | None]:
+    """The provider last used for this project if it is still usable here, else (None, why it was reset)."""
+    saved = saved_choice(project, store_dir)
+    if not saved:
+        return None, None
+    avail = probe(saved)
+    supported = project.config.runtime.supported
+    if avail.ok and (not supported or saved in supported):
+        return saved, None
+    return None, (f"saved provider {saved} is no longer usable here ({avail.reason or 'unsupported'}); "
+                  f"reset to the best available")
+
+
 def saved_choice_path(project: Project, store_dir: str | Path | None) -> Path:
     return store.store_root(project.root, store_dir) / project.name / SAVED
 
@@ -227,13 +242,8 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
     conflict = ort_conflict_warning()
     if conflict:
         warnings.append(conflict)
-    saved = saved_choice(project, store_dir)
-    if saved:
-        avail = probe(saved)
-        if not avail.ok or (project.config.runtime.supported and saved not in project.config.runtime.supported):
-            warnings.append(f"saved provider {saved} is no longer usable here ({avail.reason or 'unsupported'})"
-                            f"; reset to the best available")
-            saved = None
+    saved, reset = usable_saved_choice(project, store_dir)
+    warnings += [reset] if reset else []
     selection = select(project, provider, strict, saved)
     return Session(project, io, selection, store_dir=store_dir, force=force, verify=verify,
                    log=log or (lambda _m: None), warnings=warnings, placement=placement)

@@ -324,3 +324,24 @@ def test_a_damaged_manifest_is_not_an_artifact(mlp_project: Path) -> None:
         assert r.returncode == 0, (args, r.stderr)
     cli("cache", "prune", str(mlp_project))
     assert not art.dir.exists()
+
+
+def test_prune_removes_superseded_artifacts_and_keeps_current(mlp_project: Path) -> None:
+    old = built(mlp_project).artifact.dir
+    edit(mlp_project, "version: 1.0.0", "version: 1.0.0\nverify: {samples: 2}")
+    new = built(mlp_project).artifact.dir
+    assert old != new and old.exists()
+    r = cli("cache", "prune", str(mlp_project), "--json")
+    assert r.returncode == 0, r.stderr
+    assert not old.exists() and new.exists()
+    assert str(old) in json.loads(r.stdout)["removed"]
+
+
+def test_input_mistakes_are_reported_before_any_build(mlp_project: Path, tmp_path: Path) -> None:
+    r = cli("run", str(mlp_project), "--input", json.dumps({"x": [[0.0] * 7]}))
+    assert r.returncode == 2 and "dim 1 must be 8" in r.stderr
+    assert not (mlp_project / ".gpux" / "tiny-mlp").exists(), "nothing was built for bad data"
+    r = cli("run", str(mlp_project), "--input", "{}", "--file", "x.npz")
+    assert r.returncode == 2 and "pass one" in r.stderr
+    r = cli("run", str(mlp_project), "--input", json.dumps({"x": [[float("nan")] * 8]}), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["outputs"]["probs"]["data"][0][0] is None

@@ -131,7 +131,7 @@ def create_session(model: Path, ep: str, ep_options: dict[str, str] | None, *, i
 @contextlib.contextmanager
 def quiet_stderr() -> Iterator[None]:
     """Silence native libraries writing to fd 2 (ORT's EP load errors are reported by gpux itself)."""
-    if os.environ.get("GPUX_DEBUG"):
+    if os.environ.get("GPUX_DEBUG", "") not in ("", "0", "false"):
         yield
         return
     try:
