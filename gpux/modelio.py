@@ -250,6 +250,10 @@ def load_checked(project: Project, store_dir: str | Path | None = None) -> Model
         return declared_io(project)
     io = read_io(project.source, store_root(project.root, store_dir) / ".io.json")
     problems = check_declared(project, io)
+    missing = [f for f in io.external_data if not (project.source.parent / f).is_file()]
+    if missing:
+        problems.insert(0, project.problem(("model", "source"), f"external data file not found beside the model: "
+                                           f"{', '.join(missing)}"))
     if problems:
         raise ConfigError(problems)
     return io

@@ -148,3 +148,24 @@ def test_unsupported_provider_request_is_rejected(mlp_project: Path) -> None:
     p.write_text(p.read_text().replace("backend: cpu", "backend: cpu\n  supported: [cpu, openvino]"))
     with pytest.raises(UsageError, match="not supported by model 'tiny-mlp'"):
         gpux.load(mlp_project, provider="cuda")
+
+
+def test_external_data_models_build_run_and_missing_data_is_a_config_error(tmp_path: Path) -> None:
+    import onnx
+
+    from .conftest import make_mlp
+
+    make_mlp(tmp_path / "src.onnx", features=64, hidden=64, classes=4)
+    model = onnx.load(str(tmp_path / "src.onnx"))
+    onnx.save_model(model, str(tmp_path / "model.onnx"), save_as_external_data=True, location="weights.bin",
+                    size_threshold=0)
+    write(tmp_path / "gpux.yml", "name: ext\nmodel: {source: model.onnx}\n")
+    x = json.dumps({"x": [[0.1] * 64]})
+    r = cli("run", str(tmp_path), "-p", "cpu", "--input", x, "--json")
+    assert r.returncode == 0, r.stderr
+    ref = reference(tmp_path / "src.onnx", {"x": np.full((1, 64), 0.1, np.float32)})[0]
+    np.testing.assert_allclose(json.loads(r.stdout)["outputs"]["probs"]["data"], ref, rtol=1e-5)
+    (tmp_path / "weights.bin").rename(tmp_path / "moved.bin")
+    for args in (("validate", "--check-model", str(tmp_path)), ("build", str(tmp_path), "-p", "cpu")):
+        r = cli(*args)
+        assert r.returncode == 3 and "external data file not found beside the model: weights.bin" in r.stderr + r.stdout
