@@ -25,11 +25,16 @@ PRECISIONS: dict[str, tuple[str, ...]] = {
 
 def with_precision(project: Project, provider: str, precision: str) -> Project:
     """The same project with `providers.<provider>.precision` replaced."""
+    return with_options(project, provider, precision=precision)
+
+
+def with_options(project: Project, provider: str, **update: Any) -> Project:
+    """The same project with fields of `providers.<provider>` replaced (fields it lacks are left alone)."""
     block = getattr(project.config.providers, provider)
-    if not hasattr(block, "precision") or block.precision == precision:
+    update = {k: v for k, v in update.items() if hasattr(block, k) and getattr(block, k) != v}
+    if not update:
         return project
-    providers = project.config.providers.model_copy(
-        update={provider: block.model_copy(update={"precision": precision})})
+    providers = project.config.providers.model_copy(update={provider: block.model_copy(update=update)})
     return dataclasses.replace(project, config=project.config.model_copy(update={"providers": providers}))
 
 
@@ -97,7 +102,7 @@ def benchmark_command(target: str, *, provider: str | None, strict: bool, store:
                       baseline: str | None, max_regression: float) -> int:
     from gpux.inputs import parse_shapes
     from gpux.plan import resolve_shapes
-    from gpux.providers import probe
+    from gpux.providers import ort_available_eps, probe
     from gpux.resolve import open_project
 
     project = open_project(target)
@@ -127,6 +132,11 @@ def benchmark_command(target: str, *, provider: str | None, strict: bool, store:
                 log(f"benchmarking {name} {precision} ...")
                 rows.append(bench_one(with_precision(project, name, precision), name, precision, protocol,
                                       shape_values, strict=True, store=store, input_file=input_file, log=log))
+            if name == "openvino" and "OpenVINOExecutionProvider" in (ort_available_eps() or ()):
+                log("benchmarking openvino through ONNX Runtime's OpenVINO EP ...")
+                rows.append(bench_one(with_options(project, name, runtime="onnxruntime"), name,
+                                      "fp32 (onnxruntime EP)", protocol, shape_values, strict=True, store=store,
+                                      input_file=input_file, log=log))
     else:
         rows.append(bench_one(project, provider, None, protocol, shape_values, strict=strict, store=store,
                               input_file=input_file, log=log))

@@ -77,6 +77,10 @@ class CPUOptions(Options):
 class OpenVINOOptions(Options):
     """OpenVINO runtime (native IR) and the OpenVINO execution provider of ONNX Runtime."""
 
+    runtime: Literal["openvino", "onnxruntime"] = _field(
+        "openvino", "'openvino' builds an IR and runs it with OpenVINO itself; 'onnxruntime' runs the ONNX "
+        "artifact through ONNX Runtime's OpenVINO execution provider (needs the onnxruntime-openvino "
+        "distribution instead of onnxruntime).")
     device: str = _field(
         "CPU", "OpenVINO device: CPU, GPU, GPU.0, NPU, AUTO, or a priority list such as AUTO:GPU,CPU "
         "(also HETERO:... and MULTI:...).", pattern=OPENVINO_DEVICE)

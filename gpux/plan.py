@@ -142,6 +142,8 @@ EXPORT_OPSET = 17  # pinned: the ONNX opset PyTorch sources are exported at
 
 def _targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
     cfg = project.config
+    if provider == "openvino" and cfg.providers.openvino.runtime == "onnxruntime":
+        return [_onnx_target(project, provider, {"optimization": "basic", "precision": "fp32"})]
     if provider == "openvino":
         o = cfg.providers.openvino
         return [Target(f"openvino-ir-{o.precision}", "openvino-ir", provider, o.precision,

@@ -1,4 +1,5 @@
-"""Test tooling: a virtualenv with onnxruntime-gpu (it cannot share an environment with onnxruntime)."""
+"""Test tooling: virtualenvs holding another ONNX Runtime distribution (onnxruntime-gpu, onnxruntime-openvino):
+they install the same module as onnxruntime and cannot share an environment with it."""
 
 from __future__ import annotations
 
@@ -18,17 +19,21 @@ def cache_dir() -> Path:
 
 
 def ort_gpu_python() -> Path:
-    """Create (once) and return the python of a venv holding onnxruntime-gpu and gpux's dependencies;
+    """The python of a venv holding onnxruntime-gpu at the installed onnxruntime's version."""
+    return distribution_python("onnxruntime-gpu", metadata.version("onnxruntime"))
+
+
+def distribution_python(dist: str, version: str | None = None) -> Path:
+    """Create (once) and return the python of a venv holding `dist` and gpux's dependencies;
     run this checkout of gpux in it with PYTHONPATH (see `env()`)."""
-    version = metadata.version("onnxruntime")
-    venv = cache_dir() / f"venv-onnxruntime-gpu-{version}"
+    venv = cache_dir() / f"venv-{dist}-{version or 'latest'}"
     python = venv / "bin" / "python"
     stamp = venv / ".ready"
     if not stamp.is_file():
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
         pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        subprocess.run([*pip, f"onnxruntime-gpu=={version}", *DEPS], check=True)
-        stamp.write_text(version)
+        subprocess.run([*pip, f"{dist}=={version}" if version else dist, *DEPS], check=True)
+        stamp.write_text(version or "latest")
     return python
 
 

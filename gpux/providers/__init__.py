@@ -158,6 +158,10 @@ def _probe_ort(p: Provider) -> Availability:
 
 def _probe_openvino(p: Provider) -> Availability:
     if not is_installed("openvino"):
+        eps = ort_available_eps() if is_installed("onnxruntime") else ()
+        if "OpenVINOExecutionProvider" in eps:
+            return Availability(p.name, "ok", "ONNX Runtime's OpenVINOExecutionProvider (the openvino package "
+                                "is not installed: use providers.openvino.runtime: onnxruntime)")
         return Availability(p.name, "not installed", "openvino is not installed", install_hint(p.extra))
     try:
         import openvino
