@@ -239,8 +239,15 @@ class Benchmark(Strict):
     )
 
 
+ProviderKey = Literal["tensorrt", "cuda", "rocm", "coreml", "directml", "openvino", "cpu"]
+
+
 class Package(Strict):
-    base_image: str | None = Field(None, description="Base image of the container; default per provider.")
+    base_image: str | None = Field(None, description="Base image of the container for every provider; "
+                                   "default per provider.")
+    base_images: dict[ProviderKey, str] = Field(
+        default_factory=dict,
+        description="Base image per provider, e.g. {cuda: my/cuda-base:12}; wins over base_image.")
     packages: list[str] = Field(default_factory=list, description="Extra pip packages for the image.")
     system_packages: list[str] = Field(default_factory=list, description="Extra apt packages for the image.")
 

@@ -214,7 +214,8 @@ def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]],
     (those of the row's host_build targets) can be built here and reused inside the image."""
     row = IMAGES[provider]
     cfg = project.config.package
-    base = base_image or cfg.base_image or row.base_image
+    per_provider = {str(k): v for k, v in cfg.base_images.items()}
+    base = base_image or per_provider.get(provider) or cfg.base_image or row.base_image
     if base is None:
         raise UsageError(f"{provider} images need a base image: {row.note}",
                          hint="pass --base-image IMAGE (or set package.base_image in gpux.yml)")

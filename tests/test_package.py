@@ -329,3 +329,12 @@ def test_gpu_request_on_an_engine_without_gpu_runtime(engine: Engine) -> None:
         assert run_image(client, engine.base_image, ["true"]).exit_code == 0
     finally:
         client.close()
+
+
+def test_base_image_per_provider_wins_over_the_global_one(tmp_path: Path) -> None:
+    make_mlp(tmp_path / "model.onnx")
+    write(tmp_path / "gpux.yml", MLP_YML.format(name="bases") +
+          "package:\n  base_image: mine/any:1\n  base_images: {cuda: mine/cuda:12}\n")
+    project = load_config(tmp_path)
+    assert plan_image(project, "cuda", []).base_image == "mine/cuda:12"
+    assert plan_image(project, "cpu", []).base_image == "mine/any:1"
