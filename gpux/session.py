@@ -163,12 +163,18 @@ class Session:
     def used(self) -> str:
         return self.runner.used
 
+    @property
+    def fell_back(self) -> bool:
+        """Something other than the choice runs (with `auto`, providers absent from this machine don't count)."""
+        auto = self.selection.source == "auto"
+        return any(not a.ok and not (auto and a.stage == "probe") for a in self.attempts)
+
     def report(self) -> dict[str, Any]:
-        return {"requested": list(self.selection.chain[:1]) if self.selection.source != "auto" else ["auto"],
+        auto = self.selection.source == "auto"
+        return {"requested": ["auto"] if auto else list(self.selection.chain[:1]),
                 "request_source": self.selection.source, "chain": list(self.selection.chain),
                 "provider": self.provider, "runs_on": self.used if self._runner else None,
-                "fell_back": any(not a.ok for a in self.attempts if a.stage != "probe" or
-                                 self.selection.source != "auto"),
+                "fell_back": self.fell_back,
                 "attempts": [a.to_dict() for a in self.attempts], "warnings": self.warnings,
                 "placement": self.placement}
 
