@@ -77,10 +77,7 @@ def bench_one(project: Project, provider: str | None, precision: str | None, pro
                               first_inference_s=first, warmup_s=m.warmup_s, measure_s=m.wall_s)
         info = session.report()
         art = session.build.final.artifact if session.build else None
-        fell = [a for a in info["attempts"] if not a["ok"]]
-        status = "ok" if not fell or provider in (None, "auto") else f"fell back to {session.provider}"
-        if provider not in (None, "auto") and session.provider != provider:
-            status = f"fell back to {session.provider}"
+        status = f"fell back to {session.provider}" if session.fell_back else "ok"
         verification = (art.manifest.get("verification") or {}) if art else {}
         outputs = verification.get("outputs") or {}
         return bench.result_row(
