@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,30 +74,12 @@ def _tensor(value_info: Any) -> Tensor:
 
 def read_io(path: Path, memo: Path | None = None) -> ModelIO:
     """The model's interface; memoised in `memo` by the file's (size, mtime) so unchanged models aren't parsed."""
-    import json
+    if memo is None or not path.is_file():
+        return _parse_io(path)
+    from gpux.store import memoised
 
-    st = path.stat() if path.is_file() else None
-    key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}" if st else ""
-    if memo is not None and st is not None:
-        try:
-            cached = json.loads(memo.read_text()).get(key)
-        except (OSError, ValueError, AttributeError):
-            cached = None
-        if cached:
-            return ModelIO.from_dict(cached)
-    io = _parse_io(path)
-    if memo is not None and st is not None:
-        from gpux.store import atomic_write_text
-
-        try:
-            data = json.loads(memo.read_text()) if memo.is_file() else {}
-        except (OSError, ValueError):
-            data = {}
-        data = {k: v for k, v in data.items() if not k.startswith(f"{path.resolve()}:")}
-        data[key] = io.to_dict()
-        with contextlib.suppress(OSError):
-            atomic_write_text(memo, json.dumps(data))
-    return io
+    [cached] = memoised([path], memo, lambda p: _parse_io(p).to_dict())
+    return ModelIO.from_dict(cached)
 
 
 def _parse_io(path: Path) -> ModelIO:

@@ -10,7 +10,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,29 +31,34 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def digest_files(paths: list[Path], root: Path, cache_file: Path | None = None) -> str:
-    """One sha256 over several files (name + bytes), memoised by (size, mtime_ns) in `cache_file`."""
+def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path], Any]) -> list[Any]:
+    """`compute(p)` for each path, remembered in `memo_file` by (size, mtime_ns) so unchanged files are not
+    read again; the memo is read once and written once."""
     memo: dict[str, list[Any]] = {}
-    if cache_file is not None and cache_file.is_file():
+    if memo_file is not None and memo_file.is_file():
         with contextlib.suppress(OSError, ValueError):
-            memo = json.loads(cache_file.read_text())
-    changed = False
-    h = hashlib.sha256()
-    for p in sorted(paths):
+            memo = json.loads(memo_file.read_text())
+    changed, out = False, []
+    for p in paths:
         st = p.stat()
         key = str(p.resolve())
         entry = memo.get(key)
-        if entry and entry[0] == st.st_size and entry[1] == st.st_mtime_ns:
-            digest = entry[2]
-        else:
-            digest = sha256_file(p)
-            memo[key] = [st.st_size, st.st_mtime_ns, digest]
+        if not (isinstance(entry, list) and entry[:2] == [st.st_size, st.st_mtime_ns]):
+            entry = memo[key] = [st.st_size, st.st_mtime_ns, compute(p)]
             changed = True
-        rel = os.path.relpath(p, root)
-        h.update(f"{rel}\0{digest}\n".encode())
-    if changed and cache_file is not None:
+        out.append(entry[2])
+    if changed and memo_file is not None:
         with contextlib.suppress(OSError):
-            atomic_write_text(cache_file, json.dumps(memo))
+            atomic_write_text(memo_file, json.dumps(memo))
+    return out
+
+
+def digest_files(paths: list[Path], root: Path, cache_file: Path | None = None) -> str:
+    """One sha256 over several files (name + bytes), memoised by (size, mtime_ns) in `cache_file`."""
+    ordered = sorted(paths)
+    h = hashlib.sha256()
+    for p, digest in zip(ordered, memoised(ordered, cache_file, sha256_file), strict=True):
+        h.update(f"{os.path.relpath(p, root)}\0{digest}\n".encode())
     return h.hexdigest()
 
 

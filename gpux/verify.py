@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +104,3 @@ def compare(names: Sequence[str], reference: Sequence[Sequence[Any]], got: Seque
             failures.append(f"{name}: top-1 agreement {top1:.0%} < min_top1 {tol['min_top1']:.0%}")
     return Verification(not failures, precision, tol, outputs, failures, len(reference))
 
-
-def run_all(infer: Callable[[dict[str, Any]], Sequence[Any]], feeds: Sequence[dict[str, Any]]) -> list[Any]:
-    return [list(infer(f)) for f in feeds]

@@ -106,7 +106,6 @@ PROVIDERS: dict[str, Provider] = {
                  "any CPU", builtin=True),
     )
 }  # fmt: skip
-ORDER = tuple(PROVIDERS)
 PLATFORM_NAMES = {"linux": "Linux", "win32": "Windows", "darwin": "macOS"}
 
 # ORT distribution that carries each EP (for the fix line)

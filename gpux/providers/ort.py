@@ -11,8 +11,6 @@ from typing import Any
 
 from gpux.deps import require
 
-LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
-          "all": "ORT_ENABLE_ALL"}  # fmt: skip
 EXTERNAL_THRESHOLD = 1_800_000_000  # protobuf's 2 GB limit, with room
 
 
@@ -22,8 +20,10 @@ def ort() -> Any:
 
 def session_options(level: str = "basic", intra_op: int = 0, inter_op: int = 0,
                     settings: dict[str, Any] | None = None) -> Any:
+    from gpux.options import ORT_GRAPH_OPTIMIZATION
+
     so = ort().SessionOptions()
-    so.graph_optimization_level = getattr(ort().GraphOptimizationLevel, LEVELS[level])
+    so.graph_optimization_level = getattr(ort().GraphOptimizationLevel, ORT_GRAPH_OPTIMIZATION[level])
     so.intra_op_num_threads = intra_op
     so.inter_op_num_threads = inter_op
     so.log_severity_level = 3  # errors only: gpux reports what ran itself
@@ -244,13 +244,8 @@ def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: dict[
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        so = session_options(level)
-        so.enable_profiling = True
-        so.profile_file_prefix = str(Path(tmp) / "gpux")
-        providers: list[Any] = [(ep, ep_opts or {})] + (["CPUExecutionProvider"] if ep != "CPUExecutionProvider"
-                                                        else [])
-        with quiet_stderr():
-            sess = ort().InferenceSession(str(model), so, providers=providers)
+        profiled = {"enable_profiling": True, "profile_file_prefix": str(Path(tmp) / "gpux")}
+        sess = create_session(model, ep, ep_opts, settings=profiled, level=level).session
         sess.run(None, feeds)
         events = json.loads(Path(sess.end_profiling()).read_text())
     seen: dict[str, str] = {}
