@@ -5,11 +5,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-gpu lint schema bench clean
+.PHONY: install demo test test-fast test-latest test-gpu lint schema bench lock clean
 
-$(STAMP): pyproject.toml
+# The locked set: constraints.txt pins every package (and the ONNX Runtime builds the tests put in their own venvs).
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,6 +26,21 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m 'not slow and not docker'
+
+# The newest releases, on purpose: a venv of its own, no constraints; the test venvs take the newest too.
+test-latest:
+	$(PY) -m venv .venv-latest
+	.venv-latest/bin/pip install -q --upgrade -e '.[dev]'
+	GPUX_TEST_LATEST=1 GPUX_TEST_CACHE=$${GPUX_TEST_CACHE:-$$HOME/.cache/gpux-test-latest} .venv-latest/bin/python -m pytest -q
+
+# Rewrite constraints.txt from .venv after a deliberate upgrade (run test-latest first).
+lock: install
+	{ sed -n '/^# pip freeze/q;p' constraints.txt; echo '# pip freeze of .venv:'; \
+	  $(BIN)/pip freeze --exclude-editable | sed 's/+cpu$$//'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 test-gpu: install
 	GPUX_REQUIRE_PROVIDERS=$${GPUX_REQUIRE_PROVIDERS:-cuda,tensorrt} $(BIN)/python -m pytest -q -m hardware

@@ -96,7 +96,8 @@ def provider_latency(name: str, providers: list[str], seconds: float) -> dict[st
 def benchmark_app(xml: Path, seconds: float, threads: int, shapes: dict[str, list[int]]) -> tuple[float, float]:
     """OpenVINO's own benchmark_app (one stream, `threads` threads, sync API, f32): its median latency (ms, from
     OpenVINO's internal timer, without the Python call) and its wall time per iteration (duration / count)."""
-    r = sh("benchmark_app", "-m", str(xml), "-d", "CPU", "-hint", "none", "-nstreams", "1", "-api", "sync", "-t",
+    tool = str(Path(sys.executable).with_name("benchmark_app"))  # the venv's own, activated or not
+    r = sh(tool, "-m", str(xml), "-d", "CPU", "-hint", "none", "-nstreams", "1", "-api", "sync", "-t",
            str(int(seconds)), "-nthreads", str(threads), "-infer_precision", "f32",
            "-shape", ",".join(f"{n}[{','.join(map(str, d))}]" for n, d in shapes.items()))
     m = re.search(r"Median:\s+([\d.]+)\s+(ms|us)", r.stdout)

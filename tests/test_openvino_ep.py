@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def python() -> Path:
     try:
-        return distribution_python("onnxruntime-openvino", "1.24.1")
+        return distribution_python("onnxruntime-openvino")
     except subprocess.CalledProcessError as exc:
         pytest.fail(f"could not create the onnxruntime-openvino virtualenv: {exc}")
 
