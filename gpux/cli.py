@@ -21,11 +21,26 @@ PROVIDER = click.option("--provider", "-p", default=None, help=f"Provider: {PROV
 STRICT = click.option("--strict", is_flag=True, help="Never fall back: exit 4 if the provider cannot run.")
 
 
+def _verbose(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        from gpux import report
+
+        report.VERBOSE = True
+
+
+# Accepted before or after the subcommand (`gpux --debug run ...` and `gpux run ... --debug`); main() reads
+# --debug from argv itself so that errors raised while parsing show their traceback too.
+COMMON = [
+    click.Option(["--debug"], is_flag=True, expose_value=False,
+                 help="Show tracebacks for every error ($GPUX_DEBUG=1)."),
+    click.Option(["--verbose", "-v"], is_flag=True, expose_value=False, callback=_verbose,
+                 help="Every progress line, and why each provider absent from this machine was skipped."),
+]
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", "-V", prog_name="gpux")
-@click.option("--debug", is_flag=True, envvar="GPUX_DEBUG", help="Show tracebacks for every error.")
-@click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli() -> None:
     """gpux: declare a model in gpux.yml, build optimized artifacts per provider, run them anywhere.
 
     \b
@@ -33,7 +48,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     3 config error, 4 provider unavailable (strict) or every fallback exhausted,
     70 internal error, 130 interrupted.
     """
-    ctx.obj = {"debug": debug}
 
 
 @cli.command()
@@ -189,6 +203,17 @@ def cache_prune(path: str, everything: bool, store: str | None, as_json: bool) -
     from gpux.commands import cache_command
 
     sys.exit(cache_command("prune-all" if everything else "prune", path, store, as_json))
+
+
+def _add_common(group: click.Group) -> None:
+    for cmd in [group, *group.commands.values()]:
+        if isinstance(cmd, click.Group) and cmd is not group:
+            _add_common(cmd)
+        else:
+            cmd.params.extend(COMMON)
+
+
+_add_common(cli)
 
 
 def main(argv: list[str] | None = None) -> None:

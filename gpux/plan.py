@@ -47,7 +47,7 @@ class Selection:
     """The ordered providers to try and where that order came from."""
 
     chain: tuple[str, ...]
-    source: str  # --provider | GPUX_PROVIDER | runtime.backend | saved | auto
+    source: str  # --provider | GPUX_PROVIDER | runtime.backend | auto
     strict: bool
     notes: tuple[str, ...] = field(default=())
 
@@ -69,9 +69,9 @@ def parse_request(value: str, source: str) -> tuple[str, ...]:
     return names or ("auto",)
 
 
-def select(project: Project, provider: str | None = None, strict: bool = False,
-           saved: str | None = None) -> Selection:
-    """Precedence: --provider > GPUX_PROVIDER > runtime.backend > a saved choice > auto."""
+def select(project: Project, provider: str | None = None, strict: bool = False) -> Selection:
+    """Precedence: --provider > GPUX_PROVIDER > runtime.backend > auto. A command's --provider is never
+    remembered: the next command without one selects afresh."""
     cfg = project.config
     strict = strict or not cfg.runtime.fallback
     supported = cfg.runtime.supported
@@ -82,8 +82,6 @@ def select(project: Project, provider: str | None = None, strict: bool = False,
         request, source = parse_request(os.environ[ENV_PROVIDER], ENV_PROVIDER), ENV_PROVIDER
     elif cfg.runtime.backend != ("auto",):
         request, source = cfg.runtime.backend, "runtime.backend"
-    elif saved:
-        request, source = (saved,), "saved"
     else:
         request, source = ("auto",), "auto"
     if supported and request != ("auto",):
