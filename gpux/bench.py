@@ -362,7 +362,7 @@ def _compare_row(label: str, cur: dict[str, Any], ref: dict[str, Any], limit: fl
 
 MS = 1e3
 # CSV columns: (header with its unit, where the value is in a result row, scale)
-CSV_COLUMNS: list[tuple[str, tuple[str, ...], float | None]] = [
+CSV_COLUMNS: list[tuple[str, tuple[str | int, ...], float | None]] = [
     ("provider", ("provider",), None), ("precision", ("precision",), None), ("status", ("status",), None),
     ("requested", ("requested",), None), ("runs_on", ("runs_on",), None),
     ("count", ("stats", "count"), None), ("batch", ("stats", "batch"), None),
@@ -379,7 +379,7 @@ CSV_COLUMNS: list[tuple[str, tuple[str, ...], float | None]] = [
 ]
 
 
-def _cell(row: dict[str, Any], path: tuple[Any, ...], scale: float | None) -> Any:
+def _cell(row: dict[str, Any], path: tuple[str | int, ...], scale: float | None) -> Any:
     value: Any = row
     for part in path:
         try:
