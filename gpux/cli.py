@@ -54,13 +54,14 @@ def cli() -> None:
 @click.argument("paths", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text",
               help="Report style; github prints workflow annotations.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--check-model", is_flag=True,
               help="Also parse each model and check declared inputs/outputs against it (imports onnx).")
-def validate(paths: tuple[str, ...], fmt: str, check_model: bool) -> None:
+def validate(paths: tuple[str, ...], fmt: str, as_json: bool, check_model: bool) -> None:
     """Check gpux.yml files (paths, folders or globs; default: ./gpux.yml)."""
     from gpux.validate import validate_paths
 
-    code = validate_paths(list(paths) or ["."], fmt, check_model)
+    code = validate_paths(list(paths) or ["."], "json" if as_json else fmt, check_model)
     sys.exit(code)
 
 
@@ -79,7 +80,9 @@ def schema(output: str | None, check: bool) -> None:
 
     p = Path(output)
     if check:
-        if not p.is_file() or p.read_text(encoding="utf-8") != text:
+        if not p.is_file():
+            raise GpuxError(f"{output} does not exist", hint="write it with `make schema` (gpux schema -o FILE)")
+        if p.read_text(encoding="utf-8") != text:
             raise GpuxError(f"{output} is out of date with the config models", hint="run `make schema`")
         click.echo(f"{output} is up to date")
         return
@@ -156,14 +159,16 @@ def inspect(target: str, store: str | None, as_json: bool) -> None:
 @click.option("--base-image", default=None, help="Base image (default: package.base_image, else per provider).")
 @click.option("--run", "run_args", default=None, metavar="ARGS",
               help="Run the image once after building, with these `gpux run` arguments, e.g. --run '--benchmark'.")
+@click.option("--ca-bundle", type=click.Path(dir_okay=False), default=None,
+              help="PEM bundle pip inside the image trusts (default: package.ca_bundle, else the base image's).")
 @STORE
 @JSON
 def package(path: str, provider: str | None, tag: str | None, out_dir: str | None, base_image: str | None,
-            run_args: str | None, store: str | None, as_json: bool) -> None:
+            run_args: str | None, ca_bundle: str | None, store: str | None, as_json: bool) -> None:
     """Build a container image that runs the model with `gpux run` (Docker engine from $DOCKER_HOST)."""
     from gpux.package import package_command
 
-    sys.exit(package_command(path, provider, tag, out_dir, base_image, run_args, store, as_json))
+    sys.exit(package_command(path, provider, tag, out_dir, base_image, run_args, store, as_json, ca_bundle))
 
 
 @cli.group()

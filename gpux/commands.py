@@ -119,6 +119,7 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
     from gpux.modelio import effective_io, load_checked
     from gpux.resolve import open_project
 
+    project = open_project(target)
     if input_json is None and input_file is None:
         raise InputError("no inputs given", hint="pass --input '{\"name\": [...]}' or --file inputs.npz "
                          "(or --benchmark for seeded random inputs)")
@@ -126,7 +127,6 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
         raise InputError("--input and --file both given; pass one")
     if output and not output.endswith(".npz"):
         raise InputError(f"--output {output}: outputs are written as .npz; name the file *.npz")
-    project = open_project(target)
     inputs, _ = effective_io(project, load_checked(project, store))
     # inputs are read and checked before anything is built or loaded
     feeds = parse_json(input_json, inputs) if input_json is not None else load_file(input_file or "", inputs)
@@ -158,7 +158,7 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
 def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     from gpux import store
     from gpux.build import source_files
-    from gpux.config import PROVIDERS
+    from gpux.config import CONFIG_NAMES, PROVIDERS
     from gpux.modelio import effective_io, load_checked
     from gpux.plan import select
     from gpux.providers import ort_conflict_warning, probe
@@ -181,7 +181,8 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
                      "versions": a.manifest["key_parts"].get("versions")})
     size = sum(f.stat().st_size for f in source_files(project, io))
     warnings = [w for w in [ort_conflict_warning()] if w]
-    doc = {"name": project.name, "version": project.config.version, "config": str(project.path),
+    bare = project.path.name not in CONFIG_NAMES  # a plain model file: no gpux.yml exists
+    doc = {"name": project.name, "version": project.config.version, "config": None if bare else str(project.path),
            "source": str(project.source), "size": size, "opset": io.opset, "ir_version": io.ir_version,
            "producer": io.producer, "inputs": [t.to_dict() for t in inputs.values()],
            "outputs": [t.to_dict() for t in outputs.values()], "selection": selection.to_dict(),
@@ -189,7 +190,7 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     if as_json:
         report.emit_json(doc)
         return 0
-    print(f"{project.name} {project.config.version}  ({project.path})")
+    print(f"{project.name} {project.config.version}  ({'no gpux.yml: defaults' if bare else project.path})")
     fmt = f"opset {io.opset}  ir {io.ir_version}" if io.opset else f"format {io.producer}"
     print(f"model: {project.source}  {report.format_size(size)}  {fmt}")
     for kind, ts in (("inputs", inputs), ("outputs", outputs)):

@@ -33,7 +33,8 @@ def sha256_file(path: Path) -> str:
 
 def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path], Any]) -> list[Any]:
     """`compute(p)` for each path, remembered in `memo_file` by (size, mtime_ns) so unchanged files are not
-    read again; the memo is read once and written once."""
+    read again; the memo is read once and written once, and only into a store that exists already (commands
+    that only read, such as `inspect`, never create one)."""
     memo: dict[str, list[Any]] = {}
     if memo_file is not None and memo_file.is_file():
         with contextlib.suppress(OSError, ValueError):
@@ -47,7 +48,7 @@ def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path]
             entry = memo[key] = [st.st_size, st.st_mtime_ns, compute(p)]
             changed = True
         out.append(entry[2])
-    if changed and memo_file is not None:
+    if changed and memo_file is not None and memo_file.parent.is_dir():
         with contextlib.suppress(OSError):
             atomic_write_text(memo_file, json.dumps(memo))
     return out
