@@ -30,7 +30,7 @@ ONNX_STEPS = {"fp32": "optimize", "fp16": "float16", "int8": "quantize"}
 class Target:
     """One artifact to build: what makes it, from what, with which resolved options."""
 
-    id: str  # human-readable, also the artifact folder's prefix, e.g. onnx-fp16, openvino-ir-int8
+    id: str  # human-readable, also the artifact folder's prefix, e.g. onnx-fp16-basic, openvino-ir-int8-quantize
     step: str  # optimize | float16 | quantize | openvino-ir | tensorrt-engine | coreml-package
     provider: str
     precision: str
@@ -144,8 +144,8 @@ def _targets(project: Project, provider: str, inputs: dict[str, Any] | None = No
         return [_onnx_target(project, provider, {"optimization": "basic", "precision": "fp32"})]
     if provider == "openvino":
         o = cfg.providers.openvino
-        return [Target(f"openvino-ir-{o.precision}", "openvino-ir", provider, o.precision,
-                       o.model_dump(mode="json"))]
+        label = f"int8-{o.int8_mode}" if o.precision == "int8" else o.precision  # the int8 variants apart
+        return [Target(f"openvino-ir-{label}", "openvino-ir", provider, o.precision, o.model_dump(mode="json"))]
     if provider == "cpu":
         return [_onnx_target(project, provider, cfg.providers.cpu.model_dump(mode="json"))]
     if provider == "tensorrt":
