@@ -80,22 +80,11 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """An exclusive inter-process lock on `path` (released by the OS if the process dies)."""
+    """An exclusive inter-process lock on `path` (an OS lock: released by the OS if the process dies)."""
+    from filelock import FileLock
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as f:
-        try:
-            import fcntl
-
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        except ImportError:  # Windows
-            import msvcrt
-
-            while True:
-                try:
-                    msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)  # type: ignore[attr-defined]
-                    break
-                except OSError:
-                    time.sleep(0.05)
+    with FileLock(path, mode=0o644):
         yield
 
 
