@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 1
-PERCENTILE_METHOD = "linear (type 7)"
+PERCENTILE_METHOD = "linear (type 7)"  # numpy.percentile's default
 CI_LEVEL = 0.95  # distribution-free confidence interval of the median (order statistics)
 Z = 1.959964  # normal quantile for CI_LEVEL
 PRECISE_PCT = 5.0  # a median known to within ±this percent (CI half-width) is "stable"
@@ -200,21 +200,6 @@ def measure(infer: Infer | Sequence[Infer], protocol: Protocol, *,
     return Measurement([d / 1e9 for d in deltas], wall_ns / 1e9, warmup_runs, warmup_ns / 1e9)
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """q-th percentile (0..100) of ascending values, linear interpolation between closest ranks
-    (Hyndman-Fan type 7, numpy's default)."""
-    n = len(sorted_values)
-    if n == 0:
-        raise ValueError("percentile of no values")
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} outside 0..100")
-    h = (n - 1) * (q / 100)  # same rounding as numpy: fraction first
-    lo = math.floor(h)
-    hi = min(lo + 1, n - 1)
-    a, b, t = sorted_values[lo], sorted_values[hi], h - lo
-    return a + (b - a) * t if t < 0.5 else b - (b - a) * (1 - t)
-
-
 def median_ci(sorted_values: Sequence[float]) -> tuple[float, float]:
     """A distribution-free CI_LEVEL confidence interval of the median: the order statistics at ranks
     n/2 ∓ Z·√n/2 (the normal approximation of the binomial); the full range below 6 samples."""
@@ -248,7 +233,9 @@ def summarize(latencies_s: Sequence[float], wall_s: float, *, batch: int = 1, co
     n = len(xs)
     mean = statistics.fmean(xs)
     std = statistics.stdev(xs) if n > 1 else 0.0
-    p50, q1, q3 = percentile(xs, 50), percentile(xs, 25), percentile(xs, 75)
+    import numpy as np
+
+    q1, p50, q3, p90, p95, p99, p999 = (float(v) for v in np.percentile(xs, [25, 50, 75, 90, 95, 99, 99.9]))
     ci = median_ci(xs)
     drift = drift_ci(latencies_s)
     if drift is not None:
@@ -265,8 +252,7 @@ def summarize(latencies_s: Sequence[float], wall_s: float, *, batch: int = 1, co
                         f"(p99, max) reflects them, the median does not")
     return Stats(
         count=n, min=xs[0], max=xs[-1], mean=mean, std=std, cv_pct=std / mean * 100 if mean > 0 else 0.0,
-        p50=p50, p90=percentile(xs, 90), p95=percentile(xs, 95), p99=percentile(xs, 99),
-        p99_9=percentile(xs, 99.9) if n >= 1000 else None,
+        p50=p50, p90=p90, p95=p95, p99=p99, p99_9=p999 if n >= 1000 else None,
         throughput=n * batch / wall_s, batch=batch, concurrency=concurrency, warnings=warnings,
         stable=half_pct <= PRECISE_PCT, mad=MAD_TO_SIGMA * statistics.median(abs(x - p50) for x in xs),
         iqr=q3 - q1, median_ci=ci, stalls=stalls, stall_threshold=threshold,
