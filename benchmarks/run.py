@@ -78,7 +78,12 @@ def overhead(name: str, rounds: int, calls: int) -> dict[str, float]:
                          lambda: median_us(bound, calls), rounds)
         _, api = alternate(lambda: median_us(lambda: raw.run(names, feeds), calls),
                            lambda: median_us(lambda: s.run(feeds), calls), rounds)
-    return {"raw_us": r, "gpux_us": g, "overhead_us": g - r, "ratio": g / r, "api_us": api}
+        fast = s.prepared()
+        fast(feeds)
+        raw2, prepared = alternate(lambda: median_us(lambda: raw.run(names, feeds), calls),
+                                   lambda: median_us(lambda: fast(feeds), calls), rounds)
+    return {"raw_us": r, "gpux_us": g, "overhead_us": g - r, "ratio": g / r, "api_us": api,
+            "prepared_us": prepared, "prepared_overhead_us": prepared - raw2}
 
 
 def provider_latency(name: str, providers: list[str], seconds: float) -> dict[str, dict]:
@@ -212,11 +217,13 @@ def main() -> None:
 
     lines += ["## gpux overhead per call (CPU, batch 1)", "",
               "| model | raw `InferenceSession.run` µs | gpux benchmark loop µs | overhead µs | ratio |"
-              " `Session.run(dict)` µs |", "|---|---|---|---|---|---|"]
+              " `Session.run(dict)` µs | `Session.prepared()` µs | prepared overhead µs |",
+              "|---|---|---|---|---|---|---|---|"]
     for name, calls in (("mlp", 2000), ("resnet50", 3)):
         o = overhead(name, rounds, calls)
         lines.append(f"| {name} | {o['raw_us']:.2f} | {o['gpux_us']:.2f} | {o['overhead_us']:+.2f} | "
-                     f"{o['ratio']:.3f} | {o['api_us']:.2f} |")
+                     f"{o['ratio']:.3f} | {o['api_us']:.2f} | {o['prepared_us']:.2f} | "
+                     f"{o['prepared_overhead_us']:+.2f} |")
 
     lines += ["", "## cpu vs openvino (fp32 model, latency hint, batch 1)", "",
               "openvino's default inference precision on this CPU (AMX) is bf16; the f32 rows force "

@@ -132,6 +132,32 @@ class Session:
             self.attempts.append(Attempt(self.provider, "ok", True, self._runner.used))
             return out
 
+    def prepared(self) -> Callable[[dict[str, Any]], list[Any]]:
+        """The hot path: `call(feeds)` takes numpy arrays already of the inputs' dtypes and returns the outputs
+        in `output_names` order. Each new combination of shapes is checked once (names, dtypes, ranks, static
+        dims: the same one-line errors as `run`) and its first call goes through the usual fallback; later
+        calls with those shapes go straight to the runtime's native run."""
+        checked: set[tuple[Any, ...]] = set()
+        native: list[Callable[[dict[str, Any]], list[Any]]] = []
+
+        def call(feeds: dict[str, Any]) -> list[Any]:
+            key = tuple([getattr(v, "shape", None) for v in feeds.values()])
+            if key in checked:
+                return native[0](feeds)
+            cast = cast_all(feeds, self.inputs, "inputs")
+            wrong = [n for n in cast if cast[n] is not feeds[n] and getattr(cast[n], "dtype", None) !=
+                     getattr(feeds[n], "dtype", None)]
+            if wrong:
+                t = self.inputs[wrong[0]]
+                raise InputError(f"inputs: {wrong[0]!r} must already be a {t.dtype} array on the prepared path",
+                                 hint="cast once outside the loop, or use Session.run(dict), which casts")
+            out = self.run_feeds(cast)
+            native[:] = [self.runner.fast or self.runner.run]
+            checked.add(key)
+            return out
+
+        return call
+
     def _check_placement(self, feeds: dict[str, Any]) -> str | None:
         """With runtime.min_coverage (or placement asked for), measure which EP took each node."""
         minimum = self.project.config.runtime.min_coverage

@@ -235,3 +235,18 @@ def test_unknown_name_lists_the_nearest_few(mlp_project: Path, tmp_path: Path) -
     r = cli("run", "tiny-mpl", "--input", "{}", cwd=tmp_path)
     assert r.returncode == 3 and "of the 31 models built on this machine: tiny-mlp" in r.stderr
     assert "model-29" not in r.stderr
+
+
+def test_prepared_path_checks_each_shape_once_and_matches_run(mlp_project: Path) -> None:
+    with gpux.load(mlp_project, provider="cpu") as s:
+        fast = s.prepared()
+        for rows in (1, 3, 1):
+            x = np.random.default_rng(rows).standard_normal((rows, 8)).astype(np.float32)
+            [probs] = fast({"x": x})
+            np.testing.assert_allclose(probs, s.run({"x": x})["probs"], rtol=1e-6)
+        with pytest.raises(InputError, match="must already be a float32 array"):
+            fast({"x": np.ones((2, 8))})  # float64: run(dict) would cast, the hot path does not
+        with pytest.raises(InputError, match="dim 1 must be 8"):
+            fast({"x": np.ones((2, 5), np.float32)})
+        with pytest.raises(InputError, match="missing input x"):
+            fast({})

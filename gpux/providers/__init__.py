@@ -44,6 +44,7 @@ class Runner:
     close: Callable[[], None] = lambda: None
     native: Any = None  # the runtime's own session / compiled model
     binder: Callable[[dict[str, Any], int], list[Callable[[], object]]] | None = None
+    fast: Callable[[dict[str, Any]], list[Any]] | None = None  # run() without the runtime's Python-side checks
 
     def bind(self, feeds: dict[str, Any], n: int = 1) -> list[Callable[[], object]]:
         """`n` zero-argument callables that each run `feeds` with the least per-call work (for timing loops);
