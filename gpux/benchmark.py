@@ -59,7 +59,7 @@ def bench_one(project: Project, provider: str | None, precision: str | None, pro
         session = load(project, provider, strict=strict, store_dir=store, log=log)
     except VerificationFailed as exc:
         return bench.result_row(provider or "auto", label, None, bench.Phases(), status="failed verification",
-                                error=exc.message.splitlines()[0])
+                                error=" ".join(x.strip() for x in exc.message.splitlines() if x.strip()))
     except GpuxError as exc:
         return bench.result_row(provider or "auto", label, None, bench.Phases(), status="unavailable",
                                 error=exc.message)

@@ -171,6 +171,33 @@ def package(path: str, provider: str | None, tag: str | None, out_dir: str | Non
     sys.exit(package_command(path, provider, tag, out_dir, base_image, run_args, store, as_json, ca_bundle))
 
 
+@cli.command()
+@click.argument("target", default=".")
+@click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True,
+              help="latency: lowest median at one request at a time; throughput: most answers per second.")
+@click.option("--precisions", default="fp32,fp16,bf16,int8", show_default=True,
+              help="Precisions the search may use (comma list).")
+@click.option("--providers", default=None, help="Providers to try (comma list; default: every one available).")
+@click.option("--seconds", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Measured seconds per candidate.")
+@click.option("--budget", "budget_s", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds for the whole search; candidates past it are listed, not measured.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="Parallel requests for --objective throughput (default 4).")
+@STORE
+@JSON
+def tune(target: str, precisions: str, providers: str | None, **kwargs: Any) -> None:
+    """Build, verify and benchmark the candidates this machine runs; lock the fastest in gpux.lock.json."""
+    from gpux import report
+    from gpux.tune import TuneRequest, render
+    from gpux.tune import tune as run_tune
+
+    lock = run_tune(TuneRequest(target, precisions=tuple(precisions.split(",")),
+                                providers=tuple(providers.split(",")) if providers else None, **kwargs))
+    report.emit_json(lock) if kwargs["as_json"] else render(lock)
+    sys.exit(0 if lock["choice"] else int(ExitCode.FAILED))
+
+
 @cli.group()
 def cache() -> None:
     """Manage the artifact store."""

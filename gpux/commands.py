@@ -34,7 +34,12 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     for w in project.warnings:
         report.warn(w)
     io = load_checked(project, store_dir)
-    selection = select(project, provider, strict)
+    from gpux.tune import apply_lock
+
+    project, locked, why = apply_lock(project, provider)
+    if why:
+        project.warnings.append(why)
+    selection = select(project, provider, strict, locked)
     if dry_run:
         from gpux import store
 
@@ -168,7 +173,10 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
     avail = [probe(p).to_dict() for p in PROVIDERS]
-    selection = select(project)
+    from gpux.tune import apply_lock
+
+    project, locked, why = apply_lock(project, None)
+    selection = select(project, None, False, locked)
     chosen = next((p for p in selection.chain if probe(p).ok), None)
     root = store.store_root(project.root, store_dir)
     current = current_folders(project, io, root)
@@ -186,7 +194,10 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
            "source": str(project.source), "size": size, "opset": io.opset, "ir_version": io.ir_version,
            "producer": io.producer, "inputs": [t.to_dict() for t in inputs.values()],
            "outputs": [t.to_dict() for t in outputs.values()], "selection": selection.to_dict(),
-           "would_run_on": chosen, "providers": avail, "artifacts": arts, "warnings": warnings}
+           "would_run_on": chosen, "providers": avail, "artifacts": arts,
+           "warnings": warnings + ([why] if why else []),
+           "lock": {"provider": locked, "options": getattr(project.config.providers, locked).model_dump(mode="json")}
+           if locked else None}
     if as_json:
         report.emit_json(doc)
         return 0
@@ -198,6 +209,8 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
         for t in ts.values():
             shape = "?" if t.shape is None else "[" + ", ".join("?" if d is None else str(d) for d in t.shape) + "]"
             print(f"  {t.name}: {t.dtype} {shape}")
+    if locked:
+        print(f"tuned: {locked} locked in gpux.lock.json for this machine")
     print(f"\nproviders (order {', '.join(selection.chain)}; would run on {chosen or 'none'}):")
     print(report.providers_table(avail))
     print("\nartifacts:")

@@ -12,7 +12,7 @@ from typing import Any
 from gpux import store
 from gpux.build import STEPS, BuildResult, build, resolve
 from gpux.config import Project
-from gpux.errors import GpuxError, InputError, ProviderUnavailable
+from gpux.errors import GpuxError, InputError, ProviderUnavailable, VerificationFailed
 from gpux.inputs import cast_all
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan import Selection, select
@@ -64,9 +64,12 @@ class Session:
         self._advance()
 
     # -- opening with fallback ------------------------------------------------------------------
-    def _fail(self, provider: str, stage: str, reason: str, fix: str | None = None) -> None:
+    def _fail(self, provider: str, stage: str, reason: str, fix: str | None = None,
+              cause: GpuxError | None = None) -> None:
         self.attempts.append(Attempt(provider, stage, False, reason, fix))
         if self.selection.strict and (self.selection.source != "auto" or stage != "probe"):
+            if isinstance(cause, VerificationFailed):  # an accuracy gate, not a missing provider
+                raise cause
             raise ProviderUnavailable(f"{provider} unavailable ({stage}): {reason} — fallback is off "
                                       f"(--strict or runtime.fallback: false)", hint=fix)
 
@@ -82,7 +85,7 @@ class Session:
                 result = build(self.project, provider, force=self._force, verify=self._verify,
                                store_dir=self._store_dir, log=self._log, io=self.io, full_check=True, for_run=True)
             except GpuxError as exc:
-                self._fail(provider, "build", " ".join(x.strip() for x in exc.message.splitlines()), exc.hint)
+                self._fail(provider, "build", " ".join(x.strip() for x in exc.message.splitlines()), exc.hint, exc)
                 continue
             built = time.perf_counter()
             try:
@@ -236,7 +239,11 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
     conflict = ort_conflict_warning()
     if conflict:
         warnings.append(conflict)
-    selection = select(project, provider, strict)
+    from gpux.tune import apply_lock
+
+    project, locked, why = apply_lock(project, provider)
+    warnings += [why] if why else []
+    selection = select(project, provider, strict, locked)
     return Session(project, io, selection, store_dir=store_dir, force=force, verify=verify,
                    log=log or (lambda _m: None), warnings=warnings, placement=placement)
 

@@ -1,0 +1,89 @@
+"""`gpux tune` on real ONNX Runtime: candidates verified then measured, the fastest verified one locked, and
+the lock followed only on the machine, runtimes, config and model it was measured with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpux.tune import LOCK_NAME, Outcome, choose
+
+from .conftest import gpux as cli
+
+X = json.dumps({"x": [[0.5] * 8]})
+QUICK = ("--providers", "cpu", "--seconds", "0.2")
+
+
+def auto(project: Path, extra: str = "") -> Path:
+    yml = project / "gpux.yml"
+    yml.write_text(yml.read_text().replace("backend: cpu", "backend: auto") + extra)
+    return project
+
+
+def test_tune_locks_the_fastest_verified_candidate_and_run_follows_it(mlp_project: Path) -> None:
+    auto(mlp_project)
+    r = cli("tune", str(mlp_project), *QUICK, "--precisions", "fp32,int8", "--json")
+    assert r.returncode == 0, r.stderr
+    lock = json.loads(r.stdout)
+    assert json.loads((mlp_project / LOCK_NAME).read_text())["choice"] == lock["choice"]
+    ok = [c for c in lock["candidates"] if c["status"] == "ok"]
+    assert {c["precision"] for c in ok} == {"fp32", "int8"}
+    assert all(c["accuracy"]["min_cosine"] > 0.98 and c["p50_ms"] > 0 for c in ok)
+    fastest = min(ok, key=lambda c: c["p50_ms"])
+    assert lock["choice"]["options"] == fastest["options"] and fastest["why"].startswith("chosen")
+    run = json.loads(cli("run", str(mlp_project), "--input", X, "--json").stdout)
+    assert run["request_source"] == LOCK_NAME and run["provider"] == "cpu"
+    forced = json.loads(cli("run", str(mlp_project), "-p", "openvino", "--input", X, "--json").stdout)
+    assert forced["request_source"] == "--provider", "a flag wins over the lock"
+    inspected = json.loads(cli("inspect", str(mlp_project), "--json").stdout)
+    assert inspected["lock"]["provider"] == "cpu"
+    assert inspected["lock"]["options"]["precision"] == lock["choice"]["options"]["precision"]
+
+
+def test_a_candidate_failing_its_tolerance_is_out_and_says_by_how_much(mlp_project: Path) -> None:
+    auto(mlp_project, "verify: {min_cosine: 0.9999999}\n")  # int8 cannot meet it; fp32 does
+    r = cli("tune", str(mlp_project), *QUICK, "--precisions", "fp32,int8", "--json")
+    assert r.returncode == 0, r.stderr
+    lock = json.loads(r.stdout)
+    failed = [c for c in lock["candidates"] if c["precision"] == "int8"]
+    assert failed and all(c["status"] == "failed verification" and "cosine" in c["why"] for c in failed)
+    assert lock["choice"]["options"]["precision"] == "fp32"
+    none = cli("tune", str(mlp_project), *QUICK, "--precisions", "int8")
+    assert none.returncode == 1 and "nothing locked" in none.stderr and "failed verification" in none.stdout
+    assert json.loads((mlp_project / LOCK_NAME).read_text())["choice"]["options"]["precision"] == "fp32", \
+        "the earlier lock stays"
+
+
+def test_choose_never_takes_a_failed_candidate_however_fast() -> None:
+    def outcome(precision: str, status: str, p50: float) -> Outcome:
+        return Outcome("cpu", precision, {"precision": precision}, status,
+                       {"stats": {"p50": p50, "throughput": 1 / p50}})
+
+    failed = outcome("int8", "failed verification", 0.001)
+    slow, fast = outcome("fp32", "ok", 0.004), outcome("fp16", "ok", 0.002)
+    assert choose([failed, slow, fast], "latency") is fast
+    assert choose([failed, slow, fast], "throughput") is fast
+    assert "2.00× slower" in slow.why
+    assert choose([failed], "latency") is None
+
+
+def test_a_lock_from_another_machine_is_not_trusted_silently(mlp_project: Path) -> None:
+    auto(mlp_project)
+    assert cli("tune", str(mlp_project), *QUICK, "--precisions", "fp32").returncode == 0
+    path = mlp_project / LOCK_NAME
+    doc = json.loads(path.read_text())
+    doc["fingerprint"]["cpu"] = "Some Other CPU @ 5GHz"
+    doc["choice"] = {"provider": "openvino", "precision": "fp32", "options": {}}
+    path.write_text(json.dumps(doc))
+    r = cli("run", str(mlp_project), "--input", X, "--json")
+    run = json.loads(r.stdout)
+    assert run["request_source"] == "auto"
+    assert any("measured with another cpu" in w for w in run["warnings"])
+    text = cli("run", str(mlp_project), "--input", X)
+    assert "warning: gpux.lock.json was measured with another cpu" in text.stderr
+    doc["fingerprint"]["cpu"] = json.loads(cli("tune", str(mlp_project), *QUICK, "--precisions", "fp32",
+                                               "--json").stdout)["fingerprint"]["cpu"]
+    (mlp_project / "gpux.yml").write_text((mlp_project / "gpux.yml").read_text() + "\n# edited\n")
+    run = json.loads(cli("run", str(mlp_project), "--input", X, "--json").stdout)
+    assert run["request_source"] == "auto", "a changed config is re-tuned, not trusted"
+    assert any("config_sha256" in w for w in run["warnings"])
