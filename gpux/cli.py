@@ -152,6 +152,41 @@ def package(path: str, provider: str | None, tag: str | None, out_dir: str | Non
     sys.exit(package_command(path, provider, tag, out_dir, base_image, run_args, store, as_json))
 
 
+@cli.command()
+@click.argument("targets", nargs=-1)
+@click.option("--host", default=None, help="Address to bind (default: serve.host, 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="REST port (default: serve.http_port, 8000).")
+@click.option("--grpc-port", type=click.IntRange(0, 65535), default=None,
+              help="gRPC port (default: serve.grpc_port, 8001).")
+@click.option("--no-grpc", is_flag=True, help="Serve REST only.")
+@PROVIDER
+@STRICT
+@STORE
+@click.option("--api-key", envvar="GPUX_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' (or $GPUX_API_KEY); health routes stay open.")
+@click.option("--max-batch-size", type=click.IntRange(min=0), default=None,
+              help="Dynamic batching: rows per merged batch, 0 = off (overrides serve.max_batch_size).")
+@click.option("--max-queue-delay-us", type=click.IntRange(min=0), default=None,
+              help="How long a batch waits for more requests (overrides serve.max_queue_delay_us).")
+@click.option("--instances", type=click.IntRange(min=1), default=None, help="Sessions per model.")
+@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds a request may take before 408 (overrides serve.request_timeout_s).")
+@click.option("--no-access-log", is_flag=True, help="No JSON access line per request on stderr.")
+def serve(targets: tuple[str, ...], host: str | None, port: int | None, grpc_port: int | None, no_grpc: bool,
+          provider: str | None, strict: bool, store: str | None, api_key: str | None, no_access_log: bool,
+          **overrides: Any) -> None:
+    """Serve models (names, folders, gpux.yml or .onnx) over the Open Inference Protocol (REST and gRPC).
+
+    Projects with the same name and different versions are served as versions of one model.
+    SIGTERM drains accepted requests, then exits 0.
+    """
+    from gpux.serve.command import ServeCommand, serve_command
+
+    overrides["request_timeout_s"] = overrides.pop("request_timeout")
+    sys.exit(serve_command(ServeCommand(list(targets), host, port, grpc_port, not no_grpc, provider, strict, store,
+                                        api_key, not no_access_log, overrides)))
+
+
 @cli.group()
 def cache() -> None:
     """Manage the artifact store."""
