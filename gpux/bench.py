@@ -8,6 +8,7 @@ worker threads, and report throughput as samples over the measured wall window. 
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import itertools
@@ -23,10 +24,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 1
-PERCENTILE_METHOD = "linear (type 7)"
-CV_WARN_PCT = 2.5  # coefficient of variation above which a result is flagged as noisy
-STABILITY_WINDOWS = 5  # measured samples are split into this many consecutive windows
-STABILITY_TOL = 0.10  # the last 3 window medians must agree within this fraction
+PERCENTILE_METHOD = "linear (type 7)"  # numpy.percentile's default
+CI_LEVEL = 0.95  # distribution-free confidence interval of the median (order statistics)
+Z = 1.959964  # normal quantile for CI_LEVEL
+PRECISE_PCT = 5.0  # a median known to within ±this percent (CI half-width) is "stable"
+STALL_IQR = 3.0  # a call slower than Q3 + STALL_IQR × IQR and than STALL_MEDIAN × the median is a stall
+STALL_MEDIAN = 2.0  # (an outlier: counted apart from the spread, which sub-microsecond timer steps dominate)
+STALL_NOTE_PCT = 5.0  # stalls above this share of calls are worth a line
+WINDOWS = 10  # consecutive windows whose medians show drift within a run
+MAD_TO_SIGMA = 1.4826  # scales the median absolute deviation to the standard deviation of a normal
 
 Infer = Callable[[], object]
 
@@ -93,10 +99,16 @@ class Stats:
     concurrency: int = 1
     percentile_method: str = PERCENTILE_METHOD
     warnings: list[str] = field(default_factory=list)
-    stable: bool = False
+    stable: bool = False  # the median is known to within ±PRECISE_PCT % at CI_LEVEL
+    mad: float = 0.0  # median absolute deviation, scaled to a normal's sigma
+    iqr: float = 0.0
+    median_ci: tuple[float, float] = (0.0, 0.0)  # CI_LEVEL interval of the median (p50), widened by drift
+    ci_level: float = CI_LEVEL
+    stalls: int = 0  # calls slower than stall_threshold
+    stall_threshold: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "median_ci": list(self.median_ci)}
 
 
 @dataclass
@@ -188,31 +200,27 @@ def measure(infer: Infer | Sequence[Infer], protocol: Protocol, *,
     return Measurement([d / 1e9 for d in deltas], wall_ns / 1e9, warmup_runs, warmup_ns / 1e9)
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """q-th percentile (0..100) of ascending values, linear interpolation between closest ranks
-    (Hyndman-Fan type 7, numpy's default)."""
+def median_ci(sorted_values: Sequence[float]) -> tuple[float, float]:
+    """A distribution-free CI_LEVEL confidence interval of the median: the order statistics at ranks
+    n/2 ∓ Z·√n/2 (the normal approximation of the binomial); the full range below 6 samples."""
     n = len(sorted_values)
-    if n == 0:
-        raise ValueError("percentile of no values")
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} outside 0..100")
-    h = (n - 1) * (q / 100)  # same rounding as numpy: fraction first
-    lo = math.floor(h)
-    hi = min(lo + 1, n - 1)
-    a, b, t = sorted_values[lo], sorted_values[hi], h - lo
-    return a + (b - a) * t if t < 0.5 else b - (b - a) * (1 - t)
+    if n < 6:
+        return sorted_values[0], sorted_values[-1]
+    half = Z * math.sqrt(n) / 2
+    lo, hi = max(0, math.floor(n / 2 - half)), min(n - 1, math.ceil(n / 2 + half))
+    return sorted_values[lo], sorted_values[hi]
 
 
-def _stability(latencies_s: Sequence[float]) -> tuple[bool, float | None]:
-    """Whether the medians of the last 3 of STABILITY_WINDOWS windows agree, and their spread."""
+def drift_ci(latencies_s: Sequence[float]) -> tuple[float, float] | None:
+    """The 2nd and 9th of the medians of 10 consecutive windows (≈98 % of a typical window's median lies
+    between them): how far the median wanders while the machine's load changes, which the samples' own
+    interval, treating calls as independent, does not see. None below WINDOWS × 10 samples."""
     n = len(latencies_s)
-    if n < STABILITY_WINDOWS:
-        return False, None
-    bounds = [i * n // STABILITY_WINDOWS for i in range(STABILITY_WINDOWS + 1)]
-    medians = [statistics.median(latencies_s[a:b]) for a, b in itertools.pairwise(bounds)][-3:]
-    lo, hi = min(medians), max(medians)
-    spread = (hi - lo) / lo if lo > 0 else (0.0 if hi == 0 else math.inf)
-    return spread <= STABILITY_TOL, spread
+    if n < WINDOWS * 10:
+        return None
+    bounds = [i * n // WINDOWS for i in range(WINDOWS + 1)]
+    medians = sorted(statistics.median(latencies_s[a:b]) for a, b in itertools.pairwise(bounds))
+    return medians[1], medians[-2]
 
 
 def summarize(latencies_s: Sequence[float], wall_s: float, *, batch: int = 1, concurrency: int = 1) -> Stats:
@@ -225,22 +233,29 @@ def summarize(latencies_s: Sequence[float], wall_s: float, *, batch: int = 1, co
     n = len(xs)
     mean = statistics.fmean(xs)
     std = statistics.stdev(xs) if n > 1 else 0.0
-    cv = std / mean * 100 if mean > 0 else 0.0
-    stable, spread = _stability(latencies_s)
+    import numpy as np
+
+    q1, p50, q3, p90, p95, p99, p999 = (float(v) for v in np.percentile(xs, [25, 50, 75, 90, 95, 99, 99.9]))
+    ci = median_ci(xs)
+    drift = drift_ci(latencies_s)
+    if drift is not None:
+        ci = min(ci[0], drift[0]), max(ci[1], drift[1])
+    half_pct = (ci[1] - ci[0]) / 2 / p50 * 100 if p50 > 0 else 0.0
+    threshold = max(q3 + STALL_IQR * (q3 - q1), STALL_MEDIAN * p50)
+    stalls = n - bisect.bisect_right(xs, threshold)
     warnings = []
-    if cv > CV_WARN_PCT:
-        warnings.append(f"high variance: CV {cv:.2f}% > {CV_WARN_PCT}%; results may not be repeatable")
-    if spread is None:
-        warnings.append(f"too few samples ({n}) to judge stability")
-    elif not stable:
-        warnings.append(f"not stable: last 3 window medians differ by {spread * 100:.1f}%"
-                        f" (> {STABILITY_TOL * 100:.0f}%); measure longer")
+    if half_pct > PRECISE_PCT:
+        warnings.append(f"the median is known to ±{half_pct:.1f}% only ({CI_LEVEL:.0%} CI); measure longer "
+                        f"(--duration, --runs) before comparing")
+    if stalls * 100 > STALL_NOTE_PCT * n:
+        warnings.append(f"{stalls} of {n} calls stalled (slower than {threshold * 1e3:.3f} ms); the tail "
+                        f"(p99, max) reflects them, the median does not")
     return Stats(
-        count=n, min=xs[0], max=xs[-1], mean=mean, std=std, cv_pct=cv,
-        p50=percentile(xs, 50), p90=percentile(xs, 90), p95=percentile(xs, 95), p99=percentile(xs, 99),
-        p99_9=percentile(xs, 99.9) if n >= 1000 else None,
-        throughput=n * batch / wall_s, batch=batch, concurrency=concurrency,
-        warnings=warnings, stable=stable,
+        count=n, min=xs[0], max=xs[-1], mean=mean, std=std, cv_pct=std / mean * 100 if mean > 0 else 0.0,
+        p50=p50, p90=p90, p95=p95, p99=p99, p99_9=p999 if n >= 1000 else None,
+        throughput=n * batch / wall_s, batch=batch, concurrency=concurrency, warnings=warnings,
+        stable=half_pct <= PRECISE_PCT, mad=MAD_TO_SIGMA * statistics.median(abs(x - p50) for x in xs),
+        iqr=q3 - q1, median_ci=ci, stalls=stalls, stall_threshold=threshold,
     )
 
 
@@ -278,15 +293,18 @@ def environment_facts() -> dict[str, Any]:
 
 def compare_baseline(current: dict[str, Any], baseline: dict[str, Any], max_regression_pct: float, *,
                      notes: list[str] | None = None) -> list[str]:
-    """Regressions of ``current`` against ``baseline`` beyond ``max_regression_pct`` (empty list = pass).
+    """Regressions of ``current`` against ``baseline`` (empty list = pass).
 
-    Rows match on (provider, precision); p50 and p99 regress upward, throughput downward. A row ok in
-    the baseline and not ok now is a regression; rows that cannot be compared (absent from the baseline,
-    not ok in it, a metric missing) are not failures: they are appended to ``notes`` when it is given.
+    Rows match on (provider, precision). A row regresses when its median latency rose by more than
+    ``max_regression_pct`` AND its confidence interval lies wholly above the baseline's, so a difference
+    the noise of either run could explain never fails the gate. A row ok in the baseline and not ok now
+    regresses too. The tail (p99) and throughput changes are told in ``notes``, not gated: on a shared
+    machine the tail of a short run is its stalls. Rows that cannot be compared are notes as well.
     """
     for doc, name in ((current, "current"), (baseline, "baseline")):
         if doc.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"{name} document has schema {doc.get('schema')!r}, expected {SCHEMA_VERSION}")
+
     def key(row: dict[str, Any]) -> tuple[str, str]:
         return str(row.get("provider", "?")), str(row.get("precision", "?"))
 
@@ -296,47 +314,75 @@ def compare_baseline(current: dict[str, Any], baseline: dict[str, Any], max_regr
     for row in current.get("results", []):
         label, ref = "/".join(key(row)), base.get(key(row))
         if ref is None:
-            said.append(f"note: {label} has no baseline row; not compared")
-            continue
-        if row.get("status") != "ok" or ref.get("status") != "ok":
+            said.append(f"{label} has no baseline row; not compared")
+        elif row.get("status") != "ok" or ref.get("status") != "ok":
             if ref.get("status") == "ok":
                 found.append(f"{label}: status {row.get('status')!r}, baseline was 'ok'")
             else:
-                said.append(f"note: {label} baseline status {ref.get('status')!r}; not compared")
-            continue
-        cur_s, ref_s = row.get("stats") or {}, ref.get("stats") or {}
-        for metric, worse_up in (("p50", True), ("p99", True), ("throughput", False)):
-            c, b = cur_s.get(metric), ref_s.get(metric)
-            if c is None or not b:
-                said.append(f"note: {label} {metric} missing; not compared")
-                continue
-            change = (c - b) / b * 100 * (1 if worse_up else -1)
-            if change > max_regression_pct:
-                shown = (f"{c * 1e3:.3f} ms vs {b * 1e3:.3f} ms" if worse_up else f"{c:.1f}/s vs {b:.1f}/s")
-                found.append(f"{label} {metric} regressed {change:.1f}% (> {max_regression_pct:g}%): "
-                             f"{shown} in baseline")
+                said.append(f"{label} baseline status {ref.get('status')!r}; not compared")
+        else:
+            _compare_row(label, row.get("stats") or {}, ref.get("stats") or {}, max_regression_pct, found, said)
     return found
 
 
-def _flat(row: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in row.items():
-        if k == "latencies_ms":
-            continue
-        for k2, v2 in (v.items() if isinstance(v, dict) else [(k, v)]):
-            name = k2 if k2 not in out else f"{k}.{k2}"
-            out[name] = "; ".join(map(str, v2)) if isinstance(v2, list) else ("" if v2 is None else v2)
-    return out
+def _compare_row(label: str, cur: dict[str, Any], ref: dict[str, Any], limit: float, found: list[str],
+                 said: list[str]) -> None:
+    c, b = cur.get("p50"), ref.get("p50")
+    if not c or not b:
+        said.append(f"{label}: no median; not compared")
+        return
+    c_ci, b_ci = cur.get("median_ci") or (c, c), ref.get("median_ci") or (b, b)
+    change = (c - b) / b * 100
+    shown = (f"median {c * 1e3:.4f} ms [{c_ci[0] * 1e3:.4f}, {c_ci[1] * 1e3:.4f}] vs {b * 1e3:.4f} ms "
+             f"[{b_ci[0] * 1e3:.4f}, {b_ci[1] * 1e3:.4f}] in the baseline ({change:+.1f}%)")
+    if change > limit and c_ci[0] > b_ci[1]:
+        found.append(f"{label} {shown}: slower by more than {limit:g}% and beyond both {CI_LEVEL:.0%} intervals")
+    elif change > limit:
+        said.append(f"{label} {shown}: intervals overlap, within noise; measure longer to tell")
+    for metric, sign in (("p99", 1), ("throughput", -1)):
+        x, y = cur.get(metric), ref.get(metric)
+        if x and y and sign * (x - y) / y * 100 > limit:
+            said.append(f"{label} {metric} {(x - y) / y * 100:+.1f}% (not gated: tail and throughput of a short "
+                        f"run move with the machine's load)")
+
+
+MS = 1e3
+# CSV columns: (header with its unit, where the value is in a result row, scale)
+CSV_COLUMNS: list[tuple[str, tuple[str | int, ...], float | None]] = [
+    ("provider", ("provider",), None), ("precision", ("precision",), None), ("status", ("status",), None),
+    ("requested", ("requested",), None), ("runs_on", ("runs_on",), None),
+    ("count", ("stats", "count"), None), ("batch", ("stats", "batch"), None),
+    ("concurrency", ("stats", "concurrency"), None),
+    *[(f"{m}_ms", ("stats", m), MS) for m in ("p50", "p90", "p95", "p99", "p99_9", "min", "max", "mean", "std",
+                                               "mad", "iqr")],
+    ("median_ci_low_ms", ("stats", "median_ci", 0), MS), ("median_ci_high_ms", ("stats", "median_ci", 1), MS),
+    ("cv_pct", ("stats", "cv_pct"), None), ("stalls", ("stats", "stalls"), None),
+    ("stall_threshold_ms", ("stats", "stall_threshold"), MS), ("throughput_per_s", ("stats", "throughput"), None),
+    *[(f"{p}_s", ("phases", f"{p}_s"), None) for p in ("build", "load", "first_inference", "warmup", "measure",
+                                                        "time_to_ready")],
+    ("artifact", ("artifact",), None), ("artifact_size_bytes", ("artifact_size",), None),
+    ("error", ("error",), None),
+]
+
+
+def _cell(row: dict[str, Any], path: tuple[str | int, ...], scale: float | None) -> Any:
+    value: Any = row
+    for part in path:
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return ""
+    if value is None:
+        return ""
+    return value * scale if scale is not None and isinstance(value, int | float) else value
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:
-    """Flat CSV of result rows: nested stats/phases become columns, raw latencies are left out."""
-    flat = [_flat(r) for r in rows]
-    header = list(dict.fromkeys(k for r in flat for k in r))
+    """CSV of result rows, one fixed column per figure with its unit in the header (raw latencies left out)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=header, restval="", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(flat)
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([name for name, _, _ in CSV_COLUMNS])
+    writer.writerows([[_cell(r, path, scale) for _, path, scale in CSV_COLUMNS] for r in rows])
     return buf.getvalue()
 
 
@@ -345,13 +391,17 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     def num(v: Any, scale: float = 1.0, fmt: str = ".3f") -> str:
         return "-" if v is None else format(v * scale, fmt)
 
-    head = ["provider", "precision", "status", "p50 ms", "p99 ms", "throughput/s", "time-to-ready ms", "CV %"]
+    head = ["provider", "precision", "status", "median ms", "95% CI ±%", "p99 ms", "stalls", "throughput/s",
+            "time-to-ready ms"]
     body = []
     for r in rows:
         s, ph = r.get("stats") or {}, r.get("phases") or {}
+        ci = s.get("median_ci")
         body.append([str(r.get("provider", "")), str(r.get("precision", "")), str(r.get("status", "")),
-                     num(s.get("p50"), 1e3), num(s.get("p99"), 1e3), num(s.get("throughput"), fmt=".1f"),
-                     num(ph.get("time_to_ready_s"), 1e3, ".1f"), num(s.get("cv_pct"), fmt=".2f")])
+                     num(s.get("p50"), 1e3, ".4f"),
+                     num(ci and s["p50"] and (ci[1] - ci[0]) / 2 / s["p50"], 100, ".1f"),
+                     num(s.get("p99"), 1e3), "-" if not s else str(s.get("stalls", 0)),
+                     num(s.get("throughput"), fmt=".1f"), num(ph.get("time_to_ready_s"), 1e3, ".1f")])
     widths = [max(len(c[i]) for c in [head, *body]) for i in range(len(head))]
 
     def line(cells: list[str]) -> str:  # text columns align left, numbers right

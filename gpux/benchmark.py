@@ -116,7 +116,7 @@ def benchmark_command(target: str, *, provider: str | None, strict: bool, store:
     if batch:
         shape_values["batch"] = batch
     protocol = protocol_for(project, runs, warmup, duration, batch, concurrency)
-    log = report.info if not as_json and not as_csv else (lambda _m: None)
+    log = report.progress(as_json or as_csv)
     rows: list[dict[str, Any]] = []
     if provider == "all":
         for name in PROVIDERS:
@@ -153,20 +153,38 @@ def benchmark_command(target: str, *, provider: str | None, strict: bool, store:
     elif as_csv:
         sys.stdout.write(bench.to_csv(rows))
     else:
-        print(bench.format_table(rows))
-        for row in rows:
-            for a in row.get("attempts") or []:
-                if not a["ok"]:
-                    report.warn(f"{row['provider']}: skipped {a['provider']} ({a['stage']}): {a['reason']}")
-            for w in (row.get("stats") or {}).get("warnings", []):
-                report.warn(f"{row['provider']} {row['precision']}: {w}")
-            if row.get("error"):
-                report.warn(f"{row['provider']} {row['precision']}: {row['status']}: {row['error']}")
-        for r in (doc.get("baseline") or {}).get("regressions", []):
-            report.warn(f"regression: {r}")
+        render(rows, doc.get("baseline"), all_providers=provider == "all")
     if not any(r["status"] != "unavailable" and r.get("stats") for r in rows):
         code = code or 4
     return code
+
+
+def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_providers: bool) -> None:
+    """The table on stdout; on stderr, what went wrong per row, one line for the providers not on this
+    machine (with -p all), and the baseline gate: each regression an error, the rest one line."""
+    absent = [r for r in rows if all_providers and r["status"] == "unavailable" and not report.VERBOSE]
+    print(bench.format_table([r for r in rows if r not in absent]))
+    if absent:
+        report.info(f"not on this machine: {', '.join(r['provider'] for r in absent)} (-v says why)")
+    for row in rows:
+        label = f"{row['provider']} {row['precision']}"
+        source = "auto" if row.get("requested") == "auto" else "--provider"
+        for a in row.get("attempts") or []:
+            if not a["ok"] and not report.absent(a, source):
+                report.warn(f"{label}: {report.attempt_line(a)}")
+        for w in (row.get("stats") or {}).get("warnings", []):
+            report.info(f"{label}: {w}")
+        if row.get("error") and row not in absent:
+            report.warn(f"{label}: {row['status']}: {row['error']}")
+    if gate is None:
+        return
+    for r in gate["regressions"]:
+        report.error(f"regression against {gate['file']}: {r}")
+    for n in gate["notes"] if report.VERBOSE else []:
+        report.info(f"baseline: {n}")
+    if not gate["regressions"]:
+        report.info(f"baseline {gate['file']}: no regression beyond {gate['max_regression_pct']:g}% "
+                    f"({len(gate['notes'])} notes; -v shows them)")
 
 
 def load_baseline(path: str) -> dict[str, Any]:

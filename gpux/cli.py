@@ -21,11 +21,26 @@ PROVIDER = click.option("--provider", "-p", default=None, help=f"Provider: {PROV
 STRICT = click.option("--strict", is_flag=True, help="Never fall back: exit 4 if the provider cannot run.")
 
 
+def _verbose(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        from gpux import report
+
+        report.VERBOSE = True
+
+
+# Accepted before or after the subcommand (`gpux --debug run ...` and `gpux run ... --debug`); main() reads
+# --debug from argv itself so that errors raised while parsing show their traceback too.
+COMMON = [
+    click.Option(["--debug"], is_flag=True, expose_value=False,
+                 help="Show tracebacks for every error ($GPUX_DEBUG=1)."),
+    click.Option(["--verbose", "-v"], is_flag=True, expose_value=False, callback=_verbose,
+                 help="Every progress line, and why each provider absent from this machine was skipped."),
+]
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", "-V", prog_name="gpux")
-@click.option("--debug", is_flag=True, envvar="GPUX_DEBUG", help="Show tracebacks for every error.")
-@click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli() -> None:
     """gpux: declare a model in gpux.yml, build optimized artifacts per provider, run them anywhere.
 
     \b
@@ -33,20 +48,20 @@ def cli(ctx: click.Context, debug: bool) -> None:
     3 config error, 4 provider unavailable (strict) or every fallback exhausted,
     70 internal error, 130 interrupted.
     """
-    ctx.obj = {"debug": debug}
 
 
 @cli.command()
 @click.argument("paths", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text",
               help="Report style; github prints workflow annotations.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--check-model", is_flag=True,
               help="Also parse each model and check declared inputs/outputs against it (imports onnx).")
-def validate(paths: tuple[str, ...], fmt: str, check_model: bool) -> None:
+def validate(paths: tuple[str, ...], fmt: str, as_json: bool, check_model: bool) -> None:
     """Check gpux.yml files (paths, folders or globs; default: ./gpux.yml)."""
     from gpux.validate import validate_paths
 
-    code = validate_paths(list(paths) or ["."], fmt, check_model)
+    code = validate_paths(list(paths) or ["."], "json" if as_json else fmt, check_model)
     sys.exit(code)
 
 
@@ -65,7 +80,9 @@ def schema(output: str | None, check: bool) -> None:
 
     p = Path(output)
     if check:
-        if not p.is_file() or p.read_text(encoding="utf-8") != text:
+        if not p.is_file():
+            raise GpuxError(f"{output} does not exist", hint="write it with `make schema` (gpux schema -o FILE)")
+        if p.read_text(encoding="utf-8") != text:
             raise GpuxError(f"{output} is out of date with the config models", hint="run `make schema`")
         click.echo(f"{output} is up to date")
         return
@@ -142,14 +159,16 @@ def inspect(target: str, store: str | None, as_json: bool) -> None:
 @click.option("--base-image", default=None, help="Base image (default: package.base_image, else per provider).")
 @click.option("--run", "run_args", default=None, metavar="ARGS",
               help="Run the image once after building, with these `gpux run` arguments, e.g. --run '--benchmark'.")
+@click.option("--ca-bundle", type=click.Path(dir_okay=False), default=None,
+              help="PEM bundle pip inside the image trusts (default: package.ca_bundle, else the base image's).")
 @STORE
 @JSON
 def package(path: str, provider: str | None, tag: str | None, out_dir: str | None, base_image: str | None,
-            run_args: str | None, store: str | None, as_json: bool) -> None:
+            run_args: str | None, ca_bundle: str | None, store: str | None, as_json: bool) -> None:
     """Build a container image that runs the model with `gpux run` (Docker engine from $DOCKER_HOST)."""
     from gpux.package import package_command
 
-    sys.exit(package_command(path, provider, tag, out_dir, base_image, run_args, store, as_json))
+    sys.exit(package_command(path, provider, tag, out_dir, base_image, run_args, store, as_json, ca_bundle))
 
 
 @cli.command()
@@ -224,6 +243,17 @@ def cache_prune(path: str, everything: bool, store: str | None, as_json: bool) -
     from gpux.commands import cache_command
 
     sys.exit(cache_command("prune-all" if everything else "prune", path, store, as_json))
+
+
+def _add_common(group: click.Group) -> None:
+    for cmd in [group, *group.commands.values()]:
+        if isinstance(cmd, click.Group) and cmd is not group:
+            _add_common(cmd)
+        else:
+            cmd.params.extend(COMMON)
+
+
+_add_common(cli)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,28 +10,7 @@ from gpux.errors import ExitCode, ProviderUnavailable
 
 
 def _log(as_json: bool) -> Any:
-    """Plain lines on stderr; on a terminal, a spinner while each target builds."""
-    if as_json or not sys.stderr.isatty():
-        return report.info
-    return _Progress()
-
-
-class _Progress:
-    def __init__(self) -> None:
-        from rich.console import Console
-
-        self.console = Console(stderr=True, highlight=False)
-        self.status: Any = None
-
-    def __call__(self, msg: str) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
-        if msg.startswith("building "):
-            self.status = self.console.status(msg)
-            self.status.start()
-        else:
-            self.console.print(f"[dim]•[/dim] {msg}", markup=True)
+    return report.progress(as_json)
 
 
 def build_command(path: str, provider: str | None, strict: bool, force: bool, verify: bool, dry_run: bool,
@@ -50,16 +28,13 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     from gpux.plan import select
     from gpux.providers import probe
     from gpux.resolve import open_project, remember
-    from gpux.session import Attempt, save_choice, saved_choice_path, usable_saved_choice
+    from gpux.session import Attempt
 
     project = open_project(path)
     for w in project.warnings:
         report.warn(w)
     io = load_checked(project, store_dir)
-    saved, reset = usable_saved_choice(project, store_dir)
-    if reset:
-        project.warnings.append(reset)
-    selection = select(project, provider, strict, saved)
+    selection = select(project, provider, strict)
     if dry_run:
         from gpux import store
 
@@ -100,14 +75,11 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     before, config_sha = noop.snapshot(watched_inputs(project, io)), noop.config_digest(project.path)
     result = build(project, name, force=force, verify=verify, store_dir=store_dir, log=log, io=io)
     remember(project)
-    if cannot_run is None:
-        save_choice(project, store_dir, name)
     doc = {**result.to_dict(), "requested": selection.to_dict(),
            "cannot_run": None if cannot_run is None else cannot_run.reason,
            "attempts": [a.to_dict() for a in attempts], "warnings": project.warnings}
     outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
-    selected = None if cannot_run else {"provider": name, "file": str(saved_choice_path(project, store_dir))}
-    noop.record(project, request, doc, before, config_sha, outputs, selected)
+    noop.record(project, request, doc, before, config_sha, outputs)
     if as_json:
         report.emit_json(doc)
     else:
@@ -147,6 +119,7 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
     from gpux.modelio import effective_io, load_checked
     from gpux.resolve import open_project
 
+    project = open_project(target)
     if input_json is None and input_file is None:
         raise InputError("no inputs given", hint="pass --input '{\"name\": [...]}' or --file inputs.npz "
                          "(or --benchmark for seeded random inputs)")
@@ -154,7 +127,6 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
         raise InputError("--input and --file both given; pass one")
     if output and not output.endswith(".npz"):
         raise InputError(f"--output {output}: outputs are written as .npz; name the file *.npz")
-    project = open_project(target)
     inputs, _ = effective_io(project, load_checked(project, store))
     # inputs are read and checked before anything is built or loaded
     feeds = parse_json(input_json, inputs) if input_json is not None else load_file(input_file or "", inputs)
@@ -176,7 +148,7 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
         for w in session.warnings:
             report.warn(w)
         for line in report.provider_lines(info):
-            report.info(line)
+            (report.warn if line.startswith("skipped ") else report.info)(line)
         print(report.format_outputs(doc))
         if output:
             report.info(f"wrote {output}")
@@ -186,7 +158,7 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
 def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     from gpux import store
     from gpux.build import source_files
-    from gpux.config import PROVIDERS
+    from gpux.config import CONFIG_NAMES, PROVIDERS
     from gpux.modelio import effective_io, load_checked
     from gpux.plan import select
     from gpux.providers import ort_conflict_warning, probe
@@ -196,9 +168,7 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
     avail = [probe(p).to_dict() for p in PROVIDERS]
-    from gpux.session import usable_saved_choice
-
-    selection = select(project, None, False, usable_saved_choice(project, store_dir)[0])
+    selection = select(project)
     chosen = next((p for p in selection.chain if probe(p).ok), None)
     root = store.store_root(project.root, store_dir)
     current = current_folders(project, io, root)
@@ -211,7 +181,8 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
                      "versions": a.manifest["key_parts"].get("versions")})
     size = sum(f.stat().st_size for f in source_files(project, io))
     warnings = [w for w in [ort_conflict_warning()] if w]
-    doc = {"name": project.name, "version": project.config.version, "config": str(project.path),
+    bare = project.path.name not in CONFIG_NAMES  # a plain model file: no gpux.yml exists
+    doc = {"name": project.name, "version": project.config.version, "config": None if bare else str(project.path),
            "source": str(project.source), "size": size, "opset": io.opset, "ir_version": io.ir_version,
            "producer": io.producer, "inputs": [t.to_dict() for t in inputs.values()],
            "outputs": [t.to_dict() for t in outputs.values()], "selection": selection.to_dict(),
@@ -219,7 +190,7 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     if as_json:
         report.emit_json(doc)
         return 0
-    print(f"{project.name} {project.config.version}  ({project.path})")
+    print(f"{project.name} {project.config.version}  ({'no gpux.yml: defaults' if bare else project.path})")
     fmt = f"opset {io.opset}  ir {io.ir_version}" if io.opset else f"format {io.producer}"
     print(f"model: {project.source}  {report.format_size(size)}  {fmt}")
     for kind, ts in (("inputs", inputs), ("outputs", outputs)):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -25,19 +26,16 @@ from gpux.errors import ConfigError, Problem
 CONFIG_NAMES = ("gpux.yml", "gpux.yaml")
 SCHEMA_VERSIONS = (1,)  # gpux.yml formats this gpux reads
 PROVIDERS = tuple(opts.OPTIONS)  # priority order: tensorrt, cuda, rocm, coreml, directml, openvino, cpu
-DTYPES = (
+# ONNX's own names for two of them (TensorProto FLOAT, DOUBLE), accepted and read as the gpux name
+ONNX_DTYPE_NAMES = {"float": "float32", "double": "float64"}
+DType = Annotated[Literal[
     "float32", "float16", "bfloat16", "float64",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "bool", "string",
-)  # fmt: skip
-DType = Literal[
-    "float32", "float16", "bfloat16", "float64",
-    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "bool", "string",
-]  # fmt: skip
+    "bool", "string", "float", "double",
+], AfterValidator(lambda v: ONNX_DTYPE_NAMES.get(v, v))]  # fmt: skip
 # names other tools use for a dtype -> the gpux name (for did-you-mean only; they are not accepted)
-DTYPE_ALIASES = {"float": "float32", "fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
-                 "double": "float64", "fp64": "float64", "int": "int64", "long": "int64", "str": "string"}
+DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
+                 "fp64": "float64", "int": "int64", "long": "int64", "str": "string"}
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 DIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Loc = tuple[str, ...]
@@ -250,6 +248,9 @@ class Package(Strict):
         description="Base image per provider, e.g. {cuda: my/cuda-base:12}; wins over base_image.")
     packages: list[str] = Field(default_factory=list, description="Extra pip packages for the image.")
     system_packages: list[str] = Field(default_factory=list, description="Extra apt packages for the image.")
+    ca_bundle: str | None = Field(
+        None, description="A CA bundle (PEM, relative to this file) that pip inside the image trusts, for a "
+        "package index behind a private CA; images trust only their base image's CAs without it.")
 
 
 class Serve(Strict):

@@ -11,9 +11,12 @@ HOME_ENV = "GPUX_HOME"
 
 
 def index_path() -> Path:
-    home = os.environ.get(HOME_ENV) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpux")
-    return Path(home) / "projects.json"
+    """$GPUX_HOME/projects.json, else in the platform's user cache folder (~/.cache/gpux on Linux)."""
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]) / "projects.json"
+    from platformdirs import user_cache_path
+
+    return user_cache_path("gpux", appauthor=False) / "projects.json"
 
 
 def known_projects() -> dict[str, str]:

@@ -113,7 +113,11 @@ def cast(value: Any, tensor: Tensor, origin: str = "input") -> Any:
     """One value to the input's dtype, checking rank and static dims; symbolic dims take the data's size."""
     np = _np()
     try:
-        arr = np.asarray(value, dtype=object if tensor.dtype == "string" else _float(tensor.dtype))
+        with np.errstate(over="raise", invalid="raise"):
+            arr = np.asarray(value, dtype=object if tensor.dtype == "string" else _float(tensor.dtype))
+    except FloatingPointError:
+        raise InputError(f"{origin}: input {tensor.name!r} has a value outside the range of {tensor.dtype}",
+                         hint=f"scale the data into {tensor.dtype}'s range") from None
     except (ValueError, TypeError, OverflowError) as exc:
         raise InputError(f"{origin}: input {tensor.name!r} cannot be read as {tensor.dtype}: {exc}") from None
     if tensor.shape is not None:

@@ -99,17 +99,10 @@ def replay(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _side_effects(rec: dict[str, Any], config: Path) -> None:
-    """What a full build also leaves behind: the name index entry and the project's saved provider."""
+    """What a full build also leaves behind: the name index entry."""
     from gpux import index
-    from gpux.store import atomic_write_text
 
     index.remember(rec["doc"]["name"], config)
-    selected = rec.get("selected")
-    if selected:
-        path = Path(selected["file"])
-        with contextlib.suppress(OSError, ValueError):
-            if not path.is_file() or json.loads(path.read_text()).get("provider") != selected["provider"]:
-                atomic_write_text(path, json.dumps({"provider": selected["provider"]}))
 
 
 def config_digest(config: Path) -> str | None:
@@ -120,7 +113,7 @@ def config_digest(config: Path) -> str | None:
 
 
 def record(project: Any, request: dict[str, Any], doc: dict[str, Any], before: dict[str, Any], config_sha: str | None,
-           outputs: list[Path], selected: dict[str, str] | None) -> None:
+           outputs: list[Path]) -> None:
     """Remember a successful build (best effort: a failure to write only costs the next build's speed).
     `before`/`config_sha` were taken before the build; `outputs` (artifacts) are stat-ed now."""
     from gpux.store import atomic_write_text
@@ -130,7 +123,6 @@ def record(project: Any, request: dict[str, Any], doc: dict[str, Any], before: d
     stats = {**before, **snapshot(outputs)}
     if any(s is None for s in stats.values()):
         return
-    rec = {"config_sha256": config_sha, "files": stats, "environment": environment(), "doc": doc,
-           "selected": selected}
+    rec = {"config_sha256": config_sha, "files": stats, "environment": environment(), "doc": doc}
     with contextlib.suppress(OSError, TypeError, ValueError):
         atomic_write_text(_record_file(project.path, request), json.dumps(rec, default=str))

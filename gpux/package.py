@@ -17,7 +17,6 @@ import os
 import re
 import shlex
 import shutil
-import ssl
 import sys
 import time
 import zipfile
@@ -209,7 +208,7 @@ def pin_requirements(wanted: Iterable[str], versions: dict[str, str | None],
 
 
 def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]], *,
-               base_image: str | None = None, tag: str | None = None) -> ImagePlan:
+               base_image: str | None = None, tag: str | None = None, ca_bundle: str | None = None) -> ImagePlan:
     """The image for `provider`: base image, pinned requirements, and whether artifacts with these key parts
     (those of the row's host_build targets) can be built here and reused inside the image."""
     row = IMAGES[provider]
@@ -234,17 +233,20 @@ def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]],
     apt = list(dict.fromkeys([*row.apt, *cfg.system_packages]))
     return ImagePlan(project.name, str(project.config.version), provider, row, base,
                      tag or default_tag(project, provider), reqs, apt, wheel_name(), reuse, notes,
-                     ca_bundle=host_ca_bundle())
+                     ca_bundle=chosen_ca_bundle(project, ca_bundle))
 
 
-def host_ca_bundle() -> Path | None:
-    """The CA bundle this machine's TLS trusts: copied into images so pip there trusts the same issuers."""
-    paths = ssl.get_default_verify_paths()
-    for p in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), paths.cafile, paths.openssl_cafile,
-              "/etc/ssl/certs/ca-certificates.crt"):
-        if p and Path(p).is_file():
-            return Path(p)
-    return None
+def chosen_ca_bundle(project: Project, flag: str | None) -> Path | None:
+    """--ca-bundle, else package.ca_bundle (relative to gpux.yml), else none: an image never inherits the
+    build host's trust store unless asked."""
+    if flag is None and project.config.package.ca_bundle is None:
+        return None
+    where, path = ("--ca-bundle", Path(flag)) if flag is not None else \
+        ("package.ca_bundle", project.root / str(project.config.package.ca_bundle))
+    if not path.is_file():
+        raise UsageError(f"{where}: {path} is not a file",
+                         hint="name a PEM bundle, e.g. /etc/ssl/certs/ca-certificates.crt")
+    return path
 
 
 # -- the gpux wheel: written from the running package, so images need neither a source tree nor PyPI for gpux --
@@ -388,7 +390,8 @@ def host_key_parts(project: Project, provider: str | None, io: Any) -> list[dict
 
 
 def package_command(path: str, provider: str | None, tag: str | None, out_dir: str | None,
-                    base_image: str | None, run_args: str | None, store_dir: str | None, as_json: bool) -> int:
+                    base_image: str | None, run_args: str | None, store_dir: str | None, as_json: bool,
+                    ca_bundle: str | None = None) -> int:
     from gpux.build import build
     from gpux.modelio import load_checked
     from gpux.resolve import open_project
@@ -400,7 +403,8 @@ def package_command(path: str, provider: str | None, tag: str | None, out_dir: s
     client = None if out_dir else connect()  # before building anything: fail fast without an engine
     io = load_checked(project)
     row = IMAGES[name]
-    plan = plan_image(project, name, host_key_parts(project, row.host_build, io), base_image=base_image, tag=tag)
+    plan = plan_image(project, name, host_key_parts(project, row.host_build, io), base_image=base_image, tag=tag,
+                      ca_bundle=ca_bundle)
     if plan.reuse and row.host_build:
         built = build(project, row.host_build, store_dir=store_dir, log=report.info, io=io)
         plan.artifacts = [r.artifact.dir for r in built.results]

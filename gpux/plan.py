@@ -30,7 +30,7 @@ ONNX_STEPS = {"fp32": "optimize", "fp16": "float16", "int8": "quantize"}
 class Target:
     """One artifact to build: what makes it, from what, with which resolved options."""
 
-    id: str  # human-readable, also the artifact folder's prefix, e.g. onnx-fp16, openvino-ir-int8
+    id: str  # human-readable, also the artifact folder's prefix, e.g. onnx-fp16-basic, openvino-ir-int8-quantize
     step: str  # optimize | float16 | quantize | openvino-ir | tensorrt-engine | coreml-package
     provider: str
     precision: str
@@ -47,7 +47,7 @@ class Selection:
     """The ordered providers to try and where that order came from."""
 
     chain: tuple[str, ...]
-    source: str  # --provider | GPUX_PROVIDER | runtime.backend | saved | auto
+    source: str  # --provider | GPUX_PROVIDER | runtime.backend | auto
     strict: bool
     notes: tuple[str, ...] = field(default=())
 
@@ -69,9 +69,9 @@ def parse_request(value: str, source: str) -> tuple[str, ...]:
     return names or ("auto",)
 
 
-def select(project: Project, provider: str | None = None, strict: bool = False,
-           saved: str | None = None) -> Selection:
-    """Precedence: --provider > GPUX_PROVIDER > runtime.backend > a saved choice > auto."""
+def select(project: Project, provider: str | None = None, strict: bool = False) -> Selection:
+    """Precedence: --provider > GPUX_PROVIDER > runtime.backend > auto. A command's --provider is never
+    remembered: the next command without one selects afresh."""
     cfg = project.config
     strict = strict or not cfg.runtime.fallback
     supported = cfg.runtime.supported
@@ -82,8 +82,6 @@ def select(project: Project, provider: str | None = None, strict: bool = False,
         request, source = parse_request(os.environ[ENV_PROVIDER], ENV_PROVIDER), ENV_PROVIDER
     elif cfg.runtime.backend != ("auto",):
         request, source = cfg.runtime.backend, "runtime.backend"
-    elif saved:
-        request, source = (saved,), "saved"
     else:
         request, source = ("auto",), "auto"
     if supported and request != ("auto",):
@@ -146,8 +144,8 @@ def _targets(project: Project, provider: str, inputs: dict[str, Any] | None = No
         return [_onnx_target(project, provider, {"optimization": "basic", "precision": "fp32"})]
     if provider == "openvino":
         o = cfg.providers.openvino
-        return [Target(f"openvino-ir-{o.precision}", "openvino-ir", provider, o.precision,
-                       o.model_dump(mode="json"))]
+        label = f"int8-{o.int8_mode}" if o.precision == "int8" else o.precision  # the int8 variants apart
+        return [Target(f"openvino-ir-{label}", "openvino-ir", provider, o.precision, o.model_dump(mode="json"))]
     if provider == "cpu":
         return [_onnx_target(project, provider, cfg.providers.cpu.model_dump(mode="json"))]
     if provider == "tensorrt":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +38,64 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+VERBOSE = False  # -v on any command: every progress line and every provider absent from this machine
+
+
+def absent(attempt: dict[str, Any], source: str) -> bool:
+    """With `auto`, a provider whose probe failed is simply not on this machine: the normal case, no warning."""
+    return source == "auto" and attempt["stage"] == "probe" and not attempt["ok"]
+
+
+def attempt_line(a: dict[str, Any]) -> str:
+    fix = f" → {a['fix']}" if a.get("fix") else ""
+    return f"skipped {a['provider']} ({a['stage']}): {a['reason']}{fix}"
+
+
+def absent_note(attempts: list[dict[str, Any]], source: str) -> str:
+    names = [a["provider"] for a in attempts if absent(a, source)]
+    return f"; not on this machine: {', '.join(names)} (-v says why)" if names and not VERBOSE else ""
+
+
+def progress(machine: bool) -> Callable[[str], None]:
+    """Progress lines: every one on stderr with -v; otherwise a spinner on a terminal that leaves nothing
+    behind, and nothing at all for machine output or when stderr is not a terminal (the summary says it).
+    Lines a build step starts with 'warning: ' are always shown."""
+    if VERBOSE:
+        return info
+    shown: Callable[[str], None] = (lambda _msg: None) if machine or not sys.stderr.isatty() else _Spinner()
+
+    def log(msg: str) -> None:  # a step's own warning is always shown
+        (info if msg.startswith("warning: ") else shown)(msg)
+
+    return log
+
+
+class _Spinner:
+    """One transient status line, rewritten by each progress message until its target is done."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True, highlight=False)
+        self.status: Any = None
+
+    def __call__(self, msg: str) -> None:
+        if self.status is None:
+            self.status = self.console.status(msg)
+            self.status.start()
+        else:
+            self.status.update(msg)
+        if " built → " in msg or " cached → " in msg:
+            self.status.stop()
+            self.status = None
+
+
 def warn(msg: str) -> None:
     sys.stderr.write(f"warning: {msg}\n")
+
+
+def error(msg: str) -> None:
+    sys.stderr.write(f"error: {msg}\n")
 
 
 def info(msg: str) -> None:
@@ -47,19 +104,17 @@ def info(msg: str) -> None:
 
 def provider_lines(report: dict[str, Any]) -> list[str]:
     """requested → used, then one line per skipped provider with its reason and fix."""
-    lines = []
-    for a in report["attempts"]:
-        if not a["ok"]:
-            fix = f" → {a['fix']}" if a.get("fix") else ""
-            lines.append(f"skipped {a['provider']} ({a['stage']}): {a['reason']}{fix}")
+    source = report["request_source"]
+    lines = [attempt_line(a) for a in report["attempts"] if not a["ok"] and not absent(a, source)]
     pl = report.get("placement")
     if pl:
         nodes = ", ".join(f"{ep} {n}" for ep, n in pl["nodes"].items())
         lines.append(f"placement: {nodes} of {pl['total']} nodes; {pl['partitions']} partitions; "
                      f"{pl['ep']} coverage {pl['coverage']:.0%}")
     requested = ",".join(report["requested"])
-    lines.append(f"provider: requested {requested} ({report['request_source']}) → ran {report['provider']}"
-                 f" [{report['runs_on']}]")
+    lines += [f"({attempt_line(a)})" for a in report["attempts"] if VERBOSE and absent(a, source)]
+    lines.append(f"provider: requested {requested} ({source}) → ran {report['provider']}"
+                 f" [{report['runs_on']}]{absent_note(report['attempts'], source)}")
     return lines
 
 
@@ -145,13 +200,17 @@ def render_build(doc: dict[str, Any]) -> None:
     """`gpux build`'s human report: warnings and skipped providers on stderr, one line per target."""
     for w in doc.get("warnings") or []:
         warn(w)
-    for a in doc.get("attempts") or []:
-        fix = f" → {a['fix']}" if a.get("fix") else ""
-        warn(f"skipped {a['provider']} ({a['stage']}): {a['reason']}{fix}")
+    source = doc["requested"]["source"]
+    attempts = doc.get("attempts") or []
+    missed = [a for a in attempts if not absent(a, source)]
+    for a in attempts if VERBOSE else missed:
+        (warn if a in missed else info)(attempt_line(a))
     if doc.get("cannot_run"):
         warn(f"built for {doc['provider']}, which cannot run on this machine: {doc['cannot_run']}")
-    if doc.get("attempts"):
+    if missed:
         warn(f"built for {doc['provider']} instead of {doc['requested']['chain'][0]}")
+    elif source == "auto":
+        info(f"provider: auto → {doc['provider']}{absent_note(attempts, source)}")
     for t in doc["targets"]:
         v = t.get("verification") or {}
         ver = f"verify skipped: {v['skipped']}" if "skipped" in v else \

@@ -43,9 +43,13 @@ def open_project(target: str) -> Project:
     known = index.known_projects()
     if target in known:
         return load_config(known[target])
-    names = sorted(known)
+    import difflib
+
     from gpux.config import did_you_mean
 
-    listing = f"known models: {', '.join(names)}" if names else "no model has been built on this machine yet"
-    raise NotFound(f"no model named {target!r}{did_you_mean(target, names)}; {listing}",
+    nearest = difflib.get_close_matches(target, sorted(known), n=5, cutoff=0.5)
+    listing = f"nearest of the {len(known)} models built on this machine: {', '.join(nearest)}" if nearest else \
+        f"none of the {len(known)} models built on this machine is close" if known else \
+        "no model has been built on this machine yet"
+    raise NotFound(f"no model named {target!r}{did_you_mean(target, sorted(known))}; {listing}",
                      hint="pass a project folder or gpux.yml, or run `gpux build PATH` first")

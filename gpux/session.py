@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -17,10 +16,8 @@ from gpux.errors import GpuxError, InputError, ProviderUnavailable
 from gpux.inputs import cast_all
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan import Selection, select
-from gpux.providers import PROVIDERS, Runner, probe
+from gpux.providers import Runner, probe
 from gpux.resolve import open_project
-
-SAVED = "selected.json"
 
 
 @dataclass(frozen=True)
@@ -38,8 +35,9 @@ class Attempt:
                 "fix": self.fix}
 
     def line(self) -> str:
-        fix = f" → {self.fix}" if self.fix else ""
-        return f"skipped {self.provider} ({self.stage}): {self.reason}{fix}"
+        from gpux.report import attempt_line
+
+        return attempt_line(self.to_dict())
 
 
 class Session:
@@ -132,7 +130,6 @@ class Session:
                 continue
             self._first_done = True
             self.attempts.append(Attempt(self.provider, "ok", True, self._runner.used))
-            save_choice(self.project, self._store_dir, self.provider)
             return out
 
     def _check_placement(self, feeds: dict[str, Any]) -> str | None:
@@ -201,41 +198,6 @@ def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Ru
     return opener(provider, project, artifact)
 
 
-def usable_saved_choice(project: Project, store_dir: str | Path | None) -> tuple[str | None, str | None]:
-    """The provider last used for this project if it is still usable here, else (None, why it was reset)."""
-    saved = saved_choice(project, store_dir)
-    if not saved:
-        return None, None
-    avail = probe(saved)
-    supported = project.config.runtime.supported
-    if avail.ok and (not supported or saved in supported):
-        return saved, None
-    return None, (f"saved provider {saved} is no longer usable here ({avail.reason or 'unsupported'}); "
-                  f"reset to the best available")
-
-
-def saved_choice_path(project: Project, store_dir: str | Path | None) -> Path:
-    return store.store_root(project.root, store_dir) / project.name / SAVED
-
-
-def saved_choice(project: Project, store_dir: str | Path | None) -> str | None:
-    path = saved_choice_path(project, store_dir)
-    try:
-        value = json.loads(path.read_text()).get("provider")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if value in PROVIDERS else None
-
-
-def save_choice(project: Project, store_dir: str | Path | None, provider: str) -> None:
-    path = saved_choice_path(project, store_dir)
-    try:
-        if saved_choice(project, store_dir) != provider:
-            store.atomic_write_text(path, json.dumps({"provider": provider}))
-    except OSError:
-        pass
-
-
 def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, *, strict: bool = False,
          store_dir: str | Path | None = None, force: bool = False, verify: bool = True,
          log: Callable[[str], None] | None = None, placement: bool = False) -> Session:
@@ -248,9 +210,7 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
     conflict = ort_conflict_warning()
     if conflict:
         warnings.append(conflict)
-    saved, reset = usable_saved_choice(project, store_dir)
-    warnings += [reset] if reset else []
-    selection = select(project, provider, strict, saved)
+    selection = select(project, provider, strict)
     return Session(project, io, selection, store_dir=store_dir, force=force, verify=verify,
                    log=log or (lambda _m: None), warnings=warnings, placement=placement)
 

@@ -33,7 +33,8 @@ def sha256_file(path: Path) -> str:
 
 def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path], Any]) -> list[Any]:
     """`compute(p)` for each path, remembered in `memo_file` by (size, mtime_ns) so unchanged files are not
-    read again; the memo is read once and written once."""
+    read again; the memo is read once and written once, and only into a store that exists already (commands
+    that only read, such as `inspect`, never create one)."""
     memo: dict[str, list[Any]] = {}
     if memo_file is not None and memo_file.is_file():
         with contextlib.suppress(OSError, ValueError):
@@ -47,7 +48,7 @@ def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path]
             entry = memo[key] = [st.st_size, st.st_mtime_ns, compute(p)]
             changed = True
         out.append(entry[2])
-    if changed and memo_file is not None:
+    if changed and memo_file is not None and memo_file.parent.is_dir():
         with contextlib.suppress(OSError):
             atomic_write_text(memo_file, json.dumps(memo))
     return out
@@ -79,22 +80,11 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """An exclusive inter-process lock on `path` (released by the OS if the process dies)."""
+    """An exclusive inter-process lock on `path` (an OS lock: released by the OS if the process dies)."""
+    from filelock import FileLock
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as f:
-        try:
-            import fcntl
-
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        except ImportError:  # Windows
-            import msvcrt
-
-            while True:
-                try:
-                    msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)  # type: ignore[attr-defined]
-                    break
-                except OSError:
-                    time.sleep(0.05)
+    with FileLock(path, mode=0o644):
         yield
 
 

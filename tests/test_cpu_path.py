@@ -169,3 +169,69 @@ def test_external_data_models_build_run_and_missing_data_is_a_config_error(tmp_p
     for args in (("validate", "--check-model", str(tmp_path)), ("build", str(tmp_path), "-p", "cpu")):
         r = cli(*args)
         assert r.returncode == 3 and "external data file not found beside the model: weights.bin" in r.stderr + r.stdout
+
+
+# -- a new user's first hour: quiet success, honest selection ------------------------------------------------
+def _auto(project: Path) -> None:
+    yml = project / "gpux.yml"
+    yml.write_text(yml.read_text().replace("backend: cpu", "backend: auto"))
+
+
+def test_auto_build_and_run_on_this_machine_print_no_warning(mlp_project: Path) -> None:
+    _auto(mlp_project)
+    r = cli("build", str(mlp_project))
+    assert r.returncode == 0, r.stderr
+    assert "warning:" not in r.stderr
+    [chosen] = [line for line in r.stderr.splitlines() if line.startswith("provider: auto → ")]
+    assert "not on this machine: tensorrt, cuda" in chosen
+    assert len(r.stdout.splitlines()) == 1, "one summary line per target, no progress lines"
+    ran = cli("run", str(mlp_project), "--input", json.dumps({"x": [[0.5] * 8]}))
+    assert ran.returncode == 0 and "warning:" not in ran.stderr and "skipped" not in ran.stderr, ran.stderr
+    verbose = cli("build", str(mlp_project), "--force", "-v")
+    assert "skipped tensorrt (probe)" in verbose.stderr and "warning:" not in verbose.stderr
+    assert "verify " in verbose.stderr, "-v shows every progress line"
+
+
+def test_a_provider_flag_is_not_remembered_by_the_next_command(mlp_project: Path) -> None:
+    _auto(mlp_project)
+    first = json.loads(cli("build", str(mlp_project), "--json").stdout)
+    assert first["requested"]["source"] == "auto"
+    other = "cpu" if first["provider"] != "cpu" else "openvino"
+    assert cli("build", str(mlp_project), "--provider", other).returncode == 0
+    x = json.dumps({"x": [[0.5] * 8]})
+    assert json.loads(cli("run", str(mlp_project), "-p", other, "--input", x, "--json").stdout)["provider"] == other
+    again = json.loads(cli("build", str(mlp_project), "--json").stdout)
+    assert again["requested"]["source"] == "auto" and again["provider"] == first["provider"]
+    run = json.loads(cli("run", str(mlp_project), "--input", x, "--json").stdout)
+    assert run["request_source"] == "auto" and run["provider"] == first["provider"]
+
+
+def test_small_things_a_new_user_meets(mlp_project: Path, tmp_path: Path) -> None:
+    _auto(mlp_project)
+    r = cli("build", str(mlp_project), "--debug")  # --debug after the subcommand, as well as before it
+    assert r.returncode == 0, r.stderr
+    big = json.dumps({"x": [[1e40] + [0.0] * 7]})
+    r = cli("run", str(mlp_project), "-p", "cpu", "--input", big)
+    assert r.returncode == 2 and "outside the range of float32" in r.stderr and "Warning" not in r.stderr
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "m.onnx").write_bytes((mlp_project / "model.onnx").read_bytes())
+    r = cli("inspect", str(bare / "m.onnx"), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["config"] is None
+    assert sorted(p.name for p in bare.iterdir()) == ["m.onnx"], "inspect only reads"
+    yml = mlp_project / "gpux.yml"
+    yml.write_text(yml.read_text().replace("x: {dtype: float32", "x: {dtype: float"))
+    assert cli("validate", str(yml), "--check-model").returncode == 0, "ONNX's name for float32"
+    r = cli("schema", "--check", "-o", str(tmp_path / "missing.json"))
+    assert r.returncode == 1 and "does not exist" in r.stderr
+
+
+def test_unknown_name_lists_the_nearest_few(mlp_project: Path, tmp_path: Path) -> None:
+    from gpux import index
+
+    for i in range(30):
+        index.remember(f"model-{i:02d}", mlp_project / "gpux.yml")
+    index.remember("tiny-mlp", mlp_project / "gpux.yml")
+    r = cli("run", "tiny-mpl", "--input", "{}", cwd=tmp_path)
+    assert r.returncode == 3 and "of the 31 models built on this machine: tiny-mlp" in r.stderr
+    assert "model-29" not in r.stderr

@@ -38,7 +38,6 @@ def test_selection_precedence(mlp_project: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("GPUX_PROVIDER")
     set_backend(mlp_project, "auto")
     project = load_config(mlp_project)
-    assert select(project, saved="openvino").source == "saved"
     assert select(project).chain == ("tensorrt", "cuda", "rocm", "coreml", "directml", "openvino", "cpu")
     assert select(project, "openvino,cpu").chain == ("openvino", "cpu")
     assert select(project, "openvino", strict=True).chain == ("openvino",)
@@ -54,18 +53,6 @@ def test_bad_provider_names_and_unsupported_requests(mlp_project: Path, monkeypa
     monkeypatch.setenv("GPUX_PROVIDER", "tensorrt")
     with pytest.raises(UsageError, match="GPUX_PROVIDER: tensorrt is not supported by model 'tiny-mlp'"):
         select(project)
-
-
-def test_invalid_saved_choice_is_reset_with_a_warning(mlp_project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    set_backend(mlp_project, "auto", "\n  supported: [tensorrt, cpu]")
-    saved = mlp_project / ".gpux" / "tiny-mlp" / "selected.json"
-    saved.parent.mkdir(parents=True)
-    saved.write_text(json.dumps({"provider": "tensorrt"}))
-    with gpux.load(mlp_project) as s:
-        s.run(X)
-        assert s.provider == "cpu"
-        assert any("saved provider tensorrt is no longer usable here" in w for w in s.warnings)
-    assert json.loads(saved.read_text()) == {"provider": "cpu"}
 
 
 # -- fallback layers, with fake providers ----------------------------------------------------------

@@ -260,7 +260,7 @@ def test_missing_gpu_builds_then_falls_back_to_cpu_and_strict_exits_4(tmp_path: 
     built_doc = cli("build", ".", "--provider", "openvino", "--json", cwd=folder)
     assert built_doc.returncode == 0, built_doc.stderr
     (target,) = json.loads(built_doc.stdout)["targets"]  # one JSON document despite NNCF's progress bars
-    assert target["target"]["id"] == "openvino-ir-int8" and target["verification"]["passed"]
+    assert target["target"]["id"] == "openvino-ir-int8-quantize" and target["verification"]["passed"]
     info = store.read_manifest(Path(folder, target["path"]).parent).manifest["info"]  # type: ignore[union-attr]
     assert info["precompiled"] is None and "GPU is not available" in info["precompile_skipped"]
 

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import shlex
+import ssl
 import subprocess
 import sys
 import time
@@ -34,6 +35,9 @@ ORT_VERSIONS: dict[str, str | None] = {"onnxruntime": "onnxruntime 1.31.1", "onn
 ORT: dict[str, Any] = {"step": "optimize", "versions": ORT_VERSIONS, "device": {}}
 OV: dict[str, Any] = {"step": "openvino-ir", "device": {"cpu": "Example CPU", "machine": "x86_64"},
       "versions": {"openvino": "2026.4.1", "nncf": "3.4.0", "onnxruntime": "onnxruntime 1.31.1"}}
+# The tests' images pip-install from the package index this machine reaches, through its trust store.
+HOST_CA = next(p for p in (ssl.get_default_verify_paths().cafile, "/etc/ssl/certs/ca-certificates.crt")
+               if p and Path(p).is_file())
 BLOCK_DOCKER = """
 import sys, importlib.abc
 class Block(importlib.abc.MetaPathFinder):
@@ -153,10 +157,22 @@ def test_provider_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 # -- the build context (no engine) -------------------------------------------------------------------------------
+def test_a_ca_bundle_is_taken_only_when_asked_and_must_exist(mlp_project: Path, tmp_path: Path) -> None:
+    pem = mlp_project / "corp-ca.pem"
+    pem.write_text(Path(HOST_CA).read_text())
+    yml = mlp_project / "gpux.yml"
+    yml.write_text(yml.read_text() + "package:\n  ca_bundle: corp-ca.pem\n")
+    r = gpux("package", str(mlp_project), "--dockerfile-only", str(tmp_path / "ctx"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "ctx" / "gpux-ca.crt").read_text() == pem.read_text()
+    r = gpux("package", str(mlp_project), "--dockerfile-only", str(tmp_path / "ctx2"), "--ca-bundle", "nope.pem")
+    assert r.returncode == 2 and "--ca-bundle: nope.pem is not a file" in r.stderr
+
+
 def test_dockerfile_only_writes_a_complete_context(mlp_project: Path, tmp_path: Path) -> None:
     out = tmp_path / "ctx"
     r = gpux("package", str(mlp_project), "--provider", "cpu", "--dockerfile-only", str(out), "--json",
-             env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+             "--ca-bundle", HOST_CA, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["tag"] == "gpux/tiny-mlp:1.0.0-cpu" and doc["reuse_artifacts"] and doc["context"] == str(out)
@@ -168,8 +184,9 @@ def test_dockerfile_only_writes_a_complete_context(mlp_project: Path, tmp_path: 
     assert (out / "model" / "gpux.yml").read_text() == (mlp_project / "gpux.yml").read_text()
     assert load_config(out / "model" / "gpux.yml").name == "tiny-mlp"
     assert (out / "gpux-ca.crt").is_file() and "COPY gpux-ca.crt /etc/gpux/ca.crt" in (out / "Dockerfile").read_text()
-    # written again into the same folder: replaced, not refused
+    # written again into the same folder: replaced, not refused; without --ca-bundle no CA goes in
     assert gpux("package", str(mlp_project), "--dockerfile-only", str(out)).returncode == 0
+    assert not (out / "gpux-ca.crt").exists() and "ca.crt" not in (out / "Dockerfile").read_text()
     (out / "notes.txt").write_text("mine")
     r = gpux("package", str(mlp_project), "--dockerfile-only", str(out))
     assert r.returncode == 2 and "holds files gpux did not write" in r.stderr
@@ -266,6 +283,7 @@ def test_cpu_image_runs_the_model_like_the_host(engine: Engine, tmp_path: Path,
     tag = "gpux-test/pkg-mlp:cpu"
     started = time.perf_counter()
     r = gpux("package", str(project), "--provider", "cpu", "--tag", tag, "--base-image", engine.base_image,
+             "--ca-bundle", HOST_CA,
              "--run", shlex.join(["--input", feeds, "--json"]), "--json", env=engine.env, timeout=600)
     seconds = time.perf_counter() - started
     assert r.returncode == 0, r.stderr[-4000:]
