@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -31,8 +30,8 @@ ONNX_DTYPE_NAMES = {"float": "float32", "double": "float64"}
 DType = Annotated[Literal[
     "float32", "float16", "bfloat16", "float64",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "bool", "string", "float", "double",
-], AfterValidator(lambda v: ONNX_DTYPE_NAMES.get(v, v))]  # fmt: skip
+    "bool", "string",
+], BeforeValidator(lambda v: ONNX_DTYPE_NAMES.get(v, v) if isinstance(v, str) else v)]  # fmt: skip
 # names other tools use for a dtype -> the gpux name (for did-you-mean only; they are not accepted)
 DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
                  "fp64": "float64", "int": "int64", "long": "int64", "str": "string"}
