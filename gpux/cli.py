@@ -207,6 +207,43 @@ def serve(targets: tuple[str, ...], host: str | None, port: int | None, grpc_por
 
 
 @cli.group()
+def export() -> None:
+    """Hand built, verified artifacts to other serving engines."""
+
+
+@export.command("triton")
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--output", "-o", "repo", type=click.Path(file_okay=False), required=True,
+              help="The model repository folder (created; each model's folder is replaced whole).")
+@click.option("--provider", "-p", default=None,
+              help="cpu, openvino, cuda or tensorrt (default: $GPUX_PROVIDER, runtime.backend, else cpu).")
+@click.option("--version", "model_version", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Triton version folder the artifact goes in.")
+@STORE
+@JSON
+def export_triton(targets: tuple[str, ...], repo: str, provider: str | None, model_version: int,
+                  store: str | None, as_json: bool) -> None:
+    """Write a Triton model repository: config.pbtxt + the artifact per model (batching from serve:)."""
+    from pathlib import Path
+
+    from gpux import report
+    from gpux.deploy.triton import export as export_model
+    from gpux.package import choose_provider
+    from gpux.resolve import open_project
+
+    done = []
+    for target in targets:
+        project = open_project(target)
+        name = choose_provider(project, provider)
+        done.append(export_model(project, name, Path(repo), model_version, store, report.progress(as_json)))
+    if as_json:
+        report.emit_json({"repository": repo, "models": [e.to_dict() for e in done]})
+        return
+    for e in done:
+        print(f"{e.name}: {e.provider} → {e.folder}/{e.version}/{', '.join(e.files)} + config.pbtxt")
+
+
+@cli.group()
 def cache() -> None:
     """Manage the artifact store."""
 
