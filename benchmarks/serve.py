@@ -31,7 +31,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 MLSERVER_VENV = Path(tempfile.gettempdir()) / "gpux-bench-mlserver"
-MLSERVER_PINS = ["mlserver==1.7.1", "onnxruntime==1.31.1", "numpy==2.4.6"]
+# uvloop 0.22+ breaks MLServer 1.7.1's worker processes (no current event loop)
+MLSERVER_PINS = ["mlserver==1.7.1", "onnxruntime==1.31.1", "numpy==2.4.6", "uvloop==0.21.0"]
 MLSERVER_RUNTIME = '''
 import onnxruntime as ort
 from mlserver import MLModel
@@ -191,15 +192,17 @@ def clients(kind: str, address: str, name: str, x: np.ndarray, output: str) -> t
         return [mod.InferRequestedOutput(output) if grpc else mod.InferRequestedOutput(output, binary_data=binary)]
 
     sync_inputs, sync_outputs = inputs(sync_mod), outputs(sync_mod)
+    # MLServer (FastAPI) reads JSON only with a Content-Type, and gzips answers unless told not to
+    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"} if kind == "rest-json" else None
 
     def call() -> None:
-        sync_client.infer(name, sync_inputs, outputs=sync_outputs)
+        sync_client.infer(name, sync_inputs, outputs=sync_outputs, headers=headers)
 
     def make_async() -> tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]:
         mod: Any = tga if grpc else tha
         client = mod.InferenceServerClient(address) if grpc else mod.InferenceServerClient(address, conn_limit=64)
         ins, outs = inputs(tg if grpc else th), outputs(tg if grpc else th)
-        return (lambda: client.infer(name, ins, outputs=outs)), client.close
+        return (lambda: client.infer(name, ins, outputs=outs, headers=headers)), client.close
 
     return call, make_async
 

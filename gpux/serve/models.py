@@ -16,7 +16,6 @@ from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotFound, Unavailable
 from gpux.serve.metrics import Metrics
 
-
 INLINE_PROBES = 5
 INLINE_BELOW_S = 0.0002  # a warm inference shorter than this runs on the event loop: a thread hop costs more
 
