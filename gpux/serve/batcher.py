@@ -38,8 +38,10 @@ class Worker:
     """One model version: `instances` runners (each run on its own thread); batching when max_batch > 1."""
 
     def __init__(self, runners: list[RunFn], max_batch: int = 0, delay_us: int = 0,
-                 observer: Observer | None = None) -> None:
+                 observer: Observer | None = None, inline: bool = False) -> None:
         self.runners = runners
+        # a single instance whose inference is shorter than a thread hop runs on the event loop's thread
+        self.inline = inline and len(runners) == 1 and max_batch <= 1
         self.max_batch = max_batch
         self.delay = delay_us / 1e6
         self.observe = observer or Observer()
@@ -61,6 +63,8 @@ class Worker:
             self._tasks = [asyncio.create_task(self._batch_loop(r)) for r in self.runners]
 
     async def infer(self, feeds: Feeds) -> dict[str, Any]:
+        if self.inline:
+            return self._run_one(feeds, time.perf_counter())
         loop = asyncio.get_running_loop()
         if not self.batching:
             return await loop.run_in_executor(self.pool, self._run_one, feeds, time.perf_counter())

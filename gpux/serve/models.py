@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,9 @@ from gpux.serve.batcher import Observer, Worker
 from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotFound, Unavailable
 from gpux.serve.metrics import Metrics
+
+INLINE_PROBES = 5
+INLINE_BELOW_S = 0.0002  # a warm inference shorter than this runs on the event loop: a thread hop costs more
 
 
 @dataclass
@@ -115,14 +119,21 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     first = sessions[0]
     model.inputs, model.outputs = dict(first.inputs), dict(first.outputs)
     model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
+    feeds = warmup_feeds(model.inputs)
     for s in sessions:
-        s.run(warmup_feeds(model.inputs))
+        s.run(feeds)
+    took = []
+    for _ in range(INLINE_PROBES):
+        started = time.perf_counter()
+        first.run(feeds)
+        took.append(time.perf_counter() - started)
     model.batchable = batchable(model)
     observer = Observer(queue=metrics.child(metrics.queue, model.name).observe,
                         compute=metrics.child(metrics.compute, model.name).observe,
                         batch=metrics.child(metrics.batch, model.name).observe)
     max_batch = settings.max_batch_size if model.batchable else 0
-    model.worker = Worker([s.run for s in sessions], max_batch, settings.max_queue_delay_us, observer)
+    inline = sorted(took)[len(took) // 2] < INLINE_BELOW_S
+    model.worker = Worker([s.run for s in sessions], max_batch, settings.max_queue_delay_us, observer, inline)
     metrics.child(metrics.model_info, model.name, model.version, model.provider, model.runs_on,
                   str(settings.instances)).set(1)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +57,13 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
     assert model.worker is not None
     limit = timeout if timeout is not None else model.settings.request_timeout_s
     try:
-        out = await asyncio.wait_for(model.worker.infer(feeds), limit)
+        if model.worker.inline:  # runs to completion on this thread: check the limit afterwards
+            started = time.perf_counter()
+            out = await model.worker.infer(feeds)
+            if time.perf_counter() - started > limit:
+                raise TimeoutError
+        else:
+            out = await asyncio.wait_for(model.worker.infer(feeds), limit)
     except TimeoutError:
         raise RequestTimeout(f"request to model '{model.name}' took longer than {limit:g} s "
                              f"(serve.request_timeout_s)") from None
