@@ -244,6 +244,30 @@ def export_triton(targets: tuple[str, ...], repo: str, provider: str | None, mod
 
 
 @cli.group()
+def deploy() -> None:
+    """Run models on an engine that schedules replicas across machines."""
+
+
+@deploy.command("ray")
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--address", default=None, help="A running Ray cluster (e.g. ray://head:10001 or auto); the "
+              "application stays there after gpux exits. Default: a local Ray, served until Ctrl-C / SIGTERM.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address Ray Serve's HTTP proxy binds.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP port.")
+@PROVIDER
+@STRICT
+@click.option("--api-key", envvar="GPUX_API_KEY", default=None, help="Require this bearer token ($GPUX_API_KEY).")
+@STORE
+def deploy_ray(targets: tuple[str, ...], address: str | None, host: str, port: int, provider: str | None,
+               strict: bool, api_key: str | None, store: str | None) -> None:
+    """Deploy one Ray Serve application: a deployment per model (deploy.ray: replicas, autoscaling), behind
+    the Open Inference Protocol over HTTP."""
+    from gpux.deploy.launch import RayLaunch, launch
+
+    sys.exit(launch(RayLaunch(list(targets), address, host, port, provider, strict, api_key, store)))
+
+
+@cli.group()
 def cache() -> None:
     """Manage the artifact store."""
 

@@ -270,6 +270,26 @@ class Serve(Strict):
         30.0, gt=0, description="Longest a request may wait and run before it is answered 408.")
 
 
+class RayAutoscaling(Strict):
+    min_replicas: int = Field(1, ge=0, description="Fewest replicas (0 lets the model scale to zero).")
+    max_replicas: int = Field(4, ge=1, description="Most replicas.")
+    target_ongoing_requests: float = Field(2.0, gt=0, description="Requests per replica the autoscaler aims at.")
+
+
+class RayDeploy(Strict):
+    num_replicas: int = Field(1, ge=1, description="Replicas of the model (ignored with autoscaling).")
+    autoscaling: RayAutoscaling | None = Field(None, description="Scale replicas with load instead.")
+    max_ongoing_requests: int = Field(
+        32, ge=1, description="Requests one replica holds at once (Ray's default of 5 is below a typical batch).")
+    ray_actor_options: dict[str, Any] = Field(
+        default_factory=dict, description="Ray actor options per replica (num_cpus, num_gpus, memory, ...); "
+        "default: num_gpus: 1 for GPU providers, num_cpus: 1 otherwise.")
+
+
+class Deploy(Strict):
+    ray: RayDeploy = Field(default_factory=RayDeploy, description="`gpux deploy ray`: Ray Serve deployment.")
+
+
 class GpuxConfig(Strict):
     schema_version: Literal[1] = Field(1, description="Version of the gpux.yml format.")
     name: str = Field(pattern=NAME_RE, description="Model name used by `gpux run NAME`.")
@@ -284,6 +304,7 @@ class GpuxConfig(Strict):
     benchmark: Benchmark = Field(default_factory=Benchmark, description="Defaults of `gpux run --benchmark`.")
     package: Package = Field(default_factory=Package, description="Container image settings.")
     serve: Serve = Field(default_factory=Serve, description="Settings of `gpux serve`.")
+    deploy: Deploy = Field(default_factory=Deploy, description="Scale-out on other engines (Ray Serve).")
 
 
 @dataclass
