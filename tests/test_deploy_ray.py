@@ -38,7 +38,8 @@ def test_actor_options_follow_the_provider_and_the_config(tmp_path: Path) -> Non
     opts = deployment_options(p, "cpu")
     assert "num_replicas" not in opts and opts["autoscaling_config"]["max_replicas"] == 3
     assert opts["max_ongoing_requests"] == 32, "above Ray's default of 5, below which a batch never fills"
-    q = load_config(project(tmp_path / "q", RAY_BLOCK) if (tmp_path / "q").mkdir() is None else tmp_path)
+    (tmp_path / "q").mkdir()
+    q = load_config(project(tmp_path / "q"))
     assert deployment_options(q, "cuda")["ray_actor_options"] == {"num_gpus": 1, "num_cpus": 0.5}
 
 
