@@ -102,7 +102,7 @@ class HandleWorker:
         return out
 
 
-@serve.deployment(name="gpux-ingress")
+@serve.deployment(name="gpux-ingress", max_ongoing_requests=256)  # Ray's default of 5 would queue clients
 @serve.ingress()
 class Ingress:
     """The Open Inference Protocol over HTTP (REST + binary tensors), answered by the model deployments."""
