@@ -142,14 +142,17 @@ def inspect(target: str, store: str | None, as_json: bool) -> None:
 @click.option("--base-image", default=None, help="Base image (default: package.base_image, else per provider).")
 @click.option("--run", "run_args", default=None, metavar="ARGS",
               help="Run the image once after building, with these `gpux run` arguments, e.g. --run '--benchmark'.")
+@click.option("--serve", is_flag=True,
+              help="Entry point `gpux serve` (REST + gRPC on serve: ports, all container interfaces) with a "
+                   "readiness healthcheck, instead of `gpux run`.")
 @STORE
 @JSON
 def package(path: str, provider: str | None, tag: str | None, out_dir: str | None, base_image: str | None,
-            run_args: str | None, store: str | None, as_json: bool) -> None:
+            run_args: str | None, serve: bool, store: str | None, as_json: bool) -> None:
     """Build a container image that runs the model with `gpux run` (Docker engine from $DOCKER_HOST)."""
     from gpux.package import package_command
 
-    sys.exit(package_command(path, provider, tag, out_dir, base_image, run_args, store, as_json))
+    sys.exit(package_command(path, provider, tag, out_dir, base_image, run_args, store, as_json, serve=serve))
 
 
 @cli.command()

@@ -4,7 +4,8 @@
 engine `DOCKER_HOST` names. The image installs gpux and the provider's runtime with pip, pinned to the
 versions the packaged artifacts' cache keys name, then runs `gpux build` once at image build time: a cache
 hit when the keys match there, a rebuild inside the image when they cannot. Its entry point is
-`gpux run /model`, so `docker run IMAGE --input '{...}' --json` and `docker run IMAGE --benchmark` work.
+`gpux run /model`, so `docker run IMAGE --input '{...}' --json` and `docker run IMAGE --benchmark` work;
+with `--serve` it is `gpux serve /model` (ports exposed, a readiness healthcheck).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gpux.engine import (
     run_image,
 )
 from gpux.errors import UsageError
+from gpux.serve.image import ServeImage, serve_requirements
 
 CUDA_BASE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"  # Ubuntu 24.04: Python 3.12 from apt (22.04 has 3.10)
 VENV = "/opt/gpux"
@@ -98,6 +100,7 @@ class ImagePlan:
     notes: list[str] = field(default_factory=list)
     artifacts: list[Path] = field(default_factory=list)
     ca_bundle: Path | None = None
+    serve: ServeImage | None = None  # the entry point is `gpux serve` instead of `gpux run`
 
     def dockerfile(self) -> str:
         q = shlex.join
@@ -127,8 +130,9 @@ class ImagePlan:
         labels = {"org.opencontainers.image.title": self.name, "org.opencontainers.image.version": self.version,
                   "io.gpux.provider": self.provider, "io.gpux.gpus": "all" if self.row.gpus else "none"}
         lines += ["LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in labels.items()),
-                  f"WORKDIR {MODEL_DIR}",
-                  "ENTRYPOINT " + json.dumps(["gpux", "run", MODEL_DIR])]
+                  f"WORKDIR {MODEL_DIR}"]
+        lines += (self.serve.dockerfile_lines(MODEL_DIR) if self.serve
+                  else ["ENTRYPOINT " + json.dumps(["gpux", "run", MODEL_DIR])])
         return "\n".join(lines) + "\n"
 
     def run_flags(self) -> list[str]:
@@ -137,8 +141,10 @@ class ImagePlan:
             flags += ["--device", d]
         return flags
 
-    def run_line(self, args: str = "--benchmark") -> str:
-        return shlex.join(["docker", "run", "--rm", *self.run_flags(), self.tag]) + f" {args}"
+    def run_line(self, args: str | None = None) -> str:
+        if self.serve:
+            return shlex.join(["docker", "run", "--rm", *self.run_flags(), *self.serve.publish_flags(), self.tag])
+        return shlex.join(["docker", "run", "--rm", *self.run_flags(), self.tag]) + f" {args or '--benchmark'}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "provider": self.provider, "tag": self.tag, "base_image": self.base_image,
@@ -209,7 +215,7 @@ def pin_requirements(wanted: Iterable[str], versions: dict[str, str | None],
 
 
 def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]], *,
-               base_image: str | None = None, tag: str | None = None) -> ImagePlan:
+               base_image: str | None = None, tag: str | None = None, serve: bool = False) -> ImagePlan:
     """The image for `provider`: base image, pinned requirements, and whether artifacts with these key parts
     (those of the row's host_build targets) can be built here and reused inside the image."""
     row = IMAGES[provider]
@@ -227,14 +233,17 @@ def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]],
             notes.append(f"{parts['step']} artifacts are keyed to this machine's "
                          f"{', '.join(str(v) for v in parts['device'].values())}: on another, gpux rebuilds "
                          "them in the container on the first run")
-    reqs, misses = pin_requirements([*row.pip, *cfg.packages], versions, always=wheel_requirements())
+    extra = serve_requirements() if serve else []
+    reqs, misses = pin_requirements([*row.pip, *extra, *cfg.packages], versions, always=wheel_requirements())
     reuse = bool(key_parts) and not misses
     if key_parts and misses:
         notes.append("artifacts are built inside the image, not copied from here: " + "; ".join(misses))
     apt = list(dict.fromkeys([*row.apt, *cfg.system_packages]))
+    ports = project.config.serve
     return ImagePlan(project.name, str(project.config.version), provider, row, base,
                      tag or default_tag(project, provider), reqs, apt, wheel_name(), reuse, notes,
-                     ca_bundle=host_ca_bundle())
+                     ca_bundle=host_ca_bundle(),
+                     serve=ServeImage(ports.http_port or 8000, ports.grpc_port) if serve else None)
 
 
 def host_ca_bundle() -> Path | None:
@@ -388,11 +397,15 @@ def host_key_parts(project: Project, provider: str | None, io: Any) -> list[dict
 
 
 def package_command(path: str, provider: str | None, tag: str | None, out_dir: str | None,
-                    base_image: str | None, run_args: str | None, store_dir: str | None, as_json: bool) -> int:
+                    base_image: str | None, run_args: str | None, store_dir: str | None, as_json: bool,
+                    serve: bool = False) -> int:
     from gpux.build import build
     from gpux.modelio import load_checked
     from gpux.resolve import open_project
 
+    if serve and run_args is not None:
+        raise UsageError("--run runs the image once with `gpux run` arguments; a --serve image keeps serving",
+                         hint="start it with the `docker run` line printed after the build")
     project = open_project(path)
     for w in project.warnings:
         report.warn(w)
@@ -400,7 +413,8 @@ def package_command(path: str, provider: str | None, tag: str | None, out_dir: s
     client = None if out_dir else connect()  # before building anything: fail fast without an engine
     io = load_checked(project)
     row = IMAGES[name]
-    plan = plan_image(project, name, host_key_parts(project, row.host_build, io), base_image=base_image, tag=tag)
+    plan = plan_image(project, name, host_key_parts(project, row.host_build, io), base_image=base_image, tag=tag,
+                      serve=serve)
     if plan.reuse and row.host_build:
         built = build(project, row.host_build, store_dir=store_dir, log=report.info, io=io)
         plan.artifacts = [r.artifact.dir for r in built.results]
