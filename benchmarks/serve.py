@@ -1,10 +1,12 @@
 """Serving benchmark: in-process Session.run vs `gpux serve` (REST binary, gRPC) vs Seldon MLServer, one run.
 
-    python benchmarks/serve.py [--models mlp,resnet50] [--seconds 3] [--mlserver] [--out FILE.md]
+    python benchmarks/serve.py [--models mlp,resnet50] [--seconds 6] [--rounds 3] [--mlserver] [--out FILE.md]
 
 Every server runs the same ONNX model on ONNX Runtime CPU and is driven by the same tritonclient clients from
 this process: concurrency 1 with the blocking clients (latency), concurrency 16 with the asyncio clients
-(throughput = answered requests / wall time of the window). `gpux serve` runs with and without dynamic
+(throughput = answered requests / wall time of the window); every server is up at once and the cells are
+measured in alternating rounds (medians over rounds), because the machine is shared and noisy. `gpux serve`
+runs with and without dynamic
 batching. `--mlserver` installs MLServer 1.7.1 into a throwaway venv of its own (never this one) and serves
 the model through a minimal custom runtime (`MLSERVER_RUNTIME` below); MLServer's REST has no binary tensor
 extension, so its REST rows use JSON (gpux's JSON row is given beside it).
@@ -210,54 +212,90 @@ def clients(kind: str, address: str, name: str, x: np.ndarray, output: str) -> t
 SHAPES_NAME = {k: v[0] for k, v in SHAPES.items()}
 
 
-def measure(kind: str, address: str, name: str, seconds: float) -> dict[str, float]:
+Cell = Callable[[float], dict[str, Any]]  # one measured window of `seconds`: c=1 latencies, c=16 throughput
+
+
+def served_cell(kind: str, address: str, name: str) -> Cell:
     x = np.random.default_rng(0).standard_normal(SHAPES[name][1]).astype(np.float32)
     call, make_async = clients(kind, address, name, x, OUTPUTS[name])
-    window(0.5, call)
-    times = window(seconds, call)
 
-    async def run16() -> float:
+    async def run16(seconds: float) -> float:
         acall, close = make_async()
-        await closed_loop(16, 0.5, acall)
+        await closed_loop(16, min(0.3, seconds / 4), acall)  # connections opened, pools warm
         rate = await closed_loop(16, seconds, acall)
         await close()
         return rate
 
-    return {"p50_ms": statistics.median(times) * 1e3, "p99_ms": float(np.percentile(times, 99)) * 1e3,
-            "rps1": len(times) / sum(times), "rps16": asyncio.run(run16())}
+    def cell(seconds: float) -> dict[str, Any]:
+        window(0.1, call)
+        return {"times": window(seconds / 2, call), "rps16": asyncio.run(run16(seconds / 2))}
+
+    return cell
 
 
-def in_process(project: Path, name: str, seconds: float) -> dict[str, float]:
+def floor_cell(kind: str, address: str) -> Cell:
+    """The empty round trip of the transport: ServerLive (gRPC) or GET /v2/health/live (REST)."""
+    import tritonclient.grpc as tg
+    import tritonclient.http as th
+
+    client: Any = tg.InferenceServerClient(address) if kind == "grpc" else th.InferenceServerClient(address)
+
+    def cell(seconds: float) -> dict[str, Any]:
+        return {"times": window(seconds / 2, client.is_server_live), "rps16": None}
+
+    return cell
+
+
+def in_process_cell(session: Any, name: str) -> Cell:
+    feeds = {SHAPES_NAME[name]: np.random.default_rng(0).standard_normal(SHAPES[name][1]).astype(np.float32)}
+
+    def cell(seconds: float) -> dict[str, Any]:
+        return {"times": window(seconds / 2, lambda: session.run(feeds)),
+                "rps16": threaded(16, seconds / 2, lambda: session.run(feeds))}
+
+    return cell
+
+
+def bench_model(name: str, seconds: float, rounds: int, with_mlserver: bool,
+                workdir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Every server up at once; cells measured in alternating rounds; medians over rounds."""
+    import contextlib
+
     import gpux
 
-    x = np.random.default_rng(0).standard_normal(SHAPES[name][1]).astype(np.float32)
-    with gpux.load(str(project), provider="cpu") as session:
-        feeds = {SHAPES_NAME[name]: x}
-        window(0.5, lambda: session.run(feeds))
-        times = window(seconds, lambda: session.run(feeds))
-        rps16 = threaded(16, seconds, lambda: session.run(feeds))
-    return {"p50_ms": statistics.median(times) * 1e3, "p99_ms": float(np.percentile(times, 99)) * 1e3,
-            "rps1": len(times) / sum(times), "rps16": rps16}
-
-
-def bench_model(name: str, seconds: float, with_mlserver: bool, workdir: Path) -> list[tuple[str, dict[str, float]]]:
     project = ROOT / "examples" / name
     subprocess.run([sys.executable, str(project / "make_model.py")], check=True, capture_output=True)
     subprocess.run([sys.executable, "-m", "gpux", "build", str(project), "--provider", "cpu"], check=True,
                    capture_output=True)
-    rows = [("in-process Session.run", in_process(project, name, seconds))]
-    for batching in (False, True):
-        label = "gpux serve" + (" (batching 16, 200 us)" if batching else "")
-        with gpux_serve(project, batching) as server:
-            for kind in ("rest-binary", "grpc") + (("rest-json",) if not batching else ()):
-                rows.append((f"{label} {kind}", measure(kind, server.grpc if kind == "grpc" else server.http,
-                                                        name, seconds)))
-    if with_mlserver:
-        with mlserver(project / "model.onnx", name, workdir) as server:
-            for kind in ("rest-json", "grpc"):
-                rows.append((f"MLServer 1.7.1 {kind}", measure(kind, server.grpc if kind == "grpc" else server.http,
-                                                               name, seconds)))
-    return rows
+    with contextlib.ExitStack() as stack:
+        session = stack.enter_context(gpux.load(str(project), provider="cpu"))
+        cells: list[tuple[str, Cell]] = [("in-process Session.run", in_process_cell(session, name))]
+        plain = stack.enter_context(gpux_serve(project, False))
+        batched = stack.enter_context(gpux_serve(project, True))
+        cells += [(f"gpux serve {k}", served_cell(k, plain.grpc if k == "grpc" else plain.http, name))
+                  for k in ("rest-binary", "grpc", "rest-json")]
+        cells += [(f"gpux serve (batching 16, 200 us) {k}",
+                   served_cell(k, batched.grpc if k == "grpc" else batched.http, name))
+                  for k in ("rest-binary", "grpc")]
+        if with_mlserver:
+            ml = stack.enter_context(mlserver(project / "model.onnx", name, workdir))
+            cells += [(f"MLServer 1.7.1 {k}", served_cell(k, ml.grpc if k == "grpc" else ml.http, name))
+                      for k in ("rest-json", "grpc")]
+        cells += [("empty round trip: gpux REST GET /v2/health/live", floor_cell("rest", plain.http)),
+                  ("empty round trip: gpux gRPC ServerLive", floor_cell("grpc", plain.grpc))]
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in cells}
+        for _ in range(rounds):
+            for label, cell in cells:
+                runs[label].append(cell(seconds / rounds))
+    return [(label, summarize(r)) for label, r in runs.items()]
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    times = [t for r in runs for t in r["times"]]
+    rates = [r["rps16"] for r in runs if r["rps16"] is not None]
+    return {"p50_ms": statistics.median(times) * 1e3, "p99_ms": float(np.percentile(times, 99)) * 1e3,
+            "rps1": len(times) / sum(times), "rps16": statistics.median(rates) if rates else None,
+            "p50_rounds_ms": [round(statistics.median(r["times"]) * 1e3, 3) for r in runs]}
 
 
 def render(name: str, rows: list[tuple[str, dict[str, float]]]) -> str:
@@ -267,8 +305,8 @@ def render(name: str, rows: list[tuple[str, dict[str, float]]]) -> str:
              "|---|---|---|---|---|---|"]
     for label, r in rows:
         over = "–" if label.startswith("in-process") else f"{r['p50_ms'] - base:+.3f}"
-        lines.append(f"| {label} | {r['p50_ms']:.3f} | {over} | {r['p99_ms']:.3f} | {r['rps1']:.0f} | "
-                     f"{r['rps16']:.0f} |")
+        rps16 = "–" if r["rps16"] is None else f"{r['rps16']:.0f}"
+        lines.append(f"| {label} | {r['p50_ms']:.3f} | {over} | {r['p99_ms']:.3f} | {r['rps1']:.0f} | {rps16} |")
     ml = {k: v for k, v in rows if k.startswith("MLServer")}
     if ml:
         for ours, theirs in (("gpux serve grpc", "MLServer 1.7.1 grpc"),
@@ -283,15 +321,16 @@ def render(name: str, rows: list[tuple[str, dict[str, float]]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp", help="comma list of mlp, resnet50")
-    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per cell")
+    parser.add_argument("--seconds", type=float, default=6.0, help="measured seconds per cell, over all rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds over every cell")
     parser.add_argument("--mlserver", action="store_true", help="also MLServer 1.7.1 (own throwaway venv)")
     parser.add_argument("--out", default=None, help="also write the tables to this file")
     args = parser.parse_args()
-    text = f"`python benchmarks/serve.py --models {args.models} --seconds {args.seconds:g}" + \
+    text = f"`python benchmarks/serve.py --models {args.models} --seconds {args.seconds:g} --rounds {args.rounds}" + \
         (" --mlserver`" if args.mlserver else "`") + f", {os.cpu_count()} cores\n\n"
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            table = render(name, bench_model(name, args.seconds, args.mlserver, Path(tmp)))
+            table = render(name, bench_model(name, args.seconds, args.rounds, args.mlserver, Path(tmp)))
             print(table, flush=True)
             text += table + "\n"
     if args.out:

@@ -161,14 +161,16 @@ def inspect(target: str, store: str | None, as_json: bool) -> None:
               help="Run the image once after building, with these `gpux run` arguments, e.g. --run '--benchmark'.")
 @click.option("--ca-bundle", type=click.Path(dir_okay=False), default=None,
               help="PEM bundle pip inside the image trusts (default: package.ca_bundle, else the base image's).")
+@click.option("--serve", is_flag=True,
+              help="Entry point `gpux serve` (REST + gRPC on serve: ports, all container interfaces) with a "
+                   "readiness healthcheck, instead of `gpux run`.")
 @STORE
 @JSON
-def package(path: str, provider: str | None, tag: str | None, out_dir: str | None, base_image: str | None,
-            run_args: str | None, ca_bundle: str | None, store: str | None, as_json: bool) -> None:
+def package(**kwargs: Any) -> None:
     """Build a container image that runs the model with `gpux run` (Docker engine from $DOCKER_HOST)."""
-    from gpux.package import package_command
+    from gpux.package import PackageRequest, package_command
 
-    sys.exit(package_command(path, provider, tag, out_dir, base_image, run_args, store, as_json, ca_bundle))
+    sys.exit(package_command(PackageRequest(**kwargs)))
 
 
 @cli.command()

@@ -56,6 +56,19 @@ def make_bool(path: Path) -> Path:
     return path
 
 
+def make_echo(path: Path) -> Path:
+    """words string [batch] -> same string [batch] (Identity): BYTES both ways."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["words"], ["same"])], "echo",
+        [helper.make_tensor_value_info("words", TensorProto.STRING, ["batch"])],
+        [helper.make_tensor_value_info("same", TensorProto.STRING, ["batch"])])
+    onnx.save(helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
 def mlp_project(root: Path, version: str, seed: int, serve: str = "") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     make_mlp(root / "model.onnx", seed=seed)
@@ -71,10 +84,10 @@ def plain_project(root: Path, name: str, maker: Any) -> Path:
 
 
 def projects(base: Path) -> list[Path]:
-    """mlp 1.0.0 and 2.0.0 (different weights), two (INT64 + FP32 inputs), half (FP16), flip (BOOL)."""
+    """mlp 1.0.0 and 2.0.0 (different weights), two (INT64 + FP32), half (FP16), flip (BOOL), echo (BYTES)."""
     return [mlp_project(base / "mlp1", "1.0.0", 0), mlp_project(base / "mlp2", "2.0.0", 1),
             plain_project(base / "two", "two", make_two_inputs), plain_project(base / "half", "half", make_fp16),
-            plain_project(base / "flip", "flip", make_bool)]
+            plain_project(base / "flip", "flip", make_bool), plain_project(base / "echo", "echo", make_echo)]
 
 
 class ServerThread:

@@ -165,3 +165,11 @@ def test_bounded_load_has_no_failures(tmp_path: Path, serve_process: list[Proces
     assert failures == 0 and len(times) > clients
     p.proc.send_signal(signal.SIGTERM)
     assert p.proc.wait(30) == 0
+
+
+def test_a_model_that_cannot_open_stops_the_server_with_its_exit_code(tmp_path: Path) -> None:
+    project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    r = gpux("serve", str(project), "--provider", "tensorrt", "--strict", "--port", "0", "--grpc-port", "0",
+             timeout=120)
+    assert r.returncode == 4, r.stderr
+    assert "error: tensorrt unavailable" in r.stderr and "Traceback" not in r.stderr

@@ -121,3 +121,10 @@ def test_grpc_errors_carry_status_codes(server: ServerThread) -> None:
     good = grpcclient.InferInput("x", [1, 8], "FP32")
     good.set_data_from_numpy(np.zeros((1, 8), dtype=np.float32))
     assert c.infer("mlp", [good]).as_numpy("probs").shape == (1, 4)
+
+
+def test_invented_model_names_are_not_metric_labels(server: ServerThread) -> None:
+    assert post(server.http, "/v2/models/made-up-name/infer", GOOD)[0] == 404
+    text = post(server.http, "/metrics", b"", method="GET")[2].decode()
+    assert "made-up-name" not in text
+    assert 'gpux_requests_total{model="(unknown)",protocol="http",status="404",version=""}' in text

@@ -150,3 +150,56 @@ def test_api_key(tmp_path: Path) -> None:
         x = np.zeros((1, 8), dtype=np.float32)
         result = c.infer("mlp", [infer_input("x", x, "FP32", True)], headers={"Authorization": "Bearer s3cret"})
         assert result.as_numpy("probs").shape == (1, 4)
+        from tritonclient.grpc import InferenceServerClient as GrpcClient
+        from tritonclient.grpc import InferInput as GrpcInput
+        from tritonclient.utils import InferenceServerException
+
+        g, item = GrpcClient(server.grpc), GrpcInput("x", [1, 8], "FP32")
+        item.set_data_from_numpy(x)
+        with pytest.raises(InferenceServerException, match="API key"):
+            g.infer("mlp", [item])
+        assert g.infer("mlp", [item], headers={"authorization": "Bearer s3cret"}).as_numpy("probs").shape == (1, 4)
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_bytes_tensors(client: Any, binary: bool) -> None:
+    words = np.array([b"hello", "wörld".encode(), b""], dtype=np.object_)
+    out = tritonhttp.InferRequestedOutput("same", binary_data=binary)
+    result = client.infer("echo", [infer_input("words", words, "BYTES", binary)], outputs=[out])
+    assert result.get_output("same")["datatype"] == "BYTES"
+    got = [w if isinstance(w, bytes) else w.encode() for w in result.as_numpy("same")]  # JSON carries text
+    assert got == list(words)
+
+
+def test_not_ready_until_loaded() -> None:
+    """A model still opening: live yes, ready no (503), and its requests 503 with the reason."""
+    import asyncio
+
+    from gpux.resolve import open_project
+    from gpux.serve.metrics import Metrics
+    from gpux.serve.models import Repository
+    from gpux.serve.rest import Limits, RestApp
+    from tests.conftest import ROOT
+
+    repo = Repository([open_project(str(ROOT / "examples" / "mlp" / "gpux.yml"))], Metrics())
+    app = RestApp(repo, repo.metrics, Limits(1 << 20, 1 << 20))
+
+    async def call(method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await app({"type": "http", "method": method, "path": path, "headers": []}, receive, send)
+        return sent[0]["status"], sent[1]["body"]
+
+    async def main() -> list[tuple[int, bytes]]:
+        return [await call("GET", "/v2/health/live"), await call("GET", "/v2/health/ready"),
+                await call("GET", "/v2/models/mlp/ready"), await call("POST", "/v2/models/mlp/infer", b"{}")]
+
+    live, ready, model_ready, infer = asyncio.run(main())
+    assert live[0] == 200 and ready[0] == 503 and model_ready[0] == 503
+    assert infer[0] == 503 and "not ready yet" in json.loads(infer[1])["error"]

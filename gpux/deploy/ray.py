@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,7 +135,7 @@ class Ingress:
         return dict(self.served_by)
 
 
-def app(targets: list[str | Project], *, provider: str | None = None, store: str | None = None,
+def app(targets: Sequence[str | Project], *, provider: str | None = None, store: str | None = None,
         strict: bool = False, api_key: str | None = None, log: Any = None) -> Any:
     """A bound Ray Serve application for gpux projects (folders, gpux.yml files, names or Projects):
     artifacts are built here first, then each model is a deployment behind one ingress."""

@@ -41,7 +41,8 @@ class Worker:
                  observer: Observer | None = None, inline: bool = False) -> None:
         self.runners = runners
         # a single instance whose inference is shorter than a thread hop runs on the event loop's thread
-        self.inline = inline and len(runners) == 1 and max_batch <= 1
+        self.fast = inline and len(runners) == 1
+        self.inline = self.fast and max_batch <= 1
         self.max_batch = max_batch
         self.delay = delay_us / 1e6
         self.observe = observer or Observer()
@@ -128,7 +129,8 @@ class Worker:
         feeds = batch[0].feeds if len(batch) == 1 else {
             k: np.concatenate([p.feeds[k] for p in batch]) for k in batch[0].feeds}
         try:
-            out = await loop.run_in_executor(self.pool, _timed, runner, feeds, self.observe)
+            out = (_timed(runner, feeds, self.observe) if self.fast
+                   else await loop.run_in_executor(self.pool, _timed, runner, feeds, self.observe))
         except Exception as exc:
             for p in batch:
                 if not p.future.done():

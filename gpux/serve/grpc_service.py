@@ -90,7 +90,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             return response
         except ServeError as exc:
             status = exc.status
-            self.metrics.answered(request.model_name, request.model_version, "grpc", exc.status, None)
+            self.metrics.answered(*self.repo.labels(request.model_name, request.model_version), "grpc", exc.status,
+                                  None)
             await self._guard(context, exc)
         finally:
             _log(request, status, started)

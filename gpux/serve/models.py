@@ -73,6 +73,12 @@ class Repository:
     def ready(self) -> bool:
         return all(m.ready for m in self.all())
 
+    def labels(self, name: str, version: str) -> tuple[str, str]:
+        """Metric labels for a request: names clients invent are not labels (no unbounded series)."""
+        if name not in self.models:
+            return "(unknown)", ""
+        return name, version if not version or version in self.models[name] else "(unknown)"
+
     def versions(self, name: str) -> list[str]:
         return sorted(self.models.get(name, {}), key=version_key)
 

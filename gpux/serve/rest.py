@@ -139,7 +139,7 @@ class RestApp:
             request, binary = parse_infer(name, version, body, headers.get(HEADER_LENGTH.encode()), self.limits)
             result = await infer(self.repo, request)
         except ServeError as exc:
-            self.metrics.answered(name, version, "http", exc.status, None)
+            self.metrics.answered(*self.repo.labels(name, version), "http", exc.status, None)
             raise
         reply = render_infer(result, request, binary)
         self.metrics.answered(result.model.name, result.model.version, "http", 200, time.perf_counter() - started)
