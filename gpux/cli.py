@@ -245,6 +245,32 @@ def export_triton(targets: tuple[str, ...], repo: str, provider: str | None, mod
         print(f"{e.name}: {e.provider} → {e.folder}/{e.version}/{', '.join(e.files)} + config.pbtxt")
 
 
+@export.command("kserve")
+@click.argument("target", default=".")
+@click.option("--provider", "-p", default=None,
+              help="Provider the image runs (default: $GPUX_PROVIDER, runtime.backend, else cpu).")
+@click.option("--image", default=None, help="Image built by `gpux package --serve` (default: its default tag).")
+@click.option("--cpu", default="1", show_default=True, help="CPU request and limit.")
+@click.option("--memory", default="2Gi", show_default=True, help="Memory request and limit.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to a file.")
+def export_kserve(target: str, provider: str | None, image: str | None, cpu: str, memory: str,
+                  output: str | None) -> None:
+    """Write a KServe InferenceService (protocol v2) that runs the `gpux package --serve` image."""
+    from pathlib import Path
+
+    from gpux.deploy.kserve import write
+    from gpux.package import choose_provider, default_tag
+    from gpux.resolve import open_project
+
+    project = open_project(target)
+    name = choose_provider(project, provider)
+    text = write(project, name, image or default_tag(project, name), cpu=cpu, memory=memory)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        Path(output).write_text(text, encoding="utf-8")
+
+
 @cli.group()
 def deploy() -> None:
     """Run models on an engine that schedules replicas across machines."""
