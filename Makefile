@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-fast test-latest test-gpu lint schema bench lock clean
+.PHONY: install demo test test-fast test-latest test-gpu lint schema serve-proto bench lock clean
 
 # The locked set: constraints.txt pins every package (and the ONNX Runtime builds the tests put in their own venvs).
 $(STAMP): pyproject.toml constraints.txt
@@ -51,6 +51,13 @@ lint: install
 
 schema: install
 	$(BIN)/gpux schema -o schemas/gpux.schema.json
+
+# gRPC stubs are generated once and checked in (no protoc at install time); messages go to a private pool.
+serve-proto: install
+	$(BIN)/python -m grpc_tools.protoc -Igpux/serve/proto=gpux/serve/proto --python_out=. --grpc_python_out=. \
+	  --pyi_out=. gpux/serve/proto/inference.proto
+	sed -i 's/_descriptor_pool.Default().AddSerializedFile(/_descriptor_pool.DescriptorPool().AddSerializedFile(/' \
+	  gpux/serve/proto/inference_pb2.py
 
 bench: install
 	$(BIN)/python benchmarks/run.py

@@ -161,14 +161,138 @@ def inspect(target: str, store: str | None, as_json: bool) -> None:
               help="Run the image once after building, with these `gpux run` arguments, e.g. --run '--benchmark'.")
 @click.option("--ca-bundle", type=click.Path(dir_okay=False), default=None,
               help="PEM bundle pip inside the image trusts (default: package.ca_bundle, else the base image's).")
+@click.option("--serve", is_flag=True,
+              help="Entry point `gpux serve` (REST + gRPC on serve: ports, all container interfaces) with a "
+                   "readiness healthcheck, instead of `gpux run`.")
 @STORE
 @JSON
-def package(path: str, provider: str | None, tag: str | None, out_dir: str | None, base_image: str | None,
-            run_args: str | None, ca_bundle: str | None, store: str | None, as_json: bool) -> None:
+def package(**kwargs: Any) -> None:
     """Build a container image that runs the model with `gpux run` (Docker engine from $DOCKER_HOST)."""
-    from gpux.package import package_command
+    from gpux.package import PackageRequest, package_command
 
-    sys.exit(package_command(path, provider, tag, out_dir, base_image, run_args, store, as_json, ca_bundle))
+    sys.exit(package_command(PackageRequest(**kwargs)))
+
+
+@cli.command()
+@click.argument("targets", nargs=-1)
+@click.option("--host", default=None, help="Address to bind (default: serve.host, 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="REST port (default: serve.http_port, 8000).")
+@click.option("--grpc-port", type=click.IntRange(0, 65535), default=None,
+              help="gRPC port (default: serve.grpc_port, 8001).")
+@click.option("--no-grpc", is_flag=True, help="Serve REST only.")
+@PROVIDER
+@STRICT
+@STORE
+@click.option("--api-key", envvar="GPUX_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' (or $GPUX_API_KEY); health routes stay open.")
+@click.option("--max-batch-size", type=click.IntRange(min=0), default=None,
+              help="Dynamic batching: rows per merged batch, 0 = off (overrides serve.max_batch_size).")
+@click.option("--max-queue-delay-us", type=click.IntRange(min=0), default=None,
+              help="How long a batch waits for more requests (overrides serve.max_queue_delay_us).")
+@click.option("--instances", type=click.IntRange(min=1), default=None, help="Sessions per model.")
+@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds a request may take before 408 (overrides serve.request_timeout_s).")
+@click.option("--no-access-log", is_flag=True, help="No JSON access line per request on stderr.")
+def serve(targets: tuple[str, ...], host: str | None, port: int | None, grpc_port: int | None, no_grpc: bool,
+          provider: str | None, strict: bool, store: str | None, api_key: str | None, no_access_log: bool,
+          **overrides: Any) -> None:
+    """Serve models (names, folders, gpux.yml or .onnx) over the Open Inference Protocol (REST and gRPC).
+
+    Projects with the same name and different versions are served as versions of one model.
+    SIGTERM drains accepted requests, then exits 0.
+    """
+    from gpux.serve.command import ServeCommand, serve_command
+
+    overrides["request_timeout_s"] = overrides.pop("request_timeout")
+    sys.exit(serve_command(ServeCommand(list(targets), host, port, grpc_port, not no_grpc, provider, strict, store,
+                                        api_key, not no_access_log, overrides)))
+
+
+@cli.group()
+def export() -> None:
+    """Hand built, verified artifacts to other serving engines."""
+
+
+@export.command("triton")
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--output", "-o", "repo", type=click.Path(file_okay=False), required=True,
+              help="The model repository folder (created; each model's folder is replaced whole).")
+@click.option("--provider", "-p", default=None,
+              help="cpu, openvino, cuda or tensorrt (default: $GPUX_PROVIDER, runtime.backend, else cpu).")
+@click.option("--version", "model_version", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Triton version folder the artifact goes in.")
+@STORE
+@JSON
+def export_triton(targets: tuple[str, ...], repo: str, provider: str | None, model_version: int,
+                  store: str | None, as_json: bool) -> None:
+    """Write a Triton model repository: config.pbtxt + the artifact per model (batching from serve:)."""
+    from pathlib import Path
+
+    from gpux import report
+    from gpux.deploy.triton import export as export_model
+    from gpux.package import choose_provider
+    from gpux.resolve import open_project
+
+    done = []
+    for target in targets:
+        project = open_project(target)
+        name = choose_provider(project, provider)
+        done.append(export_model(project, name, Path(repo), model_version, store, report.progress(as_json)))
+    if as_json:
+        report.emit_json({"repository": repo, "models": [e.to_dict() for e in done]})
+        return
+    for e in done:
+        print(f"{e.name}: {e.provider} → {e.folder}/{e.version}/{', '.join(e.files)} + config.pbtxt")
+
+
+@export.command("kserve")
+@click.argument("target", default=".")
+@click.option("--provider", "-p", default=None,
+              help="Provider the image runs (default: $GPUX_PROVIDER, runtime.backend, else cpu).")
+@click.option("--image", default=None, help="Image built by `gpux package --serve` (default: its default tag).")
+@click.option("--cpu", default="1", show_default=True, help="CPU request and limit.")
+@click.option("--memory", default="2Gi", show_default=True, help="Memory request and limit.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to a file.")
+def export_kserve(target: str, provider: str | None, image: str | None, cpu: str, memory: str,
+                  output: str | None) -> None:
+    """Write a KServe InferenceService (protocol v2) that runs the `gpux package --serve` image."""
+    from pathlib import Path
+
+    from gpux.deploy.kserve import write
+    from gpux.package import choose_provider, default_tag
+    from gpux.resolve import open_project
+
+    project = open_project(target)
+    name = choose_provider(project, provider)
+    text = write(project, name, image or default_tag(project, name), cpu=cpu, memory=memory)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        Path(output).write_text(text, encoding="utf-8")
+
+
+@cli.group()
+def deploy() -> None:
+    """Run models on an engine that schedules replicas across machines."""
+
+
+@deploy.command("ray")
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--address", default=None, help="A running Ray cluster (e.g. ray://head:10001 or auto); the "
+              "application stays there after gpux exits. Default: a local Ray, served until Ctrl-C / SIGTERM.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address Ray Serve's HTTP proxy binds.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP port.")
+@PROVIDER
+@STRICT
+@click.option("--api-key", envvar="GPUX_API_KEY", default=None, help="Require this bearer token ($GPUX_API_KEY).")
+@STORE
+def deploy_ray(targets: tuple[str, ...], address: str | None, host: str, port: int, provider: str | None,
+               strict: bool, api_key: str | None, store: str | None) -> None:
+    """Deploy one Ray Serve application: a deployment per model (deploy.ray: replicas, autoscaling), behind
+    the Open Inference Protocol over HTTP."""
+    from gpux.deploy.launch import RayLaunch, launch
+
+    sys.exit(launch(RayLaunch(list(targets), address, host, port, provider, strict, api_key, store)))
 
 
 @cli.command()

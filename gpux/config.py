@@ -252,6 +252,44 @@ class Package(Strict):
         "package index behind a private CA; images trust only their base image's CAs without it.")
 
 
+class Serve(Strict):
+    host: str = Field("127.0.0.1", description="Address `gpux serve` binds; loopback unless another is asked for.")
+    http_port: int = Field(8000, ge=0, le=65535, description="REST port (Open Inference Protocol); 0 = any free.")
+    grpc_port: int | None = Field(
+        8001, ge=0, le=65535, description="gRPC port (inference.GRPCInferenceService); null = no gRPC.")
+    max_batch_size: int = Field(
+        0, ge=0, description="Dynamic batching: merge requests along the batch dim up to this many rows "
+        "(also the largest batch one request may send); 0 = off.")
+    max_queue_delay_us: int = Field(
+        0, ge=0, description="How long a batch may wait for more requests, in microseconds (0 = no wait).")
+    instances: int = Field(1, ge=1, description="Sessions of this model running requests in parallel.")
+    max_body_bytes: int = Field(64 * 2**20, ge=1024, description="Largest request body in bytes (413 above).")
+    max_tensor_elements: int = Field(
+        16 * 2**20, ge=1, description="Most elements one input tensor may hold (400 above).")
+    request_timeout_s: float = Field(
+        30.0, gt=0, description="Longest a request may wait and run before it is answered 408.")
+
+
+class RayAutoscaling(Strict):
+    min_replicas: int = Field(1, ge=0, description="Fewest replicas (0 lets the model scale to zero).")
+    max_replicas: int = Field(4, ge=1, description="Most replicas.")
+    target_ongoing_requests: float = Field(2.0, gt=0, description="Requests per replica the autoscaler aims at.")
+
+
+class RayDeploy(Strict):
+    num_replicas: int = Field(1, ge=1, description="Replicas of the model (ignored with autoscaling).")
+    autoscaling: RayAutoscaling | None = Field(None, description="Scale replicas with load instead.")
+    max_ongoing_requests: int = Field(
+        32, ge=1, description="Requests one replica holds at once (Ray's default of 5 is below a typical batch).")
+    ray_actor_options: dict[str, Any] = Field(
+        default_factory=dict, description="Ray actor options per replica (num_cpus, num_gpus, memory, ...); "
+        "default: num_gpus: 1 for GPU providers, num_cpus: 1 otherwise.")
+
+
+class Deploy(Strict):
+    ray: RayDeploy = Field(default_factory=RayDeploy, description="`gpux deploy ray`: Ray Serve deployment.")
+
+
 class GpuxConfig(Strict):
     schema_version: Literal[1] = Field(1, description="Version of the gpux.yml format.")
     name: str = Field(pattern=NAME_RE, description="Model name used by `gpux run NAME`.")
@@ -265,6 +303,8 @@ class GpuxConfig(Strict):
     verify: Verify = Field(default_factory=Verify, description="Accuracy checks of built artifacts.")
     benchmark: Benchmark = Field(default_factory=Benchmark, description="Defaults of `gpux run --benchmark`.")
     package: Package = Field(default_factory=Package, description="Container image settings.")
+    serve: Serve = Field(default_factory=Serve, description="Settings of `gpux serve`.")
+    deploy: Deploy = Field(default_factory=Deploy, description="Scale-out on other engines (Ray Serve).")
 
 
 @dataclass

@@ -15,8 +15,8 @@ Note = tuple[Loc, str]
 
 # earlier top-level blocks that v1 does not have: key -> what to do instead
 DROPPED = {
-    "serving": "ignored: gpux.yml v1 has no serving block (gpux builds and runs models; it does not serve "
-               "them); remove it",
+    "serving": "ignored: gpux.yml v1 configures `gpux serve` in a serve: block (host, http_port, grpc_port, "
+               "max_batch_size; docs/serve.md); move the settings there, then remove it",
     "preprocessing": "ignored: gpux.yml v1 has no preprocessing block; prepare inputs before `gpux run`, "
                      "then remove it",
     "metadata": "ignored: gpux.yml v1 has no metadata block; say what the model is in description:, "

@@ -4,7 +4,8 @@
 engine `DOCKER_HOST` names. The image installs gpux and the provider's runtime with pip, pinned to the
 versions the packaged artifacts' cache keys name, then runs `gpux build` once at image build time: a cache
 hit when the keys match there, a rebuild inside the image when they cannot. Its entry point is
-`gpux run /model`, so `docker run IMAGE --input '{...}' --json` and `docker run IMAGE --benchmark` work.
+`gpux run /model`, so `docker run IMAGE --input '{...}' --json` and `docker run IMAGE --benchmark` work;
+with `--serve` it is `gpux serve /model` (ports exposed, a readiness healthcheck).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from gpux.engine import (
     run_image,
 )
 from gpux.errors import UsageError
+from gpux.serve.image import ServeImage, serve_requirements
 
 CUDA_BASE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"  # Ubuntu 24.04: Python 3.12 from apt (22.04 has 3.10)
 VENV = "/opt/gpux"
@@ -97,6 +99,7 @@ class ImagePlan:
     notes: list[str] = field(default_factory=list)
     artifacts: list[Path] = field(default_factory=list)
     ca_bundle: Path | None = None
+    serve: ServeImage | None = None  # the entry point is `gpux serve` instead of `gpux run`
 
     def dockerfile(self) -> str:
         q = shlex.join
@@ -126,8 +129,9 @@ class ImagePlan:
         labels = {"org.opencontainers.image.title": self.name, "org.opencontainers.image.version": self.version,
                   "io.gpux.provider": self.provider, "io.gpux.gpus": "all" if self.row.gpus else "none"}
         lines += ["LABEL " + " ".join(f"{k}={json.dumps(v)}" for k, v in labels.items()),
-                  f"WORKDIR {MODEL_DIR}",
-                  "ENTRYPOINT " + json.dumps(["gpux", "run", MODEL_DIR])]
+                  f"WORKDIR {MODEL_DIR}"]
+        lines += (self.serve.dockerfile_lines(MODEL_DIR) if self.serve
+                  else ["ENTRYPOINT " + json.dumps(["gpux", "run", MODEL_DIR])])
         return "\n".join(lines) + "\n"
 
     def run_flags(self) -> list[str]:
@@ -136,8 +140,10 @@ class ImagePlan:
             flags += ["--device", d]
         return flags
 
-    def run_line(self, args: str = "--benchmark") -> str:
-        return shlex.join(["docker", "run", "--rm", *self.run_flags(), self.tag]) + f" {args}"
+    def run_line(self, args: str | None = None) -> str:
+        if self.serve:
+            return shlex.join(["docker", "run", "--rm", *self.run_flags(), *self.serve.publish_flags(), self.tag])
+        return shlex.join(["docker", "run", "--rm", *self.run_flags(), self.tag]) + f" {args or '--benchmark'}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "provider": self.provider, "tag": self.tag, "base_image": self.base_image,
@@ -208,7 +214,8 @@ def pin_requirements(wanted: Iterable[str], versions: dict[str, str | None],
 
 
 def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]], *,
-               base_image: str | None = None, tag: str | None = None, ca_bundle: str | None = None) -> ImagePlan:
+               base_image: str | None = None, tag: str | None = None, ca_bundle: str | None = None,
+               serve: bool = False) -> ImagePlan:
     """The image for `provider`: base image, pinned requirements, and whether artifacts with these key parts
     (those of the row's host_build targets) can be built here and reused inside the image."""
     row = IMAGES[provider]
@@ -226,14 +233,17 @@ def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]],
             notes.append(f"{parts['step']} artifacts are keyed to this machine's "
                          f"{', '.join(str(v) for v in parts['device'].values())}: on another, gpux rebuilds "
                          "them in the container on the first run")
-    reqs, misses = pin_requirements([*row.pip, *cfg.packages], versions, always=wheel_requirements())
+    extra = serve_requirements() if serve else []
+    reqs, misses = pin_requirements([*row.pip, *extra, *cfg.packages], versions, always=wheel_requirements())
     reuse = bool(key_parts) and not misses
     if key_parts and misses:
         notes.append("artifacts are built inside the image, not copied from here: " + "; ".join(misses))
     apt = list(dict.fromkeys([*row.apt, *cfg.system_packages]))
+    ports = project.config.serve
     return ImagePlan(project.name, str(project.config.version), provider, row, base,
                      tag or default_tag(project, provider), reqs, apt, wheel_name(), reuse, notes,
-                     ca_bundle=chosen_ca_bundle(project, ca_bundle))
+                     ca_bundle=chosen_ca_bundle(project, ca_bundle),
+                     serve=ServeImage(ports.http_port or 8000, ports.grpc_port) if serve else None)
 
 
 def chosen_ca_bundle(project: Project, flag: str | None) -> Path | None:
@@ -389,42 +399,70 @@ def host_key_parts(project: Project, provider: str | None, io: Any) -> list[dict
     return [parts for _, parts, _ in keyed_targets(project, provider, inputs, "")]
 
 
-def package_command(path: str, provider: str | None, tag: str | None, out_dir: str | None,
-                    base_image: str | None, run_args: str | None, store_dir: str | None, as_json: bool,
-                    ca_bundle: str | None = None) -> int:
+@dataclass(frozen=True)
+class PackageRequest:
+    """What `gpux package` was asked for (the click options, by name)."""
+
+    path: str = "."
+    provider: str | None = None
+    tag: str | None = None
+    out_dir: str | None = None
+    base_image: str | None = None
+    run_args: str | None = None
+    ca_bundle: str | None = None
+    serve: bool = False
+    store: str | None = None
+    as_json: bool = False
+
+
+def package_command(req: PackageRequest) -> int:
     from gpux.build import build
     from gpux.modelio import load_checked
     from gpux.resolve import open_project
 
-    project = open_project(path)
+    if req.serve and req.run_args is not None:
+        raise UsageError("--run runs the image once with `gpux run` arguments; a --serve image keeps serving",
+                         hint="start it with the `docker run` line printed after the build")
+    project = open_project(req.path)
     for w in project.warnings:
         report.warn(w)
-    name = choose_provider(project, provider)
-    client = None if out_dir else connect()  # before building anything: fail fast without an engine
+    name = choose_provider(project, req.provider)
+    client = None if req.out_dir else connect()  # before building anything: fail fast without an engine
     io = load_checked(project)
     row = IMAGES[name]
-    plan = plan_image(project, name, host_key_parts(project, row.host_build, io), base_image=base_image, tag=tag,
-                      ca_bundle=ca_bundle)
+    plan = plan_image(project, name, host_key_parts(project, row.host_build, io), base_image=req.base_image,
+                      tag=req.tag, ca_bundle=req.ca_bundle, serve=req.serve)
     if plan.reuse and row.host_build:
-        built = build(project, row.host_build, store_dir=store_dir, log=report.info, io=io)
+        built = build(project, row.host_build, store_dir=req.store, log=report.progress(req.as_json), io=io)
         plan.artifacts = [r.artifact.dir for r in built.results]
     for note in plan.notes:
         report.info(f"note: {note}")
+    if req.out_dir:
+        return _write_only(req, plan, project, io)
+    return _build_and_run(req, plan, project, io, client)
+
+
+def _write_only(req: PackageRequest, plan: ImagePlan, project: Project, io: Any) -> int:
+    """--dockerfile-only: the build context in a folder, and the commands that build and run it."""
     doc: dict[str, Any] = plan.to_dict()
-    if out_dir:
-        ctx = write_context(plan, project, io, Path(out_dir))
-        doc["context"] = str(ctx)
-        doc["build"] = shlex.join(["docker", "build", "--network", "host", "-t", plan.tag, str(ctx)])
-        if as_json:
-            report.emit_json(doc)
-        else:
-            print(f"wrote {ctx}/Dockerfile and its build context")
-            print(f"build it: {doc['build']}")
-            print(f"run it:   {plan.run_line()}")
-        return 0
+    ctx = write_context(plan, project, io, Path(str(req.out_dir)))
+    doc["context"] = str(ctx)
+    doc["build"] = shlex.join(["docker", "build", "--network", "host", "-t", plan.tag, str(ctx)])
+    if req.as_json:
+        report.emit_json(doc)
+    else:
+        print(f"wrote {ctx}/Dockerfile and its build context")
+        print(f"build it: {doc['build']}")
+        print(f"run it:   {plan.run_line()}")
+    return 0
+
+
+def _build_and_run(req: PackageRequest, plan: ImagePlan, project: Project, io: Any, client: Any) -> int:
+    """Build the image on the engine (and run it once with --run)."""
+    doc: dict[str, Any] = plan.to_dict()
     ensure_base_image(client, plan.base_image, report.info)
     started = time.perf_counter()
-    tmp = store.new_workdir(store.store_root(project.root, store_dir), f"package-{name}")  # artifacts hardlink
+    tmp = store.new_workdir(store.store_root(project.root, req.store), f"package-{plan.provider}")  # hardlinks
     try:
         ctx = write_context(plan, project, io, tmp / "context", link=True)
         doc["image_id"] = build_image(client, ctx, plan.tag, Progress())
@@ -432,20 +470,21 @@ def package_command(path: str, provider: str | None, tag: str | None, out_dir: s
         store.discard_tmp(tmp)
     doc["seconds"] = round(time.perf_counter() - started, 2)
     code = 0
-    if run_args is not None:
-        result = run_image(client, plan.tag, shlex.split(run_args), plan.row.gpus, plan.row.devices)
-        doc["run_result"] = {"args": shlex.split(run_args), "exit_code": result.exit_code,
+    if req.run_args is not None:
+        result = run_image(client, plan.tag, shlex.split(req.run_args), plan.row.gpus, plan.row.devices)
+        doc["run_result"] = {"args": shlex.split(req.run_args), "exit_code": result.exit_code,
                              "stdout": result.stdout, "stderr": result.stderr}
         code = result.exit_code
-    if as_json:
+    if req.as_json:
         report.emit_json(doc)
         return code
     print(f"built {plan.tag} ({doc['image_id'][:19]}) from {plan.base_image} in {doc['seconds']:.1f}s")
     print(f"run it: {plan.run_line()}")
-    if run_args is not None:
+    if req.run_args is not None:
         sys.stderr.write(doc["run_result"]["stderr"])
         sys.stdout.write(doc["run_result"]["stdout"])
     return code
 
 
-__all__ = ["IMAGES", "REFUSED", "ImagePlan", "package_command", "plan_image", "write_context", "write_wheel"]
+__all__ = ["IMAGES", "REFUSED", "ImagePlan", "PackageRequest", "package_command", "plan_image", "write_context",
+           "write_wheel"]

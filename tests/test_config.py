@@ -16,7 +16,7 @@ BASE = "name: m\nmodel: {source: model.onnx}\n"
 PROVIDERS = "tensorrt, cuda, rocm, coreml, directml, openvino, cpu"
 DTYPES = "float32, float16, bfloat16, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool, string"
 V1_KEYS = "schema_version, name, version, description, model, inputs, outputs, runtime, providers, verify, " \
-          "benchmark, package"
+          "benchmark, package, serve"
 
 # (id, gpux.yml text, every line the loader reports, in order)
 INVALID: list[tuple[str, str, list[str]]] = [
@@ -79,8 +79,8 @@ INVALID: list[tuple[str, str, list[str]]] = [
     # unknown keys and providers
     ("unknown-top-level-did-you-mean", "naem: m\nmodel: {source: model.onnx}\n",
      ["gpux.yml:1:1 naem: unknown field (did you mean 'name'?)"]),
-    ("unknown-top-level-listing", BASE + "serve_port: 80\n",
-     [f"gpux.yml:3:1 serve_port: unknown field; expected one of {V1_KEYS}"]),
+    ("unknown-top-level-listing", BASE + "listen_port: 80\n",
+     [f"gpux.yml:3:1 listen_port: unknown field; expected one of {V1_KEYS}"]),
     ("unknown-nested-key", BASE + "providers:\n  tensorrt:\n    precison: fp16\n",
      ["gpux.yml:5:5 providers.tensorrt.precison: unknown field (did you mean 'precision'?)"]),
     ("unknown-provider-block", BASE + "providers:\n  cdua: {memory: 4GB}\n",

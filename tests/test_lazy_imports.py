@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-HEAVY = ["onnxruntime", "openvino", "onnx", "numpy", "coremltools", "tensorrt", "torch", "docker", "nncf"]
+HEAVY = ["onnxruntime", "openvino", "onnx", "numpy", "coremltools", "tensorrt", "torch", "docker", "nncf",
+         # the serve extra
+         "grpc", "google", "uvicorn", "uvloop", "httptools", "prometheus_client", "tritonclient"]
 
 # Block the heavy modules outright, then run the CLI and report what got imported.
 PROBE = """
@@ -38,7 +40,8 @@ def run_blocked(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=60)
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"], ["schema"], ["build", "--help"], ["run", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["schema"], ["build", "--help"], ["run", "--help"],
+                                  ["serve", "--help"]])
 def test_cli_entry_points_import_nothing_heavy(args: list[str]) -> None:
     r = run_blocked(*args)
     assert r.returncode == 0, r.stderr

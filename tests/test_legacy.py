@@ -142,8 +142,8 @@ def test_every_documented_block_loads_or_is_dropped_with_a_note(folder: Path) ->
         "gpux.yml:22:3 runtime.batch_size: deprecated: write benchmark.batch: 8 instead",
         "gpux.yml:23:3 runtime.enable_profiling: ignored: gpux.yml v1 has no enable_profiling; use "
         "`gpux run --benchmark`, then remove it",
-        "gpux.yml:24:1 serving: ignored: gpux.yml v1 has no serving block (gpux builds and runs models; it does "
-        "not serve them); remove it",
+        "gpux.yml:24:1 serving: ignored: gpux.yml v1 configures `gpux serve` in a serve: block (host, http_port, "
+        "grpc_port, max_batch_size; docs/serve.md); move the settings there, then remove it",
         "gpux.yml:30:1 preprocessing: ignored: gpux.yml v1 has no preprocessing block; prepare inputs before "
         "`gpux run`, then remove it",
         "gpux.yml:33:1 metadata: ignored: gpux.yml v1 has no metadata block; say what the model is in "

@@ -1,0 +1,1 @@
+"""Hand-offs to engines that schedule replicas across machines: Triton repositories, KServe, Ray Serve."""

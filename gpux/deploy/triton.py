@@ -1,0 +1,292 @@
+"""Triton model repositories: a project's built, verified artifact in Triton's layout with its config.pbtxt.
+
+The configuration is made as a dict in the shape protobuf's `MessageToDict(preserving_proto_field_name=True)`
+gives for Triton's `ModelConfig`, checked against Triton's rules that the proto itself does not enforce,
+then written as protobuf text. Batching, instances and the queue delay come from the `serve:` block, so
+one gpux.yml drives `gpux serve` and Triton alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpux.config import Project
+from gpux.errors import UsageError
+from gpux.modelio import Tensor
+
+DATA_TYPES = {
+    "bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32",
+    "uint64": "TYPE_UINT64", "int8": "TYPE_INT8", "int16": "TYPE_INT16", "int32": "TYPE_INT32",
+    "int64": "TYPE_INT64", "float16": "TYPE_FP16", "float32": "TYPE_FP32", "float64": "TYPE_FP64",
+    "string": "TYPE_STRING", "bfloat16": "TYPE_BF16",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """How one provider's artifact is served by Triton: which platform or backend, on which device kind."""
+
+    platform: str | None  # e.g. onnxruntime_onnx
+    backend: str | None  # e.g. openvino
+    kind: str  # KIND_CPU | KIND_GPU
+    files: tuple[str, ...]  # the file names Triton looks for in a version folder
+    accelerator: str | None = None  # ONNX Runtime execution accelerator Triton adds
+
+
+ONNX = ("model.onnx",)
+FLAVORS: dict[str, Flavor] = {
+    "cpu": Flavor("onnxruntime_onnx", None, "KIND_CPU", ONNX),
+    "cuda": Flavor("onnxruntime_onnx", None, "KIND_GPU", ONNX),
+    "tensorrt": Flavor("onnxruntime_onnx", None, "KIND_GPU", ONNX, "tensorrt"),
+    "openvino": Flavor(None, "openvino", "KIND_CPU", ("model.xml", "model.bin")),
+    "openvino-ep": Flavor("onnxruntime_onnx", None, "KIND_CPU", ONNX, "openvino"),
+}
+NOT_IN_TRITON = {p: "Triton has no backend or ONNX Runtime accelerator for it" for p in ("rocm", "coreml", "directml")}
+
+
+def flavor_of(project: Project, provider: str) -> Flavor:
+    if provider in NOT_IN_TRITON:
+        raise UsageError(f"--provider {provider}: {NOT_IN_TRITON[provider]}",
+                         hint="export for cpu, cuda, tensorrt or openvino")
+    if provider == "openvino" and project.config.providers.openvino.runtime == "onnxruntime":
+        return FLAVORS["openvino-ep"]
+    return FLAVORS[provider]
+
+
+def dims(t: Tensor, batched: bool) -> list[int]:
+    shape = list(t.shape or ())
+    return [d if isinstance(d, int) else -1 for d in (shape[1:] if batched else shape)]
+
+
+def batch_dim(tensors: list[Tensor]) -> str | None:
+    """The name every tensor's leading dim shares, when it is symbolic: the dim Triton may batch along."""
+    firsts = {t.shape[0] if t.shape else None for t in tensors}
+    only = firsts.pop() if len(firsts) == 1 else None
+    return only if isinstance(only, str) else None
+
+
+def tensor_entries(tensors: dict[str, Tensor], batched: bool) -> list[dict[str, Any]]:
+    out = []
+    for t in tensors.values():
+        if t.dtype not in DATA_TYPES:
+            raise UsageError(f"{t.name}: Triton has no data type for {t.dtype}")
+        entry: dict[str, Any] = {"name": t.name, "data_type": DATA_TYPES[t.dtype], "dims": dims(t, batched)}
+        if not entry["dims"]:  # a scalar: Triton wants one dim and reshapes it away
+            entry.update(dims=[1], reshape={"shape": []})
+        out.append(entry)
+    return out
+
+
+def accelerators(project: Project, flavor: Flavor) -> dict[str, Any]:
+    """`optimization.execution_accelerators` mapped from the provider options."""
+    if flavor.accelerator == "tensorrt":
+        t = project.config.providers.tensorrt
+        params = {"precision_mode": {"fp32": "FP32", "fp16": "FP16", "best": "FP16", "int8": "INT8"}
+                  .get(t.precision, "FP32")}
+        if t.workspace:
+            params["max_workspace_size_bytes"] = str(int(t.workspace))
+        return {"gpu_execution_accelerator": [{"name": "tensorrt", "parameters": params}]}
+    if flavor.accelerator == "openvino":
+        return {"cpu_execution_accelerator": [{"name": "openvino"}]}
+    return {}
+
+
+def openvino_parameters(project: Project) -> dict[str, Any]:
+    from gpux.options import OPENVINO_PROPERTIES
+
+    o = project.config.providers.openvino
+    out = {}
+    for field, (prop, convert) in OPENVINO_PROPERTIES.items():
+        value = convert(getattr(o, field))
+        if value is not None:
+            out[prop] = {"string_value": str(value)}
+    return out
+
+
+def config_dict(project: Project, provider: str, inputs: dict[str, Tensor], outputs: dict[str, Tensor],
+                name: str | None = None) -> dict[str, Any]:
+    """Triton's ModelConfig for the project on `provider`, as MessageToDict would give it."""
+    flavor = flavor_of(project, provider)
+    serve = project.config.serve
+    batched = serve.max_batch_size > 0
+    if batched and batch_dim([*inputs.values(), *outputs.values()]) is None:
+        raise UsageError(f"serve.max_batch_size: {serve.max_batch_size}, but the model's inputs and outputs do "
+                         f"not share a symbolic leading (batch) dim for Triton to batch along",
+                         hint="set serve.max_batch_size: 0 to export without batching")
+    cfg: dict[str, Any] = {"name": name or project.name}
+    cfg.update({"platform": flavor.platform} if flavor.platform else {"backend": flavor.backend})
+    cfg["max_batch_size"] = serve.max_batch_size
+    cfg["input"] = tensor_entries(inputs, batched)
+    cfg["output"] = tensor_entries(outputs, batched)
+    group: dict[str, Any] = {"count": serve.instances, "kind": flavor.kind}
+    if flavor.kind == "KIND_GPU":
+        group["gpus"] = [getattr(getattr(project.config.providers, provider), "device_id", 0)]
+    cfg["instance_group"] = [group]
+    if batched:
+        cfg["dynamic_batching"] = {"max_queue_delay_microseconds": serve.max_queue_delay_us}
+    acc = accelerators(project, flavor)
+    if acc:
+        cfg["optimization"] = {"execution_accelerators": acc}
+    if flavor.backend == "openvino":
+        cfg["parameters"] = openvino_parameters(project)
+    return cfg
+
+
+def check(cfg: dict[str, Any], folder: Path, model_ranks: dict[str, int] | None = None) -> list[str]:
+    """Triton's rules the proto does not enforce: the name is the folder's, versions are positive integers
+    holding the platform's files, and dims agree with max_batch_size (`model_ranks`: each tensor's rank in
+    the model file, batch dim included)."""
+    found = []
+    if cfg.get("name") != folder.name:
+        found.append(f"name {cfg.get('name')!r} differs from its folder {folder.name!r}")
+    if bool(cfg.get("platform")) == bool(cfg.get("backend")):
+        found.append("exactly one of platform and backend must be set")
+    versions = [p for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
+    if not versions:
+        found.append("no version folder")
+    wanted = next((f.files for f in FLAVORS.values() if (f.platform, f.backend) ==
+                   (cfg.get("platform"), cfg.get("backend"))), ())
+    for v in versions:
+        if not v.name.isdigit() or int(v.name) < 1:
+            found.append(f"version folder {v.name!r} is not a positive integer")
+        found += [f"{v.name}/{f} is missing" for f in wanted if not (v / f).is_file()]
+    batch = int(cfg.get("max_batch_size") or 0)
+    for kind in ("input", "output"):
+        for t in cfg.get(kind) or []:
+            shape = [int(d) for d in t.get("dims") or []]
+            if not shape:
+                found.append(f"{kind} {t.get('name')}: dims must not be empty")
+            if any(d < -1 or d == 0 for d in shape):
+                found.append(f"{kind} {t.get('name')}: dims must be positive or -1, got {shape}")
+            rank = model_ranks.get(t.get("name", "")) if model_ranks else None
+            if rank is not None and "reshape" not in t and len(shape) + (batch > 0) != rank:
+                found.append(f"{kind} {t.get('name')}: {len(shape)} dims with max_batch_size {batch}, but the "
+                             f"model's tensor has rank {rank}" + (" (dims must leave out the batch dim)"
+                                                                   if batch > 0 and len(shape) == rank else ""))
+    if batch == 0 and "dynamic_batching" in cfg:
+        found.append("dynamic_batching needs max_batch_size > 0")
+    return found
+
+
+def render(value: Any, indent: int = 0) -> str:
+    """A MessageToDict-shaped dict as protobuf text format (maps as repeated key/value entries)."""
+    pad = "  " * indent
+    lines = []
+    for key, v in value.items():
+        for item in (v if isinstance(v, list) and (not v or isinstance(v[0], dict)) else [v]):
+            lines.append(pad + _field(key, item, indent))
+    return "\n".join(lines)
+
+
+def _field(key: str, v: Any, indent: int) -> str:
+    pad = "  " * indent
+    if isinstance(v, dict):
+        if key == "parameters":  # map<string, ...>: one entry per key
+            return "\n".join(f"{pad if i else ''}{key} {{ key: {_scalar(k, key)} value: "
+                             f"{_value(val, indent + 1)} }}" for i, (k, val) in enumerate(v.items()))
+        return f"{key} {{\n{render(v, indent + 1)}\n{pad}}}"
+    if isinstance(v, list):
+        return f"{key}: [{', '.join(_scalar(x, key) for x in v)}]"
+    return f"{key}: {_scalar(v, key)}"
+
+
+def _value(v: Any, indent: int) -> str:
+    return f"{{ {render(v).replace(chr(10), ' ')} }}" if isinstance(v, dict) else _scalar(v, "value")
+
+
+ENUMS = ("data_type", "kind")
+
+
+def _scalar(v: Any, key: str) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return str(v)
+    return str(v) if key in ENUMS else '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass
+class Exported:
+    name: str
+    provider: str
+    folder: Path
+    version: int
+    files: list[str]
+    config: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "folder": str(self.folder)}
+
+
+def onnx_project(project: Project, provider: str) -> Project:
+    """The project whose cpu block builds the portable ONNX artifact `provider` serves in Triton: the config's
+    own cpu block for cpu, fp32 at the basic level for GPU providers (TensorRT's int8 needs the calibrated
+    QDQ model); Triton's ONNX Runtime applies the accelerator itself."""
+    from gpux.benchmark import with_options
+
+    if provider == "cpu":
+        return project
+    t = project.config.providers.tensorrt
+    int8 = provider == "tensorrt" and t.precision == "int8"
+    opts: dict[str, Any] = {"optimization": "basic", "precision": "int8" if int8 else "fp32",
+                            "quantization": "static" if int8 else "dynamic",
+                            "calibration": t.calibration if int8 else None,
+                            "calibration_samples": t.calibration_samples if int8 else 16}
+    return with_options(project, "cpu", **opts)
+
+
+def artifact_files(art_dir: Path, main: str, flavor: Flavor) -> list[tuple[Path, str]]:
+    """(source, name in the version folder): the main file under Triton's name, companions beside it."""
+    if flavor.files == ONNX:
+        pairs = [(art_dir / main, "model.onnx")]
+        pairs += [(p, p.name) for p in art_dir.iterdir() if p.is_file() and p.name.endswith(".data")]
+        return pairs
+    xml = art_dir / main
+    return [(xml, "model.xml"), (xml.with_suffix(".bin"), "model.bin")]
+
+
+def write_model(repo: Path, cfg: dict[str, Any], version: int, files: list[tuple[Path, str]]) -> Path:
+    """Write one model folder atomically: built beside the repository, then moved into place."""
+    import tempfile
+
+    repo.mkdir(parents=True, exist_ok=True)
+    final = repo / cfg["name"]
+    tmp = Path(tempfile.mkdtemp(prefix=f".{cfg['name']}.", dir=repo))
+    try:
+        (tmp / str(version)).mkdir()
+        for src, name in files:
+            shutil.copyfile(src, tmp / str(version) / name)
+        (tmp / "config.pbtxt").write_text(render(cfg) + "\n", encoding="utf-8")
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def export(project: Project, provider: str, repo: Path, version: int = 1, store_dir: str | None = None,
+           log: Any = None) -> Exported:
+    """Build (or reuse) the verified artifact and write `repo/<name>/{config.pbtxt, <version>/...}`."""
+    from gpux.build import build
+    from gpux.modelio import effective_io, load_checked
+
+    flavor = flavor_of(project, provider)
+    io = load_checked(project, store_dir)
+    inputs, outputs = effective_io(project, io)
+    cfg = config_dict(project, provider, inputs, outputs)
+    target = project if flavor.backend == "openvino" else onnx_project(project, provider)
+    built = build(target, "openvino" if flavor.backend == "openvino" else "cpu", store_dir=store_dir, log=log, io=io)
+    art = built.final.artifact
+    files = artifact_files(art.dir, art.manifest["main"], flavor)
+    folder = write_model(repo, cfg, version, files)
+    ranks = {t.name: len(t.shape) for t in [*inputs.values(), *outputs.values()] if t.shape is not None}
+    problems = check(cfg, folder, ranks)
+    if problems:
+        raise UsageError(f"{folder}: " + "; ".join(problems))
+    return Exported(cfg["name"], provider, folder, version, [n for _, n in files], cfg)

@@ -1,0 +1,159 @@
+"""Runs a model's requests off the event loop on its instances, merging them along the batch dim when asked."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Feeds = dict[str, np.ndarray]
+RunFn = Callable[[Feeds], dict[str, Any]]
+
+
+@dataclass
+class Observer:
+    """Where the worker reports queue time, compute time and batch size (Prometheus children or no-ops)."""
+
+    queue: Callable[[float], None] = lambda _s: None
+    compute: Callable[[float], None] = lambda _s: None
+    batch: Callable[[float], None] = lambda _n: None
+
+
+@dataclass
+class Pending:
+    feeds: Feeds
+    rows: int
+    key: tuple[Any, ...]
+    future: asyncio.Future[dict[str, Any]]
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+class Worker:
+    """One model version: `instances` runners (each run on its own thread); batching when max_batch > 1."""
+
+    def __init__(self, runners: list[RunFn], max_batch: int = 0, delay_us: int = 0,
+                 observer: Observer | None = None, inline: bool = False) -> None:
+        self.runners = runners
+        # a single instance whose inference is shorter than a thread hop runs on the event loop's thread
+        self.fast = inline and len(runners) == 1
+        self.inline = self.fast and max_batch <= 1
+        self.max_batch = max_batch
+        self.delay = delay_us / 1e6
+        self.observe = observer or Observer()
+        self.pool = ThreadPoolExecutor(len(runners), thread_name_prefix="gpux-infer")
+        self._idle: queue.SimpleQueue[RunFn] = queue.SimpleQueue()
+        for r in runners:
+            self._idle.put(r)
+        self._queue: asyncio.Queue[Pending] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def batching(self) -> bool:
+        return self.max_batch > 1
+
+    def start(self) -> None:
+        """Start the batch loops (one per instance) on the running event loop."""
+        if self.batching and not self._tasks:
+            self._queue = asyncio.Queue()
+            self._tasks = [asyncio.create_task(self._batch_loop(r)) for r in self.runners]
+
+    async def infer(self, feeds: Feeds) -> dict[str, Any]:
+        if self.inline:
+            return self._run_one(feeds, time.perf_counter())
+        loop = asyncio.get_running_loop()
+        if not self.batching:
+            return await loop.run_in_executor(self.pool, self._run_one, feeds, time.perf_counter())
+        assert self._queue is not None, "Worker.start() was not called"
+        first = next(iter(feeds.values()))
+        key = tuple((k, v.shape[1:], v.dtype.str) for k, v in feeds.items())
+        pending = Pending(feeds, int(first.shape[0]), key, loop.create_future())
+        self._queue.put_nowait(pending)
+        return await pending.future
+
+    def _run_one(self, feeds: Feeds, enqueued: float) -> dict[str, Any]:
+        runner = self._idle.get()
+        try:
+            started = time.perf_counter()
+            self.observe.queue(started - enqueued)
+            out = runner(feeds)
+            self.observe.compute(time.perf_counter() - started)
+            self.observe.batch(int(next(iter(feeds.values())).shape[0]) if feeds else 1)
+            return out
+        finally:
+            self._idle.put(runner)
+
+    async def _batch_loop(self, runner: RunFn) -> None:
+        assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        held: Pending | None = None
+        while True:
+            first = held or await self._queue.get()
+            held = None
+            batch, rows = [first], first.rows
+            deadline = loop.time() + self.delay
+            while rows < self.max_batch:
+                item = await self._next(deadline)
+                if item is None:
+                    break
+                if item.key != first.key or rows + item.rows > self.max_batch:
+                    held = item
+                    break
+                batch.append(item)
+                rows += item.rows
+            batch = [p for p in batch if not p.future.done()]  # timed out while queued
+            if batch:
+                await self._run_batch(loop, runner, batch)
+
+    async def _next(self, deadline: float) -> Pending | None:
+        assert self._queue is not None
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        timeout = deadline - asyncio.get_running_loop().time()
+        if timeout <= 0:
+            return None
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    async def _run_batch(self, loop: asyncio.AbstractEventLoop, runner: RunFn, batch: list[Pending]) -> None:
+        now = time.perf_counter()
+        for p in batch:
+            self.observe.queue(now - p.enqueued)
+        feeds = batch[0].feeds if len(batch) == 1 else {
+            k: np.concatenate([p.feeds[k] for p in batch]) for k in batch[0].feeds}
+        try:
+            out = (_timed(runner, feeds, self.observe) if self.fast
+                   else await loop.run_in_executor(self.pool, _timed, runner, feeds, self.observe))
+        except Exception as exc:
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(exc)
+            return
+        start = 0
+        for p in batch:
+            stop = start + p.rows
+            if not p.future.done():
+                p.future.set_result(out if len(batch) == 1 else {k: v[start:stop] for k, v in out.items()})
+            start = stop
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        self.pool.shutdown(wait=True)
+
+
+def _timed(runner: RunFn, feeds: Feeds, observe: Observer) -> dict[str, Any]:
+    started = time.perf_counter()
+    out = runner(feeds)
+    observe.compute(time.perf_counter() - started)
+    observe.batch(int(next(iter(feeds.values())).shape[0]))
+    return out

@@ -1,0 +1,38 @@
+"""Request errors of the server: one class per HTTP status, with the gRPC status each maps to."""
+
+from __future__ import annotations
+
+
+class ServeError(Exception):
+    """A request that cannot be answered; `message` is sent to the client as {"error": message}."""
+
+    status = 500
+    grpc_code = "INTERNAL"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(ServeError):
+    status, grpc_code = 400, "INVALID_ARGUMENT"
+
+
+class Unauthorized(ServeError):
+    status, grpc_code = 401, "UNAUTHENTICATED"
+
+
+class NotFound(ServeError):
+    status, grpc_code = 404, "NOT_FOUND"
+
+
+class RequestTimeout(ServeError):
+    status, grpc_code = 408, "DEADLINE_EXCEEDED"
+
+
+class TooLarge(ServeError):
+    status, grpc_code = 413, "RESOURCE_EXHAUSTED"
+
+
+class Unavailable(ServeError):
+    status, grpc_code = 503, "UNAVAILABLE"

@@ -1,0 +1,146 @@
+"""The gRPC side of the protocol: inference.GRPCInferenceService on grpc.aio, raw tensor contents."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from typing import Any
+
+import grpc
+import numpy as np
+
+from gpux.serve import codec
+from gpux.serve.errors import BadRequest, ServeError, Unauthorized
+from gpux.serve.metrics import Metrics
+from gpux.serve.models import Repository
+from gpux.serve.proto import inference_pb2 as pb
+from gpux.serve.proto import inference_pb2_grpc as pb_grpc
+from gpux.serve.protocol import InferInput, InferRequest, infer, server_metadata
+from gpux.serve.rest import Limits, access_log
+
+# typed `contents` field per datatype, for clients that do not send raw bytes
+CONTENTS = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}  # fmt: skip
+
+
+class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
+    """Health, metadata and ModelInfer over the shared model repository."""
+
+    def __init__(self, repo: Repository, metrics: Metrics, limits: Limits, api_key: str | None = None) -> None:
+        self.repo, self.metrics, self.limits = repo, metrics, limits
+        self.api_key = api_key
+
+    async def _guard(self, context: grpc.aio.ServicerContext, error: ServeError) -> None:
+        await context.abort(getattr(grpc.StatusCode, error.grpc_code), error.message)
+
+    def _authorize(self, context: grpc.aio.ServicerContext) -> None:
+        if self.api_key is None:
+            return
+        meta = dict(context.invocation_metadata() or ())
+        given = str(meta.get("authorization", ""))
+        token = given[7:] if given[:7].lower() == "bearer " else str(meta.get("x-api-key", ""))
+        if not hmac.compare_digest(token.encode(), self.api_key.encode()):
+            raise Unauthorized("missing or wrong API key: send metadata 'authorization: Bearer <key>'")
+
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return pb.ServerLiveResponse(live=self.repo.live)
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return pb.ServerReadyResponse(ready=self.repo.ready)
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            return pb.ModelReadyResponse(ready=self.repo.find(request.name, request.version).ready)
+        except ServeError as exc:
+            await self._guard(context, exc)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return pb.ServerMetadataResponse(**server_metadata())
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            doc = self.repo.metadata(request.name, request.version)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        tensors = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=doc["name"], versions=doc["versions"], platform=doc["platform"],
+            inputs=[tensors(**t) for t in doc["inputs"]], outputs=[tensors(**t) for t in doc["outputs"]])
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        started = time.perf_counter()
+        status = 200
+        try:
+            self._authorize(context)
+            result = await infer(self.repo, decode(request, self.limits))
+            response = encode(result.model.name, result.model.version, request.id, result.outputs)
+            self.metrics.answered(result.model.name, result.model.version, "grpc", 200,
+                                  time.perf_counter() - started)
+            return response
+        except ServeError as exc:
+            status = exc.status
+            self.metrics.answered(*self.repo.labels(request.model_name, request.model_version), "grpc", exc.status,
+                                  None)
+            await self._guard(context, exc)
+        finally:
+            _log(request, status, started)
+
+
+def decode(request: Any, limits: Limits) -> InferRequest:
+    """A ModelInferRequest as the transport-free request; raw contents go by input order."""
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise BadRequest(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs")
+    inputs = []
+    for i, tensor in enumerate(request.inputs):
+        name, datatype = tensor.name, tensor.datatype
+        if datatype not in codec.NUMPY:
+            raise BadRequest(f"input '{name}': unknown datatype {datatype!r}; one of {', '.join(codec.NUMPY)}")
+        shape = codec.check_shape(name, list(tensor.shape), limits.max_tensor_elements)
+        if raw:
+            array = codec.from_bytes(name, datatype, shape, raw[i])
+        elif datatype in CONTENTS:
+            array = codec.from_json(name, datatype, shape, list(getattr(tensor.contents, CONTENTS[datatype])))
+        else:
+            raise BadRequest(f"input '{name}': {datatype} must travel in raw_input_contents")
+        inputs.append(InferInput(name, datatype, array))
+    outputs = [o.name for o in request.outputs] or None
+    return InferRequest(request.model_name, request.model_version, request.id, inputs, outputs)
+
+
+def encode(name: str, version: str, req_id: str, outputs: list[tuple[str, np.ndarray]]) -> Any:
+    response = pb.ModelInferResponse(model_name=name, model_version=version, id=req_id)
+    for out_name, array in outputs:
+        response.outputs.add(name=out_name, datatype=codec.datatype_of(array), shape=array.shape)
+        response.raw_output_contents.append(codec.to_bytes(array))
+    return response
+
+
+def _log(request: Any, status: int, started: float) -> None:
+    if access_log.isEnabledFor(logging.INFO):
+        access_log.info(json.dumps({
+            "ts": round(time.time(), 3), "protocol": "grpc", "method": "ModelInfer", "model": request.model_name,
+            "version": request.model_version, "status": status,
+            "ms": round((time.perf_counter() - started) * 1000, 3)}, separators=(",", ":")))
+
+
+def make_server(service: InferenceService, address: str, limits: Limits) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server with the service on `address`, and the port it bound."""
+    options = [("grpc.max_receive_message_length", limits.max_body_bytes),
+               ("grpc.max_send_message_length", max(limits.max_body_bytes, 64 * 2**20)),
+               ("grpc.so_reuseport", 0)]
+    server = grpc.aio.server(options=options)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
+    port = server.add_insecure_port(address)
+    return server, port

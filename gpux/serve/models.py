@@ -1,0 +1,160 @@
+"""The served models: opening each project's sessions, warm-up, versions, readiness and metadata."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpux.config import Project
+from gpux.modelio import Tensor
+from gpux.serve.batcher import Observer, Worker
+from gpux.serve.codec import DATATYPE
+from gpux.serve.errors import NotFound, Unavailable
+from gpux.serve.metrics import Metrics
+
+INLINE_PROBES = 5
+INLINE_BELOW_S = 0.0002  # a warm inference shorter than this runs on the event loop: a thread hop costs more
+
+
+@dataclass
+class Model:
+    """One version of one model: its interface, its worker once loaded, and what it runs on."""
+
+    project: Project
+    inputs: dict[str, Tensor] = field(default_factory=dict)
+    outputs: dict[str, Tensor] = field(default_factory=dict)
+    worker: Worker | None = None
+    provider: str = ""
+    runs_on: str = ""
+    ready: bool = False
+    batchable: bool = False
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.project.name
+
+    @property
+    def version(self) -> str:
+        return str(self.project.config.version)
+
+    @property
+    def settings(self) -> Any:
+        return self.project.config.serve
+
+    def tensor_metadata(self, tensors: dict[str, Tensor]) -> list[dict[str, Any]]:
+        return [{"name": t.name, "datatype": DATATYPE.get(t.dtype, "BYTES"),
+                 "shape": [d if isinstance(d, int) else -1 for d in (t.shape or ())]} for t in tensors.values()]
+
+
+def version_key(version: str) -> tuple[Any, ...]:
+    """Order versions numerically where they are numbers (1.10.0 after 1.9.0)."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.+-]", version))
+
+
+class Repository:
+    """Models by name and version; an empty version means the latest."""
+
+    def __init__(self, projects: list[Project], metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.models: dict[str, dict[str, Model]] = {}
+        for p in projects:
+            self.models.setdefault(p.name, {})[str(p.config.version)] = Model(p)
+        self.live = True
+
+    def all(self) -> list[Model]:
+        return [m for versions in self.models.values() for m in versions.values()]
+
+    @property
+    def ready(self) -> bool:
+        return all(m.ready for m in self.all())
+
+    def labels(self, name: str, version: str) -> tuple[str, str]:
+        """Metric labels for a request: names clients invent are not labels (no unbounded series)."""
+        if name not in self.models:
+            return "(unknown)", ""
+        return name, version if not version or version in self.models[name] else "(unknown)"
+
+    def versions(self, name: str) -> list[str]:
+        return sorted(self.models.get(name, {}), key=version_key)
+
+    def find(self, name: str, version: str = "") -> Model:
+        versions = self.models.get(name)
+        if versions is None:
+            known = ", ".join(sorted(self.models)) or "none"
+            raise NotFound(f"unknown model '{name}'; served models: {known}")
+        if not version:
+            return versions[self.versions(name)[-1]]
+        if version not in versions:
+            raise NotFound(f"unknown version '{version}' of model '{name}'; versions: "
+                           f"{', '.join(self.versions(name))}")
+        return versions[version]
+
+    def get(self, name: str, version: str = "") -> Model:
+        """The model to run a request on: 404 when unknown, 503 until it is loaded and warmed up."""
+        model = self.find(name, version)
+        if not model.ready:
+            raise Unavailable(f"model '{name}' version {model.version} is not ready yet")
+        return model
+
+    def metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        model = self.find(name, version)
+        return {"name": model.name, "versions": [model.version] if version else self.versions(name),
+                "platform": f"gpux_{model.provider or 'pending'}",
+                "inputs": model.tensor_metadata(model.inputs), "outputs": model.tensor_metadata(model.outputs)}
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    provider: str | None = None
+    strict: bool = False
+    store: str | None = None
+
+
+def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
+    """Open the model's sessions (one per instance) and warm each up; blocking, run it off the event loop."""
+    import gpux
+
+    settings = model.settings
+    sessions = [gpux.load(model.project, provider=request.provider, strict=request.strict, store_dir=request.store)
+                for _ in range(settings.instances)]
+    first = sessions[0]
+    model.inputs, model.outputs = dict(first.inputs), dict(first.outputs)
+    model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
+    feeds = warmup_feeds(model.inputs)
+    for s in sessions:
+        s.run(feeds)
+    took = []
+    for _ in range(INLINE_PROBES):
+        started = time.perf_counter()
+        first.run(feeds)
+        took.append(time.perf_counter() - started)
+    model.batchable = batchable(model)
+    observer = Observer(queue=metrics.child(metrics.queue, model.name).observe,
+                        compute=metrics.child(metrics.compute, model.name).observe,
+                        batch=metrics.child(metrics.batch, model.name).observe)
+    max_batch = settings.max_batch_size if model.batchable else 0
+    inline = sorted(took)[len(took) // 2] < INLINE_BELOW_S
+    model.worker = Worker([s.run for s in sessions], max_batch, settings.max_queue_delay_us, observer, inline)
+    metrics.child(metrics.model_info, model.name, model.version, model.provider, model.runs_on,
+                  str(settings.instances)).set(1)
+
+
+def batchable(model: Model) -> bool:
+    """Requests can be merged when every input and output starts with a variable (batch) dim."""
+    tensors = [*model.inputs.values(), *model.outputs.values()]
+    return bool(tensors) and all(t.shape and not isinstance(t.shape[0], int) for t in tensors)
+
+
+def warmup_feeds(inputs: dict[str, Tensor]) -> dict[str, np.ndarray]:
+    """Zeros of each input's shape, variable dims set to 1."""
+    feeds = {}
+    for name, t in inputs.items():
+        shape = tuple(d if isinstance(d, int) else 1 for d in (t.shape or ()))
+        feeds[name] = (np.full(shape, "", dtype=object) if t.dtype == "string"
+                       else np.zeros(shape, dtype="float32" if t.dtype == "bfloat16" else t.dtype))
+    return feeds

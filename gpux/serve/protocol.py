@@ -1,0 +1,118 @@
+"""One inference request, whatever the transport: checked against the model, run on its worker, timed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpux.serve.codec import DATATYPE, model_input
+from gpux.serve.errors import BadRequest, RequestTimeout, ServeError
+from gpux.serve.models import Model, Repository
+
+SERVER_NAME = "gpux"
+EXTENSIONS = ["binary_tensor_data"]
+
+
+@dataclass
+class InferInput:
+    name: str
+    datatype: str
+    array: np.ndarray
+
+
+@dataclass
+class InferRequest:
+    model: str
+    version: str = ""
+    id: str = ""
+    inputs: list[InferInput] = field(default_factory=list)
+    outputs: list[str] | None = None  # None: every output
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class InferResult:
+    model: Model
+    outputs: list[tuple[str, np.ndarray]]
+
+
+def server_metadata() -> dict[str, Any]:
+    from gpux import __version__
+
+    return {"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS}
+
+
+async def infer(repo: Repository, request: InferRequest, timeout: float | None = None) -> InferResult:
+    """Check the request against the model, run it, and pick the requested outputs."""
+    model = repo.get(request.model, request.version)
+    feeds = check_inputs(model, request.inputs)
+    wanted = request.outputs if request.outputs is not None else list(model.outputs)
+    unknown = [n for n in wanted if n not in model.outputs]
+    if unknown:
+        raise BadRequest(f"model '{model.name}' has no output '{unknown[0]}'; outputs: {', '.join(model.outputs)}")
+    assert model.worker is not None
+    limit = timeout if timeout is not None else model.settings.request_timeout_s
+    try:
+        if model.worker.inline:  # runs to completion on this thread: check the limit afterwards
+            started = time.perf_counter()
+            out = await model.worker.infer(feeds)
+            if time.perf_counter() - started > limit:
+                raise TimeoutError
+        else:
+            out = await asyncio.wait_for(model.worker.infer(feeds), limit)
+    except TimeoutError:
+        raise RequestTimeout(f"request to model '{model.name}' took longer than {limit:g} s "
+                             f"(serve.request_timeout_s)") from None
+    except ServeError:
+        raise
+    except Exception as exc:
+        raise _runtime_error(exc) from None
+    return InferResult(model, [(n, np.asarray(out[n])) for n in wanted])
+
+
+def _runtime_error(exc: Exception) -> ServeError:
+    from gpux.errors import GpuxError
+
+    text = (exc.message if isinstance(exc, GpuxError) else str(exc)).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    if type(exc).__name__ in ("InputError", "InvalidArgument", "Fail"):
+        return BadRequest(f"the model rejected the inputs: {line}")
+    return ServeError(f"inference failed: {type(exc).__name__}: {line}")
+
+
+def check_inputs(model: Model, inputs: list[InferInput]) -> dict[str, np.ndarray]:
+    """Every model input exactly once, with the model's datatype, rank, static dims and batch limit."""
+    feeds: dict[str, np.ndarray] = {}
+    for item in inputs:
+        tensor = model.inputs.get(item.name)
+        if tensor is None:
+            raise BadRequest(f"model '{model.name}' has no input '{item.name}'; inputs: {', '.join(model.inputs)}")
+        if item.name in feeds:
+            raise BadRequest(f"input '{item.name}' is given twice")
+        expected = DATATYPE.get(tensor.dtype, tensor.dtype)
+        if item.datatype != expected:
+            raise BadRequest(f"input '{item.name}' has datatype {item.datatype} but model '{model.name}' "
+                             f"expects {expected}")
+        check_dims(model, tensor.shape, item)
+        feeds[item.name] = model_input(item.array, tensor.dtype)
+    missing = [n for n in model.inputs if n not in feeds]
+    if missing:
+        raise BadRequest(f"missing input '{missing[0]}' for model '{model.name}'; it needs: "
+                         f"{', '.join(model.inputs)}")
+    return feeds
+
+
+def check_dims(model: Model, dims: tuple[Any, ...] | None, item: InferInput) -> None:
+    shape = list(item.array.shape)
+    if dims is None:
+        return
+    want = [d if isinstance(d, int) else -1 for d in dims]
+    if len(shape) != len(want) or any(w not in (-1, s) for w, s in zip(want, shape, strict=False)):
+        raise BadRequest(f"input '{item.name}' has shape {shape} but model '{model.name}' expects {want}")
+    limit = model.settings.max_batch_size
+    if limit and model.batchable and shape and shape[0] > limit:
+        raise BadRequest(f"input '{item.name}' has a batch of {shape[0]}, above serve.max_batch_size {limit}")

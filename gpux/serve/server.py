@@ -1,0 +1,169 @@
+"""The server's life: bind REST and gRPC, load and warm up models, ready, then drain and stop on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpux.config import Project
+from gpux.serve.metrics import Metrics
+from gpux.serve.models import LoadRequest, Repository, load
+from gpux.serve.rest import Limits, RestApp
+
+log = logging.getLogger("gpux.serve")
+
+
+@dataclass
+class ServeRequest:
+    """What `gpux serve` was asked for; None means the first project's serve: block decides."""
+
+    projects: list[Project]
+    host: str | None = None
+    http_port: int | None = None
+    grpc_port: int | None = None
+    grpc: bool = True
+    api_key: str | None = None
+    load: LoadRequest = field(default_factory=LoadRequest)
+    drain_s: float = 30.0
+    on_ready: Callable[[Server], None] | None = None
+
+
+class _Uvicorn:
+    """uvicorn's Server without its own signal handling (this module owns SIGTERM/SIGINT)."""
+
+    @staticmethod
+    def make(app: Any, drain_s: float) -> Any:
+        import uvicorn
+
+        class Quiet(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
+        loop = "uvloop" if _has("uvloop") else "asyncio"
+        config = uvicorn.Config(app, lifespan="off", access_log=False, log_config=None, loop=loop,
+                                http="httptools" if _has("httptools") else "h11",
+                                timeout_graceful_shutdown=int(drain_s) or 1, server_header=False)
+        return Quiet(config)
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+class Server:
+    """Both endpoints over one repository; `http_port`/`grpc_port` are the bound ports once started."""
+
+    def __init__(self, request: ServeRequest) -> None:
+        self.request = request
+        first = request.projects[0].config.serve
+        self.host = request.host or first.host
+        self.metrics = Metrics()
+        self.repo = Repository(request.projects, self.metrics)
+        self.limits = Limits(first.max_body_bytes, first.max_tensor_elements)
+        self.http_port = first.http_port if request.http_port is None else request.http_port
+        grpc_port = first.grpc_port if request.grpc_port is None else request.grpc_port
+        self.grpc_port: int | None = grpc_port if request.grpc else None
+        self._uvicorn: Any = None
+        self._grpc: Any = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.stopping = asyncio.Event()
+        self.load_error: BaseException | None = None
+
+    async def start(self) -> None:
+        """Listen on both ports (live at once), then load and warm up every model (ready after)."""
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.http_port))
+        self.http_port = sock.getsockname()[1]
+        app = RestApp(self.repo, self.metrics, self.limits, self.request.api_key)
+        self._uvicorn = _Uvicorn.make(app, self.request.drain_s)
+        self._tasks.append(asyncio.create_task(self._uvicorn.serve(sockets=[sock])))
+        if self.grpc_port is not None:
+            from gpux.serve.grpc_service import InferenceService, make_server
+
+            service = InferenceService(self.repo, self.metrics, self.limits, self.request.api_key)
+            self._grpc, self.grpc_port = make_server(service, _address(self.host, self.grpc_port), self.limits)
+            await self._grpc.start()
+        self._tasks.append(asyncio.create_task(self._load_all()))
+
+    async def _load_all(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            for model in self.repo.all():
+                await loop.run_in_executor(None, load, model, self.request.load, self.metrics)
+                assert model.worker is not None
+                model.worker.start()
+                model.ready = True
+                self.metrics.child(self.metrics.ready, model.name, model.version).set(1)
+                log.info("ready: %s %s on %s (%s)", model.name, model.version, model.provider, model.runs_on)
+        except BaseException as exc:  # a model that cannot open stops the server with its error
+            self.load_error = exc
+            self.stopping.set()
+            return
+        if self.request.on_ready is not None:
+            self.request.on_ready(self)
+
+    async def wait_ready(self, timeout: float = 120) -> None:
+        async def ready() -> None:
+            while not self.repo.ready:
+                if self.load_error is not None:
+                    raise self.load_error
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(ready(), timeout)
+
+    async def stop(self) -> None:
+        """Stop taking requests, let accepted ones finish (up to drain_s), then close the models."""
+        self.repo.live = False
+        for model in self.repo.all():
+            model.ready = False
+        tasks = []
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True
+            tasks.append(self._tasks[0])
+        if self._grpc is not None:
+            tasks.append(asyncio.ensure_future(self._grpc.stop(self.request.drain_s)))
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for t in self._tasks[1:]:
+            t.cancel()
+        for model in self.repo.all():
+            if model.worker is not None:
+                await model.worker.close()
+
+    async def run_until_signal(self) -> None:
+        """start(), then serve until SIGTERM/SIGINT (or a model fails to load), then stop()."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        await self.start()
+        log.info("listening: http://%s:%d%s", self.host, self.http_port,
+                 f", grpc {self.host}:{self.grpc_port}" if self.grpc_port is not None else "")
+        await self.stopping.wait()
+        log.info("draining")
+        await self.stop()
+        if self.load_error is not None:
+            raise self.load_error
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def serve(request: ServeRequest) -> None:
+    """Run the server in this thread until a signal; uvloop where installed."""
+    try:
+        import uvloop
+
+        runner: Callable[[Any], Any] = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    runner(Server(request).run_until_signal())

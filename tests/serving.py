@@ -1,0 +1,161 @@
+"""Test tooling for `gpux serve`: small projects (FP32, INT64, FP16, BOOL, two versions) and a server thread."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import make_mlp, make_two_inputs
+
+MLP = """\
+name: mlp
+version: {version}
+model: {{source: model.onnx}}
+inputs: {{x: {{dtype: float32, shape: [batch, 8]}}}}
+runtime: {{backend: cpu}}
+serve: {{http_port: 0, grpc_port: 0{serve}}}
+"""
+PLAIN = """\
+name: {name}
+version: 1
+model: {{source: model.onnx}}
+runtime: {{backend: cpu}}
+"""
+
+
+def make_fp16(path: Path) -> Path:
+    """h float16 [batch, 4] -> y float16 [batch, 4] = h * 2 + 1."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    two = numpy_helper.from_array(np.array(2, dtype=np.float16), "two")
+    one = numpy_helper.from_array(np.array(1, dtype=np.float16), "one")
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["h", "two"], ["m"]), helper.make_node("Add", ["m", "one"], ["y"])], "half",
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT16, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["batch", 4])], [two, one])
+    onnx.save(helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def make_bool(path: Path) -> Path:
+    """flags bool [3] -> inverted bool [3] (a static shape: not batchable)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Not", ["flags"], ["inverted"])], "flip",
+        [helper.make_tensor_value_info("flags", TensorProto.BOOL, [3])],
+        [helper.make_tensor_value_info("inverted", TensorProto.BOOL, [3])])
+    onnx.save(helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def make_echo(path: Path) -> Path:
+    """words string [batch] -> same string [batch] (Identity): BYTES both ways."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["words"], ["same"])], "echo",
+        [helper.make_tensor_value_info("words", TensorProto.STRING, ["batch"])],
+        [helper.make_tensor_value_info("same", TensorProto.STRING, ["batch"])])
+    onnx.save(helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def mlp_project(root: Path, version: str, seed: int, serve: str = "") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    make_mlp(root / "model.onnx", seed=seed)
+    (root / "gpux.yml").write_text(MLP.format(version=version, serve=serve))
+    return root
+
+
+def plain_project(root: Path, name: str, maker: Any) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    maker(root / "model.onnx")
+    (root / "gpux.yml").write_text(PLAIN.format(name=name))
+    return root
+
+
+def projects(base: Path) -> list[Path]:
+    """mlp 1.0.0 and 2.0.0 (different weights), two (INT64 + FP32), half (FP16), flip (BOOL), echo (BYTES)."""
+    return [mlp_project(base / "mlp1", "1.0.0", 0), mlp_project(base / "mlp2", "2.0.0", 1),
+            plain_project(base / "two", "two", make_two_inputs), plain_project(base / "half", "half", make_fp16),
+            plain_project(base / "flip", "flip", make_bool), plain_project(base / "echo", "echo", make_echo)]
+
+
+class ServerThread:
+    """`gpux serve` in-process on its own event loop thread, on free loopback ports; always stopped on exit."""
+
+    def __init__(self, paths: list[Path], api_key: str | None = None) -> None:
+        self.paths, self.api_key = paths, api_key
+        self.server: Any = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        from gpux.resolve import open_project
+        from gpux.serve.server import Server, ServeRequest
+
+        self.server = Server(ServeRequest([open_project(str(p)) for p in self.paths], host="127.0.0.1",
+                                          http_port=0, grpc_port=0, api_key=self.api_key, drain_s=5))
+        self.loop = asyncio.get_running_loop()
+        await self.server.start()
+        await self.server.wait_ready()
+        self._ready.set()
+        await self.server.stopping.wait()
+        await self.server.stop()
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        self._ready.wait(180)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None and self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.server.stopping.set)
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "server thread did not stop"
+
+    @property
+    def http(self) -> str:
+        return f"127.0.0.1:{self.server.http_port}"
+
+    @property
+    def grpc(self) -> str:
+        return f"127.0.0.1:{self.server.grpc_port}"
+
+
+def post(address: str, path: str, body: bytes | str, headers: dict[str, str] | None = None,
+         method: str = "POST") -> tuple[int, dict[str, str], bytes]:
+    """A raw HTTP request (no client library), for bodies tritonclient would never send."""
+    host, port = address.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request(method, path, body=body.encode() if isinstance(body, str) else body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def error_of(body: bytes) -> str:
+    doc = json.loads(body)
+    assert set(doc) == {"error"}, doc
+    return str(doc["error"])

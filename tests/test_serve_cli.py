@@ -1,0 +1,175 @@
+"""`gpux serve` as a process: ports in the log, SIGTERM drains accepted requests, a bounded load test."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import gpux
+from tests.serving import mlp_project, post
+
+tritonhttp = pytest.importorskip("tritonclient.http")
+tritongrpc = pytest.importorskip("tritonclient.grpc")
+
+
+class Process:
+    """A `gpux serve` subprocess whose stderr is read line by line; killed if still running at exit."""
+
+    def __init__(self, *args: str) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "gpux", "serve", *args, "--port", "0", "--grpc-port", "0"],
+                                     stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.log: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.http = self.grpc = ""
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put(line)
+
+    def wait_for(self, text: str, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            self.log.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"{text!r} never logged; log so far:\n{''.join(self.log)}")
+
+    def start(self) -> Process:
+        line = self.wait_for("listening:")
+        self.http = line.split("http://")[1].split(",")[0].strip()
+        self.grpc = line.split("grpc ")[1].strip()
+        self.wait_for("ready:")
+        return self
+
+    def drain_log(self) -> str:
+        while not self.lines.empty():
+            self.log.append(self.lines.get())
+        return "".join(self.log)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def serve_process() -> Iterator[list[Process]]:
+    started: list[Process] = []
+    yield started
+    for p in started:
+        p.stop()
+
+
+def test_help_and_bad_target() -> None:
+    r = gpux("serve", "--help")
+    assert r.returncode == 0 and "--max-batch-size" in r.stdout and "--api-key" in r.stdout
+    r = gpux("serve", "/no/such/project")
+    assert r.returncode == 3 and "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+def send_http(address: str, x: np.ndarray) -> np.ndarray:
+    item = tritonhttp.InferInput("x", list(x.shape), "FP32")
+    item.set_data_from_numpy(x)
+    return tritonhttp.InferenceServerClient(address, network_timeout=30).infer("mlp", [item]).as_numpy("probs")
+
+
+def send_grpc(address: str, x: np.ndarray) -> np.ndarray:
+    item = tritongrpc.InferInput("x", list(x.shape), "FP32")
+    item.set_data_from_numpy(x)
+    return tritongrpc.InferenceServerClient(address).infer("mlp", [item], client_timeout=30).as_numpy("probs")
+
+
+def test_sigterm_drains_accepted_requests(tmp_path: Path, serve_process: list[Process]) -> None:
+    project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    # a one-second batching window holds every accepted request in the queue when SIGTERM arrives
+    p = Process(str(project), "--max-batch-size", "64", "--max-queue-delay-us", "1000000")
+    serve_process.append(p)
+    p.start()
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((1, 8)).astype(np.float32) for _ in range(12)]
+    with ThreadPoolExecutor(12) as pool:
+        futures = [pool.submit(send_http if i % 2 else send_grpc, p.http if i % 2 else p.grpc, x)
+                   for i, x in enumerate(xs)]
+        time.sleep(0.4)
+        assert not any(f.done() for f in futures), "requests answered before the batching window closed"
+        p.proc.send_signal(signal.SIGTERM)
+        results = [f.result(timeout=30) for f in futures]
+    assert p.proc.wait(30) == 0
+    log = p.drain_log()
+    assert "draining" in log
+    import gpux as api
+
+    with api.load(str(project)) as session:
+        for x, got in zip(xs, results, strict=True):
+            np.testing.assert_allclose(got, session.run({"x": x})["probs"], rtol=1e-5, atol=1e-6)
+    with pytest.raises(OSError):
+        post(p.http, "/v2/health/live", b"", method="GET")
+
+
+@pytest.mark.slow
+def test_bounded_load_has_no_failures(tmp_path: Path, serve_process: list[Process]) -> None:
+    project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    p = Process(str(project), "--no-access-log", "--max-batch-size", "32")
+    serve_process.append(p)
+    p.start()
+    clients, seconds = 32, 10.0
+    deadline = time.monotonic() + seconds
+    x = np.ones((1, 8), dtype=np.float32)
+
+    def client(i: int) -> tuple[list[float], int]:
+        grpc = i % 2 == 0
+        c: Any = (tritongrpc.InferenceServerClient(p.grpc) if grpc
+                  else tritonhttp.InferenceServerClient(p.http, network_timeout=30))
+        mod = tritongrpc if grpc else tritonhttp
+        item = mod.InferInput("x", [1, 8], "FP32")
+        item.set_data_from_numpy(x)
+        times, failures = [], 0
+        while time.monotonic() < deadline and len(times) < 20000:
+            started = time.perf_counter()
+            try:
+                out = c.infer("mlp", [item]).as_numpy("probs")
+                failures += int(out.shape != (1, 4))
+            except Exception:
+                failures += 1
+            times.append(time.perf_counter() - started)
+        return times, failures
+
+    with ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(client, range(clients)))
+    times = np.array([t for r in results for t in r[0]]) * 1000
+    failures = sum(r[1] for r in results)
+    p50, p90, p99 = np.percentile(times, [50, 90, 99])
+    print(f"\nload: {clients} clients x {seconds:.0f} s (half REST binary, half gRPC): {len(times)} requests, "
+          f"{len(times) / seconds:.0f}/s, {failures} failed; latency ms p50 {p50:.2f} p90 {p90:.2f} p99 {p99:.2f}")
+    assert failures == 0 and len(times) > clients
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.proc.wait(30) == 0
+
+
+def test_a_model_that_cannot_open_stops_the_server_with_its_exit_code(tmp_path: Path) -> None:
+    project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    r = gpux("serve", str(project), "--provider", "tensorrt", "--strict", "--port", "0", "--grpc-port", "0",
+             timeout=120)
+    assert r.returncode == 4, r.stderr
+    assert "error: tensorrt unavailable" in r.stderr and "Traceback" not in r.stderr
