@@ -124,6 +124,10 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def providers_table(avail: list[dict[str, Any]]) -> str:
+    if any("runtime" in a for a in avail):
+        rows = [[a["provider"], a.get("runtime") or "", a["status"],
+                 a["reason"] + (f" → {a['fix']}" if a.get("fix") else "")] for a in avail]
+        return format_table(["provider", "runtime", "status", "detail"], rows)
     rows = [[a["provider"], a["status"], a["reason"] + (f" → {a['fix']}" if a.get("fix") else "")]
             for a in avail]
     return format_table(["provider", "status", "detail"], rows)

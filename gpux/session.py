@@ -17,7 +17,7 @@ from gpux.errors import GpuxError, InputError, ProviderUnavailable
 from gpux.inputs import cast_all
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan import Selection, select
-from gpux.providers import PROVIDERS, Runner, probe
+from gpux.providers import PROVIDERS, Runner, probe, probe_for
 from gpux.resolve import open_project
 
 SAVED = "selected.json"
@@ -75,7 +75,7 @@ class Session:
     def _advance(self) -> None:
         while self._pending:
             provider = self._pending.pop(0)
-            avail = probe(provider)
+            avail = probe_for(self.project, provider)
             if not avail.ok:
                 self._fail(provider, "probe", avail.reason, avail.fix)
                 continue
@@ -97,6 +97,8 @@ class Session:
                 self._fail(provider, "session", runner.dropped)
                 continue
             self.timings = {"build_s": built - started, "load_s": time.perf_counter() - built}
+            if "compile_s" in runner.details:  # torch.compile's first call, done while opening
+                self.timings["compile_s"] = runner.details["compile_s"]
             self._runner, self.provider, self.build = runner, provider, result
             self._first_done = False
             return
@@ -176,7 +178,8 @@ class Session:
                 "provider": self.provider, "runs_on": self.used if self._runner else None,
                 "fell_back": self.fell_back,
                 "attempts": [a.to_dict() for a in self.attempts], "warnings": self.warnings,
-                "placement": self.placement}
+                "placement": self.placement, "phases": {k: round(v, 4) for k, v in self.timings.items()},
+                "runtime": self.runner.details if self._runner else None}
 
     def close(self) -> None:
         if self._runner is not None:
@@ -206,7 +209,7 @@ def usable_saved_choice(project: Project, store_dir: str | Path | None) -> tuple
     saved = saved_choice(project, store_dir)
     if not saved:
         return None, None
-    avail = probe(saved)
+    avail = probe_for(project, saved)
     supported = project.config.runtime.supported
     if avail.ok and (not supported or saved in supported):
         return saved, None
