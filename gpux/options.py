@@ -77,10 +77,9 @@ class TorchOptions(Options):
         return self
 
 
-def _torch_block(block: Options, runtime: str, gpu: bool) -> None:
+def _torch_block(block: Options, runtime: str, t: TorchOptions, gpu: bool) -> None:
     """`torch:` only with runtime torch; CUDA-graph options only where there is CUDA (or HIP)."""
     block._only_if(("torch",), runtime == "torch", "with runtime: torch")
-    t: TorchOptions = getattr(block, "torch")
     if not gpu and (t.cuda_graphs or t.compile == "reduce-overhead"):
         raise ValueError("cuda_graphs and compile: reduce-overhead capture CUDA graphs; they are only valid "
                          "on cuda and rocm (use compile: default or max-autotune)")
@@ -105,7 +104,7 @@ class CPUOptions(Options):
 
     @model_validator(mode="after")
     def _int8_fields(self) -> CPUOptions:
-        _torch_block(self, self.runtime, gpu=False)
+        _torch_block(self, self.runtime, self.torch, gpu=False)
         self._only_if(("optimization", "precision"), self.runtime == "onnxruntime",
                       "with runtime: onnxruntime (with runtime: torch, set torch.precision)")
         self._only_if(("quantization", "per_channel", "calibration", "calibration_samples"),
@@ -217,7 +216,7 @@ class CUDAOptions(Options):
 
     @model_validator(mode="after")
     def _graph_needs_binding(self) -> CUDAOptions:
-        _torch_block(self, self.runtime, gpu=True)
+        _torch_block(self, self.runtime, self.torch, gpu=True)
         if self.cuda_graph and not self.io_binding:
             raise ValueError("cuda_graph requires io_binding: true (CUDA graphs replay on bound buffers)")
         return self
@@ -243,7 +242,7 @@ class ROCmOptions(Options):
 
     @model_validator(mode="after")
     def _ep_fields(self) -> ROCmOptions:
-        _torch_block(self, self.runtime, gpu=True)
+        _torch_block(self, self.runtime, self.torch, gpu=True)
         migraphx = self.execution_provider == "migraphx"
         self._only_if(("migraphx_fp16", "migraphx_int8", "exhaustive_tune"), migraphx,
                       "with execution_provider: migraphx")
@@ -295,7 +294,7 @@ class MPSOptions(Options):
 
     @model_validator(mode="after")
     def _no_graphs(self) -> MPSOptions:
-        _torch_block(self, self.runtime, gpu=False)
+        _torch_block(self, self.runtime, self.torch, gpu=False)
         return self
 
 

@@ -121,7 +121,6 @@ def targets(project: Project, provider: str, inputs: dict[str, Any] | None = Non
     """The targets that provider `provider` needs, in build order (`inputs`: the model's Tensors, which
     fix TensorRT's shape profiles). A PyTorch source is first exported to ONNX, which the rest consume."""
     from gpux.modelio import TORCH_FORMATS, source_format
-
     from gpux.providers import runtime_of
 
     fmt = source_format(project)

@@ -17,7 +17,7 @@ from gpux.errors import GpuxError, InputError, ProviderUnavailable
 from gpux.inputs import cast_all
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan import Selection, select
-from gpux.providers import PROVIDERS, Runner, probe, probe_for
+from gpux.providers import PROVIDERS, Runner, probe_for
 from gpux.resolve import open_project
 
 SAVED = "selected.json"

@@ -212,7 +212,8 @@ def open_module(path: Path, setup: Setup, project: Any, cache_dir: Path | None, 
     return Opened(run, declared or pt.output_names(None, len(outputs)), details)
 
 
-def _first_call(run: Callable[[Feeds], list[Any]], feeds: Feeds, cache_dir: Path | None) -> tuple[list[Any], float, dict[str, Any]]:
+def _first_call(run: Callable[[Feeds], list[Any]], feeds: Feeds,
+                cache_dir: Path | None) -> tuple[list[Any], float, dict[str, Any]]:
     """The first (compiling) call, timed, with Inductor's cache in `cache_dir`; what the cache did."""
     import contextlib
 
