@@ -186,3 +186,18 @@ def test_torch_cuda_on_a_gpu(cnn: Path, opts: str) -> None:
         got = session.run({name: x})["probs"]
         assert session.used.startswith("PyTorch cuda:0")
     np.testing.assert_allclose(got, torch_outputs(project, x), atol=2e-2)
+
+
+def test_benchmark_all_adds_torch_rows_per_device(pt2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpux import bench, benchmark
+
+    monkeypatch.setitem(benchmark.TORCH_VARIANTS, "cpu", (("off", "fp32"), ("off", "bf16")))  # no compiles here
+    project = load_config(pt2)
+    protocol = bench.Protocol(warmup=1, warmup_seconds=0, runs=5, seconds=0, concurrency=1, batch=1)
+    rows = benchmark.torch_rows(project, protocol, {}, store=None, input_file=None, log=lambda _m: None)
+    by = {(r["provider"], r["precision"]): r for r in rows}
+    assert by[("cpu", "fp32 (torch eager)")]["status"] == "ok"
+    assert by[("cpu", "fp32 (torch eager)")]["runs_on"] == "PyTorch cpu fp32 eager"
+    assert by[("cpu", "bf16 (torch eager)")]["accuracy"]["min_cosine"] > 0.99
+    if not probe_torch("cuda").ok:
+        assert by[("cuda", "torch")]["status"] == "unavailable" and by[("cuda", "torch")]["error"]
