@@ -201,3 +201,31 @@ def test_benchmark_all_adds_torch_rows_per_device(pt2: Path, monkeypatch: pytest
     assert by[("cpu", "bf16 (torch eager)")]["accuracy"]["min_cosine"] > 0.99
     if not probe_torch("cuda").ok:
         assert by[("cuda", "torch")]["status"] == "unavailable" and by[("cuda", "torch")]["error"]
+
+
+@pytest.mark.parametrize(("provider", "index", "reuse"), [("cpu", "cpu", True), ("cuda", "cu", False),
+                                                          ("rocm", "rocm", False)])
+def test_package_installs_torch_from_the_backend_wheel_index(cnn: Path, provider: str, index: str,
+                                                             reuse: bool) -> None:
+    from gpux.modelio import load_checked
+    from gpux.package import host_key_parts, image_row, plan_image
+
+    project = load_config(with_providers(cnn, f"  {provider}: {{runtime: torch}}\n"))
+    row = image_row(project, provider)
+    parts = host_key_parts(project, row.host_build, load_checked(project))
+    plan = plan_image(project, provider, parts)
+    text = plan.dockerfile()
+    version = torch.__version__.split("+")[0]
+    line = next(x for x in text.splitlines() if "--index-url" in x)
+    assert f"https://download.pytorch.org/whl/{index}" in line and f"torch=={version}" in line
+    assert not any(r.startswith("torch") or r.startswith("onnxruntime") for r in plan.requirements)
+    assert plan.reuse == reuse and ("RUN gpux build /model --provider cpu" in text) == reuse
+    assert (plan.run_line().startswith("docker run --rm --gpus all")) == (provider == "cuda")
+
+
+def test_package_refuses_mps(cnn: Path) -> None:
+    from gpux.errors import UsageError
+    from gpux.package import choose_provider
+
+    with pytest.raises(UsageError, match="macOS"):
+        choose_provider(load_config(cnn), "mps")
