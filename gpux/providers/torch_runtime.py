@@ -187,6 +187,9 @@ def open_module(path: Path, setup: Setup, project: Any, cache_dir: Path | None, 
     from gpux.providers import torch as pt
 
     torch = _torch()
+    threads = project.config.runtime.threads.intra_op
+    if threads and setup.device == "cpu":  # runtime.threads.intra_op, as ONNX Runtime takes it (process-wide)
+        torch.set_num_threads(threads)
     inputs, _ = effective_io(project, load_checked(project))
     shapes = resolve_shapes(project)
     module = pt.load(path, setup.fmt)
@@ -195,7 +198,8 @@ def open_module(path: Path, setup: Setup, project: Any, cache_dir: Path | None, 
     declared = list(project.config.outputs or {})
     details: dict[str, Any] = {"device": setup.torch_device, "compile": setup.compile,
                                "precision": setup.precision, "channels_last": setup.channels_last,
-                               "cuda_graphs": setup.cuda_graphs, "torch": torch.__version__}
+                               "cuda_graphs": setup.cuda_graphs, "torch": torch.__version__,
+                               "threads": torch.get_num_threads()}
     if setup.compile == "off":
         placed = _place(module, setup)
         run = _call(_graphed(placed) if setup.cuda_graphs else placed, setup, names)
