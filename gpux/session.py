@@ -17,7 +17,7 @@ from gpux.errors import GpuxError, InputError, ProviderUnavailable
 from gpux.inputs import cast_all
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan import Selection, select
-from gpux.providers import PROVIDERS, Runner, probe_for
+from gpux.providers import PROVIDERS, Availability, Runner, probe, probe_for, runtime_of
 from gpux.resolve import open_project
 
 SAVED = "selected.json"
@@ -75,7 +75,7 @@ class Session:
     def _advance(self) -> None:
         while self._pending:
             provider = self._pending.pop(0)
-            avail = probe_for(self.project, provider)
+            avail = probe_project(self.project, provider)
             if not avail.ok:
                 self._fail(provider, "probe", avail.reason, avail.fix)
                 continue
@@ -193,6 +193,11 @@ class Session:
         self.close()
 
 
+def probe_project(project: Project, provider: str) -> Availability:
+    """The provider's probe, or PyTorch's where the project runs it with runtime torch."""
+    return probe_for(project, provider) if runtime_of(project, provider) == "torch" else probe(provider)
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
@@ -209,7 +214,7 @@ def usable_saved_choice(project: Project, store_dir: str | Path | None) -> tuple
     saved = saved_choice(project, store_dir)
     if not saved:
         return None, None
-    avail = probe_for(project, saved)
+    avail = probe_project(project, saved)
     supported = project.config.runtime.supported
     if avail.ok and (not supported or saved in supported):
         return saved, None
