@@ -57,6 +57,11 @@ def provider_lines(report: dict[str, Any]) -> list[str]:
         nodes = ", ".join(f"{ep} {n}" for ep, n in pl["nodes"].items())
         lines.append(f"placement: {nodes} of {pl['total']} nodes; {pl['partitions']} partitions; "
                      f"{pl['ep']} coverage {pl['coverage']:.0%}")
+    rt = report.get("runtime") or {}
+    if rt.get("compile_cache"):
+        c = rt["compile_cache"]
+        lines.append(f"torch.compile ({rt.get('compile')}): first call {rt.get('compile_s', 0):.2f}s, Inductor "
+                     f"cache {c['state']} ({c['hits']} hit, {c['misses']} miss)")
     requested = ",".join(report["requested"])
     lines.append(f"provider: requested {requested} ({report['request_source']}) → ran {report['provider']}"
                  f" [{report['runs_on']}]")

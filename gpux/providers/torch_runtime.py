@@ -247,6 +247,7 @@ def build_module(ctx: Any) -> dict[str, Any]:
     info: dict[str, Any] = {"main": main.name, "torch": torch.__version__, "runs_on": setup.describe()}
     cache = ctx.workdir / CACHE
     opened = open_module(main, setup, ctx.project, cache, ctx.log)
+    _BUILT.clear()  # one build at a time: what an unverified build left is not kept alive
     _BUILT[str(main)] = opened
     if setup.compile == "off":
         return info
