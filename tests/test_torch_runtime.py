@@ -5,6 +5,7 @@ runtime on cuda that this machine lacks falls back to cpu with the probe's reaso
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +230,17 @@ def test_package_refuses_mps(cnn: Path) -> None:
 
     with pytest.raises(UsageError, match="macOS"):
         choose_provider(load_config(cnn), "mps")
+
+
+def test_inspect_shows_the_torch_runtime_and_its_artifact(pt2: Path) -> None:
+    project = with_providers(pt2, "  cpu: {runtime: torch}\n")
+    build(load_config(project), "cpu")
+    out = cli("inspect", str(project), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    cpu = next(p for p in doc["providers"] if p["provider"] == "cpu")
+    assert cpu["runtime"] == "torch" and cpu["status"] == "ok" and "PyTorch" in cpu["reason"]
+    mps = next(p for p in doc["providers"] if p["provider"] == "mps")
+    assert mps["runtime"] == "torch" and (mps["status"] == "no device" or sys.platform == "darwin")
+    art = next(a for a in doc["artifacts"] if a["id"] == "torch-cpu-fp32-eager")
+    assert art["state"] == "current" and art["versions"]["torch"] == torch.__version__
