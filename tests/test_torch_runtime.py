@@ -174,19 +174,34 @@ def test_torch_option_mistakes_are_config_errors(mlp_project: Path, block: str, 
     assert says in str(exc.value)
 
 
-@pytest.mark.hardware("torch:cuda")
-@pytest.mark.parametrize("opts", ["{compile: off}", "{compile: off, cuda_graphs: true}", "{compile: default}",
-                                  "{compile: reduce-overhead, precision: fp16}",
-                                  "{precision: bf16, channels_last: true}"])
-def test_torch_cuda_on_a_gpu(cnn: Path, opts: str) -> None:
-    project = with_providers(cnn, f"  cuda: {{runtime: torch, torch: {opts}}}\n")
-    [r] = build(load_config(project), "cuda").results
+GPU_CASES = [pytest.param(device, opts, marks=pytest.mark.hardware(f"torch:{device}"), id=f"{device}-{opts}")
+             for device, cases in {
+                 "cuda": ["{compile: off}", "{compile: off, cuda_graphs: true}", "{compile: default}",
+                          "{compile: default, cuda_graphs: true}", "{compile: reduce-overhead, precision: fp16}",
+                          "{precision: bf16, channels_last: true}"],
+                 "rocm": ["{compile: off}", "{compile: default, precision: fp16}"],
+                 "mps": ["{compile: off}", "{precision: fp16}"]}.items() for opts in cases]
+
+
+@pytest.mark.parametrize(("device", "opts"), GPU_CASES)
+def test_torch_on_a_gpu(cnn: Path, device: str, opts: str) -> None:
+    project = with_providers(cnn, f"  {device}: {{runtime: torch, torch: {opts}}}\n")
+    [r] = build(load_config(project), device).results
     assert r.artifact.manifest["verification"]["passed"]
     name, x = x_for(project)
-    with gpux.load(project, provider="cuda", strict=True) as session:
+    with gpux.load(project, provider=device, strict=True) as session:
         got = session.run({name: x})["probs"]
-        assert session.used.startswith("PyTorch cuda:0")
+        assert session.used.startswith(f"PyTorch {'cuda:0' if device != 'mps' else 'mps'}")
+        if "compile: off" not in opts and device != "mps":
+            assert session.runner.details["compile_cache"]["state"] == "hit"
     np.testing.assert_allclose(got, torch_outputs(project, x), atol=2e-2)
+
+
+def test_channels_last_on_cpu_is_verified(cnn: Path) -> None:
+    project = with_providers(cnn, "  cpu: {runtime: torch, torch: {channels_last: true}}\n")
+    [r] = build(load_config(project), "cpu").results
+    assert r.artifact.manifest["verification"]["passed"]
+    assert r.target.options["channels_last"] is True
 
 
 def test_benchmark_all_adds_torch_rows_per_device(pt2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
