@@ -68,6 +68,7 @@ class Phases:
     first_inference_s: float | None = None
     warmup_s: float | None = None
     measure_s: float | None = None
+    compile_s: float | None = None  # part of load_s: torch.compile's first call, where the runtime compiles
 
     @property
     def time_to_ready_s(self) -> float | None:

@@ -21,6 +21,44 @@ PRECISIONS: dict[str, tuple[str, ...]] = {
     "openvino": ("fp32", "fp16", "int8"),
     "tensorrt": ("fp32", "fp16", "int8"),
 }
+# torch runtime rows `--provider all` adds per device for PyTorch sources: (compile, precision)
+TORCH_VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "cpu": (("off", "fp32"), ("default", "fp32")),
+    "cuda": (("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp32"), ("reduce-overhead", "fp16"),
+             ("default", "bf16")),
+    "rocm": (("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp16")),
+    "mps": (("off", "fp32"), ("off", "fp16")),
+}
+
+
+def with_torch(project: Project, provider: str, compile_mode: str, precision: str) -> Project:
+    """The same project with provider `provider` on runtime torch, in this compile mode and precision."""
+    block = getattr(project.config.providers, provider)
+    torch_opts = block.torch.model_copy(update={"compile": compile_mode, "precision": precision})
+    return with_options(project, provider, runtime="torch", torch=torch_opts)
+
+
+def torch_rows(project: Project, protocol: bench.Protocol, shapes: dict[str, int], *, store: str | None,
+               input_file: str | None, log: Any) -> list[dict[str, Any]]:
+    """`--provider all` for a PyTorch source: each device PyTorch has here, eager and compiled."""
+    from gpux.modelio import TORCH_FORMATS, source_format
+    from gpux.providers import probe_for
+
+    if source_format(project) not in TORCH_FORMATS:
+        return []
+    rows = []
+    for name, variants in TORCH_VARIANTS.items():
+        avail = probe_for(with_torch(project, name, "off", "fp32"), name)
+        if not avail.ok:
+            rows.append(bench.result_row(name, "torch", None, bench.Phases(), status="unavailable",
+                                         error=avail.reason, fix=avail.fix))
+            continue
+        for mode, precision in variants:
+            label = f"{precision} (torch {'eager' if mode == 'off' else mode})"
+            log(f"benchmarking {name} {label} ...")
+            rows.append(bench_one(with_torch(project, name, mode, precision), name, label, protocol, shapes,
+                                  strict=True, store=store, input_file=input_file, log=log))
+    return rows
 
 
 def with_precision(project: Project, provider: str, precision: str) -> Project:
@@ -74,7 +112,8 @@ def bench_one(project: Project, provider: str | None, precision: str | None, pro
         batch = next((v for k, v in symbolic_values(feeds, session.inputs).items() if k == "batch"), 1)
         stats = bench.summarize(m.latencies_s, m.wall_s, batch=batch, concurrency=protocol.concurrency)
         phases = bench.Phases(build_s=session.timings.get("build_s"), load_s=session.timings.get("load_s"),
-                              first_inference_s=first, warmup_s=m.warmup_s, measure_s=m.wall_s)
+                              first_inference_s=first, warmup_s=m.warmup_s, measure_s=m.wall_s,
+                              compile_s=session.timings.get("compile_s"))
         info = session.report()
         art = session.build.final.artifact if session.build else None
         status = f"fell back to {session.provider}" if session.fell_back else "ok"
@@ -99,7 +138,8 @@ def benchmark_command(target: str, *, provider: str | None, strict: bool, store:
                       baseline: str | None, max_regression: float) -> int:
     from gpux.inputs import parse_shapes
     from gpux.plan import resolve_shapes
-    from gpux.providers import ort_available_eps, probe
+    from gpux.providers import PROVIDERS as REGISTRY
+    from gpux.providers import ort_available_eps, probe, runtime_of
     from gpux.resolve import open_project
 
     project = open_project(target)
@@ -120,20 +160,26 @@ def benchmark_command(target: str, *, provider: str | None, strict: bool, store:
     rows: list[dict[str, Any]] = []
     if provider == "all":
         for name in PROVIDERS:
+            if REGISTRY[name].runtime == "torch":
+                continue  # PyTorch-only providers (mps): their rows come from torch_rows
             avail = probe(name)
             if not avail.ok:
                 rows.append(bench.result_row(name, "-", None, bench.Phases(), status="unavailable",
                                              error=avail.reason, fix=avail.fix))
                 continue
+            # a block set to runtime torch gets its ONNX Runtime rows here and its torch rows below
+            ort = with_options(project, name, runtime="onnxruntime") if runtime_of(project, name) == "torch" \
+                else project
             for precision in PRECISIONS.get(name, ("fp32",)):
                 log(f"benchmarking {name} {precision} ...")
-                rows.append(bench_one(with_precision(project, name, precision), name, precision, protocol,
+                rows.append(bench_one(with_precision(ort, name, precision), name, precision, protocol,
                                       shape_values, strict=True, store=store, input_file=input_file, log=log))
             if name == "openvino" and "OpenVINOExecutionProvider" in (ort_available_eps() or ()):
                 log("benchmarking openvino through ONNX Runtime's OpenVINO EP ...")
                 rows.append(bench_one(with_options(project, name, runtime="onnxruntime"), name,
                                       "fp32 (onnxruntime EP)", protocol, shape_values, strict=True, store=store,
                                       input_file=input_file, log=log))
+        rows += torch_rows(project, protocol, shape_values, store=store, input_file=input_file, log=log)
     else:
         rows.append(bench_one(project, provider, None, protocol, shape_values, strict=strict, store=store,
                               input_file=input_file, log=log))

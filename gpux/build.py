@@ -32,7 +32,7 @@ class Step:
     build: str
     verify: str | None  # returns an infer(feeds) -> outputs callable on this machine; None: not here
     packages: tuple[str, ...]  # distributions whose versions key the artifact
-    device: str  # "none" | "cpu" | "cpu-if-level" | "gpu": which device identity keys it
+    device: str  # "none" | "cpu" | "cpu-if-level" | "gpu" | "torch": which device identity keys it
     open: str = "gpux.providers.ort:open_runner"  # (provider, project, artifact) -> Runner
     on_run: bool = True  # may `run` build it when missing? (engines are built by `gpux build` only)
     needs_device: bool = False  # can only be built on the device it runs on
@@ -52,6 +52,9 @@ STEPS: dict[str, Step] = {
     "openvino-ir": Step("gpux.providers.openvino:build_ir", "gpux.providers.openvino:verify_runner",
                         ("openvino", "nncf", "onnxruntime"), "cpu", "gpux.providers.openvino:open_runner",
                         shapes=True),
+    "torch-module": Step("gpux.providers.torch_runtime:build_module", "gpux.providers.torch_runtime:verify_runner",
+                         ("torch",), "torch", "gpux.providers.torch_runtime:open_runner", needs_device=True,
+                         shapes=True),
     "tensorrt-engine": Step("gpux.providers.tensorrt:build_engine", "gpux.providers.tensorrt:verify_runner",
                             ("tensorrt", "onnxruntime"), "gpu", "gpux.providers.tensorrt:open_runner",
                             on_run=False, needs_device=True),
@@ -92,6 +95,8 @@ def device_identity(step: Step, target: Target) -> dict[str, Any]:
         return {}
     if step.device == "gpu":
         return resolve("gpux.providers.tensorrt:gpu_identity")(int(target.options.get("device_id") or 0))
+    if step.device == "torch":
+        return resolve("gpux.providers.torch_runtime:device_identity")(target)
     return {"cpu": cpu_model(), "machine": platform.machine()}
 
 

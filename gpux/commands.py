@@ -26,7 +26,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     from gpux.build import build, keyed_targets, needs_device, source_files
     from gpux.modelio import effective_io, load_checked
     from gpux.plan import select
-    from gpux.providers import probe
+    from gpux.providers import probe_for
     from gpux.resolve import open_project, remember
     from gpux.session import Attempt
 
@@ -49,7 +49,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
         keyed = keyed_targets(project, first, inputs, digest)
         plan_targets = [t for t, _, _ in keyed]
         doc: dict[str, Any] = {"name": project.name, "selection": selection.to_dict(), "provider": first,
-               "available": probe(first).to_dict(),
+               "available": probe_for(project, first).to_dict(),
                "targets": [{**t.to_dict(), "key": key, "key_parts": parts} for t, parts, key in keyed]}
         if as_json:
             report.emit_json(doc)
@@ -65,7 +65,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     log = _log(as_json)
     cannot_run = None
     for i, name in enumerate(selection.chain):
-        avail = probe(name)
+        avail = probe_for(project, name)
         if avail.ok:
             break
         if i == 0 and selection.source != "auto" and avail.status == "no device" and \
@@ -166,18 +166,18 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     from gpux.config import CONFIG_NAMES, PROVIDERS
     from gpux.modelio import effective_io, load_checked
     from gpux.plan import select
-    from gpux.providers import ort_conflict_warning, probe
+    from gpux.providers import ort_conflict_warning, probe_for, runtime_of
     from gpux.resolve import open_project
 
     project = open_project(target)
     io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
-    avail = [probe(p).to_dict() for p in PROVIDERS]
+    avail = [{**probe_for(project, p).to_dict(), "runtime": runtime_of(project, p)} for p in PROVIDERS]
     from gpux.tune import apply_lock
 
     project, locked, why = apply_lock(project, None)
     selection = select(project, None, False, locked)
-    chosen = next((p for p in selection.chain if probe(p).ok), None)
+    chosen = next((p for p in selection.chain if probe_for(project, p).ok), None)
     root = store.store_root(project.root, store_dir)
     current = current_folders(project, io, root)
     arts = []
@@ -186,7 +186,8 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
         state = "damaged" if problem else ("current" if a.dir.name in current else "stale")
         arts.append({"id": a.id, "state": state, "problem": problem, "size": a.size(), "path": str(a.main),
                      "built_at": a.manifest.get("built_at"), "verification": a.manifest.get("verification"),
-                     "versions": a.manifest["key_parts"].get("versions")})
+                     "versions": a.manifest["key_parts"].get("versions"),
+                     "device": a.manifest["key_parts"].get("device"), "info": a.manifest.get("info")})
     size = sum(f.stat().st_size for f in source_files(project, io))
     warnings = [w for w in [ort_conflict_warning()] if w]
     bare = project.path.name not in CONFIG_NAMES  # a plain model file: no gpux.yml exists

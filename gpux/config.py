@@ -24,7 +24,7 @@ from gpux.errors import ConfigError, Problem
 
 CONFIG_NAMES = ("gpux.yml", "gpux.yaml")
 SCHEMA_VERSIONS = (1,)  # gpux.yml formats this gpux reads
-PROVIDERS = tuple(opts.OPTIONS)  # priority order: tensorrt, cuda, rocm, coreml, directml, openvino, cpu
+PROVIDERS = tuple(opts.OPTIONS)  # priority order: tensorrt, cuda, rocm, coreml, mps, directml, openvino, cpu
 # ONNX's own names for two of them (TensorProto FLOAT, DOUBLE), accepted and read as the gpux name
 ONNX_DTYPE_NAMES = {"float": "float32", "double": "float64"}
 DType = Annotated[Literal[
@@ -204,6 +204,7 @@ class Providers(Strict):
     cuda: opts.CUDAOptions = Field(default_factory=opts.CUDAOptions, description="ONNX Runtime CUDA EP.")
     rocm: opts.ROCmOptions = Field(default_factory=opts.ROCmOptions, description="ROCm / MIGraphX EP.")
     coreml: opts.CoreMLOptions = Field(default_factory=opts.CoreMLOptions, description="Core ML.")
+    mps: opts.MPSOptions = Field(default_factory=opts.MPSOptions, description="PyTorch on Apple Metal (MPS).")
     directml: opts.DirectMLOptions = Field(default_factory=opts.DirectMLOptions, description="DirectML EP.")
     openvino: opts.OpenVINOOptions = Field(default_factory=opts.OpenVINOOptions, description="OpenVINO.")
     cpu: opts.CPUOptions = Field(default_factory=opts.CPUOptions, description="ONNX Runtime CPU.")
@@ -236,7 +237,7 @@ class Benchmark(Strict):
     )
 
 
-ProviderKey = Literal["tensorrt", "cuda", "rocm", "coreml", "directml", "openvino", "cpu"]
+ProviderKey = Literal["tensorrt", "cuda", "rocm", "coreml", "mps", "directml", "openvino", "cpu"]
 
 
 class Package(Strict):
@@ -391,6 +392,7 @@ def load_config(path: str | Path, *, require_model: bool = True) -> Project:
     except ValidationError as exc:
         problems += describe_errors(project, exc.errors(), moved.data)
     problems += check_files(project, moved.data, require_model)
+    problems += check_torch_runtime(project, moved.data)
     if problems:
         raise ConfigError(sorted(dict.fromkeys(problems), key=lambda p: (p.line, p.col)))
     project.config = config  # type: ignore[assignment]
@@ -425,6 +427,22 @@ def check_files(project: Project, data: dict[str, Any], require_model: bool = Tr
     if isinstance(sample, str) and sample and not (project.root / sample).is_file():
         out.append(project.problem(("verify", "data"), f"file not found: {sample}"))
     return out
+
+def check_torch_runtime(project: Project, data: dict[str, Any]) -> list[Problem]:
+    """`providers.<name>.runtime: torch` needs a PyTorch source: an ONNX model.source (by model.format, else its
+    suffix) cannot run in PyTorch. Reads the raw mapping, so it is reported beside validation problems."""
+    model, blocks = data.get("model"), data.get("providers")
+    if not isinstance(model, dict) or not isinstance(blocks, dict):
+        return []
+    fmt = model.get("format") or ("onnx" if str(model.get("source", "")).lower().endswith(".onnx") else None)
+    if fmt != "onnx":
+        return []
+    return [project.problem(("providers", str(name), "runtime"),
+                            "runtime: torch runs PyTorch sources (TorchScript or .pt2), but model.source is an "
+                            "ONNX file; use runtime: onnxruntime here, or point model.source at the PyTorch "
+                            "model")
+            for name, block in blocks.items() if isinstance(block, dict) and block.get("runtime") == "torch"]
+
 
 def _got(value: Any) -> str:
     """A value as a YAML user would recognise it, for 'got ...'."""

@@ -52,8 +52,43 @@ _MEMORY = "Device memory arena limit, e.g. '4GB', '512MiB' or bytes; unset = no 
 _ARENA = "Arena growth: next_power_of_two, or same_as_requested (exactly the amount requested)."
 
 
+_RUNTIME = ("'onnxruntime' runs the ONNX artifact through ONNX Runtime; 'torch' runs a PyTorch source "
+            "(TorchScript or .pt2) in PyTorch itself, eager or compiled, per the `torch` block.")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+
+
+class TorchOptions(Options):
+    """PyTorch as the runtime (`runtime: torch`): eager or torch.compile on the provider's device."""
+
+    compile: Literal["auto", "off", "default", "reduce-overhead", "max-autotune"] = _field(
+        "auto", "torch.compile mode, or off (eager). 'auto' = default on cuda and rocm, off on cpu and mps.")
+    precision: Literal["fp32", "fp16", "bf16"] = _field(
+        "fp32", "dtype the model's weights and float inputs are cast to (outputs come back as float32).")
+    channels_last: bool = _field(False, "Convert the model and 4-D inputs to the channels_last memory format.")
+    cuda_graphs: bool = _field(
+        False, "cuda/rocm: replay CUDA graphs with compile: off (captured once per input shape) or with "
+        "compile: default; reduce-overhead and max-autotune capture them already.")
+
+    @model_validator(mode="after")
+    def _graphs(self) -> TorchOptions:
+        if self.cuda_graphs and self.compile in ("reduce-overhead", "max-autotune"):
+            raise ValueError(f"cuda_graphs is implied by compile: {self.compile} (it captures CUDA graphs "
+                             "already); leave cuda_graphs out")
+        return self
+
+
+def _torch_block(block: Options, runtime: str, t: TorchOptions, gpu: bool) -> None:
+    """`torch:` only with runtime torch; CUDA-graph options only where there is CUDA (or HIP)."""
+    block._only_if(("torch",), runtime == "torch", "with runtime: torch")
+    if not gpu and (t.cuda_graphs or t.compile == "reduce-overhead"):
+        raise ValueError("cuda_graphs and compile: reduce-overhead capture CUDA graphs; they are only valid "
+                         "on cuda and rocm (use compile: default or max-autotune)")
+
+
 class CPUOptions(Options):
     """ONNX Runtime on the CPU, and the ONNX Runtime quantization of the model built for it."""
+
+    runtime: Literal["onnxruntime", "torch"] = _field("onnxruntime", _RUNTIME)
 
     optimization: Literal["disabled", "basic", "extended", "all"] = _field(
         "basic", "ONNX Runtime graph optimization level; 'basic' stays portable, 'extended' and 'all' "
@@ -64,9 +99,14 @@ class CPUOptions(Options):
     calibration: str | None = _field(None, _CALIBRATION + " Used by static quantization.", min_length=1)
     calibration_samples: int = _field(16, _SAMPLES, ge=1)
     per_channel: bool = _field(False, "int8 only: quantize weights per channel instead of per tensor.")
+    torch: TorchOptions = Field(default_factory=TorchOptions,
+                                description="runtime: torch only: how PyTorch runs the model on the CPU.")
 
     @model_validator(mode="after")
     def _int8_fields(self) -> CPUOptions:
+        _torch_block(self, self.runtime, self.torch, gpu=False)
+        self._only_if(("optimization", "precision"), self.runtime == "onnxruntime",
+                      "with runtime: onnxruntime (with runtime: torch, set torch.precision)")
         self._only_if(("quantization", "per_channel", "calibration", "calibration_samples"),
                       self.precision == "int8", "with precision: int8")
         self._only_if(("calibration", "calibration_samples"), self.quantization == "static",
@@ -159,8 +199,9 @@ class TensorRTOptions(Options):
 
 
 class CUDAOptions(Options):
-    """ONNX Runtime CUDA execution provider."""
+    """ONNX Runtime CUDA execution provider, or PyTorch on CUDA (runtime: torch)."""
 
+    runtime: Literal["onnxruntime", "torch"] = _field("onnxruntime", _RUNTIME)
     device_id: int = _field(0, _DEVICE_ID, ge=0)
     memory: ByteSize | None = _field(None, _MEMORY)
     arena_extend_strategy: Arena = _field("next_power_of_two", _ARENA)
@@ -170,17 +211,21 @@ class CUDAOptions(Options):
     tf32: bool = _field(True, "Allow TF32 math for float32 MatMul/Conv on Ampere and newer GPUs.")
     cuda_graph: bool = _field(False, "Capture and replay CUDA graphs (static shapes, whole model on CUDA).")
     io_binding: bool = _field(False, "Keep benchmark inputs and outputs on the GPU, not copied per run.")
+    torch: TorchOptions = Field(default_factory=TorchOptions,
+                                description="runtime: torch only: how PyTorch runs the model on the GPU.")
 
     @model_validator(mode="after")
     def _graph_needs_binding(self) -> CUDAOptions:
+        _torch_block(self, self.runtime, self.torch, gpu=True)
         if self.cuda_graph and not self.io_binding:
             raise ValueError("cuda_graph requires io_binding: true (CUDA graphs replay on bound buffers)")
         return self
 
 
 class ROCmOptions(Options):
-    """AMD GPUs through ONNX Runtime's MIGraphX execution provider, or the older ROCm one."""
+    """AMD GPUs through ONNX Runtime's MIGraphX execution provider, the older ROCm one, or PyTorch for ROCm."""
 
+    runtime: Literal["onnxruntime", "torch"] = _field("onnxruntime", _RUNTIME)
     execution_provider: Literal["rocm", "migraphx"] = _field(
         "migraphx", "ONNX Runtime execution provider: migraphx, or rocm (removed in ONNX Runtime 1.23).")
     device_id: int = _field(0, _DEVICE_ID, ge=0)
@@ -192,9 +237,12 @@ class ROCmOptions(Options):
     cache: bool = _field(True, "MIGraphX only: keep compiled programs in the artifact store.")
     miopen_conv_exhaustive_search: bool = _field(False, "ROCm EP only: exhaustive MIOpen convolution search.")
     tunable_op: bool = _field(False, "ROCm EP only: TunableOp with online tuning.")
+    torch: TorchOptions = Field(default_factory=TorchOptions,
+                                description="runtime: torch only: how PyTorch (ROCm build) runs the model.")
 
     @model_validator(mode="after")
     def _ep_fields(self) -> ROCmOptions:
+        _torch_block(self, self.runtime, self.torch, gpu=True)
         migraphx = self.execution_provider == "migraphx"
         self._only_if(("migraphx_fp16", "migraphx_int8", "exhaustive_tune"), migraphx,
                       "with execution_provider: migraphx")
@@ -238,6 +286,18 @@ class CoreMLOptions(Options):
         return self
 
 
+class MPSOptions(Options):
+    """Apple GPUs through PyTorch's Metal (MPS) backend; PyTorch sources only."""
+
+    runtime: Literal["torch"] = _field("torch", "PyTorch is the only runtime with an MPS device.")
+    torch: TorchOptions = Field(default_factory=TorchOptions, description="How PyTorch runs the model.")
+
+    @model_validator(mode="after")
+    def _no_graphs(self) -> MPSOptions:
+        _torch_block(self, self.runtime, self.torch, gpu=False)
+        return self
+
+
 class DirectMLOptions(Options):
     """ONNX Runtime DirectML execution provider (Windows, DirectX 12)."""
 
@@ -256,7 +316,7 @@ class DirectMLOptions(Options):
 # Provider name -> option block, in priority order.
 OPTIONS: dict[str, type[Options]] = {
     "tensorrt": TensorRTOptions, "cuda": CUDAOptions, "rocm": ROCmOptions, "coreml": CoreMLOptions,
-    "directml": DirectMLOptions, "openvino": OpenVINOOptions, "cpu": CPUOptions,
+    "mps": MPSOptions, "directml": DirectMLOptions, "openvino": OpenVINOOptions, "cpu": CPUOptions,
 }
 # onnxruntime.SessionOptions attribute -> value DirectML requires (execution_mode: ExecutionMode member name).
 DIRECTML_SESSION_SETTINGS: dict[str, Any] = {"enable_mem_pattern": False, "execution_mode": "ORT_SEQUENTIAL"}

@@ -37,6 +37,7 @@ from gpux.engine import (
     run_image,
 )
 from gpux.errors import UsageError
+from gpux.providers import TORCH_INDEX, TORCH_INDEX_URL
 from gpux.serve.image import ServeImage, serve_requirements
 
 CUDA_BASE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"  # Ubuntu 24.04: Python 3.12 from apt (22.04 has 3.10)
@@ -60,6 +61,7 @@ class ImageRow:
     image_build: str | None = None  # provider `gpux build` runs for at image build time
     no_device_probe: bool = False  # the image build machine has no GPU: build without the device probe
     note: str = ""
+    torch_index: str | None = None  # runtime torch: the PyTorch wheel index torch is installed from
 
 
 IMAGES: dict[str, ImageRow] = {
@@ -76,7 +78,18 @@ IMAGES: dict[str, ImageRow] = {
                      no_device_probe=True,
                      note="ONNX Runtime for ROCm is not on PyPI: the base image must provide it"),
 }  # fmt: skip
+_COMPILED_ON_FIRST_RUN = ("PyTorch compiles for the GPU it runs on: the first run builds the artifact (and "
+                         f"its Inductor cache) in the container; mount a volume at {STORE_DIR} to keep it")
+# providers set to `runtime: torch`: PyTorch from its own wheel index (the builds with that backend's libraries)
+TORCH_IMAGES: dict[str, ImageRow] = {
+    "cpu": ImageRow("python:3.11-slim", (), host_build="cpu", image_build="cpu",
+                    torch_index=TORCH_INDEX["cpu"]),
+    "cuda": ImageRow("python:3.11-slim", (), gpus=True, torch_index=TORCH_INDEX["cuda"], note=_COMPILED_ON_FIRST_RUN),
+    "rocm": ImageRow("python:3.11-slim", (), devices=("/dev/kfd", "/dev/dri"), torch_index=TORCH_INDEX["rocm"],
+                     note=_COMPILED_ON_FIRST_RUN),
+}
 REFUSED = {
+    "mps": "Metal (MPS) runs on macOS only; a Linux container cannot reach the Apple GPU",
     "coreml": "Core ML runs on macOS only; a Linux container cannot reach the Apple Neural Engine or GPU",
     "directml": "DirectML needs Windows and DirectX 12; a Linux container cannot use it",
 }
@@ -100,6 +113,7 @@ class ImagePlan:
     artifacts: list[Path] = field(default_factory=list)
     ca_bundle: Path | None = None
     serve: ServeImage | None = None  # the entry point is `gpux serve` instead of `gpux run`
+    torch: str | None = None  # the torch requirement installed from the row's torch_index
 
     def dockerfile(self) -> str:
         q = shlex.join
@@ -115,8 +129,10 @@ class ImagePlan:
             env["PIP_CERT"] = "/etc/gpux/ca.crt"
         check = 'import sys; sys.exit("gpux needs Python >= 3.11" if sys.version_info < (3, 11) else 0)'
         lines += [f"RUN python3 -c {shlex.quote(check)} && python3 -m venv --system-site-packages {VENV}",
-                  "ENV " + " ".join(f"{k}={v}" for k, v in env.items()),
-                  "COPY wheels/ /tmp/gpux-wheels/",
+                  "ENV " + " ".join(f"{k}={v}" for k, v in env.items())]
+        if self.torch and self.row.torch_index:
+            lines.append(f"RUN pip install --index-url {TORCH_INDEX_URL}{self.row.torch_index} {q([self.torch])}")
+        lines += ["COPY wheels/ /tmp/gpux-wheels/",
                   f"RUN pip install {q([f'/tmp/gpux-wheels/{self.wheel}', *self.requirements])} "
                   "&& rm -rf /tmp/gpux-wheels",
                   f"ENV GPUX_PROVIDER={self.provider} GPUX_STORE={STORE_DIR} GPUX_HOME={HOME_DIR}",
@@ -150,6 +166,7 @@ class ImagePlan:
                 "requirements": self.requirements, "apt": self.apt, "gpus": self.row.gpus,
                 "devices": list(self.row.devices), "reuse_artifacts": self.reuse, "notes": self.notes,
                 "artifacts": [p.name for p in self.artifacts] if self.reuse else [],
+                "torch": self.torch, "torch_index": self.row.torch_index,
                 "image_build": self.row.image_build, "run": self.run_line()}
 
 
@@ -169,6 +186,25 @@ def choose_provider(project: Project, provider: str | None) -> str:
     if name not in IMAGES:
         raise UsageError(f"unknown provider {name!r}; expected one of {', '.join(IMAGES)}")
     return name
+
+
+def image_row(project: Project, provider: str) -> ImageRow:
+    """The provider's image row: PyTorch's own for a provider set to `runtime: torch`."""
+    from gpux.providers import runtime_of
+
+    if runtime_of(project, provider) == "torch" and provider in TORCH_IMAGES:
+        return TORCH_IMAGES[provider]
+    return IMAGES[provider]
+
+
+def torch_requirement(reqs: list[str]) -> tuple[list[str], str]:
+    """The torch pin taken out of `reqs` (installed from the wheel index instead), else this machine's torch
+    version without its local build tag (+cpu, +cu128): the index picks the build."""
+    from gpux.deps import version_of
+
+    pinned = next((r for r in reqs if _req_name(r) == "torch"), None)
+    here = version_of("torch")
+    return [r for r in reqs if _req_name(r) != "torch"], pinned or (f"torch=={here.split('+')[0]}" if here else "torch")
 
 
 def default_tag(project: Project, provider: str) -> str:
@@ -218,7 +254,7 @@ def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]],
                serve: bool = False) -> ImagePlan:
     """The image for `provider`: base image, pinned requirements, and whether artifacts with these key parts
     (those of the row's host_build targets) can be built here and reused inside the image."""
-    row = IMAGES[provider]
+    row = image_row(project, provider)
     cfg = project.config.package
     per_provider = {str(k): v for k, v in cfg.base_images.items()}
     base = base_image or per_provider.get(provider) or cfg.base_image or row.base_image
@@ -234,7 +270,11 @@ def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]],
                          f"{', '.join(str(v) for v in parts['device'].values())}: on another, gpux rebuilds "
                          "them in the container on the first run")
     extra = serve_requirements() if serve else []
-    reqs, misses = pin_requirements([*row.pip, *extra, *cfg.packages], versions, always=wheel_requirements())
+    always = [*wheel_requirements(), *(["torch"] if row.torch_index else [])]
+    reqs, misses = pin_requirements([*row.pip, *extra, *cfg.packages], versions, always=always)
+    torch = None
+    if row.torch_index:
+        reqs, torch = torch_requirement(reqs)
     reuse = bool(key_parts) and not misses
     if key_parts and misses:
         notes.append("artifacts are built inside the image, not copied from here: " + "; ".join(misses))
@@ -242,7 +282,7 @@ def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]],
     ports = project.config.serve
     return ImagePlan(project.name, str(project.config.version), provider, row, base,
                      tag or default_tag(project, provider), reqs, apt, wheel_name(), reuse, notes,
-                     ca_bundle=chosen_ca_bundle(project, ca_bundle),
+                     ca_bundle=chosen_ca_bundle(project, ca_bundle), torch=torch,
                      serve=ServeImage(ports.http_port or 8000, ports.grpc_port) if serve else None)
 
 
@@ -429,7 +469,7 @@ def package_command(req: PackageRequest) -> int:
     name = choose_provider(project, req.provider)
     client = None if req.out_dir else connect()  # before building anything: fail fast without an engine
     io = load_checked(project)
-    row = IMAGES[name]
+    row = image_row(project, name)
     plan = plan_image(project, name, host_key_parts(project, row.host_build, io), base_image=req.base_image,
                       tag=req.tag, ca_bundle=req.ca_bundle, serve=req.serve)
     if plan.reuse and row.host_build:

@@ -17,6 +17,7 @@ FALLBACK = {
     "cuda": (),
     "rocm": (),
     "coreml": (),
+    "mps": (),
     "directml": (),
     "openvino": (),
     "cpu": (),
@@ -121,10 +122,13 @@ def targets(project: Project, provider: str, inputs: dict[str, Any] | None = Non
     """The targets that provider `provider` needs, in build order (`inputs`: the model's Tensors, which
     fix TensorRT's shape profiles). A PyTorch source is first exported to ONNX, which the rest consume."""
     from gpux.modelio import TORCH_FORMATS, source_format
+    from gpux.providers import runtime_of
 
     fmt = source_format(project)
     if fmt not in TORCH_FORMATS:
         return _targets(project, provider, inputs)
+    if provider in TORCH_DEVICES and runtime_of(project, provider) == "torch":
+        return [torch_target(project, provider, fmt)]
     if provider == "coreml":  # coremltools converts PyTorch directly into an ML Program package
         o = project.config.providers.coreml
         profiles = {d: r.model_dump() for d, r in project.config.providers.tensorrt.profiles.items()}
@@ -139,6 +143,19 @@ def targets(project: Project, provider: str, inputs: dict[str, Any] | None = Non
 
 
 EXPORT_OPSET = 17  # pinned: the ONNX opset PyTorch sources are exported at
+TORCH_DEVICES = ("cpu", "cuda", "rocm", "mps")  # providers PyTorch itself can run on (runtime: torch)
+GPU_COMPILE = ("cuda", "rocm")  # compile: auto means torch.compile here, eager elsewhere
+
+
+def torch_target(project: Project, provider: str, fmt: str) -> Target:
+    """PyTorch runs the source on `provider`'s device: `compile: auto` resolved, the device index recorded."""
+    block = getattr(project.config.providers, provider)
+    t = block.torch
+    mode = t.compile if t.compile != "auto" else ("default" if provider in GPU_COMPILE else "off")
+    opts = {**t.model_dump(mode="json"), "compile": mode, "device": provider,
+            "device_id": int(getattr(block, "device_id", 0) or 0), "source_format": fmt}
+    label = "eager" if mode == "off" else mode
+    return Target(f"torch-{provider}-{t.precision}-{label}", "torch-module", provider, t.precision, opts)
 
 
 def _targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:

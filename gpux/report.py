@@ -111,6 +111,11 @@ def provider_lines(report: dict[str, Any]) -> list[str]:
         nodes = ", ".join(f"{ep} {n}" for ep, n in pl["nodes"].items())
         lines.append(f"placement: {nodes} of {pl['total']} nodes; {pl['partitions']} partitions; "
                      f"{pl['ep']} coverage {pl['coverage']:.0%}")
+    rt = report.get("runtime") or {}
+    if rt.get("compile_cache"):
+        c = rt["compile_cache"]
+        lines.append(f"torch.compile ({rt.get('compile')}): first call {rt.get('compile_s', 0):.2f}s, Inductor "
+                     f"cache {c['state']} ({c['hits']} hit, {c['misses']} miss)")
     requested = ",".join(report["requested"])
     lines += [f"({attempt_line(a)})" for a in report["attempts"] if VERBOSE and absent(a, source)]
     lines.append(f"provider: requested {requested} ({source}) → ran {report['provider']}"
@@ -179,6 +184,10 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def providers_table(avail: list[dict[str, Any]]) -> str:
+    if any("runtime" in a for a in avail):
+        rows = [[a["provider"], a.get("runtime") or "", a["status"],
+                 a["reason"] + (f" → {a['fix']}" if a.get("fix") else "")] for a in avail]
+        return format_table(["provider", "runtime", "status", "detail"], rows)
     rows = [[a["provider"], a["status"], a["reason"] + (f" → {a['fix']}" if a.get("fix") else "")]
             for a in avail]
     return format_table(["provider", "status", "detail"], rows)

@@ -16,7 +16,7 @@ from gpux.errors import GpuxError, InputError, ProviderUnavailable, Verification
 from gpux.inputs import cast_all
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan import Selection, select
-from gpux.providers import Runner, probe
+from gpux.providers import Availability, Runner, probe, probe_for, runtime_of
 from gpux.resolve import open_project
 
 
@@ -76,7 +76,7 @@ class Session:
     def _advance(self) -> None:
         while self._pending:
             provider = self._pending.pop(0)
-            avail = probe(provider)
+            avail = probe_project(self.project, provider)
             if not avail.ok:
                 self._fail(provider, "probe", avail.reason, avail.fix)
                 continue
@@ -98,6 +98,8 @@ class Session:
                 self._fail(provider, "session", runner.dropped)
                 continue
             self.timings = {"build_s": built - started, "load_s": time.perf_counter() - built}
+            if "compile_s" in runner.details:  # torch.compile's first call, done while opening
+                self.timings["compile_s"] = runner.details["compile_s"]
             self._runner, self.provider, self.build = runner, provider, result
             self._first_done = False
             return
@@ -202,7 +204,8 @@ class Session:
                 "provider": self.provider, "runs_on": self.used if self._runner else None,
                 "fell_back": self.fell_back,
                 "attempts": [a.to_dict() for a in self.attempts], "warnings": self.warnings,
-                "placement": self.placement}
+                "placement": self.placement, "phases": {k: round(v, 4) for k, v in self.timings.items()},
+                "runtime": self.runner.details if self._runner else None}
 
     def close(self) -> None:
         if self._runner is not None:
@@ -214,6 +217,11 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def probe_project(project: Project, provider: str) -> Availability:
+    """The provider's probe, or PyTorch's where the project runs it with runtime torch."""
+    return probe_for(project, provider) if runtime_of(project, provider) == "torch" else probe(provider)
 
 
 def _short(exc: BaseException) -> str:

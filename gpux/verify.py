@@ -12,6 +12,7 @@ from gpux.config import Verify
 DEFAULTS: dict[str, dict[str, float | None]] = {
     "fp32": {"atol": 1e-4, "rtol": 1e-3, "min_cosine": 0.9999, "min_top1": 1.0},
     "fp16": {"atol": None, "rtol": None, "min_cosine": 0.999, "min_top1": 0.75},
+    "bf16": {"atol": None, "rtol": None, "min_cosine": 0.995, "min_top1": 0.75},  # 8-bit mantissa
     "best": {"atol": None, "rtol": None, "min_cosine": 0.999, "min_top1": 0.75},
     "int8": {"atol": None, "rtol": None, "min_cosine": 0.98, "min_top1": 0.5},
 }

@@ -112,13 +112,14 @@ REQUIRE_ENV = "GPUX_REQUIRE_PROVIDERS"
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """`@pytest.mark.hardware("cuda")`: skip with the probe's reason where the provider is not usable here,
-    fail instead when GPUX_REQUIRE_PROVIDERS names it (a machine that should have it)."""
+    """`@pytest.mark.hardware("cuda")` (`"torch:cuda"`: PyTorch's own device): skip with the probe's reason where
+    the provider is not usable here, fail instead when GPUX_REQUIRE_PROVIDERS names it (a machine that should
+    have it)."""
     for mark in item.iter_markers("hardware"):
-        from gpux.providers import probe
+        from gpux.providers import probe, probe_torch
 
         provider = mark.args[0]
-        avail = probe(provider)
+        avail = probe_torch(provider[6:]) if provider.startswith("torch:") else probe(provider)
         if avail.ok:
             continue
         required = {p.strip() for p in os.environ.get(REQUIRE_ENV, "").split(",") if p.strip()}

@@ -133,7 +133,7 @@ def test_inspect_json_lists_io_providers_and_artifacts(mlp_project: Path) -> Non
     assert doc["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["batch", 8]}]
     assert doc["opset"] == 17
     assert [p["provider"] for p in doc["providers"]] == \
-        ["tensorrt", "cuda", "rocm", "coreml", "directml", "openvino", "cpu"]
+        ["tensorrt", "cuda", "rocm", "coreml", "mps", "directml", "openvino", "cpu"]
     cpu = next(p for p in doc["providers"] if p["provider"] == "cpu")
     assert cpu["status"] == "ok"
     tensorrt = next(p for p in doc["providers"] if p["provider"] == "tensorrt")

@@ -38,7 +38,7 @@ def test_selection_precedence(mlp_project: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("GPUX_PROVIDER")
     set_backend(mlp_project, "auto")
     project = load_config(mlp_project)
-    assert select(project).chain == ("tensorrt", "cuda", "rocm", "coreml", "directml", "openvino", "cpu")
+    assert select(project).chain == ("tensorrt", "cuda", "rocm", "coreml", "mps", "directml", "openvino", "cpu")
     assert select(project, "openvino,cpu").chain == ("openvino", "cpu")
     assert select(project, "openvino", strict=True).chain == ("openvino",)
 

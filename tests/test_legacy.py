@@ -200,7 +200,7 @@ def test_moved_settings_join_existing_v1_blocks(folder: Path) -> None:
                   "cuda (and providers.cuda.memory: SIZE for a memory limit) instead"], id="gpu-a-string"),
     pytest.param("runtime:\n  gpu: {backend: cdua}\n",
                  ["gpux.yml:4:18 runtime.gpu.backend: unknown provider 'cdua' (did you mean 'cuda'?); expected one "
-                  "of tensorrt, cuda, rocm, coreml, directml, openvino, cpu, auto"], id="gpu-backend-unknown"),
+                  "of tensorrt, cuda, rocm, coreml, mps, directml, openvino, cpu, auto"], id="gpu-backend-unknown"),
     pytest.param("runtime:\n  gpu: {memory: lots}\n",
                  ["gpux.yml:4:17 runtime.gpu.memory: expected a size such as 4GB, 512MiB or a number of bytes, "
                   "got 'lots'"], id="gpu-memory-bad"),

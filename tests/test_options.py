@@ -30,7 +30,7 @@ PROFILE = {"min": 1, "opt": 8, "max": 32}
 
 
 def test_providers_in_priority_order() -> None:
-    assert list(o.OPTIONS) == ["tensorrt", "cuda", "rocm", "coreml", "directml", "openvino", "cpu"]
+    assert list(o.OPTIONS) == ["tensorrt", "cuda", "rocm", "coreml", "mps", "directml", "openvino", "cpu"]
     assert all(issubclass(model, o.Options) for model in MODELS)
 
 

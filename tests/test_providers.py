@@ -13,11 +13,11 @@ PLUGIN = Provider("npu-x", "onnxruntime", "NpuXExecutionProvider", "npu-x", ("li
 
 
 def test_registry_order_and_exact_ep_strings() -> None:
-    assert list(PROVIDERS) == ["tensorrt", "cuda", "rocm", "coreml", "directml", "openvino", "cpu"]
+    assert list(PROVIDERS) == ["tensorrt", "cuda", "rocm", "coreml", "mps", "directml", "openvino", "cpu"]
     assert {n: p.ep for n, p in PROVIDERS.items()} == {
         "tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider",
         "rocm": "MIGraphXExecutionProvider", "coreml": "CoreMLExecutionProvider",
-        "directml": "DmlExecutionProvider", "openvino": None, "cpu": "CPUExecutionProvider"}
+        "mps": None, "directml": "DmlExecutionProvider", "openvino": None, "cpu": "CPUExecutionProvider"}
 
 
 @pytest.mark.parametrize("name", list(PROVIDERS))

@@ -19,7 +19,7 @@ from tests.test_lazy_imports import run_blocked
 VALID = "name: {name}\nmodel: {{source: model.onnx}}\n"
 INVALID = "name: bad\nmodel: {source: model.onnx}\nruntime:\n  backend: cdua\n"
 CDUA = ("runtime.backend: unknown provider 'cdua' (did you mean 'cuda'?); expected one of tensorrt, cuda, rocm, "
-        "coreml, directml, openvino, cpu, auto")
+        "coreml, mps, directml, openvino, cpu, auto")
 
 
 def project(folder: Path, text: str) -> Path:

@@ -45,13 +45,19 @@ FLAVORS: dict[str, Flavor] = {
     "openvino": Flavor(None, "openvino", "KIND_CPU", ("model.xml", "model.bin")),
     "openvino-ep": Flavor("onnxruntime_onnx", None, "KIND_CPU", ONNX, "openvino"),
 }
-NOT_IN_TRITON = {p: "Triton has no backend or ONNX Runtime accelerator for it" for p in ("rocm", "coreml", "directml")}
+NOT_IN_TRITON = {p: "Triton has no backend or ONNX Runtime accelerator for it"
+                 for p in ("rocm", "coreml", "mps", "directml")}
 
 
 def flavor_of(project: Project, provider: str) -> Flavor:
     if provider in NOT_IN_TRITON:
         raise UsageError(f"--provider {provider}: {NOT_IN_TRITON[provider]}",
                          hint="export for cpu, cuda, tensorrt or openvino")
+    from gpux.providers import runtime_of
+
+    if runtime_of(project, provider) == "torch":
+        raise UsageError(f"--provider {provider}: the project runs it with runtime: torch; this exporter writes "
+                         "ONNX and OpenVINO models", hint="export with a provider on its ONNX Runtime default")
     if provider == "openvino" and project.config.providers.openvino.runtime == "onnxruntime":
         return FLAVORS["openvino-ep"]
     return FLAVORS[provider]

@@ -1,4 +1,4 @@
-"""The provider registry: seven providers as rows of data, each with a cheap probe that never raises."""
+"""The provider registry: eight providers as rows of data, each with a cheap probe that never raises."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class Provider:
     """One row of the registry."""
 
     name: str
-    runtime: Literal["onnxruntime", "openvino", "tensorrt", "coremltools"]
+    runtime: Literal["onnxruntime", "openvino", "tensorrt", "coremltools", "torch"]
     ep: str | None  # exact ONNX Runtime execution provider string
     extra: str  # pip extra of gpux-ml that installs it
     platforms: tuple[str, ...]  # sys.platform prefixes where it can run
@@ -99,6 +99,7 @@ PROVIDERS: dict[str, Provider] = {
         Provider("rocm", "onnxruntime", "MIGraphXExecutionProvider", "", ("linux",), _rocm_device, "AMD GPU"),
         Provider("coreml", "onnxruntime", "CoreMLExecutionProvider", "coreml", ("darwin",), None,
                  "Apple Neural Engine / GPU"),
+        Provider("mps", "torch", None, "torch", ("darwin",), None, "Apple GPU (Metal)"),
         Provider("directml", "onnxruntime", "DmlExecutionProvider", "directml", ("win32",), None,
                  "DirectX 12 GPU"),
         Provider("openvino", "openvino", None, "openvino", ("linux", "win32", "darwin"), None,
@@ -186,6 +187,8 @@ def probe(name: str) -> Availability:
             where = " or ".join(PLATFORM_NAMES.get(x, x) for x in p.platforms)
             return Availability(name, "no device", f"{name} needs {p.hardware} on {where}; this is "
                                 f"{PLATFORM_NAMES.get(sys.platform, sys.platform)}", f"run on {where}")
+        if p.runtime == "torch":
+            return probe_torch(name)
         avail = _probe_openvino(p) if p.runtime == "openvino" else _probe_ort(p)
         if avail.ok and p.device is not None and os.environ.get("GPUX_PROBE_DEVICES", "1") != "0":
             why = p.device()
@@ -194,6 +197,82 @@ def probe(name: str) -> Availability:
         return avail
     except Exception as exc:  # a probe must never raise
         return Availability(name, "import failed", f"probe failed: {type(exc).__name__}: {exc}", None)
+
+
+# provider -> PyTorch wheel index (download.pytorch.org/whl/<index>) of the builds that have its device
+TORCH_INDEX = {"cpu": "cpu", "cuda": "cu128", "rocm": "rocm6.4", "mps": None}
+TORCH_INDEX_URL = "https://download.pytorch.org/whl/"
+TORCH_BUILDS = {"cuda": "CUDA", "rocm": "ROCm"}
+
+
+def _torch_fix(provider: str) -> str:
+    index = TORCH_INDEX.get(provider)
+    return f"pip install torch --index-url {TORCH_INDEX_URL}{index}" if index else "pip install torch"
+
+
+@cache
+def probe_torch(provider: str, device_id: int = 0) -> Availability:
+    """Can PyTorch run on `provider`'s device (cpu, cuda, rocm, mps)? Imports torch only when it is installed;
+    never raises."""
+    if not is_installed("torch"):
+        return Availability(provider, "not installed", "torch is not installed", _torch_fix(provider))
+    try:
+        import torch
+
+        return _torch_device(torch, provider, device_id)
+    except Exception as exc:  # a broken install raises anything
+        return Availability(provider, "import failed", f"torch fails: {type(exc).__name__}: {exc}",
+                            "pip install --force-reinstall torch")
+
+
+def _torch_device(torch: Any, provider: str, device_id: int) -> Availability:
+    version = torch.__version__
+    check = os.environ.get("GPUX_PROBE_DEVICES", "1") != "0"
+    if provider == "cpu":
+        return Availability(provider, "ok", f"PyTorch {version} on the CPU")
+    if provider == "mps":
+        ok = not check or torch.backends.mps.is_available()
+        return Availability(provider, "ok", f"PyTorch {version} on Metal (MPS)") if ok else \
+            Availability(provider, "no device", f"PyTorch {version} sees no Metal (MPS) device", None)
+    hip, cuda = torch.version.hip, torch.version.cuda
+    built = "ROCm" if hip else "CUDA" if cuda else "CPU-only"
+    if built != TORCH_BUILDS[provider]:
+        return Availability(provider, "not installed", f"this PyTorch ({version}) is a {built} build; {provider} "
+                            f"needs a {TORCH_BUILDS[provider]} build", _torch_fix(provider))
+    if check and not torch.cuda.is_available():
+        return Availability(provider, "no device", f"PyTorch {version} ({built} {hip or cuda}) sees no GPU",
+                            f"run on a machine with {PROVIDERS[provider].hardware}")
+    count = torch.cuda.device_count() if check else device_id + 1
+    if device_id >= count:
+        return Availability(provider, "no device", f"device_id {device_id}, but PyTorch sees {count} GPU(s)",
+                            f"set device_id below {count}")
+    name = torch.cuda.get_device_name(device_id) if check else "device probe off"
+    return Availability(provider, "ok", f"PyTorch {version} ({built} {hip or cuda}) on {name}")
+
+
+def runtime_of(project: Any, name: str) -> str:
+    """The runtime the project's config picks for provider `name` (its block's `runtime`, else the row's)."""
+    block = getattr(project.config.providers, name, None)
+    row = PROVIDERS.get(name)
+    return str(getattr(block, "runtime", None) or (row.runtime if row else "onnxruntime"))
+
+
+def probe_for(project: Any, name: str) -> Availability:
+    """`probe(name)`, or PyTorch's own probe where the project runs provider `name` with runtime torch."""
+    if runtime_of(project, name) != "torch":
+        return probe(name)
+    from gpux.modelio import TORCH_FORMATS, source_format
+
+    platform_ok = probe(name) if name == "mps" else None
+    if platform_ok is not None and not platform_ok.ok:
+        return platform_ok
+    if source_format(project) not in TORCH_FORMATS:
+        return Availability(name, "no device", f"runtime torch runs PyTorch sources; {project.source.name} is "
+                            "ONNX", "use another provider for ONNX models (coreml on Apple hardware)")
+    row = PROVIDERS[name]
+    if not sys.platform.startswith(row.platforms):
+        return probe(name)
+    return probe_torch(name, int(getattr(getattr(project.config.providers, name), "device_id", 0) or 0))
 
 
 @cache
