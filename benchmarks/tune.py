@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -41,9 +43,11 @@ def bench_model(name: str, seconds: float, rounds: int, budget: float) -> dict[s
     import gpux
     from gpux.inputs import synthetic
 
-    project = EX / name
-    if not (project / "model.onnx").is_file():
-        subprocess.run([sys.executable, str(project / "make_model.py")], check=True, capture_output=True)
+    source = EX / name
+    if not (source / "model.onnx").is_file():
+        subprocess.run([sys.executable, str(source / "make_model.py")], check=True, capture_output=True)
+    project = Path(tempfile.mkdtemp(prefix=f"gpux-tune-{name}-")) / name  # the lock is written beside gpux.yml
+    shutil.copytree(source, project, ignore=shutil.ignore_patterns(".gpux", "gpux.lock.json"))
     started = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "gpux", "tune", str(project), "--seconds", "1", "--budget",
                         str(budget), "--json"], capture_output=True, text=True)
