@@ -36,7 +36,7 @@ def median_ms(call: Any, seconds: float) -> float:
     return statistics.median(times) * 1e3
 
 
-def bench_model(name: str, seconds: float, rounds: int, budget: float) -> dict[str, Any]:
+def bench_model(name: str, seconds: float, rounds: int, budget: float, min_cosine: float) -> dict[str, Any]:
     import numpy as np
     import onnxruntime as ort
 
@@ -48,6 +48,8 @@ def bench_model(name: str, seconds: float, rounds: int, budget: float) -> dict[s
         subprocess.run([sys.executable, str(source / "make_model.py")], check=True, capture_output=True)
     project = Path(tempfile.mkdtemp(prefix=f"gpux-tune-{name}-")) / name  # the lock is written beside gpux.yml
     shutil.copytree(source, project, ignore=shutil.ignore_patterns(".gpux", "gpux.lock.json"))
+    yml = project / "gpux.yml"  # the accuracy the user declares; tune keeps only candidates meeting it
+    yml.write_text(yml.read_text() + f"verify: {{min_cosine: {min_cosine}}}\n")
     started = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "gpux", "tune", str(project), "--seconds", "1", "--budget",
                         str(budget), "--json"], capture_output=True, text=True)
@@ -68,7 +70,9 @@ def bench_model(name: str, seconds: float, rounds: int, budget: float) -> dict[s
             b.append(median_ms(lambda: fast(feeds), seconds))
         used = s.used
     best = min((c for c in lock["candidates"] if c["status"] == "ok"), key=lambda c: c["p50_ms"])
-    return {"name": name, "choice": lock["choice"], "runs_on": used, "plain_ms": statistics.median(a),
+    table = [(c["provider"], c["precision"], c["options"], c["status"], c["p50_ms"], c["why"][:60])
+             for c in lock["candidates"]]
+    return {"name": name, "table": table, "choice": lock["choice"], "runs_on": used, "plain_ms": statistics.median(a),
             "tuned_ms": statistics.median(b), "cosine_vs_plain": cos, "verified": lock["figures"]["accuracy"],
             "tuned_s": tuned_s, "best_candidate_ms": best["p50_ms"],
             "candidates": len(lock["candidates"]), "ok": sum(c["status"] == "ok" for c in lock["candidates"])}
@@ -83,6 +87,11 @@ def render(rows: list[dict[str, Any]]) -> str:
         out.append(f"| {r['name']} | {c['provider']} {c['precision']} ({opts}) on {r['runs_on']} | "
                    f"{r['plain_ms']:.4f} | {r['tuned_ms']:.4f} | **{r['plain_ms'] / r['tuned_ms']:.2f}×** | "
                    f"{r['cosine_vs_plain']:.6f} | {r['tuned_s']:.0f} s ({r['ok']}/{r['candidates']} verified) |")
+    for r in rows:
+        out += ["", f"{r['name']} candidates (p50 ms measured by tune, best first):", ""]
+        for p, prec, opts, status, p50, why in sorted(r["table"], key=lambda t: (t[4] is None, t[4] or 0)):
+            shown = "-" if p50 is None else f"{p50:.4f}"
+            out.append(f"- {p} {prec} {', '.join(f'{k}={v}' for k, v in opts.items())}: {status}, {shown} ({why})")
     return "\n".join(out)
 
 
@@ -92,9 +101,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--budget", type=float, default=600.0)
+    parser.add_argument("--min-cosine", type=float, default=0.999, help="verify: min_cosine declared for tune")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    rows = [bench_model(n, args.seconds, args.rounds, args.budget) for n in args.models.split(",")]
+    rows = [bench_model(n, args.seconds, args.rounds, args.budget, args.min_cosine) for n in args.models.split(",")]
     text = f"{os.cpu_count()} CPUs; medians of {args.rounds} alternating rounds of {args.seconds:g} s\n\n{render(rows)}"
     print(text)
     if args.out:
