@@ -82,15 +82,16 @@ def fingerprint(project: Project) -> dict[str, Any]:
     from gpux.build import source_files
     from gpux.deps import version_of
     from gpux.modelio import load_checked
-    from gpux.store import digest_files
+    from gpux.store import digest_files, store_root
 
     files = source_files(project, load_checked(project))
+    memo = store_root(project.root) / ".hashes.json"  # the build's memo: a large model is not read again
     return {"cpu": bench.environment_facts()["cpu_model"], "machine": platform.machine(),
             "os": platform.system(), "cores": bench.environment_facts()["available_cpus"],
             "gpux": gpux.__version__,
             "runtimes": {p: version_of(p) for p in ("onnxruntime", "openvino", "nncf", "torch", "tensorrt")},
             "config_sha256": hashlib.sha256(project.path.read_bytes()).hexdigest(),
-            "model_sha256": digest_files(files, project.source.parent)}
+            "model_sha256": digest_files(files, project.source.parent, memo)}
 
 
 def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
