@@ -106,6 +106,7 @@ def test_sigterm_drains_accepted_requests(tmp_path: Path, serve_process: list[Pr
     p = Process(str(project), "--max-batch-size", "64", "--max-queue-delay-us", "1000000")
     serve_process.append(p)
     p.start()
+    assert p.http.startswith("127.0.0.1:") and p.grpc.startswith("127.0.0.1:")  # loopback unless asked
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal((1, 8)).astype(np.float32) for _ in range(12)]
     with ThreadPoolExecutor(12) as pool:
