@@ -203,3 +203,24 @@ def test_not_ready_until_loaded() -> None:
     live, ready, model_ready, infer = asyncio.run(main())
     assert live[0] == 200 and ready[0] == 503 and model_ready[0] == 503
     assert infer[0] == 503 and "not ready yet" in json.loads(infer[1])["error"]
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests(served: Any, client: Any, algorithm: str) -> None:
+    _, paths = served
+    x = np.random.default_rng(5).standard_normal((2, 8)).astype(np.float32)
+    result = client.infer("mlp", [infer_input("x", x, "FP32", True)], request_compression_algorithm=algorithm)
+    np.testing.assert_allclose(result.as_numpy("probs"), reference(paths["mlp2"], {"x": x})["probs"], rtol=1e-6)
+
+
+def test_compression_errors(served: Any) -> None:
+    import gzip
+
+    server, _ = served
+    status, _, raw = post(server.http, "/v2/models/mlp/infer", b"{}", {"Content-Encoding": "br"})
+    assert status == 400 and "unsupported Content-Encoding 'br'" in error_of(raw)
+    status, _, raw = post(server.http, "/v2/models/mlp/infer", b"not gzip", {"Content-Encoding": "gzip"})
+    assert status == 400 and "not valid gzip data" in error_of(raw)
+    bomb = gzip.compress(b" " * (65 * 2**20))  # 65 MiB of spaces: above the 64 MiB default limit
+    status, _, raw = post(server.http, "/v2/models/mlp/infer", bomb, {"Content-Encoding": "gzip"})
+    assert status == 413 and "decompressed" in error_of(raw)

@@ -6,6 +6,7 @@ import hmac
 import json
 import logging
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,8 @@ class RestApp:
         try:
             self._authorize(path, headers)
             body = await self._body(receive, headers) if method == "POST" else b""
+            if body and headers.get(b"content-encoding"):
+                body = decompress(body, headers[b"content-encoding"], self.limits.max_body_bytes)
             reply = await self._route(method, path, body, headers)
         except ServeError as exc:
             reply = error_reply(exc)
@@ -163,6 +166,27 @@ class RestApp:
             "ts": round(time.time(), 3), "protocol": "http", "client": f"{client[0]}:{client[1]}",
             "method": scope["method"], "path": scope["path"], "status": reply.status, "bytes": len(reply.body),
             "ms": round((time.perf_counter() - started) * 1000, 3)}, separators=(",", ":")))
+
+
+# Content-Encoding -> zlib window bits (tritonclient's request_compression_algorithm sends gzip or deflate)
+ENCODINGS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS, b"identity": 0}
+
+
+def decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
+    """A compressed request body, unpacked to at most `limit` bytes (a small bomb cannot fill memory)."""
+    wbits = ENCODINGS.get(encoding.strip().lower())
+    if wbits is None:
+        raise BadRequest(f"unsupported Content-Encoding {encoding.decode(errors='replace')!r}; use gzip or deflate")
+    if wbits == 0:
+        return body
+    inflater = zlib.decompressobj(wbits)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise BadRequest(f"request body is not valid {encoding.decode()} data: {exc}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise TooLarge(f"decompressed request body exceeds the limit of {limit} bytes (serve.max_body_bytes)")
+    return out
 
 
 def parse_infer(name: str, version: str, body: bytes, header_length: bytes | None,
