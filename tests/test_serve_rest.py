@@ -224,3 +224,16 @@ def test_compression_errors(served: Any) -> None:
     bomb = gzip.compress(b" " * (65 * 2**20))  # 65 MiB of spaces: above the 64 MiB default limit
     status, _, raw = post(server.http, "/v2/models/mlp/infer", bomb, {"Content-Encoding": "gzip"})
     assert status == 413 and "decompressed" in error_of(raw)
+
+
+def test_same_numbers_as_gpux_run(served: Any, client: Any) -> None:
+    from tests.conftest import gpux as cli
+
+    _, paths = served
+    x = [[0.1 * i - 0.4 for i in range(8)], [0.25] * 8]
+    r = cli("run", str(paths["mlp1"]), "--input", json.dumps({"x": x}), "--json")
+    assert r.returncode == 0, r.stderr
+    expected = np.array(json.loads(r.stdout)["outputs"]["probs"]["data"], dtype=np.float32)
+    result = client.infer("mlp", [infer_input("x", np.array(x, dtype=np.float32), "FP32", True)],
+                          model_version="1.0.0")
+    np.testing.assert_allclose(result.as_numpy("probs"), expected, rtol=1e-6, atol=1e-7)
