@@ -95,3 +95,12 @@ def test_typed_contents_as_kserve_clients_send_them(served: Any) -> None:
     assert response.id == "typed" and [o.name for o in response.outputs] == ["out"]
     got = np.frombuffer(response.raw_output_contents[0], dtype="<f4").reshape(list(response.outputs[0].shape))
     np.testing.assert_allclose(got, reference(paths["two"], {"ids": ids, "scale": scale})["out"], rtol=1e-6)
+
+
+def test_classification_over_grpc(served: Any) -> None:
+    c, _, _ = served
+    x = np.zeros((1, 8), dtype=np.float32)
+    got = c.infer("mlp", [item("x", x, "FP32")],
+                  outputs=[grpcclient.InferRequestedOutput("probs", class_count=4)]).as_numpy("probs")
+    assert got.shape == (1, 4)
+    assert sorted(e.decode().split(":")[2] for e in got[0]) == ["cat", "dog", "fox", "owl"]

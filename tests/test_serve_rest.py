@@ -237,3 +237,19 @@ def test_same_numbers_as_gpux_run(served: Any, client: Any) -> None:
     result = client.infer("mlp", [infer_input("x", np.array(x, dtype=np.float32), "FP32", True)],
                           model_version="1.0.0")
     np.testing.assert_allclose(result.as_numpy("probs"), expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_classification_names_the_labels(served: Any, client: Any, binary: bool) -> None:
+    _, paths = served
+    x = np.random.default_rng(9).standard_normal((3, 8)).astype(np.float32)
+    out = tritonhttp.InferRequestedOutput("probs", binary_data=binary, class_count=2)
+    got = client.infer("mlp", [infer_input("x", x, "FP32", binary)], outputs=[out]).as_numpy("probs")
+    probs = reference(paths["mlp2"], {"x": x})["probs"]
+    labels = ["cat", "dog", "fox", "owl"]
+    assert got.shape == (3, 2)
+    for row, entries in zip(probs, got, strict=True):
+        best = np.argsort(-row)[:2]
+        texts = [e.decode() if isinstance(e, bytes) else e for e in entries]
+        assert [t.split(":", 2)[1:] for t in texts] == [[str(i), labels[i]] for i in best]
+        np.testing.assert_allclose([float(t.split(":")[0]) for t in texts], row[best], rtol=1e-5)

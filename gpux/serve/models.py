@@ -12,6 +12,7 @@ import numpy as np
 from gpux.config import Project
 from gpux.modelio import Tensor
 from gpux.serve.batcher import Observer, Worker
+from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotFound, Unavailable
 from gpux.serve.metrics import Metrics
@@ -33,6 +34,7 @@ class Model:
     ready: bool = False
     batchable: bool = False
     report: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, list[str]] = field(default_factory=dict)  # output -> class labels from gpux.yml
 
     @property
     def name(self) -> str:
@@ -134,6 +136,7 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
         first.run(feeds)
         took.append(time.perf_counter() - started)
     model.batchable = batchable(model)
+    model.labels = labels_of(model.project)
     observer = Observer(queue=metrics.child(metrics.queue, model.name).observe,
                         compute=metrics.child(metrics.compute, model.name).observe,
                         batch=metrics.child(metrics.batch, model.name).observe)

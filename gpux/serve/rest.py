@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux.serve import codec
+from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, NotFound, ServeError, TooLarge, Unauthorized, Unavailable
 from gpux.serve.metrics import CONTENT_TYPE as METRICS_TYPE
 from gpux.serve.metrics import Metrics
@@ -212,7 +213,7 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
         raise BadRequest(f"{len(tail) - used} bytes of binary data follow the JSON header but no input claims them")
     params = _dict(doc.get("parameters"), "parameters")
     default_binary = bool(params.get("binary_data_output", False))
-    outputs, binary = None, {}
+    outputs, binary, classes = None, {}, {}
     if doc.get("outputs") is not None:
         if not isinstance(doc["outputs"], list):
             raise BadRequest("'outputs' must be a list of {name, parameters}")
@@ -221,11 +222,14 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
             if not isinstance(out, dict) or not isinstance(out.get("name"), str):
                 raise BadRequest("each requested output needs a 'name'")
             outputs.append(out["name"])
-            binary[out["name"]] = bool(_dict(out.get("parameters"), "outputs.parameters").get("binary_data",
-                                                                                              default_binary))
+            out_params = _dict(out.get("parameters"), "outputs.parameters")
+            binary[out["name"]] = bool(out_params.get("binary_data", default_binary))
+            if "classification" in out_params:
+                classes[out["name"]] = class_count(out["name"], out_params["classification"])
     binary[""] = default_binary
     req_id = doc.get("id", "")
-    return InferRequest(name, version, str(req_id) if req_id is not None else "", inputs, outputs, params), binary
+    request = InferRequest(name, version, str(req_id) if req_id is not None else "", inputs, outputs, classes, params)
+    return request, binary
 
 
 def _dict(value: Any, what: str) -> dict[str, Any]:
