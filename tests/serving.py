@@ -16,6 +16,7 @@ name: mlp
 version: {version}
 model: {{source: model.onnx}}
 inputs: {{x: {{dtype: float32, shape: [batch, 8]}}}}
+outputs: {{probs: {{dtype: float32, shape: [batch, 4], labels: [cat, dog, fox, owl]}}}}
 runtime: {{backend: cpu}}
 serve: {{http_port: 0, grpc_port: 0{serve}}}
 """

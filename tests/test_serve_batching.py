@@ -62,3 +62,23 @@ def test_concurrent_requests_are_merged_and_split_back(tmp_path: Path) -> None:
     assert metric(text, "gpux_batch_size_sum", "mlp") == rows
     assert metric(text, "gpux_batch_size_count", "mlp") < len(xs)  # fewer inferences than requests: merged
     assert metric(text, "gpux_batch_size_count", "two") >= 2  # two seq lengths: at least two batches
+
+
+def test_instances_without_batching(tmp_path: Path) -> None:
+    mlp = mlp_project(tmp_path / "mlp", "1.0.0", 0, ", instances: 2")
+    xs = [np.full((1, 8), i / 10, dtype=np.float32) for i in range(12)]
+    with ServerThread([mlp]) as server:
+
+        def call(x: np.ndarray) -> np.ndarray:
+            item = tritonhttp.InferInput("x", [1, 8], "FP32")
+            item.set_data_from_numpy(x)
+            return tritonhttp.InferenceServerClient(server.http).infer("mlp", [item]).as_numpy("probs")
+
+        with ThreadPoolExecutor(6) as pool:
+            outs = list(pool.map(call, xs))
+        text = post(server.http, "/metrics", b"", method="GET")[2].decode()
+    assert 'gpux_model_info{instances="2",model="mlp",provider="cpu"' in text
+    assert metric(text, "gpux_batch_size_sum", "mlp") == metric(text, "gpux_batch_size_count", "mlp") == 12
+    with gpux.load(str(mlp)) as s:
+        for x, got in zip(xs, outs, strict=True):
+            np.testing.assert_allclose(got, s.run({"x": x})["probs"], rtol=1e-6, atol=1e-7)

@@ -106,6 +106,7 @@ def test_sigterm_drains_accepted_requests(tmp_path: Path, serve_process: list[Pr
     p = Process(str(project), "--max-batch-size", "64", "--max-queue-delay-us", "1000000")
     serve_process.append(p)
     p.start()
+    assert p.http.startswith("127.0.0.1:") and p.grpc.startswith("127.0.0.1:")  # loopback unless asked
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal((1, 8)).astype(np.float32) for _ in range(12)]
     with ThreadPoolExecutor(12) as pool:
@@ -173,3 +174,16 @@ def test_a_model_that_cannot_open_stops_the_server_with_its_exit_code(tmp_path: 
              timeout=120)
     assert r.returncode == 4, r.stderr
     assert "error: tensorrt unavailable" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_fallback_is_reported_and_served(tmp_path: Path, serve_process: list[Process]) -> None:
+    project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    p = Process(str(project), "--provider", "tensorrt")
+    serve_process.append(p)
+    p.start()
+    log = p.drain_log()
+    assert "mlp 1.0.0: skipped tensorrt (probe)" in log and "ready: mlp 1.0.0 on cpu" in log
+    meta = tritonhttp.InferenceServerClient(p.http).get_model_metadata("mlp")
+    assert meta["platform"] == "gpux_cpu"
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.proc.wait(30) == 0

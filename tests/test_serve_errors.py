@@ -82,6 +82,9 @@ CORPUS: list[tuple[str, str, Any, dict[str, str], int, str]] = [
     ("no-data", "/v2/models/mlp/infer", json.dumps({"inputs": [{"name": "x", "shape": [1, 8], "datatype": "FP32"}]}),
      {}, 400, "neither 'data' nor"),
     ("timeout", "/v2/models/slow/infer", GOOD, {}, 408, "serve.request_timeout_s"),
+    ("classification-not-a-count", "/v2/models/mlp/infer",
+     json.dumps({"inputs": [X], "outputs": [{"name": "probs", "parameters": {"classification": "two"}}]}), {}, 400,
+     "classification must be a positive integer"),
     ("unknown-path", "/v3/whatever", "", {}, 404, "under /v2"),
 ]
 

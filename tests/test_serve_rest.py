@@ -203,3 +203,53 @@ def test_not_ready_until_loaded() -> None:
     live, ready, model_ready, infer = asyncio.run(main())
     assert live[0] == 200 and ready[0] == 503 and model_ready[0] == 503
     assert infer[0] == 503 and "not ready yet" in json.loads(infer[1])["error"]
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests(served: Any, client: Any, algorithm: str) -> None:
+    _, paths = served
+    x = np.random.default_rng(5).standard_normal((2, 8)).astype(np.float32)
+    result = client.infer("mlp", [infer_input("x", x, "FP32", True)], request_compression_algorithm=algorithm)
+    np.testing.assert_allclose(result.as_numpy("probs"), reference(paths["mlp2"], {"x": x})["probs"], rtol=1e-6)
+
+
+def test_compression_errors(served: Any) -> None:
+    import gzip
+
+    server, _ = served
+    status, _, raw = post(server.http, "/v2/models/mlp/infer", b"{}", {"Content-Encoding": "br"})
+    assert status == 400 and "unsupported Content-Encoding 'br'" in error_of(raw)
+    status, _, raw = post(server.http, "/v2/models/mlp/infer", b"not gzip", {"Content-Encoding": "gzip"})
+    assert status == 400 and "not valid gzip data" in error_of(raw)
+    bomb = gzip.compress(b" " * (65 * 2**20))  # 65 MiB of spaces: above the 64 MiB default limit
+    status, _, raw = post(server.http, "/v2/models/mlp/infer", bomb, {"Content-Encoding": "gzip"})
+    assert status == 413 and "decompressed" in error_of(raw)
+
+
+def test_same_numbers_as_gpux_run(served: Any, client: Any) -> None:
+    from tests.conftest import gpux as cli
+
+    _, paths = served
+    x = [[0.1 * i - 0.4 for i in range(8)], [0.25] * 8]
+    r = cli("run", str(paths["mlp1"]), "--input", json.dumps({"x": x}), "--json")
+    assert r.returncode == 0, r.stderr
+    expected = np.array(json.loads(r.stdout)["outputs"]["probs"]["data"], dtype=np.float32)
+    result = client.infer("mlp", [infer_input("x", np.array(x, dtype=np.float32), "FP32", True)],
+                          model_version="1.0.0")
+    np.testing.assert_allclose(result.as_numpy("probs"), expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_classification_names_the_labels(served: Any, client: Any, binary: bool) -> None:
+    _, paths = served
+    x = np.random.default_rng(9).standard_normal((3, 8)).astype(np.float32)
+    out = tritonhttp.InferRequestedOutput("probs", binary_data=binary, class_count=2)
+    got = client.infer("mlp", [infer_input("x", x, "FP32", binary)], outputs=[out]).as_numpy("probs")
+    probs = reference(paths["mlp2"], {"x": x})["probs"]
+    labels = ["cat", "dog", "fox", "owl"]
+    assert got.shape == (3, 2)
+    for row, entries in zip(probs, got, strict=True):
+        best = np.argsort(-row)[:2]
+        texts = [e.decode() if isinstance(e, bytes) else e for e in entries]
+        assert [t.split(":", 2)[1:] for t in texts] == [[str(i), labels[i]] for i in best]
+        np.testing.assert_allclose([float(t.split(":")[0]) for t in texts], row[best], rtol=1e-5)

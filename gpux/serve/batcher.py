@@ -126,9 +126,9 @@ class Worker:
         now = time.perf_counter()
         for p in batch:
             self.observe.queue(now - p.enqueued)
-        feeds = batch[0].feeds if len(batch) == 1 else {
-            k: np.concatenate([p.feeds[k] for p in batch]) for k in batch[0].feeds}
-        try:
+        try:  # nothing may end this loop: every waiting request gets its answer or the error
+            feeds = batch[0].feeds if len(batch) == 1 else {
+                k: np.concatenate([p.feeds[k] for p in batch]) for k in batch[0].feeds}
             out = (_timed(runner, feeds, self.observe) if self.fast
                    else await loop.run_in_executor(self.pool, _timed, runner, feeds, self.observe))
         except Exception as exc:

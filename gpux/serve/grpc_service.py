@@ -12,6 +12,7 @@ import grpc
 import numpy as np
 
 from gpux.serve import codec
+from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, ServeError, Unauthorized
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import Repository
@@ -116,7 +117,9 @@ def decode(request: Any, limits: Limits) -> InferRequest:
             raise BadRequest(f"input '{name}': {datatype} must travel in raw_input_contents")
         inputs.append(InferInput(name, datatype, array))
     outputs = [o.name for o in request.outputs] or None
-    return InferRequest(request.model_name, request.model_version, request.id, inputs, outputs)
+    classes = {o.name: class_count(o.name, o.parameters["classification"].int64_param)
+               for o in request.outputs if "classification" in o.parameters}
+    return InferRequest(request.model_name, request.model_version, request.id, inputs, outputs, classes)
 
 
 def encode(name: str, version: str, req_id: str, outputs: list[tuple[str, np.ndarray]]) -> Any:

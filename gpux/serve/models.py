@@ -12,6 +12,7 @@ import numpy as np
 from gpux.config import Project
 from gpux.modelio import Tensor
 from gpux.serve.batcher import Observer, Worker
+from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotFound, Unavailable
 from gpux.serve.metrics import Metrics
@@ -33,6 +34,7 @@ class Model:
     ready: bool = False
     batchable: bool = False
     report: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, list[str]] = field(default_factory=dict)  # output -> class labels from gpux.yml
 
     @property
     def name(self) -> str:
@@ -124,24 +126,30 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
                 for _ in range(settings.instances)]
     first = sessions[0]
     model.inputs, model.outputs = dict(first.inputs), dict(first.outputs)
-    model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
     feeds = warmup_feeds(model.inputs)
     for s in sessions:
-        s.run(feeds)
-    took = []
-    for _ in range(INLINE_PROBES):
-        started = time.perf_counter()
-        first.run(feeds)
-        took.append(time.perf_counter() - started)
+        s.run(feeds)  # the first inference may still fall back: read the provider after it
+    model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
+    inline = warm_seconds(first.run, feeds) < INLINE_BELOW_S
     model.batchable = batchable(model)
+    model.labels = labels_of(model.project)
     observer = Observer(queue=metrics.child(metrics.queue, model.name).observe,
                         compute=metrics.child(metrics.compute, model.name).observe,
                         batch=metrics.child(metrics.batch, model.name).observe)
     max_batch = settings.max_batch_size if model.batchable else 0
-    inline = sorted(took)[len(took) // 2] < INLINE_BELOW_S
     model.worker = Worker([s.run for s in sessions], max_batch, settings.max_queue_delay_us, observer, inline)
     metrics.child(metrics.model_info, model.name, model.version, model.provider, model.runs_on,
                   str(settings.instances)).set(1)
+
+
+def warm_seconds(run: Any, feeds: dict[str, np.ndarray]) -> float:
+    """Median time of a few warm inferences."""
+    took = []
+    for _ in range(INLINE_PROBES):
+        started = time.perf_counter()
+        run(feeds)
+        took.append(time.perf_counter() - started)
+    return sorted(took)[len(took) // 2]
 
 
 def batchable(model: Model) -> bool:

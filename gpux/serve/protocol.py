@@ -9,12 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from gpux.serve.classify import classify
 from gpux.serve.codec import DATATYPE, model_input
 from gpux.serve.errors import BadRequest, RequestTimeout, ServeError
 from gpux.serve.models import Model, Repository
 
 SERVER_NAME = "gpux"
-EXTENSIONS = ["binary_tensor_data"]
+EXTENSIONS = ["binary_tensor_data", "classification"]
 
 
 @dataclass
@@ -31,6 +32,7 @@ class InferRequest:
     id: str = ""
     inputs: list[InferInput] = field(default_factory=list)
     outputs: list[str] | None = None  # None: every output
+    classification: dict[str, int] = field(default_factory=dict)  # output -> top k (classification extension)
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
@@ -71,7 +73,11 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
         raise
     except Exception as exc:
         raise _runtime_error(exc) from None
-    return InferResult(model, [(n, np.asarray(out[n])) for n in wanted])
+    picked = [(n, np.asarray(out[n])) for n in wanted]
+    if request.classification:
+        picked = [(n, classify(n, a, request.classification[n], model.labels.get(n))
+                   if n in request.classification else a) for n, a in picked]
+    return InferResult(model, picked)
 
 
 def _runtime_error(exc: Exception) -> ServeError:

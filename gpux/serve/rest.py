@@ -6,11 +6,13 @@ import hmac
 import json
 import logging
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gpux.serve import codec
+from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, NotFound, ServeError, TooLarge, Unauthorized, Unavailable
 from gpux.serve.metrics import CONTENT_TYPE as METRICS_TYPE
 from gpux.serve.metrics import Metrics
@@ -64,6 +66,8 @@ class RestApp:
         try:
             self._authorize(path, headers)
             body = await self._body(receive, headers) if method == "POST" else b""
+            if body and headers.get(b"content-encoding"):
+                body = decompress(body, headers[b"content-encoding"], self.limits.max_body_bytes)
             reply = await self._route(method, path, body, headers)
         except ServeError as exc:
             reply = error_reply(exc)
@@ -165,6 +169,27 @@ class RestApp:
             "ms": round((time.perf_counter() - started) * 1000, 3)}, separators=(",", ":")))
 
 
+# Content-Encoding -> zlib window bits (tritonclient's request_compression_algorithm sends gzip or deflate)
+ENCODINGS = {b"gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS, b"identity": 0}
+
+
+def decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
+    """A compressed request body, unpacked to at most `limit` bytes (a small bomb cannot fill memory)."""
+    wbits = ENCODINGS.get(encoding.strip().lower())
+    if wbits is None:
+        raise BadRequest(f"unsupported Content-Encoding {encoding.decode(errors='replace')!r}; use gzip or deflate")
+    if wbits == 0:
+        return body
+    inflater = zlib.decompressobj(wbits)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise BadRequest(f"request body is not valid {encoding.decode()} data: {exc}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise TooLarge(f"decompressed request body exceeds the limit of {limit} bytes (serve.max_body_bytes)")
+    return out
+
+
 def parse_infer(name: str, version: str, body: bytes, header_length: bytes | None,
                 limits: Limits) -> tuple[InferRequest, dict[str, bool]]:
     """The JSON header (and binary tail) of an infer body; returns the request and which outputs go binary."""
@@ -188,7 +213,7 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
         raise BadRequest(f"{len(tail) - used} bytes of binary data follow the JSON header but no input claims them")
     params = _dict(doc.get("parameters"), "parameters")
     default_binary = bool(params.get("binary_data_output", False))
-    outputs, binary = None, {}
+    outputs, binary, classes = None, {}, {}
     if doc.get("outputs") is not None:
         if not isinstance(doc["outputs"], list):
             raise BadRequest("'outputs' must be a list of {name, parameters}")
@@ -197,11 +222,14 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
             if not isinstance(out, dict) or not isinstance(out.get("name"), str):
                 raise BadRequest("each requested output needs a 'name'")
             outputs.append(out["name"])
-            binary[out["name"]] = bool(_dict(out.get("parameters"), "outputs.parameters").get("binary_data",
-                                                                                              default_binary))
+            out_params = _dict(out.get("parameters"), "outputs.parameters")
+            binary[out["name"]] = bool(out_params.get("binary_data", default_binary))
+            if "classification" in out_params:
+                classes[out["name"]] = class_count(out["name"], out_params["classification"])
     binary[""] = default_binary
     req_id = doc.get("id", "")
-    return InferRequest(name, version, str(req_id) if req_id is not None else "", inputs, outputs, params), binary
+    request = InferRequest(name, version, str(req_id) if req_id is not None else "", inputs, outputs, classes, params)
+    return request, binary
 
 
 def _dict(value: Any, what: str) -> dict[str, Any]:

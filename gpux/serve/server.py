@@ -13,7 +13,7 @@ from typing import Any
 
 from gpux.config import Project
 from gpux.serve.metrics import Metrics
-from gpux.serve.models import LoadRequest, Repository, load
+from gpux.serve.models import LoadRequest, Model, Repository, load
 from gpux.serve.rest import Limits, RestApp
 
 log = logging.getLogger("gpux.serve")
@@ -104,7 +104,7 @@ class Server:
                 model.worker.start()
                 model.ready = True
                 self.metrics.child(self.metrics.ready, model.name, model.version).set(1)
-                log.info("ready: %s %s on %s (%s)", model.name, model.version, model.provider, model.runs_on)
+                _announce(model)
         except BaseException as exc:  # a model that cannot open stops the server with its error
             self.load_error = exc
             self.stopping.set()
@@ -152,6 +152,17 @@ class Server:
         await self.stop()
         if self.load_error is not None:
             raise self.load_error
+
+
+def _announce(model: Model) -> None:
+    """The load report in the log: providers skipped and why, warnings, what runs."""
+    for attempt in model.report.get("attempts", []):
+        if not attempt["ok"]:
+            log.info("%s %s: skipped %s (%s): %s", model.name, model.version, attempt["provider"],
+                     attempt["stage"], attempt["reason"])
+    for warning in model.report.get("warnings", []):
+        log.warning("%s %s: warning: %s", model.name, model.version, warning)
+    log.info("ready: %s %s on %s (%s)", model.name, model.version, model.provider, model.runs_on)
 
 
 def _address(host: str, port: int) -> str:

@@ -1,0 +1,43 @@
+"""The classification extension: an output's top-k classes as "score:index[:label]" strings, labels from gpux.yml."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpux.config import Project
+from gpux.serve.errors import BadRequest
+
+
+def labels_of(project: Project) -> dict[str, list[str]]:
+    """Each output's labels as gpux.yml declares them: a list, or a text file beside it (one per line)."""
+    out: dict[str, list[str]] = {}
+    for name, spec in (project.config.outputs or {}).items():
+        if isinstance(spec.labels, list):
+            out[name] = [str(x) for x in spec.labels]
+        elif isinstance(spec.labels, str):
+            text = (project.root / spec.labels).read_text(encoding="utf-8")
+            out[name] = [line.strip() for line in text.splitlines() if line.strip()]
+    return out
+
+
+def class_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadRequest(f"output '{name}': classification must be a positive integer, got {value!r}")
+    return value
+
+
+def classify(name: str, array: np.ndarray, k: int, labels: list[str] | None) -> np.ndarray:
+    """Top-k over the last axis, best first: BYTES of shape [..., k]."""
+    if array.dtype.kind not in "fiub" or array.ndim == 0:
+        raise BadRequest(f"output '{name}' ({array.dtype}, shape {list(array.shape)}) cannot be classified")
+    rows = array.reshape(-1, array.shape[-1])
+    k = min(k, rows.shape[1])
+    top = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]
+    out = np.empty(top.shape, dtype=object)
+    for r, c in np.ndindex(top.shape):
+        i = int(top[r, c])
+        label = f":{labels[i]}" if labels and i < len(labels) else ""
+        out[r, c] = f"{float(rows[r, i]):f}:{i}{label}".encode()
+    return out.reshape((*array.shape[:-1], k))
