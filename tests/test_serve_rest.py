@@ -171,7 +171,7 @@ def test_bytes_tensors(client: Any, binary: bool) -> None:
     assert got == list(words)
 
 
-def test_not_ready_until_loaded() -> None:
+def test_not_ready_until_loaded(mlp_project: Path) -> None:
     """A model still opening: live yes, ready no (503), and its requests 503 with the reason."""
     import asyncio
 
@@ -179,9 +179,7 @@ def test_not_ready_until_loaded() -> None:
     from gpux.serve.metrics import Metrics
     from gpux.serve.models import Repository
     from gpux.serve.rest import Limits, RestApp
-    from tests.conftest import ROOT
-
-    repo = Repository([open_project(str(ROOT / "examples" / "mlp" / "gpux.yml"))], Metrics())
+    repo = Repository([open_project(str(mlp_project / "gpux.yml"))], Metrics())
     app = RestApp(repo, repo.metrics, Limits(1 << 20, 1 << 20))
 
     async def call(method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
@@ -198,7 +196,8 @@ def test_not_ready_until_loaded() -> None:
 
     async def main() -> list[tuple[int, bytes]]:
         return [await call("GET", "/v2/health/live"), await call("GET", "/v2/health/ready"),
-                await call("GET", "/v2/models/mlp/ready"), await call("POST", "/v2/models/mlp/infer", b"{}")]
+                await call("GET", "/v2/models/tiny-mlp/ready"),
+                await call("POST", "/v2/models/tiny-mlp/infer", b"{}")]
 
     live, ready, model_ready, infer = asyncio.run(main())
     assert live[0] == 200 and ready[0] == 503 and model_ready[0] == 503
