@@ -17,11 +17,33 @@ def ranges(project: Project) -> dict[str, tuple[float, float]]:
     return {n: s.range for n, s in (project.config.inputs or {}).items() if s.range is not None}
 
 
-def verification_feeds(project: Project, inputs: dict[str, Tensor], shapes: dict[str, int]) -> list[dict]:
+def verification_feeds(job: Any) -> tuple[list[dict[str, Any]], str]:
+    """Declared real samples (`verify.data`) when given, else seeded generated inputs; and which it was."""
+    project = job.project
     v = project.config.verify
     if v.data:
-        return read_samples(project.root / v.data, inputs)
-    return [synthetic(inputs, shapes, v.seed + i, ranges(project)) for i in range(v.samples)]
+        return read_samples(project.root / v.data, job.inputs), "verify.data"
+    return [synthetic(job.inputs, job.shapes, v.seed + i, ranges(project)) for i in range(v.samples)], "generated"
+
+
+def describe_generated(job: Any) -> str:
+    """What generated inputs assumed: sizes given to symbolic dims and value ranges of integer inputs."""
+    from gpux.inputs import DEFAULT_INT_RANGE
+
+    sizes: dict[str, int] = {}
+    ints = []
+    declared = ranges(job.project)
+    for name, t in job.inputs.items():
+        for d in t.shape or ():
+            if not isinstance(d, int):
+                sizes.setdefault(d or f"{name}:?", job.shapes.get(d or "", 1))
+        if t.dtype.startswith(("int", "uint")):
+            lo, hi = declared.get(name, DEFAULT_INT_RANGE)
+            ints.append(f"{name} in [{lo:g}, {hi:g})")
+    parts = [", ".join(f"{d}={n}" for d, n in sizes.items()) and "dims " + ", ".join(f"{d}={n}" for d, n in
+                                                                                       sizes.items()),
+             ints and "integer inputs " + ", ".join(ints)]
+    return "; ".join(p for p in parts if p) or "static shapes"
 
 
 def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: dict[str, int],

@@ -41,12 +41,18 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text",
               help="Report style; github prints workflow annotations.")
 @click.option("--check-model", is_flag=True,
-              help="Also parse each model and check declared inputs/outputs against it (imports onnx).")
-def validate(paths: tuple[str, ...], fmt: str, check_model: bool) -> None:
+              help="Also require the model and check it: onnx checker, IR version and opsets against the "
+                   "installed runtimes, external data (imports onnx).")
+@click.option("--no-model", is_flag=True,
+              help="Check the config alone (for models fetched later); by default declared inputs/outputs "
+                   "are compared with the model file when it is present.")
+def validate(paths: tuple[str, ...], fmt: str, check_model: bool, no_model: bool) -> None:
     """Check gpux.yml files (paths, folders or globs; default: ./gpux.yml)."""
     from gpux.validate import validate_paths
 
-    code = validate_paths(list(paths) or ["."], fmt, check_model)
+    if check_model and no_model:
+        raise click.UsageError("--check-model and --no-model exclude each other")
+    code = validate_paths(list(paths) or ["."], fmt, check_model, not no_model)
     sys.exit(code)
 
 

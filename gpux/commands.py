@@ -158,7 +158,8 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
     inputs, _ = effective_io(project, load_checked(project, store))
     # inputs are read and checked before anything is built or loaded
     feeds = parse_json(input_json, inputs) if input_json is not None else load_file(input_file or "", inputs)
-    with load(project, provider, strict=strict, store_dir=store, log=_log(as_json), placement=placement) as session:
+    with load(project, provider, strict=strict, store_dir=store, log=_log(as_json), placement=placement,
+              samples=[feeds]) as session:
         values = session.run_feeds(feeds)
         outputs = dict(zip(session.output_names, values, strict=True))
         info = session.report()
@@ -169,7 +170,7 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
                 np.savez(output, **outputs)
             except OSError as exc:
                 raise InputError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-        doc = report.output_doc(session.project, outputs)
+        doc = report.output_doc(session.project, outputs, written=output if as_json else None)
         if as_json:
             report.emit_json({"name": session.project.name, **info, "outputs": doc})
             return 0

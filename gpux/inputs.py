@@ -124,7 +124,7 @@ def cast(value: Any, tensor: Tensor, origin: str = "input") -> Any:
             if isinstance(d, int) and d != n:
                 raise InputError(f"{origin}: input {tensor.name!r} has shape {list(arr.shape)} but dim {i} "
                                  f"must be {d} {_shape(tensor)}")
-    return np.ascontiguousarray(arr)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")  # 0-d stays 0-d
 
 
 def _shape(t: Tensor) -> str:

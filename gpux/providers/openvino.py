@@ -6,9 +6,10 @@ Caches: the build compiles the IR for its device into the artifact (`ov_cache/`)
 into a published artifact: CACHE_DIR is `<store>/<model>/cache/openvino/`, seeded from it. Compiling a
 read `ov.Model` names the blob by the model's hash (a path would be hashed instead, and it changes when
 the build folder is published), so one folder serves every artifact of the model.
-Precision: verification runs on CPU with INFERENCE_PRECISION_HINT=f32, comparable with the FP32 ONNX
-Runtime reference; sessions keep `inference_precision` (auto: the device default, bf16 on CPUs with
-AMX/AVX512-BF16) and report what the compiled model uses.
+Precision: the execution precision (INFERENCE_PRECISION_HINT) is part of the artifact: f32 unless bf16/f16
+is asked for (`precision: bf16` or `inference_precision`), never the device default (bf16 on CPUs with
+AMX/AVX512-BF16). Verification compiles on CPU with the same hint sessions use, and both report what the
+compiled model uses.
 """
 
 from __future__ import annotations
@@ -277,7 +278,7 @@ def output_order(model: Any, names: Sequence[str]) -> list[int]:
 
 
 def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] | str:
-    """The IR compiled on CPU at f32 execution precision, comparable with the FP32 reference."""
+    """The IR compiled on CPU at the execution precision sessions use (what runs is what is verified)."""
     from gpux.options import OpenVINOOptions, openvino_properties
 
     try:
