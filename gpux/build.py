@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
+import os
 import platform
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
@@ -107,6 +111,7 @@ class Context:
     shapes: dict[str, int]
     log: Log
     calibration: Callable[[], list[dict[str, Any]]]
+    strict: bool = False  # precision that did nothing fails instead of warning
 
 
 @dataclass
@@ -120,6 +125,7 @@ class Job:
     log: Log
     source: Path  # the model the first target reads and the FP32 reference runs (IR-lowered copy if needed)
     samples: list[dict[str, Any]] | None = None  # verification inputs given by the caller (run --file)
+    strict: bool = False
 
 
 @dataclass
@@ -161,7 +167,7 @@ def source_files(project: Project, io: ModelIO) -> list[Path]:
 def build(project: Project, provider: str, *, force: bool = False, verify: bool = True,
           store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
           io: ModelIO | None = None, full_check: bool = False, for_run: bool = False,
-          samples: list[dict[str, Any]] | None = None) -> BuildResult:
+          samples: list[dict[str, Any]] | None = None, strict: bool = False) -> BuildResult:
     """Build (or find in the cache) every target provider `provider` needs. `full_check` re-hashes cached
     artifacts (what `run` does before loading) instead of trusting their recorded size and mtime;
     `samples` (the user's inputs in hand) verify new artifacts instead of generated data."""
@@ -175,9 +181,9 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
     source_digest = store.digest_files(files, project.source.parent, root / ".hashes.json")
     inputs, _ = effective_io(project, io)
     shapes = resolve_shapes(project, shapes)
-    job = Job(project, inputs, shapes, verify, log, _usable_source(project, io, root, log), samples)
+    job = Job(project, inputs, shapes, verify, log, _usable_source(project, io, root, log), samples, strict)
     result = BuildResult(project, provider)
-    for target, parts, key in keyed_targets(project, provider, inputs, source_digest):
+    for target, parts, key in keyed_targets(project, provider, inputs, source_digest, shapes):
         folder = root / project.name / f"{target.id}-{key[:12]}"
         src = job.source if not result.results else result.final.artifact.main
         started = time.perf_counter()
@@ -229,13 +235,13 @@ def digest_of(parts: dict[str, Any] | None) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor],
-                  source_digest: str) -> list[tuple[Target, dict[str, Any], str]]:
+def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor], source_digest: str,
+                  shapes: dict[str, int] | None = None) -> list[tuple[Target, dict[str, Any], str]]:
     """The provider's targets with their key parts and cache keys; a target's key covers its input's."""
     keys: dict[str, str] = {"source": source_digest}
     out = []
     for target in targets(project, provider, inputs):
-        parts = key_parts(project, target, inputs, keys[target.consumes])
+        parts = key_parts(project, target, inputs, keys[target.consumes], shapes)
         keys[target.id] = digest_of(parts)
         out.append((target, parts, keys[target.id]))
     return out
@@ -255,7 +261,8 @@ def _cached(folder: Path, key: str, full: bool = False, verify: bool = False) ->
     return art, ""
 
 
-def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input_key: str) -> dict[str, Any]:
+def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input_key: str,
+              shapes: dict[str, int] | None = None) -> dict[str, Any]:
     step = STEPS[target.step]
     return {
         "gpux": gpux.__version__,
@@ -266,7 +273,9 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
         "inputs": {n: t.to_dict() for n, t in inputs.items()},
         "calibration": _calibration_digest(project, target),
         "verify": project.config.verify.model_dump(mode="json"),
-        "shapes": resolve_shapes(project) if step.shapes else None,
+        "shapes": {"sizes": resolve_shapes(project, shapes),
+                   "ranges": {d: r.model_dump() for d, r in project.config.shapes.items() if not isinstance(r, int)}}
+        if step.shapes else None,
         "versions": runtime_versions(step.packages),
         "device": device_identity(step, target),
     }
@@ -302,13 +311,14 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
 
     project, inputs, shapes, log = job.project, job.inputs, job.shapes, job.log
     step = STEPS[target.step]
-    workdir = store.new_workdir(root, folder.name)
+    workdir = store.new_workdir(root, folder.name).resolve()
     try:
-        ctx = Context(project, target, src, workdir, inputs, shapes, log,
-                      lambda: calibrate.feeds(project, target, inputs, shapes, log))
+        ctx = Context(project, target, src.resolve(), workdir, inputs, shapes, log,
+                      lambda: calibrate.feeds(project, target, inputs, shapes, log), job.strict)
         started = time.perf_counter()
         try:
-            info = resolve(step.build)(ctx)
+            with scratch(workdir):
+                info = resolve(step.build)(ctx)
         except GpuxError:
             raise
         except Exception as exc:  # runtimes raise anything on a model they cannot take
@@ -340,6 +350,23 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
     finally:
         if workdir.exists():
             store.discard_tmp(workdir)
+
+
+@contextlib.contextmanager
+def scratch(workdir: Path) -> Iterator[None]:
+    """Run a build step with the working directory and temp folder inside the build's own temp folder, so
+    files runtimes write beside themselves (quantizers, shape inference) stay in the store and vanish."""
+    folder = workdir / ".scratch"
+    folder.mkdir()
+    cwd, tmp = os.getcwd(), tempfile.tempdir
+    os.chdir(folder)
+    tempfile.tempdir = str(folder)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        tempfile.tempdir = tmp
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def needs_device(project: Project, provider: str) -> bool:

@@ -51,7 +51,7 @@ def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: d
     """Calibration feeds for quantization: `calibration:` files, else seeded random inputs (with a warning)."""
     path = target.options.get("calibration")
     if path:
-        return read_samples(project.root / path, inputs)
+        return read_samples(project.root.resolve() / path, inputs)
     n = int(target.options.get("calibration_samples") or 16)
     block = "cpu" if target.provider == "onnxruntime" else target.provider
     log(f"warning: {target.id}: no calibration data declared; calibrating on {n} seeded random inputs "

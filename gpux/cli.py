@@ -87,14 +87,21 @@ def schema(output: str | None, check: bool) -> None:
 @click.option("--force", is_flag=True, help="Rebuild even when the cache is valid.")
 @click.option("--no-verify", is_flag=True, help="Skip accuracy verification against the FP32 reference.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (targets, resolved options) without building.")
+@click.option("--shape", "shapes", multiple=True,
+              help="Symbolic dim size for verification, calibration and static shapes, e.g. --shape seq=128.")
 @STORE
 @JSON
 def build(path: str, provider: str | None, strict: bool, force: bool, no_verify: bool, dry_run: bool,
-          store: str | None, as_json: bool) -> None:
+          shapes: tuple[str, ...], store: str | None, as_json: bool) -> None:
     """Validate gpux.yml, then build (or reuse) the provider's optimized artifacts."""
     from gpux.commands import build_command
 
-    sys.exit(build_command(path, provider, strict, force, not no_verify, dry_run, store, as_json))
+    sizes = None
+    if shapes:
+        from gpux.inputs import parse_shapes
+
+        sizes = parse_shapes(shapes)
+    sys.exit(build_command(path, provider, strict, force, not no_verify, dry_run, store, as_json, sizes))
 
 
 @cli.command()

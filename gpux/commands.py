@@ -36,10 +36,10 @@ class _Progress:
 
 
 def build_command(path: str, provider: str | None, strict: bool, force: bool, verify: bool, dry_run: bool,
-                  store_dir: str | None, as_json: bool) -> int:
+                  store_dir: str | None, as_json: bool, shapes: dict[str, int] | None = None) -> int:
     from gpux import noop
 
-    request = {"provider": provider, "strict": strict, "verify": verify, "store": store_dir}
+    request = {"provider": provider, "strict": strict, "verify": verify, "store": store_dir, "shapes": shapes}
     if not force and not dry_run:
         replayed = noop.replay(path, request)
         if replayed is not None:
@@ -66,7 +66,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
         inputs, _ = effective_io(project, io)
         digest = store.digest_files(source_files(project, io), project.root)
         first = selection.chain[0]
-        keyed = keyed_targets(project, first, inputs, digest)
+        keyed = keyed_targets(project, first, inputs, digest, shapes)
         plan_targets = [t for t, _, _ in keyed]
         doc: dict[str, Any] = {"name": project.name, "selection": selection.to_dict(), "provider": first,
                "available": probe(first).to_dict(),
@@ -98,7 +98,8 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     else:
         raise ProviderUnavailable("no provider can build here: " + "; ".join(a.line() for a in attempts))
     before, config_sha = noop.snapshot(watched_inputs(project, io)), noop.config_digest(project.path)
-    result = build(project, name, force=force, verify=verify, store_dir=store_dir, log=log, io=io)
+    result = build(project, name, force=force, verify=verify, store_dir=store_dir, log=log, io=io, shapes=shapes,
+                   strict=selection.strict)
     remember(project)
     if cannot_run is None:
         save_choice(project, store_dir, name)

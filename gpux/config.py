@@ -267,6 +267,11 @@ class GpuxConfig(Strict):
     model: ModelSource = Field(description="Where the model comes from.")
     inputs: dict[str, TensorSpec] | None = Field(None, description="Inputs; read from the model when omitted.")
     outputs: dict[str, TensorSpec] | None = Field(None, description="Outputs; read from the model when omitted.")
+    shapes: dict[Annotated[str, Field(pattern=opts.DIM_NAME)], Annotated[int, Field(ge=0)] | opts.ProfileRange] = \
+        Field(default_factory=dict, description=(
+            "Sizes of symbolic dims, declared once: an int, or {min, opt, max}. Verification, calibration and "
+            "benchmark data use the size (opt); OpenVINO keeps min..max dynamic; TensorRT profiles use all "
+            "three. --shape NAME=SIZE overrides."))
     runtime: Runtime = Field(default_factory=Runtime, description="Provider selection and fallback.")
     providers: Providers = Field(default_factory=Providers, description="Options per provider.")
     verify: Verify = Field(default_factory=Verify, description="Accuracy checks of built artifacts.")

@@ -131,7 +131,8 @@ def _dense(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | Non
         if tol["min_within"] is not None and within < tol["min_within"]:
             bad = r.size - round(within * r.size)
             problems.append(f"{name}: {bad} of {r.size} values outside atol {tol['atol']:g} + rtol "
-                            f"{tol['rtol']:g}·|ref| (within {within:.2%} < min_within {tol['min_within']:.2%}; max-abs {max_abs:.3g})")
+                            f"{tol['rtol']:g}·|ref| (within {within:.2%} < min_within {tol['min_within']:.2%}; "
+                            f"max-abs {max_abs:.3g})")
     if tol["min_cosine"] is not None and cosine < tol["min_cosine"]:
         problems.append(f"{name}: cosine {cosine:.6f} < min_cosine {tol['min_cosine']}")
     return {"max_abs": max_abs, "max_rel": max_rel, "cosine": cosine, "within": within}, problems

@@ -109,7 +109,8 @@ def build_ir(ctx: Any) -> dict[str, Any]:
     static = any(d.startswith(STATIC_ONLY) for d in split_device(opts.device)[1])
     started = time.perf_counter()
     try:
-        model = o.convert_model(str(ctx.src), input=_input_shapes(ctx.inputs, ctx.shapes, static) or None)
+        model = o.convert_model(str(ctx.src), input=_input_shapes(ctx.inputs, ctx.shapes, static,
+                                                                  ctx.project.config.shapes) or None)
     except Exception as exc:  # the ONNX frontend raises OpConversionFailure / GeneralFailure
         raise BuildFailed(f"OpenVINO cannot convert {ctx.src.name}: {reason(exc)}",
                           hint="run it with ONNX Runtime (provider cpu), or drop openvino from "
@@ -128,12 +129,17 @@ def build_ir(ctx: Any) -> dict[str, Any]:
     return info
 
 
-def _input_shapes(inputs: Mapping[str, Any], shapes: Mapping[str, int], static: bool) -> dict[str, Any]:
-    """PartialShape per input: declared ints static, names/None dynamic (-1), or resolved when `static`."""
-    def size(d: Any) -> int:
+def _input_shapes(inputs: Mapping[str, Any], shapes: Mapping[str, int], static: bool,
+                  ranges: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """PartialShape per input: declared ints static, names/None dynamic (-1; min..max where `shapes:`
+    declares a range), or resolved when `static`."""
+    def size(d: Any) -> Any:
         if isinstance(d, int):
             return d
-        return int(shapes.get(d, 1)) if static and d else 1 if static else -1
+        if static:
+            return int(shapes.get(d, 1)) if d else 1
+        bound: Any = (ranges or {}).get(d or "")
+        return ov().Dimension(bound.min, bound.max) if hasattr(bound, "min") else -1
 
     return {name: ov().PartialShape([size(d) for d in t.shape]) for name, t in inputs.items()
             if t.shape is not None}
