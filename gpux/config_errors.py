@@ -248,7 +248,7 @@ def _message(loc: Loc, err: dict[str, Any]) -> tuple[str, bool]:
         hint = did_you_mean(loc[-1], names)
         if model is Providers:
             return f"unknown provider{hint}; expected one of {', '.join(PROVIDERS)}", True
-        listing = f"; expected one of {', '.join(names)}" if names and not hint and len(names) <= 12 else ""
+        listing = f"; expected one of {', '.join(names)}" if names and not hint and len(names) <= 16 else ""
         return f"unknown field{hint}{listing}", True
     if kind == "missing":
         info = _field_info(loc)
