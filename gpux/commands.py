@@ -99,7 +99,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
         raise ProviderUnavailable("no provider can build here: " + "; ".join(a.line() for a in attempts))
     before, config_sha = noop.snapshot(watched_inputs(project, io)), noop.config_digest(project.path)
     result = build(project, name, force=force, verify=verify, store_dir=store_dir, log=log, io=io, shapes=shapes,
-                   strict=selection.strict)
+                   strict=strict)
     remember(project)
     if cannot_run is None:
         save_choice(project, store_dir, name)

@@ -84,7 +84,7 @@ class Session:
             try:
                 result = build(self.project, provider, force=self._force, verify=self._verify,
                                store_dir=self._store_dir, log=self._log, io=self.io, full_check=True, for_run=True,
-                               samples=self._samples, strict=self.selection.strict)
+                               samples=self._samples)
             except ModelError:
                 raise  # the model itself: no other provider helps
             except GpuxError as exc:
