@@ -322,8 +322,9 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
         except GpuxError:
             raise
         except Exception as exc:  # runtimes raise anything on a model they cannot take
-            text = str(exc).strip().splitlines()
-            raise BuildFailed(f"{target.id}: {type(exc).__name__}: {text[0] if text else ''}"[:400],
+            from gpux.verify import short
+
+            raise BuildFailed(f"{target.id}: {short(exc)}",
                               hint="the model may be invalid for this runtime; GPUX_DEBUG=1 shows details") from exc
         seconds = time.perf_counter() - started
         manifest = {

@@ -85,8 +85,8 @@ class Session:
                 result = build(self.project, provider, force=self._force, verify=self._verify,
                                store_dir=self._store_dir, log=self._log, io=self.io, full_check=True, for_run=True,
                                samples=self._samples)
-            except ModelError:
-                raise  # the model itself: no other provider helps
+            except (ModelError, InputError):
+                raise  # the model itself, or the inputs in hand: no other provider helps
             except GpuxError as exc:
                 self._fail(provider, "build", " ".join(x.strip() for x in exc.message.splitlines()), exc.hint)
                 continue
@@ -105,6 +105,9 @@ class Session:
             self._first_done = False
             return
         tried = "; ".join(a.line() for a in self.attempts) or "nothing to try"
+        if any(a.stage != "probe" for a in self.attempts):  # a provider was there and could not take the model
+            raise ProviderUnavailable(f"{self.project.name!r} cannot run on any provider here (a model or runtime "
+                                      f"limit, not a missing provider): {tried}")
         raise ProviderUnavailable(f"no provider could run {self.project.name!r}: {tried}")
 
     # -- inference ------------------------------------------------------------------------------

@@ -160,29 +160,28 @@ def short(exc: BaseException) -> str:
     import re
 
     lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    if lines and lines[0].startswith("Exception from"):  # OpenVINO: source locations first, the reason last
+        from gpux.providers.openvino import reason
+
+        return f"{type(exc).__name__}: {reason(exc)}"[:300]
     text = lines[0] if lines else ""
     text = text.split("Status Message:")[-1]
-    text = re.sub(r"^\s*(\[ONNXRuntimeError\] : \d+ : \w+ : )?\S+\.(cc|h|hpp|cpp):\d+ (\S+\(.*?\) )?", "", text)
+    text = re.sub(r"Load model from \S+ failed:", "", text)
+    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    text = re.sub(r"/onnxruntime_src/\S+:\d+ (\S+\([^)]*\)( \[with [^\]]*\])? )?", "", text)
     return f"{type(exc).__name__}: {text.strip()}"[:300]
 
 
-def reference_outputs(job: Job, feeds: list[dict[str, Any]], data: str) -> tuple[list[str], list[Any]]:
-    """The reference's outputs on `feeds`; a model that cannot load or rejects the inputs is a ModelError."""
+def reference_outputs(job: Job, run: Callable[[dict[str, Any]], list[Any]], feeds: list[dict[str, Any]],
+                      data: str) -> list[Any]:
+    """The reference's outputs on `feeds`; a model that rejects generated or declared inputs is a ModelError
+    (no provider helps), one that rejects the inputs in hand an InputError."""
     from gpux.calibrate import describe_generated
-
-    try:
-        names, run = reference(job.project, job.source)
-    except GpuxError:
-        raise
-    except Exception as exc:  # runtimes raise anything on a model they cannot take
-        raise ModelError(f"{job.project.source.name}: ONNX Runtime cannot load the model as the FP32 reference: "
-                         f"{short(exc)}", hint="check it with gpux validate --check-model; --no-verify skips "
-                         "verification") from None
     from gpux.providers.ort import quiet_stderr
 
     try:
         with quiet_stderr():
-            return names, [run(f) for f in feeds]
+            return [run(f) for f in feeds]
     except Exception as exc:
         if data == "--file":
             raise InputError(f"the model rejected the inputs: {short(exc)}") from None
@@ -209,8 +208,15 @@ def run_verification(job: Job, step: Step, target: Target, artifact: Any) -> dic
         raise BuildFailed(f"verification: {target.id} cannot be opened: {short(exc)}") from None
     if isinstance(runner, str):
         return {"skipped": runner}
+    try:
+        names, reference_run = reference(job.project, job.source)
+    except GpuxError:
+        raise
+    except Exception as exc:  # ONNX Runtime lacks an operator another runtime has: nothing to compare with
+        raise BuildFailed(f"{target.id} cannot be verified: the FP32 reference (ONNX Runtime) cannot load the "
+                          f"model: {short(exc)}", hint="--no-verify runs it unverified") from None
     feeds, data = (job.samples, "--file") if job.samples else calibrate.verification_feeds(job)
-    names, reference_out = reference_outputs(job, feeds, data)
+    reference_out = reference_outputs(job, reference_run, feeds, data)
     from gpux.providers.ort import quiet_stderr
 
     try:

@@ -46,7 +46,8 @@ def optimize(src: Path, dst: Path, level: str) -> None:
         so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
                                     dst.name + ".data")
         so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
-    ort().InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    with quiet_stderr():
+        ort().InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
 
 
 def to_float16(src: Path, dst: Path) -> None:
