@@ -105,7 +105,8 @@ class Session:
             self._first_done = False
             return
         tried = "; ".join(a.line() for a in self.attempts) or "nothing to try"
-        if any(a.stage != "probe" for a in self.attempts):  # a provider was there and could not take the model
+        tried_here = [a for a in self.attempts if a.stage != "probe"]
+        if tried_here and all(a.stage == "build" for a in tried_here):  # providers were there; the model failed
             raise ProviderUnavailable(f"{self.project.name!r} cannot run on any provider here (a model or runtime "
                                       f"limit, not a missing provider): {tried}")
         raise ProviderUnavailable(f"no provider could run {self.project.name!r}: {tried}")
