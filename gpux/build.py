@@ -126,6 +126,7 @@ class Job:
     source: Path  # the model the first target reads and the FP32 reference runs (IR-lowered copy if needed)
     samples: list[dict[str, Any]] | None = None  # verification inputs given by the caller (run --file)
     strict: bool = False
+    force: bool = False  # rebuild, and retry conversions remembered as failing
 
 
 @dataclass
@@ -181,7 +182,8 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
     source_digest = store.digest_files(files, project.source.parent, root / ".hashes.json")
     inputs, _ = effective_io(project, io)
     shapes = resolve_shapes(project, shapes)
-    job = Job(project, inputs, shapes, verify, log, _usable_source(project, io, root, log), samples, strict)
+    job = Job(project, inputs, shapes, verify, log, _usable_source(project, io, root, log), samples, strict,
+              force)
     result = BuildResult(project, provider)
     for target, parts, key in keyed_targets(project, provider, inputs, source_digest, shapes):
         folder = root / project.name / f"{target.id}-{key[:12]}"
@@ -195,8 +197,7 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
                 if art is None and for_run and not STEPS[target.step].on_run:
                     raise NeedsBuild(project, target, parts, root)
                 if art is None:
-                    log(f"building {target.id} ({reason2 or reason})")
-                    art = _build_one(job, target, parts, key, src, folder, root)
+                    art = _build_remembering(job, target, parts, key, src, folder, root, reason2 or reason)
                 else:
                     cached = True
         r = TargetResult(target, key, art, cached, time.perf_counter() - started, "" if cached else reason)
@@ -292,6 +293,23 @@ def _calibration_digest(project: Project, target: Target) -> str | None:
     return store.digest_files(files, project.root)
 
 
+def _build_remembering(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path,
+                       root: Path, why: str) -> store.Artifact:
+    """Build, remembering a failure for this exact key so later runs skip it at once (--force retries)."""
+    name = job.project.name
+    known = None if job.force else store.recall_failure(root, name, folder.name, key)
+    if known is not None:
+        raise BuildFailed(f"{known['message']} (remembered from an earlier build of this model with these "
+                          f"runtime versions; --force retries)", hint=known.get("hint"))
+    job.log(f"building {target.id} ({why})")
+    try:
+        return _build_one(job, target, parts, key, src, folder, root)
+    except BuildFailed as exc:
+        if getattr(exc, "conversion", False):  # the runtime's conversion itself, not verification on some data
+            store.remember_failure(root, name, folder.name, key, exc.message, exc.hint)
+        raise
+
+
 def _usable_source(project: Project, io: ModelIO, root: Path, log: Log) -> Path:
     """The source, or a copy in the store with its IR version lowered to what ONNX Runtime reads."""
     from gpux.modelio import compat_check
@@ -319,13 +337,18 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
         try:
             with scratch(workdir):
                 info = resolve(step.build)(ctx)
+        except BuildFailed as exc:
+            exc.conversion = getattr(exc, "conversion", True)  # type: ignore[attr-defined]
+            raise
         except GpuxError:
             raise
         except Exception as exc:  # runtimes raise anything on a model they cannot take
             from gpux.verify import short
 
-            raise BuildFailed(f"{target.id}: {short(exc)}",
-                              hint="the model may be invalid for this runtime; GPUX_DEBUG=1 shows details") from exc
+            failed = BuildFailed(f"{target.id}: {short(exc)}",
+                                 hint="the model may be invalid for this runtime; GPUX_DEBUG=1 shows details")
+            failed.conversion = True  # type: ignore[attr-defined]
+            raise failed from exc
         seconds = time.perf_counter() - started
         manifest = {
             "schema": store.MANIFEST_SCHEMA,

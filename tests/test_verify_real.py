@@ -152,3 +152,25 @@ def test_openvino_fp32_executes_f32_and_bf16_says_bf16_everywhere(tmp_path: Path
     assert doc["precision"] == "bf16" and doc["execution_precision"] == "bf16"
     r = cli("inspect", str(folder))
     assert "openvino-ir-bf16" in r.stdout and "at bf16" in r.stdout
+
+
+def test_a_failed_conversion_is_remembered_for_this_model_and_runtime(tmp_path: Path) -> None:
+    node = helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", keys_int64s=[1, 2],
+                            values_int64s=[10, 20], default_int64=-1)
+    graph = helper.make_graph([node], "g", [vi("x", [3], TensorProto.INT64)], [vi("y", [3], TensorProto.INT64)])
+    model = helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                                helper.make_opsetid("ai.onnx.ml", 2)])
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    write(tmp_path / "gpux.yml", "name: enc\nmodel: {source: model.onnx}\n")
+    first = cli("build", str(tmp_path), "-p", "openvino", "--strict")
+    assert first.returncode == 1 and "OpenVINO cannot convert" in first.stderr, first.stderr
+    again = cli("build", str(tmp_path), "-p", "openvino", "--strict")
+    assert again.returncode == 1 and "remembered from an earlier build" in again.stderr
+    assert "building openvino-ir" not in again.stderr
+    forced = cli("build", str(tmp_path), "-p", "openvino", "--strict", "--force")
+    assert forced.returncode == 1 and "remembered" not in forced.stderr
+    r = cli("run", str(tmp_path), "-p", "openvino", "--json", "--input", json.dumps({"x": [1, 2, 3]}))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["provider"] == "cpu" and doc["outputs"]["y"]["data"] == [10, 20, -1]
+    assert "remembered" in doc["attempts"][0]["reason"]

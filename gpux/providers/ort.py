@@ -199,7 +199,9 @@ def int8_effect(ctx: Any, quantized: Path) -> dict[str, Any]:
     if problem:
         message = f"{ctx.target.id}: int8 did nothing useful for this model: {problem}"
         if getattr(ctx, "strict", False):
-            raise BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it")
+            failed = BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it")
+            failed.conversion = False  # type: ignore[attr-defined]  # --strict only: not remembered as failing
+            raise failed
         ctx.log(f"warning: {message}")
         out["int8_warning"] = problem
     return out
