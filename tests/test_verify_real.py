@@ -174,3 +174,56 @@ def test_a_failed_conversion_is_remembered_for_this_model_and_runtime(tmp_path: 
     doc = json.loads(r.stdout)
     assert doc["provider"] == "cpu" and doc["outputs"]["y"]["data"] == [10, 20, -1]
     assert "remembered" in doc["attempts"][0]["reason"]
+
+
+def conv_head(folder: Path, out_channels: int, scale: float, activation: str) -> Path:
+    """A small conv net: images [1, 3, 32, 32] -> [1, C, 256] (a YOLO-style head of boxes and scores
+    scaled to pixels) or [1, 1, 32, 32] probability map."""
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.standard_normal((16, 3, 3, 3)).astype(np.float32) * 0.3, "w")
+    w2 = numpy_helper.from_array(rng.standard_normal((out_channels, 16, 1, 1)).astype(np.float32) * 0.3, "w2")
+    k = numpy_helper.from_array(np.array([scale], np.float32), "k")
+    nodes = [helper.make_node("Conv", ["images", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["h"]),
+             helper.make_node(activation, ["h"], ["a"]),
+             helper.make_node("Mul", ["a", "k"], ["m"])]
+    inits = [w, w2, k]
+    if out_channels > 1:  # YOLO-style: [1, C, H*W]
+        shape = numpy_helper.from_array(np.array([1, out_channels, -1], np.int64), "shape")
+        inits.append(shape)
+        nodes.append(helper.make_node("MaxPool", ["m"], ["p"], kernel_shape=[2, 2], strides=[2, 2]))
+        nodes.append(helper.make_node("Reshape", ["p", "shape"], ["output0"]))
+        out = vi("output0", [1, out_channels, 256])
+    else:
+        nodes.append(helper.make_node("Identity", ["m"], ["output0"]))
+        out = vi("output0", [1, 1, 32, 32])
+    return save(folder, nodes, [vi("images", [1, 3, 32, 32])], [out], inits)
+
+
+@pytest.mark.parametrize("kind", ["detector", "dense-map"])
+def test_detector_and_dense_map_build_and_run_with_a_default_config(kind: str, tmp_path: Path) -> None:
+    folder = conv_head(tmp_path, 84, 640.0, "Sigmoid") if kind == "detector" else \
+        conv_head(tmp_path, 1, 1.0, "Sigmoid")
+    x = np.random.default_rng(2).random((1, 3, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", images=x)
+    results = {}
+    for provider in ("cpu", "openvino"):
+        r = cli("run", str(folder), "-p", provider, "--strict", "--json", "--file", str(tmp_path / "x.npz"))
+        assert r.returncode == 0, (provider, r.stderr)
+        results[provider] = np.array(json.loads(r.stdout)["outputs"]["output0"]["data"], np.float32)
+        assert cli("build", str(folder), "-p", provider).returncode == 0  # generated data verifies too
+    # OpenVINO at its default (fp32 declared -> f32 execution) matches ONNX Runtime within fp32 tolerance
+    np.testing.assert_allclose(results["openvino"], results["cpu"], rtol=1e-4, atol=1e-3)
+
+
+def test_shapes_ranges_make_tensorrt_profiles(tmp_path: Path) -> None:
+    from gpux.modelio import Tensor
+    from gpux.plan import trt_profiles
+
+    save(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], [vi("x", ["batch", "seq"])], [vi("y", ["batch", "seq"])],
+         yml="shapes:\n  batch: {min: 1, opt: 4, max: 16}\n  seq: 128\n")
+    project = load_config(tmp_path)
+    got = trt_profiles(project, project.config.providers.tensorrt, {"x": Tensor("x", "float32", ("batch", "seq"))})
+    assert got == {"trt_profile_min_shapes": "x:1x128", "trt_profile_opt_shapes": "x:4x128",
+                   "trt_profile_max_shapes": "x:16x128"}
