@@ -62,6 +62,16 @@ STEPS: dict[str, Step] = {
 }
 
 
+# what to do when a build step's runtime raises, by step
+STEP_HINTS = {
+    "float16": "the fp16 conversion failed for this model (an already-quantized model cannot be converted); "
+               "keep precision: fp32. GPUX_DEBUG=1 shows details",
+    "quantize": "int8 quantization failed for this model; keep precision: fp32 or try another quantization "
+                "mode. GPUX_DEBUG=1 shows details",
+    "": "this runtime cannot take the model as it is; GPUX_DEBUG=1 shows details",
+}
+
+
 def resolve(ref: str) -> Callable[..., Any]:
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -345,8 +355,7 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
         except Exception as exc:  # runtimes raise anything on a model they cannot take
             from gpux.verify import short
 
-            failed = BuildFailed(f"{target.id}: {short(exc)}",
-                                 hint="the model may be invalid for this runtime; GPUX_DEBUG=1 shows details")
+            failed = BuildFailed(f"{target.id}: {short(exc)}", hint=STEP_HINTS.get(target.step, STEP_HINTS[""]))
             failed.conversion = True  # type: ignore[attr-defined]
             raise failed from exc
         seconds = time.perf_counter() - started

@@ -227,3 +227,14 @@ def test_shapes_ranges_make_tensorrt_profiles(tmp_path: Path) -> None:
     got = trt_profiles(project, project.config.providers.tensorrt, {"x": Tensor("x", "float32", ("batch", "seq"))})
     assert got == {"trt_profile_min_shapes": "x:1x128", "trt_profile_opt_shapes": "x:4x128",
                    "trt_profile_max_shapes": "x:16x128"}
+
+
+def test_fp16_of_an_already_quantized_model_names_the_conversion(tmp_path: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    matmul_project(tmp_path, "providers:\n  cpu: {precision: fp16}\n")
+    (tmp_path / "model.onnx").rename(tmp_path / "fp32.onnx")
+    quantize_dynamic(str(tmp_path / "fp32.onnx"), str(tmp_path / "model.onnx"), weight_type=QuantType.QInt8)
+    r = cli("build", str(tmp_path), "-p", "cpu")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "fp16 conversion failed" in r.stderr and "keep precision: fp32" in r.stderr

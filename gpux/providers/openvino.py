@@ -88,13 +88,25 @@ def compile_properties(opts: Any, intra_op: int, cache_dir: Path | None, device:
     return props
 
 
+NOISE = ("Exception from", "Check '", "[ONNX Frontend]", "While validating", "Summary:", "FrontEnd API failed",
+         "Model wasn't fully converted")
+
+
 def reason(exc: BaseException) -> str:
-    """The informative line of an OpenVINO error (they open with source locations)."""
+    """The informative lines of an OpenVINO error (they open with source locations): each failed operation
+    with the frontend's own message, else the last line that is not a location."""
     lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
-    rules = [x.lstrip("- ").strip() for x in lines if x.startswith("--")]
+    rules: list[list[str]] = []
+    for x in lines:
+        if x.startswith("--"):
+            body = x.lstrip("- ").strip()
+            if not body.startswith("Conversion is failed for"):
+                rules.append([body.removesuffix(" with a message:")])
+        elif rules and not x.startswith(NOISE):
+            rules[-1].append(x)
     if rules:
-        return "; ".join(rules)[:300]
-    useful = [x for x in lines if not x.startswith(("Exception from", "Check '"))]
+        return "; ".join(": ".join(r) for r in rules)[:300]
+    useful = [x for x in lines if not x.startswith(NOISE)]
     return (useful or lines or [type(exc).__name__])[-1][:300]
 
 
