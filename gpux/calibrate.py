@@ -26,6 +26,21 @@ def verification_feeds(job: Any) -> tuple[list[dict[str, Any]], str]:
     return [synthetic(job.inputs, job.shapes, v.seed + i, ranges(project)) for i in range(v.samples)], "generated"
 
 
+RETRY_SIZE = 64  # undeclared non-leading symbolic dims on the second try (images, sequences, audio)
+
+
+def retry_shapes(job: Any) -> dict[str, int] | None:
+    """Sizes for a second try when generated inputs were rejected: every undeclared symbolic dim except
+    each input's first (batch-like) at RETRY_SIZE; None when there is none to change."""
+    extra = {}
+    for name, t in job.inputs.items():
+        for i, d in enumerate(t.shape or ()):
+            key = d or f"{name}:{i}"
+            if i > 0 and not isinstance(d, int) and key not in job.shapes:
+                extra[key] = RETRY_SIZE
+    return {**extra, **job.shapes} if extra else None
+
+
 def describe_generated(job: Any) -> str:
     """What generated inputs assumed: sizes given to symbolic dims and value ranges of integer inputs."""
     from gpux.inputs import DEFAULT_INT_RANGE
@@ -34,9 +49,10 @@ def describe_generated(job: Any) -> str:
     ints = []
     declared = ranges(job.project)
     for name, t in job.inputs.items():
-        for d in t.shape or ():
+        for i, d in enumerate(t.shape or ()):
             if not isinstance(d, int):
-                sizes.setdefault(d or f"{name}:?", job.shapes.get(d or "", 1))
+                key = d or f"{name}:{i}"
+                sizes.setdefault(key, job.shapes.get(key, 1))
         if t.dtype.startswith(("int", "uint")):
             lo, hi = declared.get(name, DEFAULT_INT_RANGE)
             ints.append(f"{name} in [{lo:g}, {hi:g})")

@@ -20,10 +20,11 @@ def _np() -> Any:
 
 
 def dims(tensor: Tensor, shapes: dict[str, int]) -> tuple[int, ...]:
-    """Concrete dims for a tensor: static ints, named dims from `shapes`, else 1."""
+    """Concrete dims for a tensor: static ints, named dims from `shapes` (an unnamed one as
+    "INPUT:AXIS"), else 1."""
     out = []
-    for d in tensor.shape or ():
-        out.append(d if isinstance(d, int) else shapes.get(d or "", 1))
+    for i, d in enumerate(tensor.shape or ()):
+        out.append(d if isinstance(d, int) else shapes.get(d or f"{tensor.name}:{i}", 1))
     return tuple(out)
 
 

@@ -3,6 +3,7 @@ max-rel, cosine and the fraction within tolerance; class-score outputs also by t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ DEFAULTS: dict[str, dict[str, float | None]] = {
     "int8": {"atol": None, "rtol": None, "min_within": None, "min_cosine": 0.98, "min_top1": 0.5},
 }
 KEYS = ("atol", "rtol", "min_within", "min_cosine", "min_top1")
+NEGLIGIBLE = 1e-5  # an output whose reference and error both stay below this is not judged by cosine
 
 
 def tolerances(precision: str, verify: Verify) -> dict[str, float | None]:
@@ -49,10 +51,12 @@ class Verification:
     failures: list[str]
     samples: int
     data: str = "generated"  # where the inputs came from: generated, verify.data, --file
+    shapes: dict[str, int] | None = None  # sizes generated inputs gave symbolic dims
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "precision": self.precision, "tolerances": self.tolerances,
-                "samples": self.samples, "data": self.data, "outputs": self.outputs, "failures": self.failures}
+                "samples": self.samples, "data": self.data, "shapes": self.shapes, "outputs": self.outputs,
+                "failures": self.failures}
 
     def summary(self) -> str:
         worst = min((o["cosine"] for o in self.outputs.values()), default=1.0)
@@ -133,7 +137,8 @@ def _dense(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | Non
             problems.append(f"{name}: {bad} of {r.size} values outside atol {tol['atol']:g} + rtol "
                             f"{tol['rtol']:g}·|ref| (within {within:.2%} < min_within {tol['min_within']:.2%}; "
                             f"max-abs {max_abs:.3g})")
-    if tol["min_cosine"] is not None and cosine < tol["min_cosine"]:
+    negligible = scale < NEGLIGIBLE and max_abs < NEGLIGIBLE  # cosine of rounding noise means nothing
+    if tol["min_cosine"] is not None and cosine < tol["min_cosine"] and not negligible:
         problems.append(f"{name}: cosine {cosine:.6f} < min_cosine {tol['min_cosine']}")
     return {"max_abs": max_abs, "max_rel": max_rel, "cosine": cosine, "within": within}, problems
 
@@ -216,7 +221,17 @@ def run_verification(job: Job, step: Step, target: Target, artifact: Any) -> dic
         raise BuildFailed(f"{target.id} cannot be verified: the FP32 reference (ONNX Runtime) cannot load the "
                           f"model: {short(exc)}", hint="--no-verify runs it unverified") from None
     feeds, data = (job.samples, "--file") if job.samples else calibrate.verification_feeds(job)
-    reference_out = reference_outputs(job, reference_run, feeds, data)
+    try:
+        reference_out = reference_outputs(job, reference_run, feeds, data)
+    except ModelError:
+        retry = calibrate.retry_shapes(job) if data == "generated" else None
+        if retry is None:
+            raise
+        job = dataclasses.replace(job, shapes=retry)
+        feeds, data = calibrate.verification_feeds(job)
+        reference_out = reference_outputs(job, reference_run, feeds, data)
+        job.log(f"note: {target.id}: generated inputs with undeclared dims of 1 were invalid for the model; "
+                f"verified with {calibrate.describe_generated(job)} (declare shapes: to choose)")
     from gpux.providers.ort import quiet_stderr
 
     try:
@@ -230,6 +245,8 @@ def run_verification(job: Job, step: Step, target: Target, artifact: Any) -> dic
     result = compare(names or [f"output_{i}" for i in range(len(got[0]))], reference_out, got, precision, tol,
                      classifications(job.project))
     result.data = data
+    if data == "generated":
+        result.shapes = {k: v for k, v in job.shapes.items()}
     job.log(f"verify {target.id}: {result.summary()}")
     if not result.passed:
         lines = "\n".join(f"  {f}" for f in result.failures)

