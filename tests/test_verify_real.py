@@ -238,3 +238,13 @@ def test_fp16_of_an_already_quantized_model_names_the_conversion(tmp_path: Path)
     r = cli("build", str(tmp_path), "-p", "cpu")
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "fp16 conversion failed" in r.stderr and "keep precision: fp32" in r.stderr
+
+
+def test_run_json_with_an_output_file_keeps_values_in_the_file(tmp_path: Path) -> None:
+    folder = matmul_project(tmp_path, "")
+    out = tmp_path / "out.npz"
+    r = cli("run", str(folder), "-p", "cpu", "--json", "-o", str(out), "--input", json.dumps({"x": [[0.5] * 64]}))
+    assert r.returncode == 0, r.stderr
+    entry = json.loads(r.stdout)["outputs"]["y"]
+    assert entry == {"dtype": "float32", "shape": [1, 32], "file": str(out)}
+    assert np.load(out)["y"].shape == (1, 32)
