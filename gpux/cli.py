@@ -46,12 +46,16 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--no-model", is_flag=True,
               help="Check the config alone (for models fetched later); by default declared inputs/outputs "
                    "are compared with the model file when it is present.")
-def validate(paths: tuple[str, ...], fmt: str, check_model: bool, no_model: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+def validate(paths: tuple[str, ...], fmt: str, check_model: bool, no_model: bool, as_json: bool) -> None:
     """Check gpux.yml files (paths, folders or globs; default: ./gpux.yml)."""
     from gpux.validate import validate_paths
 
     if check_model and no_model:
         raise click.UsageError("--check-model and --no-model exclude each other")
+    if as_json and fmt not in ("text", "json"):
+        raise click.UsageError(f"--json and --format {fmt} exclude each other")
+    fmt = "json" if as_json else fmt
     code = validate_paths(list(paths) or ["."], fmt, check_model, not no_model)
     sys.exit(code)
 

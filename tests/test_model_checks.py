@@ -92,6 +92,8 @@ def test_plain_validate_checks_the_model_when_present_and_skips_it_on_request(tm
     r = cli("validate", str(tmp_path))
     assert r.returncode == 3 and "declared int64 but the model has float32" in r.stderr
     assert cli("validate", "--no-model", str(tmp_path)).returncode == 0
+    r = cli("validate", "--json", str(tmp_path))
+    assert r.returncode == 3 and json.loads(r.stdout)["invalid"] == 1
     (tmp_path / "model.onnx").unlink()  # fetched later: plain validate checks the config alone
     r = cli("validate", str(tmp_path))
     assert r.returncode == 0, r.stderr
