@@ -248,3 +248,17 @@ def test_run_json_with_an_output_file_keeps_values_in_the_file(tmp_path: Path) -
     entry = json.loads(r.stdout)["outputs"]["y"]
     assert entry == {"dtype": "float32", "shape": [1, 32], "file": str(out)}
     assert np.load(out)["y"].shape == (1, 32)
+
+
+def test_openvino_int8_reports_what_it_quantized(tmp_path: Path) -> None:
+    folder = matmul_project(tmp_path / "mm", "providers:\n  openvino: {precision: int8, int8_mode: weights}\n")
+    r = cli("build", str(folder), "-p", "openvino", "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((Path(json.loads(r.stdout)["targets"][0]["path"]).parent / "manifest.json").read_text())
+    assert manifest["info"]["quantized_ops"] > 0 and "int8_warning" not in manifest["info"]
+    relu = save(tmp_path / "relu", [helper.make_node("Relu", ["x"], ["y"])], [vi("x", [1, 8])], [vi("y", [1, 8])],
+                yml="providers:\n  openvino: {precision: int8, int8_mode: weights}\n")
+    r = cli("build", str(relu), "-p", "openvino")
+    assert r.returncode == 0 and "no operator was quantized" in r.stderr, r.stderr
+    r = cli("build", str(relu), "-p", "openvino", "--strict", "--force")
+    assert r.returncode == 1 and "no operator was quantized" in r.stderr

@@ -196,10 +196,28 @@ def _compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
         raise BuildFailed(f"NNCF int8 ({opts.int8_mode}) failed: {type(exc).__name__}: {reason(exc)}") from None
     seconds = round(time.perf_counter() - started, 4)
     info.update(nncf=nncf.__version__, int8_mode=opts.int8_mode, nncf_seconds=seconds)
+    info["quantized_ops"] = quantized_ops(model)
+    if info["quantized_ops"] == 0:
+        message = f"{ctx.target.id}: int8 did nothing useful for this model: no operator was quantized"
+        if getattr(ctx, "strict", False):
+            failed = BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it")
+            failed.conversion = False  # type: ignore[attr-defined]  # --strict only: not remembered as failing
+            raise failed
+        ctx.log(f"warning: {message}")
+        info["int8_warning"] = "no operator was quantized"
     if feeds is not None:
         info["calibration_samples"] = len(feeds)
     ctx.log(f"{ctx.target.id}: NNCF int8 {opts.int8_mode} in {seconds:.2f}s")
     return model
+
+
+def quantized_ops(model: Any) -> int:
+    """FakeQuantize operations (post-training quantization) plus int8/uint8 weight constants (compression)."""
+    def quantized(op: Any) -> bool:
+        kind = op.get_type_name()
+        return kind == "FakeQuantize" or (kind == "Constant" and op.get_element_type().get_type_name() in ("i8", "u8"))
+
+    return sum(1 for op in model.get_ops() if quantized(op))
 
 
 @contextlib.contextmanager
