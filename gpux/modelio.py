@@ -76,17 +76,18 @@ def _tensor(value_info: Any) -> Tensor:
     return Tensor(value_info.name, dtype, tuple(dims))
 
 
-def read_io(path: Path, memo: Path | None = None) -> ModelIO:
-    """The model's interface; memoised in `memo` by the file's (size, mtime) so unchanged models aren't parsed."""
+def read_io(path: Path, memo: Path | None = None, check: bool = True) -> ModelIO:
+    """The model's interface; memoised in `memo` by the file's (size, mtime) so unchanged models aren't parsed.
+    `check=False` skips the model checks (gpux's own intermediate files)."""
     if memo is None or not path.is_file():
-        return _parse_io(path)
+        return _parse_io(path, check)
     from gpux.store import memoised
 
     [cached] = memoised([path], memo, lambda p: _parse_io(p).to_dict())
     return ModelIO.from_dict(cached)
 
 
-def _parse_io(path: Path) -> ModelIO:
+def _parse_io(path: Path, check: bool = True) -> ModelIO:
     onnx = require("onnx")
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -110,8 +111,8 @@ def _parse_io(path: Path) -> ModelIO:
 
     edges = [("input", v.name, code(v)) for v in model.graph.input if v.name not in init]
     edges += [("output", v.name, code(v)) for v in model.graph.output]
-    problems = structural_problems(model, path, tuple(external))
-    problems += type_problems(edges) if not problems else []
+    problems = structural_problems(model, path, tuple(external)) if check else []
+    problems += type_problems(edges) if check and not problems else []
     return ModelIO(
         inputs=tuple(_tensor(v) for v in model.graph.input if v.name not in init),
         outputs=tuple(_tensor(v) for v in model.graph.output),

@@ -127,7 +127,7 @@ def build_ir(ctx: Any) -> dict[str, Any]:
         raise BuildFailed(f"OpenVINO cannot convert {ctx.src.name}: {reason(exc)}",
                           hint="run it with ONNX Runtime (provider cpu), or drop openvino from "
                                "runtime.supported") from None
-    outputs = [t.name for t in read_io(ctx.src).outputs]
+    outputs = [t.name for t in read_io(ctx.src, check=False).outputs]
     model = _in_order(model, outputs)
     if opts.layout:
         model = _with_layout(model, opts.layout)

@@ -35,7 +35,7 @@ def session_options(level: str = "basic", intra_op: int = 0, inter_op: int = 0,
 def has_external_data(path: Path) -> bool:
     from gpux.modelio import read_io
 
-    return bool(read_io(path).external_data)
+    return bool(read_io(path, check=False).external_data)
 
 
 def optimize(src: Path, dst: Path, level: str) -> None:
