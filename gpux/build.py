@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import json
-import os
 import platform
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
@@ -345,7 +341,7 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
                       lambda: calibrate.feeds(project, target, inputs, shapes, log), job.strict)
         started = time.perf_counter()
         try:
-            with scratch(workdir):
+            with store.scratch(workdir):
                 info = resolve(step.build)(ctx)
         except BuildFailed as exc:
             exc.conversion = getattr(exc, "conversion", True)  # type: ignore[attr-defined]
@@ -383,23 +379,6 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
     finally:
         if workdir.exists():
             store.discard_tmp(workdir)
-
-
-@contextlib.contextmanager
-def scratch(workdir: Path) -> Iterator[None]:
-    """Run a build step with the working directory and temp folder inside the build's own temp folder, so
-    files runtimes write beside themselves (quantizers, shape inference) stay in the store and vanish."""
-    folder = workdir / ".scratch"
-    folder.mkdir()
-    cwd, tmp = os.getcwd(), tempfile.tempdir
-    os.chdir(folder)
-    tempfile.tempdir = str(folder)
-    try:
-        yield
-    finally:
-        os.chdir(cwd)
-        tempfile.tempdir = tmp
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def needs_device(project: Project, provider: str) -> bool:

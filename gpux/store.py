@@ -236,3 +236,20 @@ def recall_failure(root: Path, name: str, folder: str, key: str) -> dict[str, An
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) and doc.get("key") == key else None
+
+
+@contextlib.contextmanager
+def scratch(workdir: Path) -> Iterator[None]:
+    """Run a build step with the working directory and temp folder inside the build's own temp folder, so
+    files runtimes write beside themselves (quantizers, shape inference) stay in the store and vanish."""
+    folder = workdir / ".scratch"
+    folder.mkdir()
+    cwd, tmp = os.getcwd(), tempfile.tempdir
+    os.chdir(folder)
+    tempfile.tempdir = str(folder)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        tempfile.tempdir = tmp
+        shutil.rmtree(folder, ignore_errors=True)
