@@ -92,9 +92,11 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
     try:
         project = load_config(path, require_model=check_model)
         if check_model:
-            from gpux.modelio import load_checked
+            from gpux.modelio import compat_check, load_checked
 
-            load_checked(project)
+            note = compat_check(load_checked(project)).note
+            if note:
+                project.notes.append(project.problem(("model", "source"), note))
         elif model:
             declared_io_problems(project)
     except ConfigError as exc:
