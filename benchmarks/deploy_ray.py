@@ -28,44 +28,56 @@ serve_bench: Any = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(serve_bench)
 
 
-def ray_rows(project: Path, name: str, seconds: float) -> list[tuple[str, dict[str, float]]]:
+def alternate(cells: list[tuple[str, Any]], seconds: float, rounds: int) -> list[tuple[str, dict[str, Any]]]:
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in cells}
+    for _ in range(rounds):
+        for label, cell in cells:
+            runs[label].append(cell(seconds / rounds))
+    return [(label, serve_bench.summarize(r)) for label, r in runs.items()]
+
+
+def with_replicas(project: Path, replicas: int) -> Any:
+    from gpux.config import load_config
+
+    p = load_config(project)
+    ray_cfg = p.config.deploy.ray.model_copy(update={"num_replicas": replicas, "ray_actor_options": {"num_cpus": 0.5}})
+    deploy = p.config.deploy.model_copy(update={"ray": ray_cfg})
+    return dataclasses.replace(p, config=p.config.model_copy(update={"deploy": deploy}))
+
+
+def bench_model(name: str, seconds: float, rounds: int) -> list[tuple[str, dict[str, Any]]]:
+    """gpux serve and the Ray application up at once, measured in alternating rounds; then 2 replicas."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
     from ray import serve
 
-    from gpux.config import load_config
     from gpux.deploy.ray import app
 
-    rows = []
-    port = serve_bench.free_port()
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        for replicas in (1, 2):
-            p = load_config(project)
-            ray_cfg = p.config.deploy.ray.model_copy(update={"num_replicas": replicas,
-                                                             "ray_actor_options": {"num_cpus": 0.5}})
-            deploy = p.config.deploy.model_copy(update={"ray": ray_cfg})
-            p = dataclasses.replace(p, config=p.config.model_copy(update={"deploy": deploy}))
-            serve.run(app([p], provider="cpu"), name="gpux", route_prefix="/", blocking=False)
-            rows.append((f"Ray Serve, {replicas} replica{'s' * (replicas > 1)}",
-                         serve_bench.measure("rest-binary", f"127.0.0.1:{port}", name, seconds)))
-            serve.delete("gpux")
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-    return rows
-
-
-def bench_model(name: str, seconds: float) -> list[tuple[str, dict[str, float]]]:
     project = ROOT / "examples" / name
     if not (project / "model.onnx").is_file():
         subprocess.run([sys.executable, str(project / "make_model.py")], check=True, capture_output=True)
     subprocess.run([sys.executable, "-m", "gpux", "build", str(project), "--provider", "cpu"], check=True,
                    capture_output=True)
+    port = serve_bench.free_port()
+    rows: list[tuple[str, dict[str, Any]]] = []
     with serve_bench.gpux_serve(project, batching=False) as server:
-        rows = [("gpux serve (1 process)", serve_bench.measure("rest-binary", server.http, name, seconds))]
-    return rows + ray_rows(project, name, seconds)
+        plain = serve_bench.served_cell("rest-binary", server.http, name)
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        try:
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+            for replicas in (1, 2):
+                serve.run(app([with_replicas(project, replicas)], provider="cpu"), name="gpux", route_prefix="/",
+                          blocking=False)
+                label = f"Ray Serve, {replicas} replica{'s' * (replicas > 1)}"
+                got = alternate([("gpux serve (1 process)", plain),
+                                 (label, serve_bench.served_cell("rest-binary", f"127.0.0.1:{port}", name))],
+                                seconds, rounds)
+                rows += got if replicas == 1 else got[1:]
+                serve.delete("gpux")
+        finally:
+            serve.shutdown()
+            ray.shutdown()
+    return rows
 
 
 def render(name: str, rows: list[tuple[str, dict[str, float]]]) -> str:
@@ -85,13 +97,15 @@ def render(name: str, rows: list[tuple[str, dict[str, float]]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="resnet50,mlp")
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=12.0, help="per server, split over the rounds")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    parts = [f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; {args.seconds:g} s windows", ""]
+    parts = [f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; {args.seconds:g} s per server "
+             f"in {args.rounds} alternating rounds", ""]
     with tempfile.TemporaryDirectory():
         for name in args.models.split(","):
-            parts.append(render(name, bench_model(name, args.seconds)))
+            parts.append(render(name, bench_model(name, args.seconds, args.rounds)))
             print(parts[-1], flush=True)
     if args.out:
         args.out.write_text("\n".join(parts))

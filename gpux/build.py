@@ -18,7 +18,7 @@ import gpux
 from gpux import store
 from gpux.config import Project
 from gpux.deps import installed_ort_distributions, version_of
-from gpux.errors import BuildFailed, GpuxError, VerificationFailed
+from gpux.errors import BuildFailed, GpuxError
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan import Target, resolve_shapes, targets
 
@@ -58,6 +58,16 @@ STEPS: dict[str, Step] = {
     "tensorrt-engine": Step("gpux.providers.tensorrt:build_engine", "gpux.providers.tensorrt:verify_runner",
                             ("tensorrt", "onnxruntime"), "gpu", "gpux.providers.tensorrt:open_runner",
                             on_run=False, needs_device=True),
+}
+
+
+# what to do when a build step's runtime raises, by step
+STEP_HINTS = {
+    "float16": "the fp16 conversion failed for this model (an already-quantized model cannot be converted); "
+               "keep precision: fp32. GPUX_DEBUG=1 shows details",
+    "quantize": "int8 quantization failed for this model; keep precision: fp32 or try another quantization "
+                "mode. GPUX_DEBUG=1 shows details",
+    "": "this runtime cannot take the model as it is; GPUX_DEBUG=1 shows details",
 }
 
 
@@ -112,6 +122,22 @@ class Context:
     shapes: dict[str, int]
     log: Log
     calibration: Callable[[], list[dict[str, Any]]]
+    strict: bool = False  # precision that did nothing fails instead of warning
+
+
+@dataclass
+class Job:
+    """What every target of one build shares: the project, the model's interface and the verification setup."""
+
+    project: Project
+    inputs: dict[str, Tensor]
+    shapes: dict[str, int]
+    verify: bool
+    log: Log
+    source: Path  # the model the first target reads and the FP32 reference runs (IR-lowered copy if needed)
+    samples: list[dict[str, Any]] | None = None  # verification inputs given by the caller (run --file)
+    strict: bool = False
+    force: bool = False  # rebuild, and retry conversions remembered as failing
 
 
 @dataclass
@@ -152,9 +178,11 @@ def source_files(project: Project, io: ModelIO) -> list[Path]:
 
 def build(project: Project, provider: str, *, force: bool = False, verify: bool = True,
           store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
-          io: ModelIO | None = None, full_check: bool = False, for_run: bool = False) -> BuildResult:
+          io: ModelIO | None = None, full_check: bool = False, for_run: bool = False,
+          samples: list[dict[str, Any]] | None = None, strict: bool = False) -> BuildResult:
     """Build (or find in the cache) every target provider `provider` needs. `full_check` re-hashes cached
-    artifacts (what `run` does before loading) instead of trusting their recorded size and mtime."""
+    artifacts (what `run` does before loading) instead of trusting their recorded size and mtime;
+    `samples` (the user's inputs in hand) verify new artifacts instead of generated data."""
     log = log or (lambda _msg: None)
     io = io or load_checked(project, store_dir)
     root = store.store_root(project.root, store_dir)
@@ -165,10 +193,12 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
     source_digest = store.digest_files(files, project.source.parent, root / ".hashes.json")
     inputs, _ = effective_io(project, io)
     shapes = resolve_shapes(project, shapes)
+    job = Job(project, inputs, shapes, verify, log, _usable_source(project, io, root, log), samples, strict,
+              force)
     result = BuildResult(project, provider)
-    for target, parts, key in keyed_targets(project, provider, inputs, source_digest):
+    for target, parts, key in keyed_targets(project, provider, inputs, source_digest, shapes):
         folder = root / project.name / f"{target.id}-{key[:12]}"
-        src = project.source if not result.results else result.final.artifact.main
+        src = job.source if not result.results else result.final.artifact.main
         started = time.perf_counter()
         art, reason = (None, "--force") if force else _cached(folder, key, full_check, verify)
         cached = art is not None
@@ -178,9 +208,7 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
                 if art is None and for_run and not STEPS[target.step].on_run:
                     raise NeedsBuild(project, target, parts, root)
                 if art is None:
-                    log(f"building {target.id} ({reason2 or reason})")
-                    art = _build_one(project, target, parts, key, src, folder, root, inputs, shapes, verify,
-                                     log)
+                    art = _build_remembering(job, target, parts, key, src, folder, root, reason2 or reason)
                 else:
                     cached = True
         r = TargetResult(target, key, art, cached, time.perf_counter() - started, "" if cached else reason)
@@ -219,13 +247,13 @@ def digest_of(parts: dict[str, Any] | None) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor],
-                  source_digest: str) -> list[tuple[Target, dict[str, Any], str]]:
+def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor], source_digest: str,
+                  shapes: dict[str, int] | None = None) -> list[tuple[Target, dict[str, Any], str]]:
     """The provider's targets with their key parts and cache keys; a target's key covers its input's."""
     keys: dict[str, str] = {"source": source_digest}
     out = []
     for target in targets(project, provider, inputs):
-        parts = key_parts(project, target, inputs, keys[target.consumes])
+        parts = key_parts(project, target, inputs, keys[target.consumes], shapes)
         keys[target.id] = digest_of(parts)
         out.append((target, parts, keys[target.id]))
     return out
@@ -245,7 +273,8 @@ def _cached(folder: Path, key: str, full: bool = False, verify: bool = False) ->
     return art, ""
 
 
-def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input_key: str) -> dict[str, Any]:
+def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input_key: str,
+              shapes: dict[str, int] | None = None) -> dict[str, Any]:
     step = STEPS[target.step]
     return {
         "gpux": gpux.__version__,
@@ -256,7 +285,9 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
         "inputs": {n: t.to_dict() for n, t in inputs.items()},
         "calibration": _calibration_digest(project, target),
         "verify": project.config.verify.model_dump(mode="json"),
-        "shapes": resolve_shapes(project) if step.shapes else None,
+        "shapes": {"sizes": resolve_shapes(project, shapes),
+                   "ranges": {d: r.model_dump() for d, r in project.config.shapes.items() if not isinstance(r, int)}}
+        if step.shapes else None,
         "versions": runtime_versions(step.packages),
         "device": device_identity(step, target),
     }
@@ -273,25 +304,61 @@ def _calibration_digest(project: Project, target: Target) -> str | None:
     return store.digest_files(files, project.root)
 
 
-def _build_one(project: Project, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path,
-               root: Path, inputs: dict[str, Tensor], shapes: dict[str, int], verify: bool,
-               log: Log) -> store.Artifact:
+def _build_remembering(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path,
+                       root: Path, why: str) -> store.Artifact:
+    """Build, remembering a failure for this exact key so later runs skip it at once (--force retries)."""
+    name = job.project.name
+    known = None if job.force else store.recall_failure(root, name, folder.name, key)
+    if known is not None:
+        raise BuildFailed(f"{known['message']} (remembered from an earlier build of this model with these "
+                          f"runtime versions; --force retries)", hint=known.get("hint"))
+    job.log(f"building {target.id} ({why})")
+    try:
+        return _build_one(job, target, parts, key, src, folder, root)
+    except BuildFailed as exc:
+        if getattr(exc, "conversion", False):  # the runtime's conversion itself, not verification on some data
+            store.remember_failure(root, name, folder.name, key, exc.message, exc.hint)
+        raise
+
+
+def _usable_source(project: Project, io: ModelIO, root: Path, log: Log) -> Path:
+    """The source, or a copy in the store with its IR version lowered to what ONNX Runtime reads."""
+    from gpux.modelio import compat_check
+
+    compat = compat_check(io) if io.ir_version else None
+    if compat is None or compat.lower_ir_to is None:
+        return project.source
+    from gpux.compat import lowered_source
+
+    log(f"note: {compat.note}")
+    return lowered_source(project.source, compat.lower_ir_to, root / ".lowered")
+
+
+def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path,
+               root: Path) -> store.Artifact:
     from gpux import calibrate
 
+    project, inputs, shapes, log = job.project, job.inputs, job.shapes, job.log
     step = STEPS[target.step]
-    workdir = store.new_workdir(root, folder.name)
+    workdir = store.new_workdir(root, folder.name).resolve()
     try:
-        ctx = Context(project, target, src, workdir, inputs, shapes, log,
-                      lambda: calibrate.feeds(project, target, inputs, shapes, log))
+        ctx = Context(project, target, src.resolve(), workdir, inputs, shapes, log,
+                      lambda: calibrate.feeds(project, target, inputs, shapes, log), job.strict)
         started = time.perf_counter()
         try:
-            info = resolve(step.build)(ctx)
+            with store.scratch(workdir):
+                info = resolve(step.build)(ctx)
+        except BuildFailed as exc:
+            exc.conversion = getattr(exc, "conversion", True)  # type: ignore[attr-defined]
+            raise
         except GpuxError:
             raise
         except Exception as exc:  # runtimes raise anything on a model they cannot take
-            text = str(exc).strip().splitlines()
-            raise BuildFailed(f"{target.id}: {type(exc).__name__}: {text[0] if text else ''}"[:400],
-                              hint="the model may be invalid for this runtime; GPUX_DEBUG=1 shows details") from exc
+            from gpux.verify import short
+
+            failed = BuildFailed(f"{target.id}: {short(exc)}", hint=STEP_HINTS.get(target.step, STEP_HINTS[""]))
+            failed.conversion = True  # type: ignore[attr-defined]
+            raise failed from exc
         seconds = time.perf_counter() - started
         manifest = {
             "schema": store.MANIFEST_SCHEMA,
@@ -307,57 +374,17 @@ def _build_one(project: Project, target: Target, parts: dict[str, Any], key: str
             "build_seconds": round(seconds, 3),
             "verification": None,
         }
-        if verify and project.config.verify.enabled:
-            manifest["verification"] = _verify(project, step, target, workdir / manifest["main"], inputs,
-                                               shapes, log)
+        if job.verify and project.config.verify.enabled:
+            from gpux.verify import run_verification
+
+            manifest["verification"] = run_verification(job, step, target, workdir / manifest["main"])
         else:
-            manifest["verification"] = {"skipped": "--no-verify" if not verify else "verify.enabled: false"}
+            manifest["verification"] = {"skipped": "--no-verify" if not job.verify else "verify.enabled: false"}
         return store.publish(workdir, folder, manifest)
     finally:
         if workdir.exists():
             store.discard_tmp(workdir)
 
 
-def reference(project: Project) -> tuple[list[str], Callable[[dict[str, Any]], list[Any]]]:
-    """Output names and the FP32 reference: the source model itself (ONNX Runtime CPU, no graph
-    optimization; a PyTorch source runs in PyTorch)."""
-    from gpux.modelio import TORCH_FORMATS, source_format
-
-    fmt = source_format(project)
-    if fmt in TORCH_FORMATS:
-        runner = resolve("gpux.providers.torch:reference_runner")(project.source, fmt)
-        return list((project.config.outputs or {}).keys()), runner
-    from gpux.providers import ort
-
-    ref = ort.create_session(project.source, "CPUExecutionProvider", None, level="disabled")
-    return ref.output_names, ref.run
-
-
 def needs_device(project: Project, provider: str) -> bool:
     return any(STEPS[t.step].needs_device for t in targets(project, provider))
-
-
-def _verify(project: Project, step: Step, target: Target, artifact: Path, inputs: dict[str, Tensor],
-            shapes: dict[str, int], log: Log) -> dict[str, Any]:
-    from gpux import calibrate, verify
-
-    if step.verify is None:
-        return {"skipped": f"{target.step} cannot run on this machine"}
-    runner = resolve(step.verify)(artifact, target)
-    if isinstance(runner, str):
-        return {"skipped": runner}
-    feeds = calibrate.verification_feeds(project, inputs, shapes)
-    names, reference_run = reference(project)
-    reference_out = [reference_run(f) for f in feeds]
-    got = [runner(f) for f in feeds]
-    tol = verify.tolerances(target.precision, project.config.verify)
-    result = verify.compare(names or [f"output_{i}" for i in range(len(got[0]))], reference_out, got,
-                            target.precision, tol)
-    log(f"verify {target.id}: {result.summary()}")
-    if not result.passed:
-        lines = "\n".join(f"  {f}" for f in result.failures)
-        raise VerificationFailed(
-            f"{target.id} failed verification against the FP32 reference:\n{lines}",
-            hint="loosen verify: tolerances in gpux.yml, or build with --no-verify",
-        )
-    return result.to_dict()

@@ -17,11 +17,49 @@ def ranges(project: Project) -> dict[str, tuple[float, float]]:
     return {n: s.range for n, s in (project.config.inputs or {}).items() if s.range is not None}
 
 
-def verification_feeds(project: Project, inputs: dict[str, Tensor], shapes: dict[str, int]) -> list[dict]:
+def verification_feeds(job: Any) -> tuple[list[dict[str, Any]], str]:
+    """Declared real samples (`verify.data`) when given, else seeded generated inputs; and which it was."""
+    project = job.project
     v = project.config.verify
     if v.data:
-        return read_samples(project.root / v.data, inputs)
-    return [synthetic(inputs, shapes, v.seed + i, ranges(project)) for i in range(v.samples)]
+        return read_samples(project.root / v.data, job.inputs), "verify.data"
+    return [synthetic(job.inputs, job.shapes, v.seed + i, ranges(project)) for i in range(v.samples)], "generated"
+
+
+RETRY_SIZE = 64  # undeclared non-leading symbolic dims on the second try (images, sequences, audio)
+
+
+def retry_shapes(job: Any) -> dict[str, int] | None:
+    """Sizes for a second try when generated inputs were rejected: every undeclared symbolic dim except
+    each input's first (batch-like) at RETRY_SIZE; None when there is none to change."""
+    extra = {}
+    for name, t in job.inputs.items():
+        for i, d in enumerate(t.shape or ()):
+            key = d or f"{name}:{i}"
+            if i > 0 and not isinstance(d, int) and key not in job.shapes:
+                extra[key] = RETRY_SIZE
+    return {**extra, **job.shapes} if extra else None
+
+
+def describe_generated(job: Any) -> str:
+    """What generated inputs assumed: sizes given to symbolic dims and value ranges of integer inputs."""
+    from gpux.inputs import DEFAULT_INT_RANGE
+
+    sizes: dict[str, int] = {}
+    ints = []
+    declared = ranges(job.project)
+    for name, t in job.inputs.items():
+        for i, d in enumerate(t.shape or ()):
+            if not isinstance(d, int):
+                key = d or f"{name}:{i}"
+                sizes.setdefault(key, job.shapes.get(key, 1))
+        if t.dtype.startswith(("int", "uint")):
+            lo, hi = declared.get(name, DEFAULT_INT_RANGE)
+            ints.append(f"{name} in [{lo:g}, {hi:g})")
+    parts = [", ".join(f"{d}={n}" for d, n in sizes.items()) and "dims " + ", ".join(f"{d}={n}" for d, n in
+                                                                                       sizes.items()),
+             ints and "integer inputs " + ", ".join(ints)]
+    return "; ".join(p for p in parts if p) or "static shapes"
 
 
 def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: dict[str, int],
@@ -29,7 +67,7 @@ def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: d
     """Calibration feeds for quantization: `calibration:` files, else seeded random inputs (with a warning)."""
     path = target.options.get("calibration")
     if path:
-        return read_samples(project.root / path, inputs)
+        return read_samples(project.root.resolve() / path, inputs)
     n = int(target.options.get("calibration_samples") or 16)
     block = "cpu" if target.provider == "onnxruntime" else target.provider
     log(f"warning: {target.id}: no calibration data declared; calibrating on {n} seeded random inputs "

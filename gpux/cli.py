@@ -56,12 +56,22 @@ def cli() -> None:
               help="Report style; github prints workflow annotations.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--check-model", is_flag=True,
-              help="Also parse each model and check declared inputs/outputs against it (imports onnx).")
-def validate(paths: tuple[str, ...], fmt: str, as_json: bool, check_model: bool) -> None:
+              help="Also require the model and check it: onnx checker, IR version and opsets against the "
+                   "installed runtimes, external data (imports onnx).")
+@click.option("--no-model", is_flag=True,
+              help="Check the config alone (for models fetched later); by default declared inputs/outputs "
+                   "are compared with the model file when it is present.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+def validate(paths: tuple[str, ...], fmt: str, check_model: bool, no_model: bool, as_json: bool) -> None:
     """Check gpux.yml files (paths, folders or globs; default: ./gpux.yml)."""
     from gpux.validate import validate_paths
 
-    code = validate_paths(list(paths) or ["."], "json" if as_json else fmt, check_model)
+    if check_model and no_model:
+        raise click.UsageError("--check-model and --no-model exclude each other")
+    if as_json and fmt not in ("text", "json"):
+        raise click.UsageError(f"--json and --format {fmt} exclude each other")
+    fmt = "json" if as_json else fmt
+    code = validate_paths(list(paths) or ["."], fmt, check_model, not no_model)
     sys.exit(code)
 
 
@@ -98,14 +108,21 @@ def schema(output: str | None, check: bool) -> None:
 @click.option("--force", is_flag=True, help="Rebuild even when the cache is valid.")
 @click.option("--no-verify", is_flag=True, help="Skip accuracy verification against the FP32 reference.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (targets, resolved options) without building.")
+@click.option("--shape", "shapes", multiple=True,
+              help="Symbolic dim size for verification, calibration and static shapes, e.g. --shape seq=128.")
 @STORE
 @JSON
 def build(path: str, provider: str | None, strict: bool, force: bool, no_verify: bool, dry_run: bool,
-          store: str | None, as_json: bool) -> None:
+          shapes: tuple[str, ...], store: str | None, as_json: bool) -> None:
     """Validate gpux.yml, then build (or reuse) the provider's optimized artifacts."""
     from gpux.commands import build_command
 
-    sys.exit(build_command(path, provider, strict, force, not no_verify, dry_run, store, as_json))
+    sizes = None
+    if shapes:
+        from gpux.inputs import parse_shapes
+
+        sizes = parse_shapes(shapes)
+    sys.exit(build_command(path, provider, strict, force, not no_verify, dry_run, store, as_json, sizes))
 
 
 @cli.command()

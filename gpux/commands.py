@@ -14,10 +14,10 @@ def _log(as_json: bool) -> Any:
 
 
 def build_command(path: str, provider: str | None, strict: bool, force: bool, verify: bool, dry_run: bool,
-                  store_dir: str | None, as_json: bool) -> int:
+                  store_dir: str | None, as_json: bool, shapes: dict[str, int] | None = None) -> int:
     from gpux import noop
 
-    request = {"provider": provider, "strict": strict, "verify": verify, "store": store_dir}
+    request = {"provider": provider, "strict": strict, "verify": verify, "store": store_dir, "shapes": shapes}
     if not force and not dry_run:
         replayed = noop.replay(path, request)
         if replayed is not None:
@@ -46,7 +46,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
         inputs, _ = effective_io(project, io)
         digest = store.digest_files(source_files(project, io), project.root)
         first = selection.chain[0]
-        keyed = keyed_targets(project, first, inputs, digest)
+        keyed = keyed_targets(project, first, inputs, digest, shapes)
         plan_targets = [t for t, _, _ in keyed]
         doc: dict[str, Any] = {"name": project.name, "selection": selection.to_dict(), "provider": first,
                "available": probe_for(project, first).to_dict(),
@@ -78,7 +78,8 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     else:
         raise ProviderUnavailable("no provider can build here: " + "; ".join(a.line() for a in attempts))
     before, config_sha = noop.snapshot(watched_inputs(project, io)), noop.config_digest(project.path)
-    result = build(project, name, force=force, verify=verify, store_dir=store_dir, log=log, io=io)
+    result = build(project, name, force=force, verify=verify, store_dir=store_dir, log=log, io=io, shapes=shapes,
+                   strict=strict)
     remember(project)
     doc = {**result.to_dict(), "requested": selection.to_dict(),
            "cannot_run": None if cannot_run is None else cannot_run.reason,
@@ -135,7 +136,8 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
     inputs, _ = effective_io(project, load_checked(project, store))
     # inputs are read and checked before anything is built or loaded
     feeds = parse_json(input_json, inputs) if input_json is not None else load_file(input_file or "", inputs)
-    with load(project, provider, strict=strict, store_dir=store, log=_log(as_json), placement=placement) as session:
+    with load(project, provider, strict=strict, store_dir=store, log=_log(as_json), placement=placement,
+              samples=[feeds]) as session:
         values = session.run_feeds(feeds)
         outputs = dict(zip(session.output_names, values, strict=True))
         info = session.report()
@@ -146,7 +148,7 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
                 np.savez(output, **outputs)
             except OSError as exc:
                 raise InputError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-        doc = report.output_doc(session.project, outputs)
+        doc = report.output_doc(session.project, outputs, written=output if as_json else None)
         if as_json:
             report.emit_json({"name": session.project.name, **info, "outputs": doc})
             return 0

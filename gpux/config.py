@@ -214,14 +214,21 @@ class Verify(Strict):
     enabled: bool = Field(True, description="Compare every built artifact with the FP32 reference.")
     samples: int = Field(4, ge=1, description="Seeded random input sets to compare on.")
     seed: int = Field(0, description="Seed of the random inputs.")
-    data: str | None = Field(None, description="Sample inputs (.npz with one array per input) instead.")
+    data: str | None = Field(None, description="Real sample inputs (.npz/.npy/.json file or folder; one array "
+                             "per input, an extra leading axis stacks samples); preferred over generated ones.")
     atol: float | None = Field(None, ge=0, description="Absolute tolerance; default depends on precision.")
     rtol: float | None = Field(None, ge=0, description="Relative tolerance; default depends on precision.")
     min_cosine: float | None = Field(
         None, ge=-1, le=1, description="Least cosine similarity of each output with the reference."
     )
+    min_within: float | None = Field(
+        None, ge=0, le=1, description="Least fraction of each output's values within atol + rtol·|ref|."
+    )
     min_top1: float | None = Field(
-        None, ge=0, le=1, description="Least top-1 agreement on outputs that look like class scores."
+        None, ge=0, le=1, description="Least top-1 agreement on class-score outputs (see classifications)."
+    )
+    classifications: list[str] | None = Field(
+        None, description="Outputs that are class scores (compared by top-1 too); default: outputs with labels."
     )
 
 
@@ -299,6 +306,11 @@ class GpuxConfig(Strict):
     model: ModelSource = Field(description="Where the model comes from.")
     inputs: dict[str, TensorSpec] | None = Field(None, description="Inputs; read from the model when omitted.")
     outputs: dict[str, TensorSpec] | None = Field(None, description="Outputs; read from the model when omitted.")
+    shapes: dict[Annotated[str, Field(pattern=opts.DIM_NAME)], Annotated[int, Field(ge=0)] | opts.ProfileRange] = \
+        Field(default_factory=dict, description=(
+            "Sizes of symbolic dims, declared once: an int, or {min, opt, max}. Verification, calibration and "
+            "benchmark data use the size (opt); OpenVINO keeps min..max dynamic; TensorRT profiles use all "
+            "three. --shape NAME=SIZE overrides."))
     runtime: Runtime = Field(default_factory=Runtime, description="Provider selection and fallback.")
     providers: Providers = Field(default_factory=Providers, description="Options per provider.")
     verify: Verify = Field(default_factory=Verify, description="Accuracy checks of built artifacts.")

@@ -86,3 +86,9 @@ class BuildFailed(GpuxError):
 
 class VerificationFailed(BuildFailed):
     pass
+
+
+class ModelError(GpuxError):
+    """The model itself cannot be used as declared (not a provider problem: no fallback helps)."""
+
+    exit_code = ExitCode.CONFIG

@@ -20,10 +20,11 @@ def _np() -> Any:
 
 
 def dims(tensor: Tensor, shapes: dict[str, int]) -> tuple[int, ...]:
-    """Concrete dims for a tensor: static ints, named dims from `shapes`, else 1."""
+    """Concrete dims for a tensor: static ints, named dims from `shapes` (an unnamed one as
+    "INPUT:AXIS"), else 1."""
     out = []
-    for d in tensor.shape or ():
-        out.append(d if isinstance(d, int) else shapes.get(d or "", 1))
+    for i, d in enumerate(tensor.shape or ()):
+        out.append(d if isinstance(d, int) else shapes.get(d or f"{tensor.name}:{i}", 1))
     return tuple(out)
 
 
@@ -128,7 +129,7 @@ def cast(value: Any, tensor: Tensor, origin: str = "input") -> Any:
             if isinstance(d, int) and d != n:
                 raise InputError(f"{origin}: input {tensor.name!r} has shape {list(arr.shape)} but dim {i} "
                                  f"must be {d} {_shape(tensor)}")
-    return np.ascontiguousarray(arr)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")  # 0-d stays 0-d
 
 
 def _shape(t: Tensor) -> str:

@@ -37,6 +37,8 @@ class ModelIO:
     ir_version: int | None = None
     producer: str = ""
     external_data: tuple[str, ...] = field(default=())
+    opsets: dict[str, int] = field(default_factory=dict)  # domain ("" = default) -> version
+    problems: tuple[str, ...] = field(default=())  # what makes the file unusable (compat.structural_problems)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelIO:
@@ -45,7 +47,7 @@ class ModelIO:
                          for t in items)
 
         return cls(tensors(d["inputs"]), tensors(d["outputs"]), d["opset"], d["ir_version"], d["producer"],
-                   tuple(d["external_data"]))
+                   tuple(d["external_data"]), dict(d.get("opsets") or {}), tuple(d.get("problems") or ()))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +57,8 @@ class ModelIO:
             "ir_version": self.ir_version,
             "producer": self.producer,
             "external_data": list(self.external_data),
+            "opsets": self.opsets,
+            "problems": list(self.problems),
         }
 
 
@@ -65,24 +69,25 @@ def _tensor(value_info: Any) -> Tensor:
         return Tensor(value_info.name, dtype, None)
     dims: list[Dim] = []
     for d in t.shape.dim:
-        if d.HasField("dim_value") and d.dim_value > 0:
+        if d.HasField("dim_value"):  # 0 is a static size too
             dims.append(int(d.dim_value))
         else:
             dims.append(d.dim_param or None)
     return Tensor(value_info.name, dtype, tuple(dims))
 
 
-def read_io(path: Path, memo: Path | None = None) -> ModelIO:
-    """The model's interface; memoised in `memo` by the file's (size, mtime) so unchanged models aren't parsed."""
+def read_io(path: Path, memo: Path | None = None, check: bool = True) -> ModelIO:
+    """The model's interface; memoised in `memo` by the file's (size, mtime) so unchanged models aren't parsed.
+    `check=False` skips the model checks (gpux's own intermediate files)."""
     if memo is None or not path.is_file():
-        return _parse_io(path)
+        return _parse_io(path, check)
     from gpux.store import memoised
 
     [cached] = memoised([path], memo, lambda p: _parse_io(p).to_dict())
     return ModelIO.from_dict(cached)
 
 
-def _parse_io(path: Path) -> ModelIO:
+def _parse_io(path: Path, check: bool = True) -> ModelIO:
     onnx = require("onnx")
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -99,6 +104,15 @@ def _parse_io(path: Path) -> ModelIO:
         }
     )
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    from gpux.compat import structural_problems, type_problems
+
+    def code(v: Any) -> int:  # -1: not a tensor (sequence, map, optional)
+        return int(v.type.tensor_type.elem_type) if v.type.HasField("tensor_type") else -1
+
+    edges = [("input", v.name, code(v)) for v in model.graph.input if v.name not in init]
+    edges += [("output", v.name, code(v)) for v in model.graph.output]
+    problems = structural_problems(model, path, tuple(external)) if check else []
+    problems += type_problems(edges) if check and not problems else []
     return ModelIO(
         inputs=tuple(_tensor(v) for v in model.graph.input if v.name not in init),
         outputs=tuple(_tensor(v) for v in model.graph.output),
@@ -106,6 +120,8 @@ def _parse_io(path: Path) -> ModelIO:
         ir_version=model.ir_version,
         producer=f"{model.producer_name} {model.producer_version}".strip(),
         external_data=tuple(external),
+        opsets={("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import},
+        problems=tuple(problems),
     )
 
 
@@ -221,6 +237,13 @@ def declared_io(project: Project) -> ModelIO:
     return ModelIO(tensors(cfg.inputs), tensors(cfg.outputs), producer=source_format(project))
 
 
+def compat_check(io: ModelIO) -> Any:
+    """The model's IR version and opsets against the installed ONNX Runtime (gpux.compat.Compat)."""
+    from gpux.compat import Compat, check
+
+    return check(io.ir_version, io.opsets) if io.ir_version else Compat()
+
+
 def load_checked(project: Project, store_dir: str | Path | None = None) -> ModelIO:
     """The model's interface, after checking the declared inputs/outputs against it."""
     from gpux.store import store_root
@@ -229,7 +252,11 @@ def load_checked(project: Project, store_dir: str | Path | None = None) -> Model
         raise ConfigError([project.problem(("model", "source"), f"file not found: {project.source}")])
     if source_format(project) in TORCH_FORMATS:
         return declared_io(project)
-    io = read_io(project.source, store_root(project.root, store_dir) / ".io.json")
+    io = read_io(project.source, store_root(project.root, store_dir) / ".model-io.json")
+    model_problems = [*io.problems, *compat_check(io).problems]
+    if model_problems:
+        raise ConfigError([project.problem(("model", "source"), f"{project.source.name}: {m}")
+                           for m in model_problems])
     problems = check_declared(project, io)
     missing = [f for f in io.external_data if not (project.source.parent / f).is_file()]
     if missing:

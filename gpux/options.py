@@ -126,13 +126,16 @@ class OpenVINOOptions(Options):
         "(also HETERO:... and MULTI:...).", pattern=OPENVINO_DEVICE)
     hint: Literal["latency", "throughput", "cumulative_throughput"] = _field(
         "latency", "Performance hint (PERFORMANCE_HINT).")
-    precision: Literal["fp32", "fp16", "int8"] = _field(
-        "fp32", "Weight precision of the built IR: fp16 = fp16 weights, int8 = NNCF, per int8_mode.")
+    precision: Literal["fp32", "fp16", "bf16", "int8"] = _field(
+        "fp32", "Precision of the built IR: fp32; fp16 = fp16 weights; bf16 = fp32 weights executed in bf16 "
+        "(INFERENCE_PRECISION_HINT=bf16, verified with bf16 tolerances); int8 = NNCF, per int8_mode.")
     int8_mode: Literal["quantize", "weights"] = _field(
         "quantize", "int8 only: 'quantize' = NNCF post-training quantization (uses calibration data), "
         "'weights' = int8 weight compression only.")
     inference_precision: Literal["auto", "f32", "bf16", "f16"] = _field(
-        "auto", "Execution precision (INFERENCE_PRECISION_HINT); 'auto' keeps the device default.")
+        "auto", "Execution precision (INFERENCE_PRECISION_HINT), part of the artifact's identity and verified "
+        "as such; 'auto' follows precision: bf16 for precision bf16, else f32 (not the device default, which "
+        "is bf16 on CPUs with AMX/AVX512-BF16).")
     num_requests: int | None = _field(
         None, "Parallel requests the hint targets (PERFORMANCE_HINT_NUM_REQUESTS).", ge=1)
     streams: Annotated[int, Field(ge=1)] | Literal["auto"] | None = _field(
@@ -429,8 +432,14 @@ OPENVINO_PROPERTIES: dict[str, tuple[str, Convert]] = {
     "num_requests": ("PERFORMANCE_HINT_NUM_REQUESTS", _text),
     "streams": ("NUM_STREAMS", lambda v: None if v is None else str(v).upper()),
     "threads": ("INFERENCE_NUM_THREADS", _text),
-    "inference_precision": ("INFERENCE_PRECISION_HINT", lambda v: None if v == "auto" else v),
 }
+
+
+def openvino_execution_precision(opts: OpenVINOOptions) -> str:
+    """INFERENCE_PRECISION_HINT for `opts`: the explicit value, else bf16 for precision bf16, else f32."""
+    if opts.inference_precision != "auto":
+        return opts.inference_precision
+    return "bf16" if opts.precision == "bf16" else "f32"
 
 
 def _check(provider: str, opts: Options | None) -> Options:
@@ -502,13 +511,13 @@ def openvino_properties(opts: OpenVINOOptions, *, for_verification: bool = False
                         cache_dir: str | None = None) -> dict[str, str]:
     """OpenVINO properties for `Core.compile_model(model, opts.device, properties)`.
 
-    `for_verification` forces f32 execution so outputs compare against the reference; `cache_dir` (the
-    artifact store's directory) becomes CACHE_DIR when `opts.cache` is on.
+    Verification and sessions compile with the same execution precision (INFERENCE_PRECISION_HINT), so
+    what is verified is what runs (`for_verification` is kept for callers and changes nothing); `cache_dir`
+    (the artifact store's directory) becomes CACHE_DIR when `opts.cache` is on.
     """
     props = {name: value for field, (name, convert) in OPENVINO_PROPERTIES.items()
              if (value := convert(getattr(opts, field))) is not None}
-    if for_verification:
-        props["INFERENCE_PRECISION_HINT"] = "f32"
+    props["INFERENCE_PRECISION_HINT"] = openvino_execution_precision(opts)
     if opts.cache and cache_dir is not None:
         props["CACHE_DIR"] = str(cache_dir)
     return props

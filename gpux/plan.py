@@ -110,8 +110,9 @@ def select(project: Project, provider: str | None = None, strict: bool = False,
 
 
 def resolve_shapes(project: Project, shapes: dict[str, int] | None = None) -> dict[str, int]:
-    """Values for symbolic dims: CLI --shape, then benchmark.shapes/batch, then 1."""
-    out = dict(project.config.benchmark.shapes)
+    """Values for symbolic dims: CLI --shape, then benchmark.shapes/batch, then `shapes:` (opt), then 1."""
+    out = {d: v if isinstance(v, int) else v.opt for d, v in project.config.shapes.items()}
+    out.update(project.config.benchmark.shapes)
     if project.config.benchmark.batch:
         out.setdefault("batch", project.config.benchmark.batch)
     out.update(shapes or {})
@@ -185,11 +186,13 @@ def _targets(project: Project, provider: str, inputs: dict[str, Any] | None = No
 
 
 def trt_profiles(project: Project, t: Any, inputs: dict[str, Any]) -> dict[str, str]:
-    """min/opt/max shapes for TensorRT: declared `profiles`, else each symbolic dim fixed at its resolved size."""
+    """min/opt/max shapes for TensorRT: `tensorrt.profiles`, else `shapes:` ranges, else each symbolic dim
+    fixed at its resolved size."""
     from gpux.options import ProfileRange, trt_profile_shapes
 
     sizes = resolve_shapes(project)
-    profiles = dict(t.profiles or {})
+    profiles = {d: v for d, v in project.config.shapes.items() if isinstance(v, ProfileRange)}
+    profiles.update(t.profiles or {})
     shapes = {n: list(getattr(x, "shape", None) or ()) for n, x in inputs.items()}
     for dims in shapes.values():
         for i, d in enumerate(dims):

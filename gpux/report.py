@@ -118,8 +118,13 @@ def provider_lines(report: dict[str, Any]) -> list[str]:
                      f"cache {c['state']} ({c['hits']} hit, {c['misses']} miss)")
     requested = ",".join(report["requested"])
     lines += [f"({attempt_line(a)})" for a in report["attempts"] if VERBOSE and absent(a, source)]
+    at = ""
+    if report.get("precision"):
+        at = f" at {report['precision']}"
+        if report.get("execution_precision") not in (None, report["precision"]):
+            at += f" (executes {report['execution_precision']})"
     lines.append(f"provider: requested {requested} ({source}) → ran {report['provider']}"
-                 f" [{report['runs_on']}]{absent_note(report['attempts'], source)}")
+                 f" [{report['runs_on']}]{at}{absent_note(report['attempts'], source)}")
     return lines
 
 
@@ -137,10 +142,15 @@ def labels_of(project: Project, output: str) -> list[str] | None:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def output_doc(project: Project, outputs: dict[str, Any], top: int = 5) -> dict[str, Any]:
+def output_doc(project: Project, outputs: dict[str, Any], top: int = 5, written: str | None = None) -> dict[str, Any]:
+    """Each output's dtype, shape and values; with `written` (the -o file) the values stay in that file."""
     doc: dict[str, Any] = {}
     for name, arr in outputs.items():
-        entry: dict[str, Any] = {"dtype": str(arr.dtype), "shape": list(arr.shape), "data": arr.tolist()}
+        entry: dict[str, Any] = {"dtype": str(arr.dtype), "shape": list(arr.shape)}
+        if written:
+            entry["file"] = written
+        else:
+            entry["data"] = arr.tolist()
         labels = labels_of(project, name)
         if labels and arr.ndim >= 1 and arr.shape[-1] == len(labels) and arr.dtype.kind == "f":
             rows = arr.reshape(-1, arr.shape[-1])
@@ -161,7 +171,7 @@ def format_outputs(doc: dict[str, Any]) -> str:
             for i, row in enumerate(entry["top"]):
                 best = ", ".join(f"{t['label']} {t['score']:.4f}" for t in row)
                 lines.append(f"  [{i}] {best}")
-        else:
+        elif "data" in entry:
             text = np.array2string(np.asarray(entry["data"]), threshold=20, edgeitems=3, precision=5)
             lines.extend("  " + line for line in text.splitlines())
     return "\n".join(lines)
@@ -198,6 +208,8 @@ def artifacts_table(arts: list[dict[str, Any]]) -> str:
     for a in arts:
         v = a.get("verification") or {}
         ver = "skipped" if "skipped" in v else ("passed" if v.get("passed") else "failed" if v else "-")
+        if v.get("precision"):
+            ver += f" at {v['precision']}"
         if v.get("outputs"):
             cos = min(o["cosine"] for o in v["outputs"].values())
             ver += f" cos={cos:.6f}"
@@ -223,6 +235,7 @@ def render_build(doc: dict[str, Any]) -> None:
     for t in doc["targets"]:
         v = t.get("verification") or {}
         ver = f"verify skipped: {v['skipped']}" if "skipped" in v else \
-            f"verified (cosine {min(o['cosine'] for o in v['outputs'].values()):.6f})" if v.get("outputs") else ""
+            f"verified at {v.get('precision')} (cosine {min(o['cosine'] for o in v['outputs'].values()):.6f}, " \
+            f"{v.get('samples')} {v.get('data', 'generated')} samples)" if v.get("outputs") else ""
         state = "cached" if t["cached"] else f"built in {t['seconds']:.2f}s"
         print(f"{t['target']['id']}: {state}, {format_size(t['size'])}, {ver} → {t['path']}")

@@ -12,7 +12,7 @@ from typing import Any
 from gpux import store
 from gpux.build import STEPS, BuildResult, build, resolve
 from gpux.config import Project
-from gpux.errors import GpuxError, InputError, ProviderUnavailable, VerificationFailed
+from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed
 from gpux.inputs import cast_all
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan import Selection, select
@@ -45,8 +45,9 @@ class Session:
 
     def __init__(self, project: Project, io: ModelIO, selection: Selection, *, store_dir: str | Path | None,
                  force: bool, verify: bool, log: Callable[[str], None], warnings: list[str],
-                 placement: bool = False) -> None:
+                 placement: bool = False, samples: list[dict[str, Any]] | None = None) -> None:
         self.project = project
+        self._samples = samples
         self.io = io
         self.selection = selection
         self.inputs, self.outputs = effective_io(project, io)
@@ -83,7 +84,10 @@ class Session:
             started = time.perf_counter()
             try:
                 result = build(self.project, provider, force=self._force, verify=self._verify,
-                               store_dir=self._store_dir, log=self._log, io=self.io, full_check=True, for_run=True)
+                               store_dir=self._store_dir, log=self._log, io=self.io, full_check=True, for_run=True,
+                               samples=self._samples)
+            except (ModelError, InputError):
+                raise  # the model itself, or the inputs in hand: no other provider helps
             except GpuxError as exc:
                 self._fail(provider, "build", " ".join(x.strip() for x in exc.message.splitlines()), exc.hint, exc)
                 continue
@@ -104,6 +108,10 @@ class Session:
             self._first_done = False
             return
         tried = "; ".join(a.line() for a in self.attempts) or "nothing to try"
+        tried_here = [a for a in self.attempts if a.stage != "probe"]
+        if tried_here and all(a.stage == "build" for a in tried_here):  # providers were there; the model failed
+            raise ProviderUnavailable(f"{self.project.name!r} cannot run on any provider here (a model or runtime "
+                                      f"limit, not a missing provider): {tried}")
         raise ProviderUnavailable(f"no provider could run {self.project.name!r}: {tried}")
 
     # -- inference ------------------------------------------------------------------------------
@@ -205,7 +213,15 @@ class Session:
                 "fell_back": self.fell_back,
                 "attempts": [a.to_dict() for a in self.attempts], "warnings": self.warnings,
                 "placement": self.placement, "phases": {k: round(v, 4) for k, v in self.timings.items()},
-                "runtime": self.runner.details if self._runner else None}
+                "runtime": self.runner.details if self._runner else None, **self._precision()}
+
+    def _precision(self) -> dict[str, Any]:
+        """The artifact's precision and what the runtime executes at (OpenVINO reports its hint)."""
+        if self.build is None or self._runner is None:
+            return {}
+        precision = self.build.final.target.precision
+        return {"precision": precision,
+                "execution_precision": self._runner.details.get("inference_precision") or precision}
 
     def close(self) -> None:
         if self._runner is not None:
@@ -237,8 +253,10 @@ def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Ru
 
 def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, *, strict: bool = False,
          store_dir: str | Path | None = None, force: bool = False, verify: bool = True,
-         log: Callable[[str], None] | None = None, placement: bool = False) -> Session:
-    """Open a project dir, gpux.yml, model name or .onnx file on the best working provider."""
+         log: Callable[[str], None] | None = None, placement: bool = False,
+         samples: list[dict[str, Any]] | None = None) -> Session:
+    """Open a project dir, gpux.yml, model name or .onnx file on the best working provider; `samples`
+    (inputs in hand) verify any artifact built on the way instead of generated data."""
     project = target if isinstance(target, Project) else open_project(str(target))
     io = load_checked(project, store_dir)
     warnings = list(project.warnings)
@@ -253,7 +271,7 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
     warnings += [why] if why else []
     selection = select(project, provider, strict, locked)
     return Session(project, io, selection, store_dir=store_dir, force=force, verify=verify,
-                   log=log or (lambda _m: None), warnings=warnings, placement=placement)
+                   log=log or (lambda _m: None), warnings=warnings, placement=placement, samples=samples)
 
 
 __all__ = ["Attempt", "Session", "Tensor", "load"]

@@ -206,3 +206,40 @@ def artifacts(root: Path, name: str | None = None) -> list[Artifact]:
 
 def discard_tmp(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _failure_file(root: Path, name: str, folder: str) -> Path:
+    return root / ".failed" / f"{name}-{folder}.json"
+
+
+def remember_failure(root: Path, name: str, folder: str, key: str, message: str, hint: str | None) -> None:
+    """Record that building the artifact `folder` (keyed like it: model, options, runtime versions) failed."""
+    with contextlib.suppress(OSError):
+        atomic_write_text(_failure_file(root, name, folder),
+                          json.dumps({"key": key, "message": message, "hint": hint}))
+
+
+def recall_failure(root: Path, name: str, folder: str, key: str) -> dict[str, Any] | None:
+    """The recorded failure of this exact build, if any (a changed model, option or runtime misses)."""
+    try:
+        doc = json.loads(_failure_file(root, name, folder).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("key") == key else None
+
+
+@contextlib.contextmanager
+def scratch(workdir: Path) -> Iterator[None]:
+    """Run a build step with the working directory and temp folder inside the build's own temp folder, so
+    files runtimes write beside themselves (quantizers, shape inference) stay in the store and vanish."""
+    folder = workdir / ".scratch"
+    folder.mkdir()
+    cwd, tmp = os.getcwd(), tempfile.tempdir
+    os.chdir(folder)
+    tempfile.tempdir = str(folder)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        tempfile.tempdir = tmp
+        shutil.rmtree(folder, ignore_errors=True)

@@ -85,14 +85,20 @@ def expand(paths: list[str]) -> list[Path | Result]:
     return unique
 
 
-def check_one(path: Path, check_model: bool) -> Result:
-    """Validate one file; with `check_model`, also parse the model and compare its inputs/outputs."""
+def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
+    """Validate one file; with `check_model`, also check the model itself (onnx checker, versions against
+    the installed runtimes); else, unless `model` is off, compare the declared I/O with the model file
+    when it is present (read without importing onnx)."""
     try:
         project = load_config(path, require_model=check_model)
         if check_model:
-            from gpux.modelio import load_checked
+            from gpux.modelio import compat_check, load_checked
 
-            load_checked(project)
+            note = compat_check(load_checked(project)).note
+            if note:
+                project.notes.append(project.problem(("model", "source"), note))
+        elif model:
+            declared_io_problems(project)
     except ConfigError as exc:
         return Result(path, sorted(exc.problems, key=lambda p: (p.line, p.col)))
     except GpuxError as exc:  # e.g. onnx not installed for --check-model
@@ -100,9 +106,27 @@ def check_one(path: Path, check_model: bool) -> Result:
     return Result(path, warnings=list(project.notes))
 
 
-def validate_paths(paths: list[str], fmt: str, check_model: bool) -> int:
+def declared_io_problems(project: Any) -> None:
+    """Declared inputs/outputs against an ONNX model file that is present; raises ConfigError."""
+    from gpux.modelio import check_declared, source_format
+
+    if not project.source.is_file() or source_format(project) != "onnx":
+        return
+    from gpux.onnxwire import WireError, read_io
+
+    try:
+        io = read_io(project.source)
+    except (WireError, OSError) as exc:
+        raise ConfigError([project.problem(("model", "source"), f"{project.source.name}: not a readable ONNX "
+                                           f"model ({exc})")]) from None
+    problems = check_declared(project, io)
+    if problems:
+        raise ConfigError(problems)
+
+
+def validate_paths(paths: list[str], fmt: str, check_model: bool, model: bool = True) -> int:
     """Check every file, print in `fmt` (text, json, github), return the exit code (3 if any is invalid)."""
-    results = [item if isinstance(item, Result) else check_one(item, check_model) for item in expand(paths)]
+    results = [item if isinstance(item, Result) else check_one(item, check_model, model) for item in expand(paths)]
     bad = sum(1 for r in results if not r.valid)
     if fmt == "json":
         doc = {"valid": bad == 0, "checked": len(results), "invalid": bad, "files": [r.to_dict() for r in results]}

@@ -15,7 +15,7 @@ from tests.conftest import gpux
 BASE = "name: m\nmodel: {source: model.onnx}\n"
 PROVIDERS = "tensorrt, cuda, rocm, coreml, mps, directml, openvino, cpu"
 DTYPES = "float32, float16, bfloat16, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool, string"
-V1_KEYS = "schema_version, name, version, description, model, inputs, outputs, runtime, providers, verify, " \
+V1_KEYS = "schema_version, name, version, description, model, inputs, outputs, shapes, runtime, providers, verify, " \
           "benchmark, package, serve, deploy"
 
 # (id, gpux.yml text, every line the loader reports, in order)

@@ -326,17 +326,20 @@ def test_openvino_properties() -> None:
         "INFERENCE_NUM_THREADS": "4",
         "INFERENCE_PRECISION_HINT": "bf16",
     }
-    assert o.openvino_properties(opts, for_verification=True)["INFERENCE_PRECISION_HINT"] == "f32"
+    # what is verified is what runs: verification compiles with the sessions' execution precision
+    assert o.openvino_properties(opts, for_verification=True)["INFERENCE_PRECISION_HINT"] == "bf16"
     tput = OpenVINOOptions(hint="throughput", streams="auto")
     assert o.openvino_properties(tput, cache_dir="/store/ov") == {
         "PERFORMANCE_HINT": "THROUGHPUT",
         "NUM_STREAMS": "AUTO",
+        "INFERENCE_PRECISION_HINT": "f32",  # declared fp32 executes f32, not the device default
         "CACHE_DIR": "/store/ov",
     }
     assert "CACHE_DIR" not in o.openvino_properties(OpenVINOOptions(cache=False), cache_dir="/store/ov")
     assert o.openvino_properties(OpenVINOOptions(hint="cumulative_throughput")) == {
-        "PERFORMANCE_HINT": "CUMULATIVE_THROUGHPUT"
+        "PERFORMANCE_HINT": "CUMULATIVE_THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"
     }
+    assert o.openvino_properties(OpenVINOOptions(precision="bf16"))["INFERENCE_PRECISION_HINT"] == "bf16"
 
 
 def test_module_imports_no_runtime() -> None:
@@ -423,11 +426,12 @@ def test_openvino_properties_accepted_by_openvino(
     assert opts.device == device
     if device == "CPU":
         assert compiled.get_property("PERFORMANCE_HINT") == props["PERFORMANCE_HINT"]
-        if verify:
-            assert compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.f32
+        expected = {"auto": ov.Type.f32, "f32": ov.Type.f32, "bf16": ov.Type.bf16}.get(opts.inference_precision)
+        if expected is not None:
+            assert compiled.get_property("INFERENCE_PRECISION_HINT") == expected
     x = _sample()
     y = compiled({"x": x})[compiled.output(0)]
-    exact = verify or opts.inference_precision == "f32"
+    exact = opts.inference_precision in ("auto", "f32")
     assert abs(y - x.clip(min=0)).max() <= (0.0 if exact else 1e-2)  # f16/bf16 execution rounds
 
 

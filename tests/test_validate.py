@@ -24,7 +24,7 @@ CDUA = ("runtime.backend: unknown provider 'cdua' (did you mean 'cuda'?); expect
 
 def project(folder: Path, text: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.onnx").write_bytes(b"placeholder")
+    make_mlp(folder / "model.onnx")
     return write(folder / "gpux.yml", text)
 
 
@@ -41,8 +41,8 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run(capsys: pytest.CaptureFixture[str], *paths: str, fmt: str = "text",
-        check_model: bool = False) -> tuple[int, str, str]:
-    code = validate_paths(list(paths), fmt, check_model)
+        check_model: bool = False, model: bool = True) -> tuple[int, str, str]:
+    code = validate_paths(list(paths), fmt, check_model, model)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -169,14 +169,18 @@ def test_undeclared_model_input(tmp_path: Path) -> None:
     assert lines[0].startswith("gpux.yml:3:") and lines[0].endswith(" inputs: model inputs not declared: scale")
 
 
-def test_check_model_catches_what_plain_validate_cannot(mlp: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_plain_validate_checks_declared_io_against_a_present_model(mlp: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(mlp)
     write(mlp / "gpux.yml", "name: m\nmodel: {source: model.onnx}\ninputs:\n  x: {dtype: int64, shape: [batch, 8]}\n")
-    assert run(capsys, "gpux.yml") == (0, "ok: gpux.yml\n1 valid, 0 invalid\n", "")
-    code, _, err = run(capsys, "gpux.yml", check_model=True)
-    assert code == ExitCode.CONFIG
-    assert err == "error: gpux.yml:4:14 inputs.x.dtype: declared int64 but the model has float32\n"
+    assert run(capsys, "gpux.yml", model=False) == (0, "ok: gpux.yml\n1 valid, 0 invalid\n", "")
+    for check_model in (False, True):
+        code, _, err = run(capsys, "gpux.yml", check_model=check_model)
+        assert code == ExitCode.CONFIG
+        assert err == "error: gpux.yml:4:14 inputs.x.dtype: declared int64 but the model has float32\n"
+    (mlp / "model.onnx").write_bytes(b"placeholder")
+    code, _, err = run(capsys, "gpux.yml")
+    assert code == ExitCode.CONFIG and "not a readable ONNX model" in err
 
 
 def test_build_stops_on_an_io_mismatch_with_exit_3(mlp: Path) -> None:

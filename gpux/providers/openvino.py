@@ -6,9 +6,10 @@ Caches: the build compiles the IR for its device into the artifact (`ov_cache/`)
 into a published artifact: CACHE_DIR is `<store>/<model>/cache/openvino/`, seeded from it. Compiling a
 read `ov.Model` names the blob by the model's hash (a path would be hashed instead, and it changes when
 the build folder is published), so one folder serves every artifact of the model.
-Precision: verification runs on CPU with INFERENCE_PRECISION_HINT=f32, comparable with the FP32 ONNX
-Runtime reference; sessions keep `inference_precision` (auto: the device default, bf16 on CPUs with
-AMX/AVX512-BF16) and report what the compiled model uses.
+Precision: the execution precision (INFERENCE_PRECISION_HINT) is part of the artifact: f32 unless bf16/f16
+is asked for (`precision: bf16` or `inference_precision`), never the device default (bf16 on CPUs with
+AMX/AVX512-BF16). Verification compiles on CPU with the same hint sessions use, and both report what the
+compiled model uses.
 """
 
 from __future__ import annotations
@@ -87,13 +88,25 @@ def compile_properties(opts: Any, intra_op: int, cache_dir: Path | None, device:
     return props
 
 
+NOISE = ("Exception from", "Check '", "[ONNX Frontend]", "While validating", "Summary:", "FrontEnd API failed",
+         "Model wasn't fully converted")
+
+
 def reason(exc: BaseException) -> str:
-    """The informative line of an OpenVINO error (they open with source locations)."""
+    """The informative lines of an OpenVINO error (they open with source locations): each failed operation
+    with the frontend's own message, else the last line that is not a location."""
     lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
-    rules = [x.lstrip("- ").strip() for x in lines if x.startswith("--")]
+    rules: list[list[str]] = []
+    for x in lines:
+        if x.startswith("--"):
+            body = x.lstrip("- ").strip()
+            if not body.startswith("Conversion is failed for"):
+                rules.append([body.removesuffix(" with a message:")])
+        elif rules and not x.startswith(NOISE):
+            rules[-1].append(x)
     if rules:
-        return "; ".join(rules)[:300]
-    useful = [x for x in lines if not x.startswith(("Exception from", "Check '"))]
+        return "; ".join(": ".join(r) for r in rules)[:300]
+    useful = [x for x in lines if not x.startswith(NOISE)]
     return (useful or lines or [type(exc).__name__])[-1][:300]
 
 
@@ -108,12 +121,13 @@ def build_ir(ctx: Any) -> dict[str, Any]:
     static = any(d.startswith(STATIC_ONLY) for d in split_device(opts.device)[1])
     started = time.perf_counter()
     try:
-        model = o.convert_model(str(ctx.src), input=_input_shapes(ctx.inputs, ctx.shapes, static) or None)
+        model = o.convert_model(str(ctx.src), input=_input_shapes(ctx.inputs, ctx.shapes, static,
+                                                                  ctx.project.config.shapes) or None)
     except Exception as exc:  # the ONNX frontend raises OpConversionFailure / GeneralFailure
         raise BuildFailed(f"OpenVINO cannot convert {ctx.src.name}: {reason(exc)}",
                           hint="run it with ONNX Runtime (provider cpu), or drop openvino from "
                                "runtime.supported") from None
-    outputs = [t.name for t in read_io(ctx.src).outputs]
+    outputs = [t.name for t in read_io(ctx.src, check=False).outputs]
     model = _in_order(model, outputs)
     if opts.layout:
         model = _with_layout(model, opts.layout)
@@ -127,12 +141,17 @@ def build_ir(ctx: Any) -> dict[str, Any]:
     return info
 
 
-def _input_shapes(inputs: Mapping[str, Any], shapes: Mapping[str, int], static: bool) -> dict[str, Any]:
-    """PartialShape per input: declared ints static, names/None dynamic (-1), or resolved when `static`."""
-    def size(d: Any) -> int:
+def _input_shapes(inputs: Mapping[str, Any], shapes: Mapping[str, int], static: bool,
+                  ranges: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """PartialShape per input: declared ints static, names/None dynamic (-1; min..max where `shapes:`
+    declares a range), or resolved when `static`."""
+    def size(d: Any) -> Any:
         if isinstance(d, int):
             return d
-        return int(shapes.get(d, 1)) if static and d else 1 if static else -1
+        if static:
+            return int(shapes.get(d, 1)) if d else 1
+        bound: Any = (ranges or {}).get(d or "")
+        return ov().Dimension(bound.min, bound.max) if hasattr(bound, "min") else -1
 
     return {name: ov().PartialShape([size(d) for d in t.shape]) for name, t in inputs.items()
             if t.shape is not None}
@@ -177,10 +196,28 @@ def _compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
         raise BuildFailed(f"NNCF int8 ({opts.int8_mode}) failed: {type(exc).__name__}: {reason(exc)}") from None
     seconds = round(time.perf_counter() - started, 4)
     info.update(nncf=nncf.__version__, int8_mode=opts.int8_mode, nncf_seconds=seconds)
+    info["quantized_ops"] = quantized_ops(model)
+    if info["quantized_ops"] == 0:
+        message = f"{ctx.target.id}: int8 did nothing useful for this model: no operator was quantized"
+        if getattr(ctx, "strict", False):
+            failed = BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it")
+            failed.conversion = False  # type: ignore[attr-defined]  # --strict only: not remembered as failing
+            raise failed
+        ctx.log(f"warning: {message}")
+        info["int8_warning"] = "no operator was quantized"
     if feeds is not None:
         info["calibration_samples"] = len(feeds)
     ctx.log(f"{ctx.target.id}: NNCF int8 {opts.int8_mode} in {seconds:.2f}s")
     return model
+
+
+def quantized_ops(model: Any) -> int:
+    """FakeQuantize operations (post-training quantization) plus int8/uint8 weight constants (compression)."""
+    def quantized(op: Any) -> bool:
+        kind = op.get_type_name()
+        return kind == "FakeQuantize" or (kind == "Constant" and op.get_element_type().get_type_name() in ("i8", "u8"))
+
+    return sum(1 for op in model.get_ops() if quantized(op))
 
 
 @contextlib.contextmanager
@@ -277,7 +314,7 @@ def output_order(model: Any, names: Sequence[str]) -> list[int]:
 
 
 def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] | str:
-    """The IR compiled on CPU at f32 execution precision, comparable with the FP32 reference."""
+    """The IR compiled on CPU at the execution precision sessions use (what runs is what is verified)."""
     from gpux.options import OpenVINOOptions, openvino_properties
 
     try:

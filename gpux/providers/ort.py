@@ -35,7 +35,7 @@ def session_options(level: str = "basic", intra_op: int = 0, inter_op: int = 0,
 def has_external_data(path: Path) -> bool:
     from gpux.modelio import read_io
 
-    return bool(read_io(path).external_data)
+    return bool(read_io(path, check=False).external_data)
 
 
 def optimize(src: Path, dst: Path, level: str) -> None:
@@ -46,7 +46,8 @@ def optimize(src: Path, dst: Path, level: str) -> None:
         so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
                                     dst.name + ".data")
         so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
-    ort().InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    with quiet_stderr():
+        ort().InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
 
 
 def to_float16(src: Path, dst: Path) -> None:
@@ -163,11 +164,47 @@ def build_onnx(ctx: Any) -> dict[str, Any]:
         mode = opts.get("quantization", "dynamic")
         quantize(ctx.src, src, mode, bool(opts.get("per_channel")),
                  ctx.calibration() if mode == "static" else None)
+    info: dict[str, Any] = {"main": dst.name, "optimization": opts.get("optimization", "basic")}
+    if target.step == "quantize":
+        info.update(int8_effect(ctx, src))
     optimize(src, dst, opts.get("optimization", "basic"))
     if src != ctx.src:
         for p in (src, src.with_name(src.name + ".data")):
             p.unlink(missing_ok=True)
-    return {"main": dst.name, "optimization": opts.get("optimization", "basic")}
+    return info
+
+
+# operators that carry int8 arithmetic in a quantized ONNX graph
+QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearConv",
+                 "QLinearMatMul", "DynamicQuantizeMatMul", "QAttention", "QGemm", "MatMulIntegerToFloat")
+
+
+def int8_effect(ctx: Any, quantized: Path) -> dict[str, Any]:
+    """How many int8 operators quantization put in and how the size changed; a quantization that did
+    nothing (no int8 operator, or a bigger model) is a warning, a failure under --strict."""
+    from gpux.errors import BuildFailed
+
+    onnx = require("onnx")
+    model = onnx.load(str(quantized), load_external_data=False)
+    ops = sum(1 for n in model.graph.node if n.op_type in QUANTIZED_OPS)
+
+    def size(p: Path) -> int:
+        return sum(f.stat().st_size for f in (p, p.with_name(p.name + ".data")) if f.is_file()) + \
+            sum(f.stat().st_size for f in p.parent.glob(p.name + "*.data") if f.name != p.name + ".data")
+
+    before, after = size(ctx.src), size(quantized)
+    out: dict[str, Any] = {"quantized_ops": ops, "size_ratio": round(after / before, 4) if before else None}
+    problem = "no operator was quantized" if ops == 0 else \
+        f"the int8 model is larger than its source ({after} vs {before} bytes)" if after > before else ""
+    if problem:
+        message = f"{ctx.target.id}: int8 did nothing useful for this model: {problem}"
+        if getattr(ctx, "strict", False):
+            failed = BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it")
+            failed.conversion = False  # type: ignore[attr-defined]  # --strict only: not remembered as failing
+            raise failed
+        ctx.log(f"warning: {message}")
+        out["int8_warning"] = problem
+    return out
 
 
 def verify_runner(artifact: Path, target: Any) -> Any:
