@@ -54,7 +54,6 @@ def cli() -> None:
 @click.argument("paths", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text",
               help="Report style; github prints workflow annotations.")
-@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--check-model", is_flag=True,
               help="Also require the model and check it: onnx checker, IR version and opsets against the "
                    "installed runtimes, external data (imports onnx).")

@@ -59,13 +59,13 @@ def absent_note(attempts: list[dict[str, Any]], source: str) -> str:
 def progress(machine: bool) -> Callable[[str], None]:
     """Progress lines: every one on stderr with -v; otherwise a spinner on a terminal that leaves nothing
     behind, and nothing at all for machine output or when stderr is not a terminal (the summary says it).
-    Lines a build step starts with 'warning: ' are always shown."""
+    Lines a build step starts with 'warning: ' or 'note: ' are always shown."""
     if VERBOSE:
         return info
     shown: Callable[[str], None] = (lambda _msg: None) if machine or not sys.stderr.isatty() else _Spinner()
 
-    def log(msg: str) -> None:  # a step's own warning is always shown
-        (info if msg.startswith("warning: ") else shown)(msg)
+    def log(msg: str) -> None:  # a step's own warning or note is always shown
+        (info if msg.startswith(("warning: ", "note: ")) else shown)(msg)
 
     return log
 

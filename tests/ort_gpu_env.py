@@ -14,7 +14,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSTRAINTS = ROOT / "constraints.txt"
-DEPS = ["click", "pydantic", "pyyaml", "rich", "numpy", "onnx"]
+
+def core_dependencies() -> list[str]:
+    """gpux's own dependencies (pyproject's [project] dependencies), names only: versions come from the lock."""
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return [re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] for d in deps]
+
+
+DEPS = core_dependencies()
 
 
 def cache_dir() -> Path:
@@ -44,7 +53,7 @@ def distribution_python(dist: str, version: str | None = None) -> Path:
     """Create (once) and return the python of a venv holding `dist` (at `version`, else the pinned one) and
     gpux's dependencies at the locked versions; run this checkout of gpux in it with PYTHONPATH (see `env()`)."""
     version = version or pinned(dist)
-    lock = hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()[:8]
+    lock = hashlib.sha256(CONSTRAINTS.read_bytes() + " ".join(DEPS).encode()).hexdigest()[:8]
     venv = cache_dir() / f"venv-{dist}-{version or 'latest'}-{'latest' if latest() else lock}"
     python = venv / "bin" / "python"
     stamp = venv / ".ready"

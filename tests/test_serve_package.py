@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import gpux
 from tests.docker_engine import CannotRunEngine, Engine, running_engine
+from tests.test_package import HOST_CA
 
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
@@ -70,7 +71,7 @@ def test_serve_image_is_healthy_and_answers(engine: Engine, mlp_project: Path) -
     yml.write_text(yml.read_text() + f"serve: {{http_port: {http}, grpc_port: {grpc}}}\n")
     tag = "gpux-test/serve-mlp:cpu"
     r = gpux("package", str(mlp_project), "--provider", "cpu", "--serve", "--tag", tag, "--base-image",
-             engine.base_image, env=engine.env, timeout=900)
+             engine.base_image, "--ca-bundle", HOST_CA, env=engine.env, timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
     client = engine.client()
     # host networking reaches only loopback here: the same entry point, bound to 127.0.0.1 instead of 0.0.0.0

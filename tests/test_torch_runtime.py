@@ -96,7 +96,7 @@ def test_compiled_torchscript_build_then_run_is_a_cache_hit(cnn: Path, tmp_path:
     assert manifest["key_parts"]["device"]["cpu"]  # compiled kernels are keyed to this CPU
     name, x = x_for(project)
     np.savez(tmp_path / "in.npz", **{name: x})
-    ran = cli("run", str(project), "--file", str(tmp_path / "in.npz"), "--json",
+    ran = cli("run", str(project), "-p", "cpu", "--file", str(tmp_path / "in.npz"), "--json",
               env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty2")})
     assert ran.returncode == 0, ran.stderr
     doc = json.loads(ran.stdout)
