@@ -185,6 +185,10 @@ class Runtime(Strict):
     min_coverage: float | None = Field(
         None, ge=0, le=1, description="Least fraction of graph nodes the chosen accelerator must take."
     )
+    build_on_run: bool = Field(
+        True, description="run/serve build a missing or stale artifact (TensorRT engines too) on first use; "
+        "false pins the built artifacts: a missing one is refused with the `gpux build` to run."
+    )
 
     @model_validator(mode="after")
     def _backend_supported(self) -> Runtime:
