@@ -17,7 +17,7 @@ JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON docu
 STORE = click.option("--store", type=click.Path(file_okay=False), default=None,
                      help="Artifact store (default: .gpux/ beside gpux.yml, or $GPUX_STORE).")
 PROVIDER = click.option("--provider", "-p", default=None, help=f"Provider: {PROVIDER_HELP}. "
-                        "Overrides $GPUX_PROVIDER and runtime.backend.")
+                        "Overrides $GPUX_PROVIDER, `gpux use` and runtime.backend.")
 STRICT = click.option("--strict", is_flag=True, help="Never fall back: exit 4 if the provider cannot run.")
 
 
@@ -320,6 +320,19 @@ def tune(target: str, precisions: str, providers: str | None, **kwargs: Any) -> 
                                 providers=tuple(providers.split(",")) if providers else None, **kwargs))
     report.emit_json(lock) if kwargs["as_json"] else render(lock)
     sys.exit(0 if lock["choice"] else int(ExitCode.FAILED))
+
+
+@cli.command()
+@click.argument("provider")
+@click.argument("target", default=".")
+@STORE
+@JSON
+def use(provider: str, target: str, store: str | None, as_json: bool) -> None:
+    """Save the provider build, run, serve and package use for a project or workspace on this machine
+    (auto: forget it). Refused while a run, benchmark or server of it is in progress."""
+    from gpux.multi.commands import use_command
+
+    sys.exit(use_command(provider, target, store, as_json))
 
 
 @cli.group()

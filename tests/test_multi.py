@@ -1,0 +1,160 @@
+"""Several models, one runtime: the detect_classify example's matrix and offer, `gpux use` (refused outside
+the offer, reset when it leaves it, refused while a benchmark holds the project), and its pipeline."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpux
+
+from .conftest import gpux as cli
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "detect_classify"
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """The example copied (configs only) with its two models generated."""
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        import make_models
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    out = tmp_path / "detect_classify"
+    for rel in ("gpux.workspace.yml", "detector/gpux.yml", "classifier/gpux.yml"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(EXAMPLE / rel, out / rel)
+    make_models.main(out)
+    return out
+
+
+def edit(ws: Path, old: str, new: str) -> None:
+    p = ws / "gpux.workspace.yml"
+    text = p.read_text()
+    assert old in text
+    p.write_text(text.replace(old, new))
+
+
+def no_classifier(ws: Path) -> None:
+    """Disable the classifier (and its pipeline step, which would otherwise be a config error)."""
+    edit(ws, "classifier: {path: classifier, enabled: true}", "classifier: {path: classifier, enabled: false}")
+    edit(ws, "  - model: classifier\n    inputs: {features: detector.features}\n", "")
+
+
+def test_inspect_shows_the_matrix_with_reasons_and_the_intersection(ws: Path) -> None:
+    r = cli("inspect", str(ws), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["models"] == ["detector", "classifier"]
+    assert doc["matrix"]["detector"]["openvino"] == {"ok": True, "why": None}
+    assert "not in runtime.supported" in doc["matrix"]["classifier"]["openvino"]["why"]
+    assert "PyTorch sources" in doc["matrix"]["detector"]["mps"]["why"], "ONNX cannot reach runtime torch"
+    assert "openvino" not in doc["offer"] and "cpu" in doc["offer"]
+    for p in doc["offer"]:
+        assert all(doc["matrix"][m][p]["ok"] for m in doc["models"])
+    assert doc["choice"] == {"provider": doc["offer"][0], "source": "auto"}
+    assert doc["derived"]["classifier"]["artifact"].startswith("onnx-")
+    text = cli("inspect", str(ws)).stdout
+    assert "no: not in runtime.supported" in text and "offer (every enabled model runs it): " in text
+
+
+def test_use_outside_the_offer_is_refused_naming_the_model(ws: Path) -> None:
+    r = cli("use", "openvino", str(ws))
+    assert r.returncode == 2
+    assert "model 'classifier': not in runtime.supported" in r.stderr and "Traceback" not in r.stderr
+    assert not (ws / ".gpux" / "detect-classify" / "use.json").exists()
+    r = cli("build", str(ws), "--provider", "openvino", "--json")  # a one-off request is gated the same way
+    assert r.returncode == 2 and "model 'classifier'" in r.stderr
+
+
+def test_disabling_a_model_recomputes_the_offer_and_enabling_it_resets_the_saved_choice(ws: Path) -> None:
+    no_classifier(ws)
+    doc = json.loads(cli("inspect", str(ws), "--json").stdout)
+    assert "openvino" in doc["offer"] and doc["disabled"] == ["classifier"]
+    r = cli("use", "openvino", str(ws), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["saved"] == "openvino"
+    assert json.loads(cli("inspect", str(ws), "--json").stdout)["choice"]["source"] == "gpux use"
+    edit(ws, "enabled: false", "enabled: true")  # the classifier is back: openvino no longer fits both
+    r = cli("inspect", str(ws), "--json")
+    doc = json.loads(r.stdout)
+    assert doc["choice"]["provider"] == doc["offer"][0] != "openvino"
+    assert "(openvino) is no longer offered (model 'classifier': not in runtime.supported" in doc["warnings"][0]
+    assert f"reset to {doc['offer'][0]}" in doc["warnings"][0]
+    assert json.loads((ws / ".gpux" / "detect-classify" / "use.json").read_text())["provider"] == doc["offer"][0]
+    r = cli("use", "auto", str(ws), "--json")
+    assert json.loads(r.stdout)["saved"] is None
+
+
+def test_pipeline_matches_running_the_two_models_by_hand(ws: Path, tmp_path: Path) -> None:
+    image = np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", image=image)
+    r = cli("run", str(ws), "--file", str(tmp_path / "in.npz"), "--provider", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["provider"] == "cpu" and doc["source"] == "--provider"
+    with gpux.load(ws / "detector", provider="cpu") as det, gpux.load(ws / "classifier", provider="cpu") as cls:
+        by_hand = cls.run(features=det.run(image=image)["features"])["probs"]
+    np.testing.assert_allclose(np.asarray(doc["outputs"]["classifier.probs"]), by_hand, rtol=1e-6, atol=1e-7)
+
+
+def test_pipeline_benchmark_reports_each_step_and_end_to_end(ws: Path) -> None:
+    r = cli("run", str(ws), "--benchmark", "--runs", "20", "--warmup", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [s["step"] for s in doc["steps"]] == ["detector", "classifier"] and doc["runs"] == 20
+    e2e, steps = doc["end_to_end"], doc["steps"]
+    assert e2e["mean_ms"] >= sum(s["mean_ms"] for s in steps) * 0.99  # the whole covers its parts
+
+
+def test_use_is_refused_while_a_benchmark_runs_and_allowed_after_it_is_killed(ws: Path) -> None:
+    bench = subprocess.Popen([sys.executable, "-m", "gpux", "run", str(ws), "--benchmark", "--runs", "2000000"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    try:
+        refused = None
+        for _ in range(120):  # bounded: up to about a minute for the benchmark to start
+            r = cli("use", "cpu", str(ws))
+            if r.returncode != 0:
+                refused = r
+                break
+            assert bench.poll() is None, "the benchmark ended before it was seen holding the project"
+            time.sleep(0.5)
+        assert refused is not None and refused.returncode == 1
+        assert "is in use by gpux run --benchmark (pid" in refused.stderr and str(bench.pid) in refused.stderr
+    finally:
+        bench.send_signal(signal.SIGKILL)
+        bench.wait(timeout=30)
+    r = cli("use", "cpu", str(ws))
+    assert r.returncode == 0, r.stderr
+
+
+def test_single_project_use_is_followed_and_a_flag_never_changes_it(mlp_project: Path) -> None:
+    assert cli("use", "cpu", str(mlp_project)).returncode == 0
+    doc = json.loads(cli("inspect", str(mlp_project), "--json").stdout)
+    assert doc["saved"] == "cpu" and doc["selection"]["source"] == "gpux use"
+    r = cli("run", str(mlp_project), "--provider", "openvino", "--input", json.dumps({"x": [[0.0] * 8]}), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(cli("inspect", str(mlp_project), "--json").stdout)["saved"] == "cpu"
+    r = cli("run", str(mlp_project), "--input", json.dumps({"x": [[0.0] * 8]}), "--json", env={"GPUX_PROVIDER": "cpu"})
+    assert json.loads(r.stdout)["request_source"] == "GPUX_PROVIDER"
+
+
+def test_a_saved_choice_the_model_no_longer_supports_is_reset_with_the_reason(mlp_project: Path) -> None:
+    assert cli("use", "openvino", str(mlp_project)).returncode == 0
+    p = mlp_project / "gpux.yml"
+    p.write_text(p.read_text().replace("runtime:\n", "runtime:\n  supported: [cpu]\n"))
+    r = cli("run", str(mlp_project), "--input", json.dumps({"x": [[0.0] * 8]}), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["provider"] == "cpu" and doc["request_source"] == "gpux use"
+    assert any("(openvino) is no longer offered" in w and "reset to cpu" in w for w in doc["warnings"])
