@@ -158,3 +158,25 @@ def test_a_saved_choice_the_model_no_longer_supports_is_reset_with_the_reason(ml
     doc = json.loads(r.stdout)
     assert doc["provider"] == "cpu" and doc["request_source"] == "gpux use"
     assert any("(openvino) is no longer offered" in w and "reset to cpu" in w for w in doc["warnings"])
+
+
+def test_serve_runs_every_enabled_model_on_the_one_choice_and_holds_the_project(ws: Path) -> None:
+    from tests.serving import post
+    from tests.test_serve_cli import Process
+
+    chosen = json.loads(cli("inspect", str(ws), "--json").stdout)["choice"]["provider"]
+    p = Process(str(ws))
+    try:
+        p.start()
+        for _ in range(120):  # bounded: every model loaded and warmed up
+            if post(p.http, "/v2/health/ready", b"", method="GET")[0] == 200:
+                break
+            time.sleep(0.5)
+        for name in ("detector", "classifier"):
+            meta = json.loads(post(p.http, f"/v2/models/{name}", b"", method="GET")[2])
+            assert meta["platform"] == f"gpux_{chosen}"
+        r = cli("use", "cpu", str(ws))
+        assert r.returncode == 1 and "in use by gpux serve" in r.stderr
+    finally:
+        p.stop()
+    assert cli("use", "cpu", str(ws)).returncode == 0

@@ -113,6 +113,7 @@ class LoadRequest:
     provider: str | None = None
     strict: bool = False
     store: str | None = None
+    fixed: dict[str, str] = field(default_factory=dict)  # model name -> the provider its workspace chose (strict)
 
 
 def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
@@ -120,7 +121,9 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     import gpux
 
     settings = model.settings
-    sessions = [gpux.load(model.project, provider=request.provider, strict=request.strict, store_dir=request.store)
+    provider = request.fixed.get(model.name, request.provider)
+    strict = request.strict or model.name in request.fixed
+    sessions = [gpux.load(model.project, provider=provider, strict=strict, store_dir=request.store)
                 for _ in range(settings.instances)]
     first = sessions[0]
     model.inputs, model.outputs = dict(first.inputs), dict(first.outputs)
