@@ -160,7 +160,7 @@ def test_a_saved_choice_the_model_no_longer_supports_is_reset_with_the_reason(ml
     assert any("(openvino) is no longer offered" in w and "reset to cpu" in w for w in doc["warnings"])
 
 
-def test_serve_runs_every_enabled_model_on_the_one_choice_and_holds_the_project(ws: Path) -> None:
+def test_serve_runs_every_model_and_the_pipeline_on_the_one_choice_and_holds_the_project(ws: Path) -> None:
     from tests.serving import post
     from tests.test_serve_cli import Process
 
@@ -175,6 +175,16 @@ def test_serve_runs_every_enabled_model_on_the_one_choice_and_holds_the_project(
         for name in ("detector", "classifier"):
             meta = json.loads(post(p.http, f"/v2/models/{name}", b"", method="GET")[2])
             assert meta["platform"] == f"gpux_{chosen}"
+        image = np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)
+        body = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 32, 32],
+                            "data": image.ravel().tolist()}]}
+        status, _, raw = post(p.http, "/v2/models/detect-classify/infer", json.dumps(body))
+        assert status == 200, raw
+        (out,) = json.loads(raw)["outputs"]
+        with gpux.load(ws / "detector", provider=chosen) as det, gpux.load(ws / "classifier", provider=chosen) as c:
+            by_hand = c.run(features=det.run(image=image)["features"])["probs"]
+        assert out["name"] == "classifier.probs" and out["shape"] == [1, 5]
+        np.testing.assert_allclose(np.asarray(out["data"]).reshape(1, 5), by_hand, rtol=1e-5, atol=1e-6)
         r = cli("use", "cpu", str(ws))
         assert r.returncode == 1 and "in use by gpux serve" in r.stderr
     finally:

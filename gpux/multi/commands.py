@@ -114,7 +114,7 @@ def run_workspace(ms: Models, kw: dict[str, Any]) -> int:
                 if (text is None) == (file is None):
                     raise UsageError("pass one of --input or --file (or --benchmark)")
                 feeds = parse_json(text, pipe.inputs) if text is not None else load_file(file or "", pipe.inputs)
-                doc = {"outputs": {k: v.tolist() for k, v in pipe.run(feeds).items() if k in pipe.outputs}}
+                doc = {"outputs": {k: v.tolist() for k, v in pipe.run_last(feeds).items()}}
         finally:
             pipe.close()
     doc = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source,

@@ -31,9 +31,16 @@ class Pipeline:
     inputs: dict[str, Tensor] = field(default_factory=dict)
 
     @property
-    def outputs(self) -> list[str]:
+    def outputs(self) -> dict[str, Tensor]:
+        """The last step's outputs, named MODEL.OUTPUT."""
         last = self.stages[-1]
-        return [f"{last.model}.{n}" for n in last.session.output_names]
+        return {f"{last.model}.{n}": Tensor(f"{last.model}.{n}", t.dtype, t.shape)
+                for n, t in last.session.outputs.items()}
+
+    def run_last(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        """Run every step; only the last step's outputs (what a server answers)."""
+        wanted = self.outputs
+        return {k: v for k, v in self.run(feeds).items() if k in wanted}
 
     def run(self, feeds: dict[str, Any], timings: list[float] | None = None) -> dict[str, Any]:
         """Every step's outputs as MODEL.OUTPUT → array; `timings` gets each step's seconds, in order."""

@@ -39,7 +39,9 @@ class WorkspaceRuntime(_Strict):
 
 class WorkspaceConfig(_Strict):
     schema_version: int = Field(1, description="Version of the workspace format.")
-    name: str = Field(pattern=NAME_RE, description="Name of the workspace (its saved choice and locks).")
+    name: str = Field(pattern=NAME_RE, description="Name of the workspace (its saved choice and locks); "
+                      "`gpux serve` serves its pipeline as a model of this name.")
+    version: str = Field("1", description="Version its pipeline is served as.")
     models: dict[str, Member] = Field(min_length=1, description="Model name → its project.")
     runtime: WorkspaceRuntime = Field(default_factory=WorkspaceRuntime, description="Shared runtime settings.")
     pipeline: list[Step] = Field(default_factory=list, description="Steps run in order by `gpux run`.")
@@ -64,6 +66,17 @@ class Workspace:
     @property
     def enabled(self) -> dict[str, Project]:
         return {n: p for n, p in self.projects.items() if self.config.models[n].enabled}
+
+
+def pipeline_project(ws: Workspace) -> Project:
+    """A stand-in project naming the pipeline where a server expects one model (name, version, serve: of the
+    first step's model)."""
+    from gpux.config import GpuxConfig, ModelSource
+
+    first = ws.projects[ws.config.pipeline[0].model].config
+    config = GpuxConfig(name=ws.name, version=ws.config.version, model=ModelSource(source=str(ws.path.name)),
+                        serve=first.serve, description="pipeline: " + " → ".join(s.model for s in ws.config.pipeline))
+    return Project(path=ws.path, config=config)
 
 
 def find(target: str) -> Path | None:

@@ -34,7 +34,7 @@ def serve_command(cmd: ServeCommand) -> int:
 
     from gpux.inuse import holding
 
-    projects, fixed, places = _open(cmd)
+    projects, fixed, places, pipelines = _open(cmd)
     seen: set[tuple[str, str]] = set()
     for p in projects:
         key = (p.name, str(p.config.version))
@@ -50,19 +50,22 @@ def serve_command(cmd: ServeCommand) -> int:
     with contextlib.ExitStack() as held:  # `gpux use` is refused for what is being served
         for name, root in places:
             held.enter_context(holding(name, root, cmd.store, "gpux serve"))
+        load = LoadRequest(cmd.provider, cmd.strict, cmd.store, fixed, pipelines)
         serve(ServeRequest(projects, host=cmd.host, http_port=cmd.port, grpc_port=cmd.grpc_port, grpc=cmd.grpc,
-                           api_key=cmd.api_key or None, load=LoadRequest(cmd.provider, cmd.strict, cmd.store, fixed)))
+                           api_key=cmd.api_key or None, load=load))
     return 0
 
 
-def _open(cmd: ServeCommand) -> tuple[list[Any], dict[str, str], list[tuple[str, Any]]]:
-    """(the projects to serve, model name → provider a workspace fixed for it, whose in-use lock to hold).
-    A workspace target serves each enabled model on the one provider the workspace chose."""
+def _open(cmd: ServeCommand) -> tuple[list[Any], dict[str, str], list[tuple[str, Any]], dict[str, Any]]:
+    """(the projects to serve, model name → provider a workspace fixed for it, whose in-use lock to hold,
+    pipelines served as one model). A workspace target serves each enabled model on the one provider the
+    workspace chose, and its pipeline (if any) as a model named after the workspace."""
     from gpux.multi.commands import workspace_of
     from gpux.multi.project import choose
+    from gpux.multi.workspace import pipeline_project
     from gpux.resolve import open_project
 
-    projects, fixed, places = [], {}, []
+    projects, fixed, places, pipelines = [], {}, [], {}
     for t in cmd.targets or ["."]:
         ws = workspace_of(t, cmd.store)
         if ws is None:
@@ -76,7 +79,10 @@ def _open(cmd: ServeCommand) -> tuple[list[Any], dict[str, str], list[tuple[str,
         projects += [_override(p, cmd.overrides) for p in ws.models.values()]
         fixed.update({p.name: choice.provider for p in ws.models.values()})
         places.append((ws.place.name, ws.place.root))
-    return projects, fixed, places
+        if ws.workspace and ws.workspace.config.pipeline:
+            projects.append(_override(pipeline_project(ws.workspace), cmd.overrides))
+            pipelines[ws.place.name] = (ws, choice)
+    return projects, fixed, places, pipelines
 
 
 def _override(project: Any, overrides: dict[str, Any]) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,7 @@ class LoadRequest:
     strict: bool = False
     store: str | None = None
     fixed: dict[str, str] = field(default_factory=dict)  # model name -> the provider its workspace chose (strict)
+    pipelines: dict[str, Any] = field(default_factory=dict)  # served name -> (Models, Choice) of a workspace
 
 
 def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
@@ -121,20 +123,24 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     import gpux
 
     settings = model.settings
-    provider = request.fixed.get(model.name, request.provider)
-    strict = request.strict or model.name in request.fixed
-    sessions = [gpux.load(model.project, provider=provider, strict=strict, store_dir=request.store)
-                for _ in range(settings.instances)]
-    first = sessions[0]
-    model.inputs, model.outputs = dict(first.inputs), dict(first.outputs)
-    model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
+    if model.name in request.pipelines:
+        runs = _open_pipeline(model, request)
+    else:
+        provider = request.fixed.get(model.name, request.provider)
+        strict = request.strict or model.name in request.fixed
+        sessions = [gpux.load(model.project, provider=provider, strict=strict, store_dir=request.store)
+                    for _ in range(settings.instances)]
+        first = sessions[0]
+        model.inputs, model.outputs = dict(first.inputs), dict(first.outputs)
+        model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
+        runs = [s.run for s in sessions]
     feeds = warmup_feeds(model.inputs)
-    for s in sessions:
-        s.run(feeds)
+    for run in runs:
+        run(feeds)
     took = []
     for _ in range(INLINE_PROBES):
         started = time.perf_counter()
-        first.run(feeds)
+        runs[0](feeds)
         took.append(time.perf_counter() - started)
     model.batchable = batchable(model)
     observer = Observer(queue=metrics.child(metrics.queue, model.name).observe,
@@ -142,9 +148,21 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
                         batch=metrics.child(metrics.batch, model.name).observe)
     max_batch = settings.max_batch_size if model.batchable else 0
     inline = sorted(took)[len(took) // 2] < INLINE_BELOW_S
-    model.worker = Worker([s.run for s in sessions], max_batch, settings.max_queue_delay_us, observer, inline)
+    model.worker = Worker(runs, max_batch, settings.max_queue_delay_us, observer, inline)
     metrics.child(metrics.model_info, model.name, model.version, model.provider, model.runs_on,
                   str(settings.instances)).set(1)
+
+
+def _open_pipeline(model: Model, request: LoadRequest) -> list[Callable[[dict[str, Any]], dict[str, Any]]]:
+    """A workspace's pipeline served as one model: its inputs in, its last step's outputs out."""
+    from gpux.multi.pipeline import open_pipeline
+
+    models, choice = request.pipelines[model.name]
+    pipes = [open_pipeline(models, choice, request.store, lambda _m: None) for _ in range(model.settings.instances)]
+    model.inputs, model.outputs = dict(pipes[0].inputs), pipes[0].outputs
+    model.provider, model.runs_on = choice.provider, pipes[0].stages[0].session.used
+    model.report = {"pipeline": [st.model for st in pipes[0].stages], "provider": choice.provider}
+    return [p.run_last for p in pipes]
 
 
 def batchable(model: Model) -> bool:
