@@ -180,8 +180,9 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
                 if art is None:
                     slow = for_run and not STEPS[target.step].on_run
                     stale = stale_why(project, target, parts, root) if slow else None
-                    log(f"building {target.id} ({stale or reason2 or reason})"
-                        + (" on first use; this can take minutes" if slow else ""))
+                    from gpux.report import SLOW_BUILD
+
+                    log(f"building {target.id} ({stale or reason2 or reason})" + (f" {SLOW_BUILD}" if slow else ""))
                     art = _build_one(project, target, parts, key, src, folder, root, inputs, shapes, verify,
                                      log)
                 else:

@@ -190,3 +190,18 @@ def test_serve_runs_every_model_and_the_pipeline_on_the_one_choice_and_holds_the
     finally:
         p.stop()
     assert cli("use", "cpu", str(ws)).returncode == 0
+
+
+def test_artifacts_are_built_on_first_use_unless_the_workspace_pins_them(ws: Path, tmp_path: Path) -> None:
+    np.savez(tmp_path / "in.npz", image=np.zeros((1, 3, 32, 32), np.float32))
+    edit(ws, "build_on_run: true", "build_on_run: false")
+    r = cli("run", str(ws), "--file", str(tmp_path / "in.npz"))
+    assert r.returncode == 4 and "none built yet" in r.stderr and "gpux build" in r.stderr, r.stderr
+    edit(ws, "build_on_run: false", "build_on_run: true")
+    r = cli("run", str(ws), "--file", str(tmp_path / "in.npz"), "-v")  # first use: built, and said so
+    assert r.returncode == 0, r.stderr
+    assert "building onnx-" in r.stderr and "classifier.probs" in r.stdout
+    edit(ws, "build_on_run: true", "build_on_run: false")  # pinned again: what was built runs
+    r = cli("run", str(ws), "--file", str(tmp_path / "in.npz"), "-v")
+    assert r.returncode == 0, r.stderr
+    assert "building" not in r.stderr and "cached" in r.stderr

@@ -4,7 +4,7 @@ one provider, timed per step and end to end."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,15 +64,11 @@ def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log:
 
     ws = ms.workspace
     assert ws is not None and ws.config.pipeline
-    pinned = not ws.config.runtime.build_on_run
     pipe = Pipeline([])
     produced: dict[str, Tensor] = {}
     try:
         for i, step in enumerate(ws.config.pipeline):
             project = ms.models[step.model]
-            if pinned:
-                runtime = project.config.runtime.model_copy(update={"build_on_run": False})
-                project = replace(project, config=project.config.model_copy(update={"runtime": runtime}))
             session = load(project, choice.provider, strict=True, store_dir=store_dir, log=log)
             pipe.stages.append(Stage(step.model, session, _wire(ws.path, i, step.inputs, session, produced, pipe)))
             produced.update({f"{step.model}.{n}": t for n, t in session.outputs.items()})

@@ -36,9 +36,18 @@ def open_models(target: str, store_dir: str | Path | None = None) -> Models:
     if path is not None:
         ws = load(path)
         off = [n for n in ws.projects if n not in ws.enabled]
-        return Models(Place(ws.name, ws.root, store_dir), ws.enabled, off, ws)
+        models = ws.enabled if ws.config.runtime.build_on_run else {n: pinned(p) for n, p in ws.enabled.items()}
+        return Models(Place(ws.name, ws.root, store_dir), models, off, ws)
     project = open_project(target)
     return Models(Place(project.name, project.root, store_dir), {project.name: project})
+
+
+def pinned(project: Project) -> Project:
+    """The project with runtime.build_on_run: false (its workspace pins the artifacts of every model)."""
+    from dataclasses import replace
+
+    runtime = project.config.runtime.model_copy(update={"build_on_run": False})
+    return replace(project, config=project.config.model_copy(update={"runtime": runtime}))
 
 
 @dataclass(frozen=True)
