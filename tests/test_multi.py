@@ -205,3 +205,17 @@ def test_artifacts_are_built_on_first_use_unless_the_workspace_pins_them(ws: Pat
     r = cli("run", str(ws), "--file", str(tmp_path / "in.npz"), "-v")
     assert r.returncode == 0, r.stderr
     assert "building" not in r.stderr and "cached" in r.stderr
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("{features: detector.features}", "{features: detector.boxes}",
+     "pipeline.1.inputs.features: 'detector.boxes' is not an output of an earlier step"),
+    ("{features: detector.features}", "{feats: detector.features}", "'feats' is not an input of 'classifier'"),
+    ("  - model: detector ", "  - model: detektor ", "no model 'detektor' in models:"),
+])
+def test_a_miswired_pipeline_is_a_config_error_naming_the_step(ws: Path, tmp_path: Path, old: str, new: str,
+                                                                 expected: str) -> None:
+    edit(ws, old, new)
+    np.savez(tmp_path / "in.npz", image=np.zeros((1, 3, 32, 32), np.float32))
+    r = cli("run", str(ws), "--file", str(tmp_path / "in.npz"))
+    assert r.returncode == 3 and expected in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -54,50 +54,68 @@ class Pipeline:
         return {k: v for k, v in values.items() if "." in k}
 
     def close(self) -> None:
-        for st in self.stages:
+        for st in self.stages:  # a model used by two steps is closed twice: closing is idempotent
             st.session.close()
+
+
+@dataclass
+class Wiring:
+    """Where each step's inputs come from, the pipeline's own inputs, and its outputs (the last step's)."""
+
+    steps: list[tuple[str, dict[str, str]]]  # (model, model input -> pipeline input or MODEL.OUTPUT)
+    inputs: dict[str, Tensor]
+    outputs: dict[str, Tensor]
+
+
+def wire(ms: Models, io: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]]) -> Wiring:
+    """Check and resolve the pipeline's wiring against each model's (inputs, outputs); inputs a step leaves
+    out come from the pipeline input of the same name."""
+    ws = ms.workspace
+    assert ws is not None and ws.config.pipeline
+    produced: dict[str, Tensor] = {}
+    out = Wiring([], {}, {})
+    for i, step in enumerate(ws.config.pipeline):
+        inputs, outputs = io[step.model]
+
+        def problem(loc: str, msg: str, i: int = i) -> ConfigError:
+            return ConfigError([Problem(str(ws.path), 0, 0, f"pipeline.{i}.inputs{loc}", msg)])
+
+        unknown = sorted(set(step.inputs) - set(inputs))
+        if unknown:
+            raise problem(f".{unknown[0]}", f"{unknown[0]!r} is not an input of {step.model!r} "
+                          f"(inputs: {', '.join(inputs)})")
+        wiring = {}
+        for name, tensor in inputs.items():
+            src = step.inputs.get(name, name)
+            if "." in src and src not in produced:
+                raise problem(f".{name}", f"{src!r} is not an output of an earlier step "
+                              f"(outputs so far: {', '.join(produced) or 'none'})")
+            if "." not in src:
+                out.inputs.setdefault(src, Tensor(src, tensor.dtype, tensor.shape))
+            wiring[name] = src
+        out.steps.append((step.model, wiring))
+        out.outputs = {f"{step.model}.{n}": Tensor(f"{step.model}.{n}", t.dtype, t.shape) for n, t in outputs.items()}
+        produced.update(out.outputs)
+    return out
 
 
 def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log: Any) -> Pipeline:
     """Open every step's model on the chosen provider (strict: one runtime for all) and check the wiring."""
     from gpux.session import load
 
-    ws = ms.workspace
-    assert ws is not None and ws.config.pipeline
-    pipe = Pipeline([])
-    produced: dict[str, Tensor] = {}
+    assert ms.workspace is not None
+    sessions: dict[str, Session] = {}
     try:
-        for i, step in enumerate(ws.config.pipeline):
-            project = ms.models[step.model]
-            session = load(project, choice.provider, strict=True, store_dir=store_dir, log=log)
-            pipe.stages.append(Stage(step.model, session, _wire(ws.path, i, step.inputs, session, produced, pipe)))
-            produced.update({f"{step.model}.{n}": t for n, t in session.outputs.items()})
+        for step in ms.workspace.config.pipeline:
+            if step.model not in sessions:
+                sessions[step.model] = load(ms.models[step.model], choice.provider, strict=True,
+                                            store_dir=store_dir, log=log)
+        plan = wire(ms, {n: (s.inputs, s.outputs) for n, s in sessions.items()})
     except BaseException:
-        pipe.close()
+        for s in sessions.values():
+            s.close()
         raise
-    return pipe
-
-
-def _wire(path: Path, i: int, given: dict[str, str], session: Session, produced: dict[str, Tensor],
-          pipe: Pipeline) -> dict[str, str]:
-    """Model input → source for step `i`; inputs left out come from the pipeline input of the same name."""
-    def problem(loc: str, msg: str) -> ConfigError:
-        return ConfigError([Problem(str(path), 0, 0, f"pipeline.{i}.inputs{loc}", msg)])
-
-    unknown = sorted(set(given) - set(session.inputs))
-    if unknown:
-        raise problem(f".{unknown[0]}", f"{unknown[0]!r} is not an input of {session.project.name!r} "
-                      f"(inputs: {', '.join(session.inputs)})")
-    wiring = {}
-    for name, tensor in session.inputs.items():
-        src = given.get(name, name)
-        if "." in src and src not in produced:
-            raise problem(f".{name}", f"{src!r} is not an output of an earlier step "
-                          f"(outputs so far: {', '.join(produced) or 'none'})")
-        if "." not in src:
-            pipe.inputs.setdefault(src, Tensor(src, tensor.dtype, tensor.shape))
-        wiring[name] = src
-    return wiring
+    return Pipeline([Stage(m, sessions[m], w) for m, w in plan.steps], plan.inputs)
 
 
 def benchmark(pipe: Pipeline, feeds: dict[str, Any], runs: int, warmup: int) -> dict[str, Any]:
@@ -127,4 +145,4 @@ def benchmark(pipe: Pipeline, feeds: dict[str, Any], runs: int, warmup: int) -> 
             "end_to_end": {**stats(totals), "per_s": float(len(totals) / sum(totals))}}
 
 
-__all__ = ["Pipeline", "Stage", "benchmark", "open_pipeline"]
+__all__ = ["Pipeline", "Stage", "Wiring", "benchmark", "open_pipeline", "wire"]
