@@ -230,11 +230,18 @@ def export_triton(targets: tuple[str, ...], repo: str, provider: str | None, mod
 
     from gpux import report
     from gpux.deploy.triton import export as export_model
+    from gpux.multi.commands import workspace_of
     from gpux.package import choose_provider
     from gpux.resolve import open_project
 
     done = []
     for target in targets:
+        ws = workspace_of(target, store)
+        if ws is not None:  # each enabled model on the workspace's one provider, and its pipeline as an ensemble
+            from gpux.deploy.ensemble import export_workspace
+
+            done += export_workspace(ws, provider, Path(repo), model_version, store, report.progress(as_json))
+            continue
         project = open_project(target)
         name = choose_provider(project, provider)
         done.append(export_model(project, name, Path(repo), model_version, store, report.progress(as_json)))

@@ -219,3 +219,36 @@ def test_a_miswired_pipeline_is_a_config_error_naming_the_step(ws: Path, tmp_pat
     np.savez(tmp_path / "in.npz", image=np.zeros((1, 3, 32, 32), np.float32))
     r = cli("run", str(ws), "--file", str(tmp_path / "in.npz"))
     assert r.returncode == 3 and expected in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_triton_export_writes_each_model_and_the_pipeline_as_an_ensemble(ws: Path, tmp_path: Path) -> None:
+    from google.protobuf import text_format
+    from google.protobuf.json_format import MessageToDict
+    from tritonclient.grpc import model_config_pb2
+
+    r = cli("export", "triton", str(ws), "-o", str(tmp_path / "repo"), "-p", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [m["name"] for m in json.loads(r.stdout)["models"]] == ["detector", "classifier", "detect-classify"]
+    text = (tmp_path / "repo" / "detect-classify" / "config.pbtxt").read_text()
+    cfg = MessageToDict(text_format.Parse(text, model_config_pb2.ModelConfig()), preserving_proto_field_name=True)
+    assert cfg["platform"] == "ensemble" and (tmp_path / "repo" / "detect-classify" / "1").is_dir()
+    steps = cfg["ensemble_scheduling"]["step"]
+    assert [s["model_name"] for s in steps] == ["detector", "classifier"]
+    known = {t["name"] for t in cfg["input"]}  # Triton's rule: a step reads ensemble inputs or earlier outputs
+    for s in steps:
+        assert set(s["input_map"].values()) <= known
+        known |= set(s["output_map"].values())
+    assert {t["name"] for t in cfg["output"]} == {"classifier.probs"} <= known
+    import onnxruntime as ort
+
+    image = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    tensors = {"image": image}
+    for s in steps:  # the exported files, wired as the ensemble says, give what gpux's pipeline gives
+        sess = ort.InferenceSession(str(tmp_path / "repo" / s["model_name"] / "1" / "model.onnx"))
+        outs = dict(zip([o.name for o in sess.get_outputs()],
+                        sess.run(None, {k: tensors[v] for k, v in s["input_map"].items()}), strict=True))
+        tensors.update({v: outs[k] for k, v in s["output_map"].items()})
+    np.savez(tmp_path / "in.npz", image=image)
+    doc = json.loads(cli("run", str(ws), "--file", str(tmp_path / "in.npz"), "-p", "cpu", "--json").stdout)
+    np.testing.assert_allclose(tensors["classifier.probs"], np.asarray(doc["outputs"]["classifier.probs"]),
+                               rtol=1e-5, atol=1e-6)
