@@ -357,6 +357,10 @@ def find_config(path: str | Path) -> Path:
         for name in CONFIG_NAMES:
             if (p / name).is_file():
                 return p / name
+        if (p / "gpux.workspace.yml").is_file():
+            raise ConfigError([Problem(str(p), 0, 0, "", "this folder holds a workspace (gpux.workspace.yml), not a "
+                                       "gpux.yml: build, run, inspect, serve, use and export triton take it; "
+                                       "name one of its models' folders for this command")])
         raise ConfigError([Problem(str(p), 0, 0, "", "no gpux.yml here; create one (see docs/config.md)")])
     if not p.is_file():
         raise ConfigError([Problem(str(p), 0, 0, "", "file not found")])

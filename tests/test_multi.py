@@ -252,3 +252,13 @@ def test_triton_export_writes_each_model_and_the_pipeline_as_an_ensemble(ws: Pat
     doc = json.loads(cli("run", str(ws), "--file", str(tmp_path / "in.npz"), "-p", "cpu", "--json").stdout)
     np.testing.assert_allclose(tensors["classifier.probs"], np.asarray(doc["outputs"]["classifier.probs"]),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_validate_checks_the_workspace_file_and_other_commands_say_it_is_one(ws: Path) -> None:
+    r = cli("validate", str(ws))
+    assert r.returncode == 0 and "ok: " + str(ws / "gpux.workspace.yml") in r.stdout, r.stdout + r.stderr
+    edit(ws, "detector: {path: detector}", "detector: {path: detector, enabeld: true}")
+    r = cli("validate", str(ws))
+    assert r.returncode == 3 and "models.detector.enabeld: unknown key 'enabeld' (did you mean 'enabled'?)" in r.stderr
+    r = cli("package", str(ws), "--dockerfile-only", str(ws / "ctx"))
+    assert r.returncode == 3 and "holds a workspace" in r.stderr

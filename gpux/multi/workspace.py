@@ -89,8 +89,8 @@ def find(target: str) -> Path | None:
     return None
 
 
-def load(path: Path) -> Workspace:
-    """Read and check a workspace file and every project it names; every problem at once."""
+def load(path: Path, require_model: bool = True) -> Workspace:
+    """Read and check a workspace file, then every project it names and its pipeline (those problems at once)."""
     from gpux.config_errors import parse_yaml
 
     data, marks, problems = parse_yaml(path.read_text(encoding="utf-8"), str(path))
@@ -104,18 +104,33 @@ def load(path: Path) -> Workspace:
     try:
         config = WorkspaceConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError([at(tuple(e["loc"]), e["msg"]) for e in exc.errors()]) from None
+        raise ConfigError([at(tuple(e["loc"]), _message(e)) for e in exc.errors()]) from None
     ws = Workspace(path, config)
     errors: list[Problem] = []
     for name, member in config.models.items():
         try:
-            ws.projects[name] = load_config(path.parent / member.path)
+            ws.projects[name] = load_config(path.parent / member.path, require_model=require_model)
         except ConfigError as exc:
             errors += [at(("models", name, "path"), f"model {name!r}: {p}") for p in exc.problems]
     errors += [at(loc, msg) for loc, msg in pipeline_problems(config)]
     if errors:
         raise ConfigError(errors)
     return ws
+
+
+MODELS: dict[str, type[BaseModel]] = {"": WorkspaceConfig, "models": Member, "runtime": WorkspaceRuntime, "pipeline": Step}
+
+
+def _message(error: Any) -> str:
+    """Pydantic's message, with the keys allowed and a did-you-mean for an unknown key."""
+    from gpux.config import did_you_mean
+
+    loc = [str(x) for x in error["loc"]]
+    if error["type"] != "extra_forbidden":
+        return str(error["msg"])
+    owner = MODELS.get(loc[0] if len(loc) > 1 else "", WorkspaceConfig)
+    fields = list(owner.model_fields)
+    return f"unknown key {loc[-1]!r}{did_you_mean(loc[-1], fields)}; expected one of {', '.join(fields)}"
 
 
 def pipeline_problems(config: WorkspaceConfig) -> list[tuple[tuple[Any, ...], str]]:
