@@ -118,7 +118,8 @@ def load(path: Path, require_model: bool = True) -> Workspace:
     return ws
 
 
-MODELS: dict[str, type[BaseModel]] = {"": WorkspaceConfig, "models": Member, "runtime": WorkspaceRuntime, "pipeline": Step}
+MODELS: dict[str, type[BaseModel]] = {"": WorkspaceConfig, "models": Member, "runtime": WorkspaceRuntime,
+                                      "pipeline": Step}
 
 
 def _message(error: Any) -> str:
