@@ -262,3 +262,10 @@ def test_validate_checks_the_workspace_file_and_other_commands_say_it_is_one(ws:
     assert r.returncode == 3 and "models.detector.enabeld: unknown key 'enabeld' (did you mean 'enabled'?)" in r.stderr
     r = cli("package", str(ws), "--dockerfile-only", str(ws / "ctx"))
     assert r.returncode == 3 and "holds a workspace" in r.stderr
+
+
+def test_package_follows_the_saved_choice(mlp_project: Path) -> None:
+    assert cli("use", "openvino", str(mlp_project)).returncode == 0
+    r = cli("package", str(mlp_project), "--dockerfile-only", str(mlp_project / "ctx"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["provider"] == "openvino"

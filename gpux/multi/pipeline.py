@@ -39,8 +39,9 @@ class Pipeline:
 
     def run_last(self, feeds: dict[str, Any]) -> dict[str, Any]:
         """Run every step; only the last step's outputs (what a server answers)."""
-        wanted = self.outputs
-        return {k: v for k, v in self.run(feeds).items() if k in wanted}
+        last = self.stages[-1]
+        values = self.run(feeds)
+        return {k: values[k] for k in (f"{last.model}.{n}" for n in last.session.output_names)}
 
     def run(self, feeds: dict[str, Any], timings: list[float] | None = None) -> dict[str, Any]:
         """Every step's outputs as MODEL.OUTPUT → array; `timings` gets each step's seconds, in order."""
