@@ -218,38 +218,18 @@ def export() -> None:
 @click.option("--output", "-o", "repo", type=click.Path(file_okay=False), required=True,
               help="The model repository folder (created; each model's folder is replaced whole).")
 @click.option("--provider", "-p", default=None,
-              help="cpu, openvino, cuda or tensorrt (default: $GPUX_PROVIDER, runtime.backend, else cpu).")
+              help="cpu, openvino, cuda or tensorrt (default: $GPUX_PROVIDER, `gpux use`, runtime.backend, else cpu).")
 @click.option("--version", "model_version", type=click.IntRange(min=1), default=1, show_default=True,
               help="Triton version folder the artifact goes in.")
 @STORE
 @JSON
 def export_triton(targets: tuple[str, ...], repo: str, provider: str | None, model_version: int,
                   store: str | None, as_json: bool) -> None:
-    """Write a Triton model repository: config.pbtxt + the artifact per model (batching from serve:)."""
-    from pathlib import Path
+    """Write a Triton model repository: config.pbtxt + the artifact per model (batching from serve:); a
+    workspace adds its pipeline as an ensemble."""
+    from gpux.deploy.ensemble import triton_command
 
-    from gpux import report
-    from gpux.deploy.triton import export as export_model
-    from gpux.multi.commands import workspace_of
-    from gpux.package import choose_provider
-    from gpux.resolve import open_project
-
-    done = []
-    for target in targets:
-        ws = workspace_of(target, store)
-        if ws is not None:  # each enabled model on the workspace's one provider, and its pipeline as an ensemble
-            from gpux.deploy.ensemble import export_workspace
-
-            done += export_workspace(ws, provider, Path(repo), model_version, store, report.progress(as_json))
-            continue
-        project = open_project(target)
-        name = choose_provider(project, provider)
-        done.append(export_model(project, name, Path(repo), model_version, store, report.progress(as_json)))
-    if as_json:
-        report.emit_json({"repository": repo, "models": [e.to_dict() for e in done]})
-        return
-    for e in done:
-        print(f"{e.name}: {e.provider} → {e.folder}/{e.version}/{', '.join(e.files)} + config.pbtxt")
+    sys.exit(triton_command(list(targets), repo, provider, model_version, store, as_json))
 
 
 @export.command("kserve")

@@ -18,8 +18,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     from gpux import noop
     from gpux.multi.commands import build_workspace, workspace_of
 
-    ws = workspace_of(path, store_dir)
-    if ws is not None:
+    if (ws := workspace_of(path, store_dir)) is not None:
         return build_workspace(ws, provider, store_dir, as_json)
     request = {"provider": provider, "strict": strict, "verify": verify, "store": store_dir}
     if not force and not dry_run:
@@ -183,8 +182,7 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     from gpux.providers import ort_conflict_warning, probe_for, runtime_of
     from gpux.resolve import open_project
 
-    ws = workspace_of(target, store_dir)
-    if ws is not None:
+    if (ws := workspace_of(target, store_dir)) is not None:
         return inspect_workspace(ws, store_dir, as_json)
     project = open_project(target)
     io = load_checked(project, store_dir)

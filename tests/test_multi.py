@@ -269,3 +269,13 @@ def test_package_follows_the_saved_choice(mlp_project: Path) -> None:
     r = cli("package", str(mlp_project), "--dockerfile-only", str(mlp_project / "ctx"), "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["provider"] == "openvino"
+
+
+def test_flag_and_env_win_over_the_saved_choice_without_changing_it(ws: Path) -> None:
+    assert cli("use", "cpu", str(ws)).returncode == 0
+    r = cli("build", str(ws), "--provider", "auto", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["source"] == "--provider", r.stderr
+    r = cli("build", str(ws), "--json", env={"GPUX_PROVIDER": "openvino"})  # the env var is gated as well
+    assert r.returncode == 2 and "GPUX_PROVIDER: openvino is not offered: model 'classifier'" in r.stderr
+    doc = json.loads(cli("inspect", str(ws), "--json").stdout)
+    assert doc["saved"] == "cpu" and doc["choice"] == {"provider": "cpu", "source": "gpux use"}

@@ -1,5 +1,5 @@
-"""A workspace in a Triton model repository: each enabled model exported on the workspace's one provider, and
-its pipeline as a Triton ensemble (`platform: ensemble`) wiring the same tensors by the same names."""
+"""`gpux export triton` over projects and workspaces: a workspace's enabled models exported on its one provider,
+and its pipeline as a Triton ensemble (`platform: ensemble`) wiring the same tensors by the same names."""
 
 from __future__ import annotations
 
@@ -50,4 +50,28 @@ def write_ensemble(ms: Models, members: list[Exported], repo: Path, version: int
     return Exported(name, members[0].provider, folder, version, [], cfg)
 
 
-__all__ = ["export_workspace", "write_ensemble"]
+def triton_command(targets: list[str], repo: str, provider: str | None, version: int, store: str | None,
+                   as_json: bool) -> int:
+    """Export each target (a project on its chosen provider, or a workspace) into one repository."""
+    from gpux import report
+    from gpux.multi.commands import workspace_of
+    from gpux.package import choose_provider
+    from gpux.resolve import open_project
+
+    done, log = [], report.progress(as_json)
+    for target in targets:
+        ws = workspace_of(target, store)
+        if ws is not None:
+            done += export_workspace(ws, provider, Path(repo), version, store, log)
+            continue
+        project = open_project(target)
+        done.append(export(project, choose_provider(project, provider), Path(repo), version, store, log))
+    if as_json:
+        report.emit_json({"repository": repo, "models": [e.to_dict() for e in done]})
+        return 0
+    for e in done:
+        print(f"{e.name}: {e.provider} → {e.folder}/{e.version}/{', '.join(e.files)} + config.pbtxt")
+    return 0
+
+
+__all__ = ["export_workspace", "triton_command", "write_ensemble"]

@@ -62,33 +62,34 @@ class Choice:
 def choose(ms: Models, provider: str | None) -> Choice:
     """--provider > $GPUX_PROVIDER > the saved choice > the workspace's runtime.backend > the best offered;
     a request outside the offer is refused naming the models that block it."""
-    from gpux.errors import ProviderUnavailable
+    from gpux.errors import ProviderUnavailable, UsageError
     from gpux.plan import ENV_PROVIDER, parse_request
 
     offer = ms.offer()
-    backend = ms.workspace.config.runtime.backend if ms.workspace else "auto"
-    for value, source in ((provider, "--provider"), (os.environ.get(ENV_PROVIDER), ENV_PROVIDER)):
+    wanted: str | None = None
+    source = "auto"
+    said: tuple[str, ...] = ()
+    for value, where in ((provider, "--provider"), (os.environ.get(ENV_PROVIDER), ENV_PROVIDER)):
         if value:
-            names = parse_request(value, source)
-            wanted = names[0] if names != ("auto",) else offer.best
+            names = parse_request(value, where)
             if len(names) > 1:
-                from gpux.errors import UsageError
-
-                raise UsageError(f"{source}: {value}: a workspace runs one provider for all its models")
-            if wanted:
-                offer.refuse(wanted, source)
-                return Choice(wanted, source)
-    saved, why = settle(ms.place, ms.models)
-    if saved:
-        return Choice(saved, "gpux use", (why,) if why else ())
-    if backend != "auto":
-        offer.refuse(backend, "runtime.backend")
-        return Choice(backend, "runtime.backend", (why,) if why else ())
-    if offer.best is None:
-        rows = "; ".join(f"{p}: {', '.join(offer.blockers(p))}" for p in ("cpu",))
-        raise ProviderUnavailable(f"no provider runs every enabled model here ({rows})",
+                raise UsageError(f"{where}: {value}: a workspace runs one provider for all its models")
+            wanted, source = (None if names == ("auto",) else names[0]), where
+            break
+    else:
+        saved, why = settle(ms.place, ms.models)
+        said = (why,) if why else ()
+        backend = ms.workspace.config.runtime.backend if ms.workspace else "auto"
+        wanted, source = (saved, "gpux use") if saved else \
+            ((backend, "runtime.backend") if backend != "auto" else (None, "auto"))
+    if wanted is not None:
+        offer.refuse(wanted, source)
+        return Choice(wanted, source, said)
+    if offer.best is None:  # cpu is the last resort: say what keeps even it out
+        raise ProviderUnavailable("no provider runs every enabled model here "
+                                  f"(cpu: {'; '.join(offer.blockers('cpu'))})",
                                   hint="see `gpux inspect` for the model × provider matrix")
-    return Choice(offer.best, "auto", (why,) if why else ())
+    return Choice(offer.best, source, said)
 
 
 def derived(project: Project, provider: str) -> dict[str, Any]:
