@@ -136,6 +136,7 @@ def test_use_is_refused_while_a_benchmark_runs_and_allowed_after_it_is_killed(ws
         bench.wait(timeout=30)
     r = cli("use", "cpu", str(ws))
     assert r.returncode == 0, r.stderr
+    assert not list((ws / ".gpux" / "detect-classify" / ".in-use").iterdir()), "the dead holder's files tidied"
 
 
 def test_single_project_use_is_followed_and_a_flag_never_changes_it(mlp_project: Path) -> None:
