@@ -118,8 +118,9 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
 
     ws = workspace_of(target, store)
     if ws is not None:
-        return run_workspace(ws, dict(input_json=input_json, input_file=input_file, provider=provider, store=store,
-                                      as_json=as_json, benchmark=benchmark, **bench))
+        return run_workspace(ws, dict(input_json=input_json, input_file=input_file, output=output, provider=provider,
+                                      store=store, as_json=as_json, benchmark=benchmark, placement=placement,
+                                      strict=strict, **bench))
     project = open_project(target)
     with holding(project.name, project.root, store, "gpux run --benchmark" if benchmark else "gpux run"):
         if benchmark:

@@ -106,6 +106,11 @@ def test_pipeline_matches_running_the_two_models_by_hand(ws: Path, tmp_path: Pat
     with gpux.load(ws / "detector", provider="cpu") as det, gpux.load(ws / "classifier", provider="cpu") as cls:
         by_hand = cls.run(features=det.run(image=image)["features"])["probs"]
     np.testing.assert_allclose(np.asarray(doc["outputs"]["classifier.probs"]), by_hand, rtol=1e-6, atol=1e-7)
+    r = cli("run", str(ws), "--file", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz"))
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["classifier.probs"], by_hand, rtol=1e-6, atol=1e-7)
+    r = cli("run", str(ws), "--benchmark", "--csv")
+    assert r.returncode == 2 and "--csv: not supported when running a workspace's pipeline" in r.stderr
 
 
 def test_pipeline_benchmark_reports_each_step_and_end_to_end(ws: Path) -> None:

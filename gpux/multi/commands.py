@@ -10,6 +10,9 @@ from gpux.choice import read, write
 from gpux.errors import GpuxError, UsageError
 from gpux.multi.project import Models, choose, derived, open_models
 
+# `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
+UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline")
+
 
 class InUse(GpuxError):
     """`gpux use` while a run, benchmark or server of the project holds its in-use lock."""
@@ -100,6 +103,12 @@ def run_workspace(ms: Models, kw: dict[str, Any]) -> int:
 
     if ms.workspace is None or not ms.workspace.config.pipeline:
         raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to run; run one model by its folder")
+    unsupported = [f"--{k.replace('_', '-').replace('as-csv', 'csv')}" for k in UNSUPPORTED if kw.get(k)]
+    if unsupported:
+        raise UsageError(f"{', '.join(unsupported)}: not supported when running a workspace's pipeline",
+                         hint="run one model by its folder for those; a pipeline is always strict")
+    if kw.get("output") and not str(kw["output"]).endswith(".npz"):
+        raise UsageError(f"--output {kw['output']}: outputs are written as .npz; name the file *.npz")
     choice = choose(ms, kw.get("provider"))
     store_dir, as_json = kw.get("store"), kw.get("as_json", False)
     what = "gpux run --benchmark" if kw.get("benchmark") else "gpux run"
@@ -114,7 +123,12 @@ def run_workspace(ms: Models, kw: dict[str, Any]) -> int:
                 if (text is None) == (file is None):
                     raise UsageError("pass one of --input or --file (or --benchmark)")
                 feeds = parse_json(text, pipe.inputs) if text is not None else load_file(file or "", pipe.inputs)
-                doc = {"outputs": {k: v.tolist() for k, v in pipe.run_last(feeds).items()}}
+                outputs = pipe.run_last(feeds)
+                if kw.get("output"):
+                    import numpy as np
+
+                    np.savez(kw["output"], **outputs)
+                doc = {"outputs": {k: v.tolist() for k, v in outputs.items()}}
         finally:
             pipe.close()
     doc = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source,
