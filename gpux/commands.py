@@ -287,6 +287,7 @@ def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) 
             removed.append(str(p))
         for folder in (root / project.name).glob("*") if (root / project.name).is_dir() else []:
             keep = folder.name == "cache" and action != "prune-all"  # runtime caches: rebuildable, kept
+            keep = keep or folder.name == ".in-use"  # live holders' locks (gpux/inuse.py)
             if folder.is_dir() and not keep and store.read_manifest(folder) is None:
                 store.discard(folder)
                 removed.append(str(folder))

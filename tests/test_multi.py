@@ -285,3 +285,15 @@ def test_flag_and_env_win_over_the_saved_choice_without_changing_it(ws: Path) ->
     assert r.returncode == 2 and "GPUX_PROVIDER: openvino is not offered: model 'classifier'" in r.stderr
     doc = json.loads(cli("inspect", str(ws), "--json").stdout)
     assert doc["saved"] == "cpu" and doc["choice"] == {"provider": "cpu", "source": "gpux use"}
+
+
+def test_cache_prune_keeps_the_saved_choice_and_in_use_locks(mlp_project: Path) -> None:
+    from gpux.inuse import holders, holding
+
+    assert cli("use", "cpu", str(mlp_project)).returncode == 0
+    with holding("tiny-mlp", mlp_project, None, "a test"):
+        assert cli("cache", "prune", "--all", str(mlp_project)).returncode == 0
+        held = holders("tiny-mlp", mlp_project, None)  # this process holds it: still seen after the prune
+        assert len(held) == 1 and f"a test (pid {os.getpid()}" in held[0]
+    assert holders("tiny-mlp", mlp_project, None) == []
+    assert json.loads(cli("inspect", str(mlp_project), "--json").stdout)["saved"] == "cpu"
