@@ -34,7 +34,7 @@ class Step:
     packages: tuple[str, ...]  # distributions whose versions key the artifact
     device: str  # "none" | "cpu" | "cpu-if-level" | "gpu" | "torch": which device identity keys it
     open: str = "gpux.providers.ort:open_runner"  # (provider, project, artifact) -> Runner
-    on_run: bool = True  # may `run` build it when missing? (engines are built by `gpux build` only)
+    on_run: bool = True  # cheap enough to build silently on `run`? (False: say it may take minutes)
     needs_device: bool = False  # can only be built on the device it runs on
     shapes: bool = False  # the resolved sizes of symbolic dims shape the artifact (key them)
 
@@ -205,10 +205,15 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
         if art is None:
             with store.locked(root / ".locks" / f"{project.name}-{folder.name}.lock"):
                 art, reason2 = (None, reason) if force else _cached(folder, key, full_check, verify)
-                if art is None and for_run and not STEPS[target.step].on_run:
-                    raise NeedsBuild(project, target, parts, root)
+                if art is None and for_run and not project.config.runtime.build_on_run:
+                    raise NeedsBuild(project, target, parts, root, provider)
                 if art is None:
-                    art = _build_remembering(job, target, parts, key, src, folder, root, reason2 or reason)
+                    slow = for_run and not STEPS[target.step].on_run
+                    stale = stale_why(project, target, parts, root) if slow else None
+                    from gpux.report import SLOW_BUILD
+
+                    art = _build_remembering(job, target, parts, key, src, folder, root,
+                                             (stale or reason2 or reason) + (f"; {SLOW_BUILD}" if slow else ""))
                 else:
                     cached = True
         r = TargetResult(target, key, art, cached, time.perf_counter() - started, "" if cached else reason)
@@ -220,16 +225,22 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
 class NeedsBuild(BuildFailed):
     """`run` found no artifact it may build itself; says why an existing one does not fit and what to run."""
 
-    def __init__(self, project: Project, target: Target, parts: dict[str, Any], root: Path) -> None:
-        others = [a for a in store.artifacts(root, project.name) if a.id == target.id]
-        why = "none built yet"
-        if others:
-            newest = max(others, key=lambda a: str(a.manifest.get("built_at")))
-            diffs = differences(newest.manifest.get("key_parts") or {}, parts)
-            why = "the one built does not fit this machine: " + ("; ".join(diffs) or "its options differ")
+    def __init__(self, project: Project, target: Target, parts: dict[str, Any], root: Path,
+                 provider: str | None = None) -> None:
+        why = stale_why(project, target, parts, root) or "none built yet"
         path = project.root if project.path.is_file() else project.source
         super().__init__(f"{target.id} for {project.name!r}: {why}",
-                         hint=f"gpux build {path} --provider {target.provider}")
+                         hint=f"gpux build {path} --provider {provider or target.provider}")
+
+
+def stale_why(project: Project, target: Target, parts: dict[str, Any], root: Path) -> str | None:
+    """Why the newest artifact of `target`'s id does not fit (None when none was built)."""
+    others = [a for a in store.artifacts(root, project.name) if a.id == target.id]
+    if not others:
+        return None
+    newest = max(others, key=lambda a: str(a.manifest.get("built_at")))
+    diffs = differences(newest.manifest.get("key_parts") or {}, parts)
+    return "the one built does not fit this machine: " + ("; ".join(diffs) or "its options differ")
 
 
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -17,7 +17,7 @@ JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON docu
 STORE = click.option("--store", type=click.Path(file_okay=False), default=None,
                      help="Artifact store (default: .gpux/ beside gpux.yml, or $GPUX_STORE).")
 PROVIDER = click.option("--provider", "-p", default=None, help=f"Provider: {PROVIDER_HELP}. "
-                        "Overrides $GPUX_PROVIDER and runtime.backend.")
+                        "Overrides $GPUX_PROVIDER, `gpux use` and runtime.backend.")
 STRICT = click.option("--strict", is_flag=True, help="Never fall back: exit 4 if the provider cannot run.")
 
 
@@ -234,31 +234,18 @@ def export() -> None:
 @click.option("--output", "-o", "repo", type=click.Path(file_okay=False), required=True,
               help="The model repository folder (created; each model's folder is replaced whole).")
 @click.option("--provider", "-p", default=None,
-              help="cpu, openvino, cuda or tensorrt (default: $GPUX_PROVIDER, runtime.backend, else cpu).")
+              help="cpu, openvino, cuda or tensorrt (default: $GPUX_PROVIDER, `gpux use`, runtime.backend, else cpu).")
 @click.option("--version", "model_version", type=click.IntRange(min=1), default=1, show_default=True,
               help="Triton version folder the artifact goes in.")
 @STORE
 @JSON
 def export_triton(targets: tuple[str, ...], repo: str, provider: str | None, model_version: int,
                   store: str | None, as_json: bool) -> None:
-    """Write a Triton model repository: config.pbtxt + the artifact per model (batching from serve:)."""
-    from pathlib import Path
+    """Write a Triton model repository: config.pbtxt + the artifact per model (batching from serve:); a
+    workspace adds its pipeline as an ensemble."""
+    from gpux.deploy.ensemble import triton_command
 
-    from gpux import report
-    from gpux.deploy.triton import export as export_model
-    from gpux.package import choose_provider
-    from gpux.resolve import open_project
-
-    done = []
-    for target in targets:
-        project = open_project(target)
-        name = choose_provider(project, provider)
-        done.append(export_model(project, name, Path(repo), model_version, store, report.progress(as_json)))
-    if as_json:
-        report.emit_json({"repository": repo, "models": [e.to_dict() for e in done]})
-        return
-    for e in done:
-        print(f"{e.name}: {e.provider} → {e.folder}/{e.version}/{', '.join(e.files)} + config.pbtxt")
+    sys.exit(triton_command(list(targets), repo, provider, model_version, store, as_json))
 
 
 @export.command("kserve")
@@ -336,6 +323,19 @@ def tune(target: str, precisions: str, providers: str | None, **kwargs: Any) -> 
                                 providers=tuple(providers.split(",")) if providers else None, **kwargs))
     report.emit_json(lock) if kwargs["as_json"] else render(lock)
     sys.exit(0 if lock["choice"] else int(ExitCode.FAILED))
+
+
+@cli.command()
+@click.argument("provider")
+@click.argument("target", default=".")
+@STORE
+@JSON
+def use(provider: str, target: str, store: str | None, as_json: bool) -> None:
+    """Save the provider build, run, serve and package use for a project or workspace on this machine
+    (auto: forget it). Refused while a run, benchmark or server of it is in progress."""
+    from gpux.multi.commands import use_command
+
+    sys.exit(use_command(provider, target, store, as_json))
 
 
 @cli.group()

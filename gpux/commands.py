@@ -16,7 +16,10 @@ def _log(as_json: bool) -> Any:
 def build_command(path: str, provider: str | None, strict: bool, force: bool, verify: bool, dry_run: bool,
                   store_dir: str | None, as_json: bool, shapes: dict[str, int] | None = None) -> int:
     from gpux import noop
+    from gpux.multi.commands import build_workspace, workspace_of
 
+    if (ws := workspace_of(path, store_dir)) is not None:
+        return build_workspace(ws, provider, store_dir, as_json)
     request = {"provider": provider, "strict": strict, "verify": verify, "store": store_dir, "shapes": shapes}
     if not force and not dry_run:
         replayed = noop.replay(path, request)
@@ -25,7 +28,6 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
             return 0
     from gpux.build import build, keyed_targets, needs_device, source_files
     from gpux.modelio import effective_io, load_checked
-    from gpux.plan import select
     from gpux.providers import probe_for
     from gpux.resolve import open_project, remember
     from gpux.session import Attempt
@@ -34,12 +36,10 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     for w in project.warnings:
         report.warn(w)
     io = load_checked(project, store_dir)
-    from gpux.tune import apply_lock
+    from gpux.choice import choose
 
-    project, locked, why = apply_lock(project, provider)
-    if why:
-        project.warnings.append(why)
-    selection = select(project, provider, strict, locked)
+    project, selection, why = choose(project, provider, strict, store_dir)
+    project.warnings.extend(why)
     if dry_run:
         from gpux import store
 
@@ -113,19 +113,33 @@ def watched_inputs(project: Any, io: Any) -> list[Path]:
 def run_command(target: str, *, input_json: str | None, input_file: str | None, output: str | None,
                 provider: str | None, strict: bool, store: str | None, as_json: bool, benchmark: bool,
                 placement: bool = False, **bench: Any) -> int:
-    from gpux.inputs import load_file, parse_json
-    from gpux.session import load
-
-    if benchmark:
-        from gpux.benchmark import benchmark_command
-
-        return benchmark_command(target, provider=provider, strict=strict, store=store, as_json=as_json,
-                                 input_file=input_file, **bench)
-    from gpux.errors import InputError
-    from gpux.modelio import effective_io, load_checked
+    from gpux.inuse import holding
+    from gpux.multi.commands import run_workspace, workspace_of
     from gpux.resolve import open_project
 
+    ws = workspace_of(target, store)
+    if ws is not None:
+        return run_workspace(ws, dict(input_json=input_json, input_file=input_file, output=output, provider=provider,
+                                      store=store, as_json=as_json, benchmark=benchmark, placement=placement,
+                                      strict=strict, **bench))
     project = open_project(target)
+    with holding(project.name, project.root, store, "gpux run --benchmark" if benchmark else "gpux run"):
+        if benchmark:
+            from gpux.benchmark import benchmark_command
+
+            return benchmark_command(target, provider=provider, strict=strict, store=store, as_json=as_json,
+                                     input_file=input_file, **bench)
+        return _run_once(project, input_json=input_json, input_file=input_file, output=output, provider=provider,
+                         strict=strict, store=store, as_json=as_json, placement=placement)
+
+
+def _run_once(project: Any, *, input_json: str | None, input_file: str | None, output: str | None,
+              provider: str | None, strict: bool, store: str | None, as_json: bool, placement: bool) -> int:
+    from gpux.errors import InputError
+    from gpux.inputs import load_file, parse_json
+    from gpux.modelio import effective_io, load_checked
+    from gpux.session import load
+
     if input_json is None and input_file is None:
         raise InputError("no inputs given", hint="pass --input '{\"name\": [...]}' or --file inputs.npz "
                          "(or --benchmark for seeded random inputs)")
@@ -167,18 +181,20 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     from gpux.build import source_files
     from gpux.config import CONFIG_NAMES, PROVIDERS
     from gpux.modelio import effective_io, load_checked
-    from gpux.plan import select
+    from gpux.multi.commands import inspect_workspace, workspace_of
     from gpux.providers import ort_conflict_warning, probe_for, runtime_of
     from gpux.resolve import open_project
 
+    if (ws := workspace_of(target, store_dir)) is not None:
+        return inspect_workspace(ws, store_dir, as_json)
     project = open_project(target)
     io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
     avail = [{**probe_for(project, p).to_dict(), "runtime": runtime_of(project, p)} for p in PROVIDERS]
-    from gpux.tune import apply_lock
+    from gpux.choice import choose
 
-    project, locked, why = apply_lock(project, None)
-    selection = select(project, None, False, locked)
+    project, selection, whys = choose(project, None, False, store_dir)
+    locked = selection.chain[0] if selection.source == "gpux.lock.json" else None
     chosen = next((p for p in selection.chain if probe_for(project, p).ok), None)
     root = store.store_root(project.root, store_dir)
     current = current_folders(project, io, root)
@@ -198,9 +214,9 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
            "producer": io.producer, "inputs": [t.to_dict() for t in inputs.values()],
            "outputs": [t.to_dict() for t in outputs.values()], "selection": selection.to_dict(),
            "would_run_on": chosen, "providers": avail, "artifacts": arts,
-           "warnings": warnings + ([why] if why else []),
+           "warnings": warnings + whys,
            "lock": {"provider": locked, "options": getattr(project.config.providers, locked).model_dump(mode="json")}
-           if locked else None}
+           if locked else None, **offer_of(project, store_dir)}
     if as_json:
         report.emit_json(doc)
         return 0
@@ -214,6 +230,7 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
             print(f"  {t.name}: {t.dtype} {shape}")
     if locked:
         print(f"tuned: {locked} locked in gpux.lock.json for this machine")
+    print(f"offer: {', '.join(doc['offer']) or 'none'}; saved with `gpux use`: {doc['saved'] or 'nothing'}")
     print(f"\nproviders (order {', '.join(selection.chain)}; would run on {chosen or 'none'}):")
     print(report.providers_table(avail))
     print("\nartifacts:")
@@ -221,6 +238,15 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     for w in warnings:
         report.warn(w)
     return 0
+
+
+def offer_of(project: Any, store_dir: str | None) -> dict[str, Any]:
+    """The providers this model can run here (declared, reachable, available) and its saved choice."""
+    from gpux.choice import Place, read
+    from gpux.multi.offer import compute
+
+    return {"offer": list(compute({project.name: project}).offer),
+            "saved": read(Place(project.name, project.root, store_dir))}
 
 
 def current_folders(project: Any, io: Any, root: Path) -> set[str]:
@@ -263,6 +289,7 @@ def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) 
             removed.append(str(p))
         for folder in (root / project.name).glob("*") if (root / project.name).is_dir() else []:
             keep = folder.name == "cache" and action != "prune-all"  # runtime caches: rebuildable, kept
+            keep = keep or folder.name == ".in-use"  # live holders' locks (gpux/inuse.py)
             if folder.is_dir() and not keep and store.read_manifest(folder) is None:
                 store.discard(folder)
                 removed.append(str(folder))

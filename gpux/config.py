@@ -185,6 +185,10 @@ class Runtime(Strict):
     min_coverage: float | None = Field(
         None, ge=0, le=1, description="Least fraction of graph nodes the chosen accelerator must take."
     )
+    build_on_run: bool = Field(
+        True, description="run/serve build a missing or stale artifact (TensorRT engines too) on first use; "
+        "false pins the built artifacts: a missing one is refused with the `gpux build` to run."
+    )
 
     @model_validator(mode="after")
     def _backend_supported(self) -> Runtime:
@@ -365,6 +369,10 @@ def find_config(path: str | Path) -> Path:
         for name in CONFIG_NAMES:
             if (p / name).is_file():
                 return p / name
+        if (p / "gpux.workspace.yml").is_file():
+            raise ConfigError([Problem(str(p), 0, 0, "", "this folder holds a workspace (gpux.workspace.yml), not a "
+                                       "gpux.yml: build, run, inspect, serve, use and export triton take it; "
+                                       "name one of its models' folders for this command")])
         raise ConfigError([Problem(str(p), 0, 0, "", "no gpux.yml here; create one (see docs/config.md)")])
     if not p.is_file():
         raise ConfigError([Problem(str(p), 0, 0, "", "file not found")])

@@ -172,12 +172,16 @@ class ImagePlan:
 
 def choose_provider(project: Project, provider: str | None) -> str:
     """--provider, else GPUX_PROVIDER or runtime.backend when they name one, else cpu (the portable image)."""
-    from gpux.plan import select
+    from gpux.choice import choose
 
     if provider and ("," in provider or provider == "auto"):
         raise UsageError(f"--provider {provider}: an image is made for one provider",
                          hint=f"pick one of {', '.join(IMAGES)}")
-    selection = select(project, provider)
+    _, selection, warnings = choose(project, provider)
+    from gpux import report
+
+    for w in warnings:
+        report.warn(w)
     name = selection.chain[0]
     if selection.source == "auto" and "cpu" in selection.chain:
         name = "cpu"

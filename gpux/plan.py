@@ -48,7 +48,7 @@ class Selection:
     """The ordered providers to try and where that order came from."""
 
     chain: tuple[str, ...]
-    source: str  # --provider | GPUX_PROVIDER | runtime.backend | gpux.lock.json | auto
+    source: str  # --provider | GPUX_PROVIDER | gpux use | runtime.backend | gpux.lock.json | auto
     strict: bool
     notes: tuple[str, ...] = field(default=())
 
@@ -71,9 +71,10 @@ def parse_request(value: str, source: str) -> tuple[str, ...]:
 
 
 def select(project: Project, provider: str | None = None, strict: bool = False,
-           locked: str | None = None) -> Selection:
-    """Precedence: --provider > GPUX_PROVIDER > runtime.backend > the provider `gpux tune` locked for this
-    machine (`locked`) > auto. A command's --provider is never remembered: the next command selects afresh."""
+           locked: str | None = None, saved: str | None = None) -> Selection:
+    """Precedence: --provider > GPUX_PROVIDER > the provider `gpux use` saved (`saved`, see choice.py) >
+    runtime.backend > the provider `gpux tune` locked for this machine (`locked`) > auto. A command's
+    --provider is never remembered: the next command selects afresh."""
     cfg = project.config
     strict = strict or not cfg.runtime.fallback
     supported = cfg.runtime.supported
@@ -82,6 +83,8 @@ def select(project: Project, provider: str | None = None, strict: bool = False,
         request, source = parse_request(provider, "--provider"), "--provider"
     elif os.environ.get(ENV_PROVIDER):
         request, source = parse_request(os.environ[ENV_PROVIDER], ENV_PROVIDER), ENV_PROVIDER
+    elif saved:
+        request, source = (saved,), "gpux use"
     elif cfg.runtime.backend != ("auto",):
         request, source = cfg.runtime.backend, "runtime.backend"
     elif locked:

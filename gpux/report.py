@@ -56,6 +56,9 @@ def absent_note(attempts: list[dict[str, Any]], source: str) -> str:
     return f"; not on this machine: {', '.join(names)} (-v says why)" if names and not VERBOSE else ""
 
 
+SLOW_BUILD = "on first use; this can take minutes"
+
+
 def progress(machine: bool) -> Callable[[str], None]:
     """Progress lines: every one on stderr with -v; otherwise a spinner on a terminal that leaves nothing
     behind, and nothing at all for machine output or when stderr is not a terminal (the summary says it).
@@ -64,8 +67,8 @@ def progress(machine: bool) -> Callable[[str], None]:
         return info
     shown: Callable[[str], None] = (lambda _msg: None) if machine or not sys.stderr.isatty() else _Spinner()
 
-    def log(msg: str) -> None:  # a step's own warning or note is always shown
-        (info if msg.startswith(("warning: ", "note: ")) else shown)(msg)
+    def log(msg: str) -> None:  # a step's own warning or note, and a slow build on first use, are always shown
+        (info if msg.startswith(("warning: ", "note: ")) or SLOW_BUILD in msg else shown)(msg)
 
     return log
 

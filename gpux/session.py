@@ -15,7 +15,7 @@ from gpux.config import Project
 from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed
 from gpux.inputs import cast_all
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
-from gpux.plan import Selection, select
+from gpux.plan import Selection
 from gpux.providers import Availability, Runner, probe, probe_for, runtime_of
 from gpux.resolve import open_project
 
@@ -265,11 +265,10 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
     conflict = ort_conflict_warning()
     if conflict:
         warnings.append(conflict)
-    from gpux.tune import apply_lock
+    from gpux.choice import choose
 
-    project, locked, why = apply_lock(project, provider)
-    warnings += [why] if why else []
-    selection = select(project, provider, strict, locked)
+    project, selection, why = choose(project, provider, strict, store_dir)
+    warnings += why
     return Session(project, io, selection, store_dir=store_dir, force=force, verify=verify,
                    log=log or (lambda _m: None), warnings=warnings, placement=placement, samples=samples)
 

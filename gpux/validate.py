@@ -48,12 +48,15 @@ def _problem_dict(p: Problem) -> dict[str, Any]:
 
 def _configs_below(folder: Path) -> list[Path]:
     """The folder's own gpux.yml; without one, every gpux.yml below it (hidden folders skipped)."""
+    from gpux.multi.workspace import WORKSPACE_NAME
+
     for name in CONFIG_NAMES:
         if (folder / name).is_file():
             return [folder / name]
     found = []
     for here, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
+        found += [Path(here) / WORKSPACE_NAME] if WORKSPACE_NAME in files else []
         config = next((n for n in CONFIG_NAMES if n in files), None)
         if config:
             found.append(Path(here) / config)
@@ -89,6 +92,14 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
     """Validate one file; with `check_model`, also check the model itself (onnx checker, versions against
     the installed runtimes); else, unless `model` is off, compare the declared I/O with the model file
     when it is present (read without importing onnx)."""
+    if path.name.endswith(".workspace.yml"):  # a workspace: its own fields, its models, its pipeline's names
+        from gpux.multi.workspace import load
+
+        try:
+            load(path, require_model=check_model)
+        except ConfigError as exc:
+            return Result(path, sorted(exc.problems, key=lambda p: (p.line, p.col)))
+        return Result(path)
     try:
         project = load_config(path, require_model=check_model)
         if check_model:

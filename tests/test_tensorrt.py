@@ -22,10 +22,20 @@ TRT = ("runtime:\n  backend: cpu\nproviders:\n"
        "  tensorrt: {precision: fp16, workspace: 1GB, profiles: {batch: {min: 1, opt: 4, max: 16}}}\n")
 
 
-def trt_project(mlp_project: Path) -> Path:
+def trt_project(mlp_project: Path, pinned: bool = False) -> Path:
     p = mlp_project / "gpux.yml"
     p.write_text(p.read_text().replace("runtime:\n  backend: cpu\n", TRT))
+    if pinned:  # runtime.build_on_run: false: run refuses what it would otherwise build on first use
+        p.write_text(p.read_text().replace("  backend: cpu\n", "  backend: cpu\n  build_on_run: false\n", 1))
     return mlp_project
+
+
+def base_only(project_dir: Path) -> None:
+    """Build the ONNX model the engine is made from (the engine step itself fails without a GPU)."""
+    from gpux.errors import BuildFailed
+
+    with pytest.raises(BuildFailed):
+        build(load_config(project_dir), "tensorrt")
 
 
 def test_dry_run_shows_the_engine_target_with_profiles_and_precision(mlp_project: Path) -> None:
@@ -66,8 +76,22 @@ def fake_engine(project_dir: Path, gpu: str, trt_version: str) -> store.Artifact
                           "main": "model_ctx.onnx", "built_at": "2026-01-01T00:00:00+00:00"})
 
 
-def test_run_refuses_an_engine_built_for_another_gpu_with_the_build_command(mlp_project: Path) -> None:
+def test_run_rebuilds_a_stale_engine_on_first_use_saying_why(mlp_project: Path) -> None:
+    from gpux.errors import BuildFailed
+
     trt_project(mlp_project)
+    fake_engine(mlp_project, "NVIDIA A100-SXM4-80GB", "10.3.0")
+    said: list[str] = []
+    with pytest.raises(BuildFailed, match="cannot build a TensorRT engine here"):  # no GPU here: the rebuild fails
+        build(load_config(mlp_project), "tensorrt", for_run=True, log=said.append)
+    line = next(m for m in said if m.startswith("building tensorrt-engine-fp16"))
+    assert "does not fit this machine" in line and "gpu NVIDIA A100-SXM4-80GB (built)" in line
+    assert "on first use; this can take minutes" in line
+
+
+def test_pinned_run_refuses_an_engine_built_for_another_gpu_with_the_build_command(mlp_project: Path) -> None:
+    trt_project(mlp_project, pinned=True)
+    base_only(mlp_project)
     fake_engine(mlp_project, "NVIDIA A100-SXM4-80GB", "10.3.0")
     with pytest.raises(NeedsBuild) as info:
         build(load_config(mlp_project), "tensorrt", for_run=True)
@@ -79,7 +103,9 @@ def test_run_refuses_an_engine_built_for_another_gpu_with_the_build_command(mlp_
 
 
 def test_session_reports_the_refusal_and_falls_back(mlp_project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    trt_project(mlp_project)
+    trt_project(mlp_project, pinned=True)
+    base_only(mlp_project)
+    build(load_config(mlp_project), "cpu")  # what it falls back to is built too: pinned runs build nothing
     fake_engine(mlp_project, "NVIDIA H100", "10.4.0")
     real = session_mod.probe
     monkeypatch.setattr(session_mod, "probe",

@@ -191,7 +191,7 @@ def render(value: Any, indent: int = 0) -> str:
 def _field(key: str, v: Any, indent: int) -> str:
     pad = "  " * indent
     if isinstance(v, dict):
-        if key == "parameters":  # map<string, ...>: one entry per key
+        if key in MAPS:  # map<string, ...>: one entry per key
             return "\n".join(f"{pad if i else ''}{key} {{ key: {_scalar(k, key)} value: "
                              f"{_value(val, indent + 1)} }}" for i, (k, val) in enumerate(v.items()))
         return f"{key} {{\n{render(v, indent + 1)}\n{pad}}}"
@@ -205,6 +205,7 @@ def _value(v: Any, indent: int) -> str:
 
 
 ENUMS = ("data_type", "kind")
+MAPS = ("parameters", "input_map", "output_map")
 
 
 def _scalar(v: Any, key: str) -> str:

@@ -30,9 +30,11 @@ class ServeCommand:
 
 
 def serve_command(cmd: ServeCommand) -> int:
-    from gpux.resolve import open_project
+    import contextlib
 
-    projects = [_override(open_project(t), cmd.overrides) for t in cmd.targets or ["."]]
+    from gpux.inuse import holding
+
+    projects, fixed, places, pipelines = _open(cmd)
     seen: set[tuple[str, str]] = set()
     for p in projects:
         key = (p.name, str(p.config.version))
@@ -45,9 +47,42 @@ def serve_command(cmd: ServeCommand) -> int:
     from gpux.serve.models import LoadRequest
     from gpux.serve.server import ServeRequest, serve
 
-    serve(ServeRequest(projects, host=cmd.host, http_port=cmd.port, grpc_port=cmd.grpc_port, grpc=cmd.grpc,
-                       api_key=cmd.api_key or None, load=LoadRequest(cmd.provider, cmd.strict, cmd.store)))
+    with contextlib.ExitStack() as held:  # `gpux use` is refused for what is being served
+        for name, root in places:
+            held.enter_context(holding(name, root, cmd.store, "gpux serve"))
+        load = LoadRequest(cmd.provider, cmd.strict, cmd.store, fixed, pipelines)
+        serve(ServeRequest(projects, host=cmd.host, http_port=cmd.port, grpc_port=cmd.grpc_port, grpc=cmd.grpc,
+                           api_key=cmd.api_key or None, load=load))
     return 0
+
+
+def _open(cmd: ServeCommand) -> tuple[list[Any], dict[str, str], list[tuple[str, Any]], dict[str, Any]]:
+    """(the projects to serve, model name → provider a workspace fixed for it, whose in-use lock to hold,
+    pipelines served as one model). A workspace target serves each enabled model on the one provider the
+    workspace chose, and its pipeline (if any) as a model named after the workspace."""
+    from gpux.multi.commands import workspace_of
+    from gpux.multi.project import choose
+    from gpux.multi.workspace import pipeline_project
+    from gpux.resolve import open_project
+
+    projects, fixed, places, pipelines = [], {}, [], {}
+    for t in cmd.targets or ["."]:
+        ws = workspace_of(t, cmd.store)
+        if ws is None:
+            project = open_project(t)
+            projects.append(_override(project, cmd.overrides))
+            places.append((project.name, project.root))
+            continue
+        choice = choose(ws, cmd.provider)
+        for w in choice.warnings:
+            logging.getLogger("gpux.serve").warning(w)
+        projects += [_override(p, cmd.overrides) for p in ws.models.values()]
+        fixed.update({p.name: choice.provider for p in ws.models.values()})
+        places.append((ws.place.name, ws.place.root))
+        if ws.workspace and ws.workspace.config.pipeline:
+            projects.append(_override(pipeline_project(ws.workspace), cmd.overrides))
+            pipelines[ws.place.name] = (ws, choice)
+    return projects, fixed, places, pipelines
 
 
 def _override(project: Any, overrides: dict[str, Any]) -> Any:

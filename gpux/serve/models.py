@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +116,8 @@ class LoadRequest:
     provider: str | None = None
     strict: bool = False
     store: str | None = None
+    fixed: dict[str, str] = field(default_factory=dict)  # model name -> the provider its workspace chose (strict)
+    pipelines: dict[str, Any] = field(default_factory=dict)  # served name -> (Models, Choice) of a workspace
 
 
 def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
@@ -122,22 +125,31 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     import gpux
 
     settings = model.settings
-    sessions = [gpux.load(model.project, provider=request.provider, strict=request.strict, store_dir=request.store)
-                for _ in range(settings.instances)]
-    first = sessions[0]
-    model.inputs, model.outputs = dict(first.inputs), dict(first.outputs)
+    if model.name in request.pipelines:
+        runs = _open_pipeline(model, request)
+    else:
+        provider = request.fixed.get(model.name, request.provider)
+        strict = request.strict or model.name in request.fixed
+        sessions = [gpux.load(model.project, provider=provider, strict=strict, store_dir=request.store)
+                    for _ in range(settings.instances)]
+        first = sessions[0]
+        model.inputs, model.outputs = dict(first.inputs), dict(first.outputs)
+        feeds = warmup_feeds(model.inputs)
+        for s in sessions:
+            s.run(feeds)  # the first inference may still fall back: read the provider after it
+        model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
+        runs = [s.run for s in sessions]
     feeds = warmup_feeds(model.inputs)
-    for s in sessions:
-        s.run(feeds)  # the first inference may still fall back: read the provider after it
-    model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
-    inline = warm_seconds(first.run, feeds) < INLINE_BELOW_S
+    for run in runs:
+        run(feeds)
+    inline = warm_seconds(runs[0], feeds) < INLINE_BELOW_S
     model.batchable = batchable(model)
     model.labels = labels_of(model.project)
     observer = Observer(queue=metrics.child(metrics.queue, model.name).observe,
                         compute=metrics.child(metrics.compute, model.name).observe,
                         batch=metrics.child(metrics.batch, model.name).observe)
     max_batch = settings.max_batch_size if model.batchable else 0
-    model.worker = Worker([s.run for s in sessions], max_batch, settings.max_queue_delay_us, observer, inline)
+    model.worker = Worker(runs, max_batch, settings.max_queue_delay_us, observer, inline)
     metrics.child(metrics.model_info, model.name, model.version, model.provider, model.runs_on,
                   str(settings.instances)).set(1)
 
@@ -150,6 +162,18 @@ def warm_seconds(run: Any, feeds: dict[str, np.ndarray]) -> float:
         run(feeds)
         took.append(time.perf_counter() - started)
     return sorted(took)[len(took) // 2]
+
+
+def _open_pipeline(model: Model, request: LoadRequest) -> list[Callable[[dict[str, Any]], dict[str, Any]]]:
+    """A workspace's pipeline served as one model: its inputs in, its last step's outputs out."""
+    from gpux.multi.pipeline import open_pipeline
+
+    models, choice = request.pipelines[model.name]
+    pipes = [open_pipeline(models, choice, request.store, lambda _m: None) for _ in range(model.settings.instances)]
+    model.inputs, model.outputs = dict(pipes[0].inputs), pipes[0].outputs
+    model.provider, model.runs_on = choice.provider, pipes[0].stages[0].session.used
+    model.report = {"pipeline": [st.model for st in pipes[0].stages], "provider": choice.provider}
+    return [p.run_last for p in pipes]
 
 
 def batchable(model: Model) -> bool:

@@ -1,0 +1,166 @@
+"""The work behind `gpux use`, and behind inspect/build/run when their target is a workspace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpux import report
+from gpux.choice import read, write
+from gpux.errors import GpuxError, UsageError
+from gpux.multi.project import Models, choose, derived, open_models
+
+# `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
+UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline")
+
+
+class InUse(GpuxError):
+    """`gpux use` while a run, benchmark or server of the project holds its in-use lock."""
+
+
+def use_command(provider: str, target: str, store_dir: str | None, as_json: bool) -> int:
+    from gpux.inuse import holders
+    from gpux.plan import parse_request
+
+    names = parse_request(provider, "gpux use")
+    if len(names) > 1:
+        raise UsageError(f"gpux use {provider}: save one provider (or auto); the models all run on it")
+    ms = open_models(target, store_dir)
+    held = holders(ms.place.name, ms.place.root, store_dir)
+    if held:
+        raise InUse(f"{ms.place.name!r} is in use by {', '.join(held)}: its provider cannot change under it",
+                    hint="let it finish (or stop it), then run `gpux use` again")
+    offer = ms.offer()
+    if names[0] != "auto":
+        offer.refuse(names[0], f"gpux use {names[0]}")
+    write(ms.place, names[0])
+    doc = {"name": ms.place.name, "saved": read(ms.place), "file": str(ms.place.file), "offer": list(offer.offer),
+           "models": list(ms.models), "disabled": ms.disabled}
+    if as_json:
+        report.emit_json(doc)
+    elif doc["saved"]:
+        report.info(f"{ms.place.name}: build, run, serve and package use {doc['saved']} "
+                    f"(offered: {', '.join(offer.offer)}); --provider and $GPUX_PROVIDER still win for one command")
+    else:
+        report.info(f"{ms.place.name}: saved choice cleared; selection is automatic again")
+    return 0
+
+
+def inspect_workspace(ms: Models, store_dir: str | None, as_json: bool) -> int:
+    """The model × provider matrix, the offer, the choice and each model's settings derived from it."""
+    from gpux.config import PROVIDERS
+
+    offer = ms.offer()
+    choice = choose(ms, None) if offer.offer else None
+    doc: dict[str, Any] = {
+        "workspace": ms.place.name, "models": list(ms.models), "disabled": ms.disabled, **offer.to_dict(),
+        "saved": read(ms.place), "choice": None if choice is None else {"provider": choice.provider,
+                                                                          "source": choice.source},
+        "derived": {} if choice is None else {n: derived(p, choice.provider) for n, p in ms.models.items()},
+        "pipeline": [s.model_dump() for s in ms.workspace.config.pipeline] if ms.workspace else [],
+        "warnings": list(choice.warnings) if choice else []}
+    if as_json:
+        report.emit_json(doc)
+        return 0
+    print(f"workspace {ms.place.name}: models {', '.join(doc['models'])}"
+          + (f" (disabled: {', '.join(ms.disabled)})" if ms.disabled else ""))
+    rows = [[p, *("yes" if offer.matrix[m][p].ok else f"no: {offer.matrix[m][p].why}" for m in doc["models"])]
+            for p in PROVIDERS]
+    print(report.format_table(["provider", *doc["models"]], rows))
+    print(f"\noffer (every enabled model runs it): {', '.join(offer.offer) or 'none'}")
+    if choice:
+        print(f"runs on {choice.provider} ({choice.source})")
+        for n, d in doc["derived"].items():
+            print(f"  {n}: {d['artifact']} [{d['precision']}] via {' → '.join(d['steps'])}")
+    for w in doc["warnings"]:
+        report.warn(w)
+    return 0
+
+
+def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_json: bool) -> int:
+    """Build every enabled model's artifacts for the one provider the workspace runs."""
+    from gpux.build import build
+
+    choice = choose(ms, provider)
+    for w in choice.warnings:
+        report.warn(w)
+    log = report.progress(as_json)
+    built = {n: build(p, choice.provider, store_dir=store_dir, log=log).to_dict() for n, p in ms.models.items()}
+    doc = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source, "models": built}
+    if as_json:
+        report.emit_json(doc)
+    else:
+        for n in built:
+            report.info(f"{n}: built for {choice.provider} ({choice.source})")
+    return 0
+
+
+def run_workspace(ms: Models, kw: dict[str, Any]) -> int:
+    """Run the pipeline once on given inputs, or benchmark it per step and end to end."""
+    from gpux.inputs import load_file, parse_json, synthetic
+    from gpux.inuse import holding
+    from gpux.multi.pipeline import benchmark, open_pipeline
+
+    if ms.workspace is None or not ms.workspace.config.pipeline:
+        raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to run; run one model by its folder")
+    unsupported = [f"--{k.replace('_', '-').replace('as-csv', 'csv')}" for k in UNSUPPORTED if kw.get(k)]
+    if unsupported:
+        raise UsageError(f"{', '.join(unsupported)}: not supported when running a workspace's pipeline",
+                         hint="run one model by its folder for those; a pipeline is always strict")
+    if kw.get("output") and not str(kw["output"]).endswith(".npz"):
+        raise UsageError(f"--output {kw['output']}: outputs are written as .npz; name the file *.npz")
+    choice = choose(ms, kw.get("provider"))
+    store_dir, as_json = kw.get("store"), kw.get("as_json", False)
+    what = "gpux run --benchmark" if kw.get("benchmark") else "gpux run"
+    with holding(ms.place.name, ms.place.root, store_dir, what):
+        pipe = open_pipeline(ms, choice, store_dir, report.progress(as_json))
+        try:
+            if kw.get("benchmark"):
+                feeds = synthetic(pipe.inputs, {"batch": kw.get("batch") or 1})
+                doc = benchmark(pipe, feeds, kw.get("runs") or 100, kw.get("warmup") or 10)
+            else:
+                text, file = kw.get("input_json"), kw.get("input_file")
+                if (text is None) == (file is None):
+                    raise UsageError("pass one of --input or --file (or --benchmark)")
+                feeds = parse_json(text, pipe.inputs) if text is not None else load_file(file or "", pipe.inputs)
+                outputs = pipe.run_last(feeds)
+                if kw.get("output"):
+                    import numpy as np
+
+                    np.savez(kw["output"], **outputs)
+                doc = {"outputs": {k: v.tolist() for k, v in outputs.items()}}
+        finally:
+            pipe.close()
+    doc = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source,
+           "warnings": list(choice.warnings), **doc}
+    _render_run(doc, as_json)
+    return 0
+
+
+def _render_run(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        report.emit_json(doc)
+        return
+    for w in doc["warnings"]:
+        report.warn(w)
+    report.info(f"{doc['workspace']}: every step on {doc['provider']} ({doc['source']})")
+    if "steps" not in doc:
+        for k, v in doc["outputs"].items():
+            print(f"{k}: {v}")
+        return
+    rows = [[r["step"], r["provider"], f"{r['p50_ms']:.4f}", f"{r['p99_ms']:.4f}", f"{r['mean_ms']:.4f}"]
+            for r in doc["steps"]]
+    e = doc["end_to_end"]
+    rows.append(["end to end", doc["provider"], f"{e['p50_ms']:.4f}", f"{e['p99_ms']:.4f}", f"{e['mean_ms']:.4f}"])
+    print(report.format_table(["step", "provider", "p50 ms", "p99 ms", "mean ms"], rows))
+    print(f"{doc['runs']} runs after {doc['warmup']} warm-up; {e['per_s']:.1f} pipelines/s")
+
+
+def workspace_of(target: str, store_dir: str | Path | None) -> Models | None:
+    """The workspace `target` names, opened; None for a plain project."""
+    from gpux.multi.workspace import find
+
+    return open_models(target, store_dir) if find(target) else None
+
+
+__all__ = ["InUse", "build_workspace", "inspect_workspace", "run_workspace", "use_command", "workspace_of"]

@@ -1,0 +1,149 @@
+"""Pipelines: steps that feed one model's outputs (named `MODEL.OUTPUT`) into the next model's inputs, run on
+one provider, timed per step and end to end."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpux.errors import ConfigError, Problem
+from gpux.modelio import Tensor
+from gpux.multi.project import Choice, Models
+from gpux.session import Session
+
+
+@dataclass
+class Stage:
+    """One step: the model's open session and where each of its inputs comes from."""
+
+    model: str
+    session: Session
+    wiring: dict[str, str]  # model input -> pipeline input name, or MODEL.OUTPUT of an earlier step
+
+
+@dataclass
+class Pipeline:
+    """The opened steps, in order; `inputs` are what a caller feeds, `outputs` what the last step returns."""
+
+    stages: list[Stage]
+    inputs: dict[str, Tensor] = field(default_factory=dict)
+
+    @property
+    def outputs(self) -> dict[str, Tensor]:
+        """The last step's outputs, named MODEL.OUTPUT."""
+        last = self.stages[-1]
+        return {f"{last.model}.{n}": Tensor(f"{last.model}.{n}", t.dtype, t.shape)
+                for n, t in last.session.outputs.items()}
+
+    def run_last(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        """Run every step; only the last step's outputs (what a server answers)."""
+        last = self.stages[-1]
+        values = self.run(feeds)
+        return {k: values[k] for k in (f"{last.model}.{n}" for n in last.session.output_names)}
+
+    def run(self, feeds: dict[str, Any], timings: list[float] | None = None) -> dict[str, Any]:
+        """Every step's outputs as MODEL.OUTPUT → array; `timings` gets each step's seconds, in order."""
+        values = dict(feeds)
+        for st in self.stages:
+            started = time.perf_counter()
+            out = st.session.run({name: values[src] for name, src in st.wiring.items()})
+            if timings is not None:
+                timings.append(time.perf_counter() - started)
+            values.update({f"{st.model}.{n}": v for n, v in out.items()})
+        return {k: v for k, v in values.items() if "." in k}
+
+    def close(self) -> None:
+        for st in self.stages:  # a model used by two steps is closed twice: closing is idempotent
+            st.session.close()
+
+
+@dataclass
+class Wiring:
+    """Where each step's inputs come from, the pipeline's own inputs, and its outputs (the last step's)."""
+
+    steps: list[tuple[str, dict[str, str]]]  # (model, model input -> pipeline input or MODEL.OUTPUT)
+    inputs: dict[str, Tensor]
+    outputs: dict[str, Tensor]
+
+
+def wire(ms: Models, io: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]]) -> Wiring:
+    """Check and resolve the pipeline's wiring against each model's (inputs, outputs); inputs a step leaves
+    out come from the pipeline input of the same name."""
+    ws = ms.workspace
+    assert ws is not None and ws.config.pipeline
+    produced: dict[str, Tensor] = {}
+    out = Wiring([], {}, {})
+    for i, step in enumerate(ws.config.pipeline):
+        inputs, outputs = io[step.model]
+
+        def problem(loc: str, msg: str, i: int = i) -> ConfigError:
+            return ConfigError([Problem(str(ws.path), 0, 0, f"pipeline.{i}.inputs{loc}", msg)])
+
+        unknown = sorted(set(step.inputs) - set(inputs))
+        if unknown:
+            raise problem(f".{unknown[0]}", f"{unknown[0]!r} is not an input of {step.model!r} "
+                          f"(inputs: {', '.join(inputs)})")
+        wiring = {}
+        for name, tensor in inputs.items():
+            src = step.inputs.get(name, name)
+            if "." in src and src not in produced:
+                raise problem(f".{name}", f"{src!r} is not an output of an earlier step "
+                              f"(outputs so far: {', '.join(produced) or 'none'})")
+            if "." not in src:
+                out.inputs.setdefault(src, Tensor(src, tensor.dtype, tensor.shape))
+            wiring[name] = src
+        out.steps.append((step.model, wiring))
+        out.outputs = {f"{step.model}.{n}": Tensor(f"{step.model}.{n}", t.dtype, t.shape) for n, t in outputs.items()}
+        produced.update(out.outputs)
+    return out
+
+
+def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log: Any) -> Pipeline:
+    """Open every step's model on the chosen provider (strict: one runtime for all) and check the wiring."""
+    from gpux.session import load
+
+    assert ms.workspace is not None
+    sessions: dict[str, Session] = {}
+    try:
+        for step in ms.workspace.config.pipeline:
+            if step.model not in sessions:
+                sessions[step.model] = load(ms.models[step.model], choice.provider, strict=True,
+                                            store_dir=store_dir, log=log)
+        plan = wire(ms, {n: (s.inputs, s.outputs) for n, s in sessions.items()})
+    except BaseException:
+        for s in sessions.values():
+            s.close()
+        raise
+    return Pipeline([Stage(m, sessions[m], w) for m, w in plan.steps], plan.inputs)
+
+
+def benchmark(pipe: Pipeline, feeds: dict[str, Any], runs: int, warmup: int) -> dict[str, Any]:
+    """Latency of each step and of the whole pipeline over `runs` runs after `warmup` ones (bounded by count)."""
+    import numpy as np
+
+    for _ in range(warmup):
+        pipe.run(feeds)
+    per_run: list[list[float]] = []
+    totals: list[float] = []
+    for _ in range(runs):
+        steps: list[float] = []
+        started = time.perf_counter()
+        pipe.run(feeds, steps)
+        totals.append(time.perf_counter() - started)
+        per_run.append(steps)
+
+    def stats(xs: Any) -> dict[str, float]:
+        ms = np.asarray(xs) * 1000.0
+        return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
+                "mean_ms": float(ms.mean())}
+
+    cols = np.asarray(per_run).T
+    rows = [{"step": st.model, "provider": st.session.provider, **stats(col)}
+            for st, col in zip(pipe.stages, cols, strict=True)]
+    return {"runs": runs, "warmup": warmup, "steps": rows,
+            "end_to_end": {**stats(totals), "per_s": float(len(totals) / sum(totals))}}
+
+
+__all__ = ["Pipeline", "Stage", "Wiring", "benchmark", "open_pipeline", "wire"]
