@@ -16,9 +16,13 @@ def _log(as_json: bool) -> Any:
 def build_command(path: str, provider: str | None, strict: bool, force: bool, verify: bool, dry_run: bool,
                   store_dir: str | None, as_json: bool, shapes: dict[str, int] | None = None) -> int:
     from gpux import noop
-    from gpux.multi.commands import build_workspace, workspace_of
+    from gpux.multi import find
 
-    if (ws := workspace_of(path, store_dir)) is not None:
+    if find(path):  # checked without importing the config models: a no-op build must stay light
+        from gpux.multi.commands import build_workspace, workspace_of
+
+        ws = workspace_of(path, store_dir)
+        assert ws is not None
         return build_workspace(ws, provider, store_dir, as_json)
     request = {"provider": provider, "strict": strict, "verify": verify, "store": store_dir, "shapes": shapes}
     if not force and not dry_run:
@@ -123,14 +127,14 @@ def run_command(target: str, *, input_json: str | None, input_file: str | None, 
                                       store=store, as_json=as_json, benchmark=benchmark, placement=placement,
                                       strict=strict, **bench))
     project = open_project(target)
-    with holding(project.name, project.root, store, "gpux run --benchmark" if benchmark else "gpux run"):
-        if benchmark:
-            from gpux.benchmark import benchmark_command
+    if benchmark:
+        from gpux.benchmark import benchmark_command
 
+        with holding(project.name, project.root, store, "gpux run --benchmark"):
             return benchmark_command(target, provider=provider, strict=strict, store=store, as_json=as_json,
                                      input_file=input_file, **bench)
-        return _run_once(project, input_json=input_json, input_file=input_file, output=output, provider=provider,
-                         strict=strict, store=store, as_json=as_json, placement=placement)
+    return _run_once(project, input_json=input_json, input_file=input_file, output=output, provider=provider,
+                     strict=strict, store=store, as_json=as_json, placement=placement)
 
 
 def _run_once(project: Any, *, input_json: str | None, input_file: str | None, output: str | None,
@@ -150,8 +154,11 @@ def _run_once(project: Any, *, input_json: str | None, input_file: str | None, o
     inputs, _ = effective_io(project, load_checked(project, store))
     # inputs are read and checked before anything is built or loaded
     feeds = parse_json(input_json, inputs) if input_json is not None else load_file(input_file or "", inputs)
-    with load(project, provider, strict=strict, store_dir=store, log=_log(as_json), placement=placement,
-              samples=[feeds]) as session:
+    from gpux.inuse import holding
+
+    with holding(project.name, project.root, store, "gpux run"), \
+            load(project, provider, strict=strict, store_dir=store, log=_log(as_json), placement=placement,
+                 samples=[feeds]) as session:
         values = session.run_feeds(feeds)
         outputs = dict(zip(session.output_names, values, strict=True))
         info = session.report()

@@ -48,7 +48,7 @@ def _problem_dict(p: Problem) -> dict[str, Any]:
 
 def _configs_below(folder: Path) -> list[Path]:
     """The folder's own gpux.yml; without one, every gpux.yml below it (hidden folders skipped)."""
-    from gpux.multi.workspace import WORKSPACE_NAME
+    from gpux.multi import WORKSPACE_NAME
 
     for name in CONFIG_NAMES:
         if (folder / name).is_file():

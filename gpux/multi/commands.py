@@ -158,7 +158,7 @@ def _render_run(doc: dict[str, Any], as_json: bool) -> None:
 
 def workspace_of(target: str, store_dir: str | Path | None) -> Models | None:
     """The workspace `target` names, opened; None for a plain project."""
-    from gpux.multi.workspace import find
+    from gpux.multi import find
 
     return open_models(target, store_dir) if find(target) else None
 

@@ -29,7 +29,8 @@ class Models:
 
 def open_models(target: str, store_dir: str | Path | None = None) -> Models:
     """A workspace file (or a folder with one), else a gpux.yml project of one model."""
-    from gpux.multi.workspace import find, load
+    from gpux.multi import find
+    from gpux.multi.workspace import load
     from gpux.resolve import open_project
 
     path = find(target)

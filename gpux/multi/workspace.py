@@ -11,8 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpux.config import NAME_RE, Project, load_config
 from gpux.errors import ConfigError, Problem
-
-WORKSPACE_NAME = "gpux.workspace.yml"
+from gpux.multi import find
 
 
 class _Strict(BaseModel):
@@ -77,16 +76,6 @@ def pipeline_project(ws: Workspace) -> Project:
     config = GpuxConfig(name=ws.name, version=ws.config.version, model=ModelSource(source=str(ws.path.name)),
                         serve=first.serve, description="pipeline: " + " → ".join(s.model for s in ws.config.pipeline))
     return Project(path=ws.path, config=config)
-
-
-def find(target: str) -> Path | None:
-    """The workspace file `target` means (the file, or a folder holding one), else None."""
-    p = Path(target or ".")
-    if p.is_file() and p.name.endswith(".workspace.yml"):
-        return p
-    if p.is_dir() and (p / WORKSPACE_NAME).is_file() and not (p / "gpux.yml").is_file():
-        return p / WORKSPACE_NAME
-    return None
 
 
 def load(path: Path, require_model: bool = True) -> Workspace:
