@@ -140,7 +140,7 @@ def app(targets: Sequence[str | Project], *, provider: str | None = None, store:
     """A bound Ray Serve application for gpux projects (folders, gpux.yml files, names or Projects):
     artifacts are built here first, then each model is a deployment behind one ingress."""
     from gpux.build import build
-    from gpux.plan import select
+    from gpux.choice import choose
     from gpux.providers import probe
     from gpux.resolve import open_project
 
@@ -150,7 +150,8 @@ def app(targets: Sequence[str | Project], *, provider: str | None = None, store:
         project = target if isinstance(target, Project) else open_project(str(target))
         if project.name in specs:
             raise ValueError(f"two projects named {project.name!r}: a Ray application serves one version per model")
-        chain = select(project, provider, strict).chain
+        project, selection, _ = choose(project, provider, strict, store)  # gpux use, the tune lock, as everywhere
+        chain = selection.chain
         chosen = next((p for p in chain if probe(p).ok), chain[-1])
         build(project, chosen, store_dir=store, log=log)
         spec = ModelSpec(str(project.path), store, provider, strict)
