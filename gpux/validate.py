@@ -114,7 +114,10 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
         return Result(path, sorted(exc.problems, key=lambda p: (p.line, p.col)))
     except GpuxError as exc:  # e.g. onnx not installed for --check-model
         return Result(path, [Problem(str(path), 0, 0, "", "; ".join(exc.lines()))])
-    return Result(path, warnings=list(project.notes))
+    notes = list(project.notes)
+    if not model:  # --no-model: the config alone, for models fetched later; their absence is expected
+        notes = [n for n in notes if n.field != "model.source" or "file not found" not in n.message]
+    return Result(path, warnings=notes)
 
 
 def declared_io_problems(project: Any) -> None:

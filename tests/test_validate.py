@@ -226,3 +226,12 @@ def test_validate_many_files_imports_nothing_heavy(tree: Path) -> None:
     r = run_blocked("validate", "--format", "github", "a", "c", "old", "nested", cwd=tree)
     assert r.returncode == ExitCode.CONFIG, r.stderr
     assert "LOADED=\n" in r.stderr
+
+
+def test_no_model_checks_the_config_alone_without_missing_model_warnings(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "gpux.yml", "name: later\nmodel: {source: fetched-later.onnx}\n")
+    code, out, err = run(capsys, str(tmp_path / "gpux.yml"), model=False)
+    assert code == 0 and "warning" not in err and out.splitlines()[-1] == "1 valid, 0 invalid"
+    code, out, err = run(capsys, str(tmp_path / "gpux.yml"))
+    assert code == 0 and "file not found" in err, "without --no-model the missing file is still said"
