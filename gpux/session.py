@@ -16,7 +16,7 @@ from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, 
 from gpux.inputs import cast_all
 from gpux.modelio import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan import Selection
-from gpux.providers import Availability, Runner, probe, probe_for, runtime_of
+from gpux.providers import Runner, probe_for
 from gpux.resolve import open_project
 
 
@@ -77,7 +77,7 @@ class Session:
     def _advance(self) -> None:
         while self._pending:
             provider = self._pending.pop(0)
-            avail = probe_project(self.project, provider)
+            avail = probe_for(self.project, provider)
             if not avail.ok:
                 self._fail(provider, "probe", avail.reason, avail.fix)
                 continue
@@ -233,11 +233,6 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def probe_project(project: Project, provider: str) -> Availability:
-    """The provider's probe, or PyTorch's where the project runs it with runtime torch."""
-    return probe_for(project, provider) if runtime_of(project, provider) == "torch" else probe(provider)
 
 
 def _short(exc: BaseException) -> str:

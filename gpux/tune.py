@@ -112,13 +112,12 @@ def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
 
 
 def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest, log: Callable[[str], None]) -> None:
-    from gpux.benchmark import bench_one, protocol_for, with_options
+    from gpux.benchmark import bench_one, with_options
     from gpux.plan import resolve_shapes
 
     concurrency = (req.concurrency or 4) if req.objective == "throughput" else 1
-    protocol = protocol_for(project, None, 3, req.seconds, None, concurrency)
     protocol = bench.Protocol(warmup=3, warmup_seconds=min(0.2, req.seconds), runs=20, seconds=req.seconds,
-                              concurrency=protocol.concurrency, batch=protocol.batch)
+                              concurrency=concurrency, batch=project.config.benchmark.batch or 1)
     deadline = time.monotonic() + req.budget_s
     for i, o in enumerate(outcomes, 1):
         if time.monotonic() > deadline:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gpux
+from gpux import providers as providers_mod
 from gpux import session as session_mod
 from gpux.cli import main
 from gpux.config import load_config
@@ -64,7 +65,7 @@ class Fakes:
         self.session_error: dict[str, Exception] = {}
         self.dropped: dict[str, str] = {}
         self.infer_error: dict[str, Exception] = {}
-        real_probe, real_open = session_mod.probe, session_mod.open_runner
+        real_probe, real_open = providers_mod.probe, session_mod.open_runner
 
         def probe(name: str) -> Availability:
             return self.probe.get(name) or Availability(name, "ok", "fake ok")
@@ -83,7 +84,7 @@ class Fakes:
             runner.used = f"fake-{provider}"
             return runner
 
-        monkeypatch.setattr(session_mod, "probe", probe)
+        monkeypatch.setattr(providers_mod, "probe", probe)  # what the session's probe_for asks
         monkeypatch.setattr(session_mod, "open_runner", open_runner)
         self.real = (real_probe, real_open)
 

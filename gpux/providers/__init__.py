@@ -257,6 +257,22 @@ def runtime_of(project: Any, name: str) -> str:
     return str(getattr(block, "runtime", None) or (row.runtime if row else "onnxruntime"))
 
 
+def int8_did_nothing(ctx: Any, problem: str) -> dict[str, str]:
+    """An int8 build that changed nothing useful (`problem` says how): a warning and a note in the artifact's
+    info, or a failure under --strict (not remembered as a failing conversion). Empty `problem`: nothing."""
+    if not problem:
+        return {}
+    from gpux.errors import BuildFailed
+
+    message = f"{ctx.target.id}: int8 did nothing useful for this model: {problem}"
+    if getattr(ctx, "strict", False):
+        failed = BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it")
+        failed.conversion = False  # type: ignore[attr-defined]  # --strict only: not remembered as failing
+        raise failed
+    ctx.log(f"warning: {message}")
+    return {"int8_warning": problem}
+
+
 def probe_for(project: Any, name: str) -> Availability:
     """`probe(name)`, or PyTorch's own probe where the project runs provider `name` with runtime torch."""
     if runtime_of(project, name) != "torch":

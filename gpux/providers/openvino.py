@@ -197,14 +197,9 @@ def _compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
     seconds = round(time.perf_counter() - started, 4)
     info.update(nncf=nncf.__version__, int8_mode=opts.int8_mode, nncf_seconds=seconds)
     info["quantized_ops"] = quantized_ops(model)
-    if info["quantized_ops"] == 0:
-        message = f"{ctx.target.id}: int8 did nothing useful for this model: no operator was quantized"
-        if getattr(ctx, "strict", False):
-            failed = BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it")
-            failed.conversion = False  # type: ignore[attr-defined]  # --strict only: not remembered as failing
-            raise failed
-        ctx.log(f"warning: {message}")
-        info["int8_warning"] = "no operator was quantized"
+    from gpux.providers import int8_did_nothing
+
+    info.update(int8_did_nothing(ctx, "" if info["quantized_ops"] else "no operator was quantized"))
     if feeds is not None:
         info["calibration_samples"] = len(feeds)
     ctx.log(f"{ctx.target.id}: NNCF int8 {opts.int8_mode} in {seconds:.2f}s")

@@ -182,7 +182,6 @@ QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "Co
 def int8_effect(ctx: Any, quantized: Path) -> dict[str, Any]:
     """How many int8 operators quantization put in and how the size changed; a quantization that did
     nothing (no int8 operator, or a bigger model) is a warning, a failure under --strict."""
-    from gpux.errors import BuildFailed
 
     onnx = require("onnx")
     model = onnx.load(str(quantized), load_external_data=False)
@@ -196,15 +195,9 @@ def int8_effect(ctx: Any, quantized: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"quantized_ops": ops, "size_ratio": round(after / before, 4) if before else None}
     problem = "no operator was quantized" if ops == 0 else \
         f"the int8 model is larger than its source ({after} vs {before} bytes)" if after > before else ""
-    if problem:
-        message = f"{ctx.target.id}: int8 did nothing useful for this model: {problem}"
-        if getattr(ctx, "strict", False):
-            failed = BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it")
-            failed.conversion = False  # type: ignore[attr-defined]  # --strict only: not remembered as failing
-            raise failed
-        ctx.log(f"warning: {message}")
-        out["int8_warning"] = problem
-    return out
+    from gpux.providers import int8_did_nothing
+
+    return {**out, **int8_did_nothing(ctx, problem)}
 
 
 def verify_runner(artifact: Path, target: Any) -> Any:
