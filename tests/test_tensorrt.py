@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gpux
-from gpux import session as session_mod
+from gpux import providers as providers_mod
 from gpux import store
 from gpux.build import NeedsBuild, build, keyed_targets, source_files
 from gpux.config import load_config
@@ -107,8 +107,8 @@ def test_session_reports_the_refusal_and_falls_back(mlp_project: Path, monkeypat
     base_only(mlp_project)
     build(load_config(mlp_project), "cpu")  # what it falls back to is built too: pinned runs build nothing
     fake_engine(mlp_project, "NVIDIA H100", "10.4.0")
-    real = session_mod.probe
-    monkeypatch.setattr(session_mod, "probe",
+    real = providers_mod.probe
+    monkeypatch.setattr(providers_mod, "probe",
                         lambda n: Availability(n, "ok", "pretend") if n == "tensorrt" else real(n))
     with gpux.load(mlp_project, provider="tensorrt") as s:
         s.run({"x": np.zeros((1, 8), np.float32)})
