@@ -60,7 +60,7 @@ def overhead(name: str, rounds: int, calls: int) -> dict[str, float]:
     import onnxruntime as ort
 
     import gpux
-    from gpux.inputs import synthetic
+    from gpux.model.inputs import synthetic
 
     with gpux.load(EX / name, provider="cpu") as s:
         feeds = synthetic(s.inputs, {"batch": 1}, 0)

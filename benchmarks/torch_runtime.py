@@ -41,7 +41,7 @@ GPU_ROWS = [
 
 
 def configure(project, provider: str, torch_setting, batch: int, threads: int):
-    from gpux.benchmark import with_options, with_torch
+    from gpux.bench.command import with_options, with_torch
 
     cfg = project.config
     runtime = cfg.runtime.model_copy(update={"threads": cfg.runtime.threads.model_copy(
@@ -58,7 +58,7 @@ def configure(project, provider: str, torch_setting, batch: int, threads: int):
 def open_row(project, provider: str, store: Path) -> tuple[object, dict]:
     """Build (timed, cold compile) then open (timed, warm compile) one row."""
     import gpux
-    from gpux.build import build
+    from gpux.artifacts.build import build
 
     started = time.perf_counter()
     result = build(project, provider, store_dir=store)
@@ -89,8 +89,8 @@ def main() -> None:
 
     import numpy as np  # noqa: F401  (loaded before timing)
 
-    from gpux.config import load_config
-    from gpux.inputs import synthetic
+    from gpux.config.schema import load_config
+    from gpux.model.inputs import synthetic
 
     example = ROOT / "examples" / "torch_cnn"
     subprocess.run([sys.executable, str(example / "make_model.py")], check=True, capture_output=True)

@@ -41,7 +41,7 @@ def bench_model(name: str, seconds: float, rounds: int, budget: float, min_cosin
     import onnxruntime as ort
 
     import gpux
-    from gpux.inputs import synthetic
+    from gpux.model.inputs import synthetic
 
     source = EX / name
     if not (source / "model.onnx").is_file():

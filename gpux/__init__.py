@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from gpux.config import Project
-    from gpux.session import Session
+    from gpux.config.schema import Project
+    from gpux.run.session import Session
 
 
 def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, **kwargs: Any) -> Session:
     """Open a model (project dir, gpux.yml, model name or .onnx file) with ordered fallback."""
-    from gpux.session import load as _load
+    from gpux.run.session import load as _load
 
     return _load(target, provider=provider, **kwargs)
 

@@ -1,3 +1,3 @@
-from gpux.cli import main
+from gpux.cli.main import main
 
 main()

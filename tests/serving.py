@@ -109,7 +109,7 @@ class ServerThread:
             self._ready.set()
 
     async def _serve(self) -> None:
-        from gpux.resolve import open_project
+        from gpux.config.locate import open_project
         from gpux.serve.server import Server, ServeRequest
 
         self.server = Server(ServeRequest([open_project(str(p)) for p in self.paths], host="127.0.0.1",

@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from gpux import bench
-from gpux.bench import (
+from gpux.bench import protocol as bench
+from gpux.bench.protocol import (
     SCHEMA_VERSION,
     Phases,
     Protocol,

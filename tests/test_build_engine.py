@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import gpux
-from gpux import store
-from gpux.build import build
-from gpux.config import load_config
+from gpux.artifacts import store
+from gpux.artifacts.build import build
+from gpux.config.schema import load_config
 from gpux.errors import VerificationFailed
 
 from .conftest import ROOT, make_mlp, write
@@ -225,7 +225,7 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in {"pydantic", "onnx", "onnxruntime", "numpy", "yaml"}:
             raise ImportError("blocked: " + name)
 sys.meta_path.insert(0, Block())
-from gpux.cli import main
+from gpux.cli.main import main
 main(sys.argv[1:])
 """
 

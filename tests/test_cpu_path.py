@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 
 import gpux
-from gpux.build import build
-from gpux.config import load_config
+from gpux.artifacts.build import build
+from gpux.config.schema import load_config
 from gpux.errors import InputError, UsageError
 
 from .conftest import gpux as cli
@@ -227,7 +227,7 @@ def test_small_things_a_new_user_meets(mlp_project: Path, tmp_path: Path) -> Non
 
 
 def test_unknown_name_lists_the_nearest_few(mlp_project: Path, tmp_path: Path) -> None:
-    from gpux import index
+    from gpux.config import known as index
 
     for i in range(30):
         index.remember(f"model-{i:02d}", mlp_project / "gpux.yml")

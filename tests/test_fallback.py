@@ -11,13 +11,13 @@ import pytest
 
 import gpux
 from gpux import providers as providers_mod
-from gpux import session as session_mod
-from gpux.cli import main
-from gpux.config import load_config
+from gpux.cli.main import main
+from gpux.config.schema import load_config
 from gpux.errors import ProviderUnavailable, UsageError
-from gpux.plan import select
+from gpux.plan.targets import select
 from gpux.providers import Availability, Runner
-from gpux.providers import ort as ort_mod
+from gpux.run import session as session_mod
+from gpux.runtimes import onnxruntime as ort_mod
 
 X = {"x": np.zeros((1, 8), np.float32)}
 

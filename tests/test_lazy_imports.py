@@ -23,7 +23,7 @@ class Block(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, Block())
 sys.argv = ["gpux", *{args!r}]
-from gpux.cli import main
+from gpux.cli.main import main
 code = 0
 try:
     main({args!r})

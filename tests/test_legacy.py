@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpux import legacy
-from gpux.config import Project, load_config
+from gpux.config import migrate as legacy
+from gpux.config.schema import Project, load_config
 from gpux.errors import ConfigError
 from tests.conftest import gpux, make_two_inputs, write
 
@@ -246,7 +246,7 @@ def test_migrate_leaves_its_input_alone() -> None:
 
 
 def test_model_check_locates_mismatches_in_the_list_form(tmp_path: Path) -> None:
-    from gpux.modelio import load_checked
+    from gpux.model.io import load_checked
 
     make_two_inputs(tmp_path / "model.onnx")
     write(tmp_path / "gpux.yml", """\

@@ -117,7 +117,7 @@ def test_an_ir_version_onnx_runtime_cannot_read_is_lowered_in_gpux_artifacts(tmp
 
 
 def test_an_ir_version_that_cannot_be_lowered_is_refused_with_what_to_do(tmp_path: Path) -> None:
-    from gpux.compat import ort_limits
+    from gpux.model.compat import ort_limits
 
     limits = ort_limits()
     assert limits is not None
@@ -129,8 +129,8 @@ def test_an_ir_version_that_cannot_be_lowered_is_refused_with_what_to_do(tmp_pat
 
 
 def test_static_zero_dims_are_static_and_scalars_stay_scalars(tmp_path: Path) -> None:
-    from gpux.inputs import cast
-    from gpux.modelio import Tensor, read_io
+    from gpux.model.inputs import cast
+    from gpux.model.io import Tensor, read_io
 
     save(tmp_path, [helper.make_node("Identity", ["x"], ["y"])], [vi("x", shape=[0, 3])], [vi("y", shape=[0, 3])])
     assert read_io(tmp_path / "model.onnx").inputs[0].shape == (0, 3)
@@ -174,8 +174,8 @@ def test_generated_inputs_the_model_rejects_are_one_line_naming_what_to_declare(
 
 
 def test_the_wire_reader_sees_what_onnx_sees(tmp_path: Path) -> None:
-    from gpux import onnxwire
-    from gpux.modelio import _parse_io
+    from gpux.model import wire as onnxwire
+    from gpux.model.io import _parse_io
 
     from .conftest import make_mlp, make_two_inputs
 

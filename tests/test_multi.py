@@ -288,7 +288,7 @@ def test_flag_and_env_win_over_the_saved_choice_without_changing_it(ws: Path) ->
 
 
 def test_cache_prune_keeps_the_saved_choice_and_in_use_locks(mlp_project: Path) -> None:
-    from gpux.inuse import holders, holding
+    from gpux.run.inuse import holders, holding
 
     assert cli("use", "cpu", str(mlp_project)).returncode == 0
     with holding("tiny-mlp", mlp_project, None, "a test"):

@@ -18,10 +18,10 @@ pytest.importorskip("nncf")
 ort = pytest.importorskip("onnxruntime")
 
 import gpux  # noqa: E402
-from gpux import store  # noqa: E402
-from gpux.build import BuildResult, build  # noqa: E402
-from gpux.config import load_config  # noqa: E402
-from gpux.providers import openvino as ovp  # noqa: E402
+from gpux.artifacts import store  # noqa: E402
+from gpux.artifacts.build import BuildResult, build  # noqa: E402
+from gpux.config.schema import load_config  # noqa: E402
+from gpux.runtimes import openvino as ovp  # noqa: E402
 
 WIDE = 256  # wide enough that weight compression shows in the file size
 PRECISIONS = {

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gpux import options as o
-from gpux.options import (
+from gpux.providers import options as o
+from gpux.providers.options import (
     CoreMLOptions,
     CPUOptions,
     CUDAOptions,
@@ -343,7 +343,7 @@ def test_openvino_properties() -> None:
 
 
 def test_module_imports_no_runtime() -> None:
-    code = ("import sys, gpux.options; print(sorted({m.split('.')[0] for m in sys.modules} "
+    code = ("import sys, gpux.providers.options; print(sorted({m.split('.')[0] for m in sys.modules} "
             "& {'onnxruntime', 'openvino', 'numpy', 'onnx'}))")
     root = Path(o.__file__).resolve().parents[1]
     run = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)

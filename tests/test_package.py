@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from gpux.config import load_config
-from gpux.engine import EngineUnavailable, run_image
-from gpux.errors import UsageError
-from gpux.package import (
+from gpux.config.schema import load_config
+from gpux.deploy.docker import EngineUnavailable, run_image
+from gpux.deploy.package import (
     CUDA_BASE,
     IMAGES,
     choose_provider,
@@ -28,6 +27,7 @@ from gpux.package import (
     plan_image,
     write_wheel,
 )
+from gpux.errors import UsageError
 from tests.conftest import MLP_YML, gpux, make_mlp, write
 from tests.docker_engine import CannotRunEngine, Engine, running_engine
 
@@ -45,7 +45,7 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split(".")[0] == "docker":
             raise ImportError("blocked: " + name)
 sys.meta_path.insert(0, Block())
-from gpux.cli import main
+from gpux.cli.main import main
 try:
     main(sys.argv[1:])
 finally:
@@ -212,7 +212,8 @@ def test_the_gpux_wheel_installs_offline(tmp_path: Path) -> None:
     wheel = write_wheel(tmp_path / "wheels")
     assert write_wheel(tmp_path / "again").read_bytes() == wheel.read_bytes()  # same bytes: same image layer
     names = zipfile.ZipFile(wheel).namelist()
-    assert "gpux/cli.py" in names and "gpux/package.py" in names and not any("__pycache__" in n for n in names)
+    assert "gpux/cli/main.py" in names and "gpux/deploy/package.py" in names
+    assert not any("__pycache__" in n for n in names)
     target = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
                         str(target), str(wheel)], capture_output=True, text=True, timeout=120)

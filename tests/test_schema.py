@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpux.config import GpuxConfig
-from gpux.validate import schema_text
+from gpux.cli.validate import schema_text
+from gpux.config.schema import GpuxConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

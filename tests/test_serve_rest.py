@@ -175,7 +175,7 @@ def test_not_ready_until_loaded(mlp_project: Path) -> None:
     """A model still opening: live yes, ready no (503), and its requests 503 with the reason."""
     import asyncio
 
-    from gpux.resolve import open_project
+    from gpux.config.locate import open_project
     from gpux.serve.metrics import Metrics
     from gpux.serve.models import Repository
     from gpux.serve.rest import Limits, RestApp

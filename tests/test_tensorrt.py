@@ -10,10 +10,10 @@ import pytest
 
 import gpux
 from gpux import providers as providers_mod
-from gpux import store
-from gpux.build import NeedsBuild, build, keyed_targets, source_files
-from gpux.config import load_config
-from gpux.modelio import effective_io, load_checked
+from gpux.artifacts import store
+from gpux.artifacts.build import NeedsBuild, build, keyed_targets, source_files
+from gpux.config.schema import load_config
+from gpux.model.io import effective_io, load_checked
 from gpux.providers import Availability
 
 from .conftest import gpux as cli
@@ -146,7 +146,7 @@ def test_cuda_runs_for_real(mlp_project: Path) -> None:
 
 def test_io_binding_path_runs_with_bound_buffers(mlp_project: Path) -> None:
     """The CUDA IO-binding benchmark path, exercised here with host buffers (same code, device "cpu")."""
-    from gpux.providers import ort
+    from gpux.runtimes import onnxruntime as ort
 
     art = build(load_config(mlp_project), "cpu").final.artifact
     sess = ort.create_session(art.main, "CPUExecutionProvider", None)

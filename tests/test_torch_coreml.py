@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import gpux
-from gpux.build import build
-from gpux.config import load_config
+from gpux.artifacts.build import build
+from gpux.config.schema import load_config
 from gpux.errors import BuildFailed, ExitCode
 
 from .conftest import ROOT, write
@@ -261,7 +261,7 @@ def test_coreml_session_refuses_to_open_off_macos(projects: dict[str, Path]) -> 
     if sys.platform == "darwin":
         pytest.skip("Core ML runs here")
     from gpux.errors import ProviderUnavailable
-    from gpux.providers import coreml
+    from gpux.runtimes import coreml
 
     project = load_config(projects["mlp"])
     art = build(project, "coreml").final.artifact
@@ -302,8 +302,8 @@ def test_finish_lowers_ir_renames_outputs_and_writes_external_data(tmp_path: Pat
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from gpux.modelio import Tensor
-    from gpux.providers.torch import finish, ort_ir_limit
+    from gpux.model.io import Tensor
+    from gpux.runtimes.torch_export import finish, ort_ir_limit
 
     weight = np.arange(3 * 512, dtype=np.float32).reshape(3, 512) / 512  # over onnx's 1 KB external minimum
     w = numpy_helper.from_array(weight, "w")

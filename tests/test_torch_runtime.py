@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import gpux
-from gpux.build import build, keyed_targets
-from gpux.config import load_config
+from gpux.artifacts.build import build, keyed_targets
+from gpux.config.schema import load_config
 from gpux.errors import ConfigError
-from gpux.plan import targets
+from gpux.plan.targets import targets
 from gpux.providers import probe_torch
 
 from .conftest import gpux as cli
@@ -205,7 +205,8 @@ def test_channels_last_on_cpu_is_verified(cnn: Path) -> None:
 
 
 def test_benchmark_all_adds_torch_rows_per_device(pt2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpux import bench, benchmark
+    from gpux.bench import command as benchmark
+    from gpux.bench import protocol as bench
 
     monkeypatch.setitem(benchmark.TORCH_VARIANTS, "cpu", (("off", "fp32"), ("off", "bf16")))  # no compiles here
     project = load_config(pt2)
@@ -223,8 +224,8 @@ def test_benchmark_all_adds_torch_rows_per_device(pt2: Path, monkeypatch: pytest
                                                           ("rocm", "rocm", False)])
 def test_package_installs_torch_from_the_backend_wheel_index(cnn: Path, provider: str, index: str,
                                                              reuse: bool) -> None:
-    from gpux.modelio import load_checked
-    from gpux.package import host_key_parts, image_row, plan_image
+    from gpux.deploy.package import host_key_parts, image_row, plan_image
+    from gpux.model.io import load_checked
 
     project = load_config(with_providers(cnn, f"  {provider}: {{runtime: torch}}\n"))
     row = image_row(project, provider)
@@ -240,8 +241,8 @@ def test_package_installs_torch_from_the_backend_wheel_index(cnn: Path, provider
 
 
 def test_package_refuses_mps(cnn: Path) -> None:
+    from gpux.deploy.package import choose_provider
     from gpux.errors import UsageError
-    from gpux.package import choose_provider
 
     with pytest.raises(UsageError, match="macOS"):
         choose_provider(load_config(cnn), "mps")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpux.tune import LOCK_NAME, Outcome, choose
+from gpux.bench.tune import LOCK_NAME, Outcome, choose
 
 from .conftest import gpux as cli
 

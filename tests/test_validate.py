@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpux.config import load_config
+from gpux.cli.validate import expand, validate_paths
+from gpux.config.schema import load_config
 from gpux.errors import ConfigError, ExitCode
-from gpux.modelio import load_checked
-from gpux.validate import expand, validate_paths
+from gpux.model.io import load_checked
 from tests.conftest import ROOT, gpux, make_mlp, make_two_inputs, write
 from tests.test_lazy_imports import run_blocked
 

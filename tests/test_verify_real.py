@@ -11,10 +11,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gpux.build import build
-from gpux.config import load_config
+from gpux.artifacts.build import build
+from gpux.config.schema import load_config
 from gpux.errors import VerificationFailed
-from gpux.verify import compare, tolerances
+from gpux.quality.verify import compare, tolerances
 
 from .conftest import gpux as cli
 from .conftest import write
@@ -47,7 +47,7 @@ def test_dense_outputs_are_not_judged_by_top1_and_classifications_are() -> None:
 
 
 def load_config_stub():
-    from gpux.config import Verify
+    from gpux.config.schema import Verify
 
     return Verify()
 
@@ -218,8 +218,8 @@ def test_detector_and_dense_map_build_and_run_with_a_default_config(kind: str, t
 
 
 def test_shapes_ranges_make_tensorrt_profiles(tmp_path: Path) -> None:
-    from gpux.modelio import Tensor
-    from gpux.plan import trt_profiles
+    from gpux.model.io import Tensor
+    from gpux.plan.targets import trt_profiles
 
     save(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], [vi("x", ["batch", "seq"])], [vi("y", ["batch", "seq"])],
          yml="shapes:\n  batch: {min: 1, opt: 4, max: 16}\n  seq: 128\n")

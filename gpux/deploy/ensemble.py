@@ -23,7 +23,7 @@ def export_workspace(ms: Models, provider: str | None, repo: Path, version: int 
 
 def write_ensemble(ms: Models, members: list[Exported], repo: Path, version: int) -> Exported:
     """config.pbtxt of the ensemble and its (empty) version folder; checked with Triton's rules."""
-    from gpux.modelio import effective_io, load_checked
+    from gpux.model.io import effective_io, load_checked
     from gpux.multi.pipeline import wire
 
     io = {n: effective_io(p, load_checked(p)) for n, p in ms.models.items()}
@@ -54,9 +54,9 @@ def triton_command(targets: list[str], repo: str, provider: str | None, version:
                    as_json: bool) -> int:
     """Export each target (a project on its chosen provider, or a workspace) into one repository."""
     from gpux import report
+    from gpux.config.locate import open_project
+    from gpux.deploy.package import choose_provider
     from gpux.multi.commands import workspace_of
-    from gpux.package import choose_provider
-    from gpux.resolve import open_project
 
     done, log = [], report.progress(as_json)
     for target in targets:

@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 
 from gpux import report
-from gpux.deps import require
+from gpux.optional import require
 
 APP_NAME = "gpux"
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from ray import serve
 
-from gpux.config import Project
+from gpux.config.schema import Project
 
 GPU_PROVIDERS = ("tensorrt", "cuda", "rocm")
 
@@ -113,7 +113,7 @@ class Ingress:
         self.served_by: dict[int, int] = {}
 
     async def __serve_build_asgi_app__(self) -> Any:
-        from gpux.resolve import open_project
+        from gpux.config.locate import open_project
         from gpux.serve.metrics import Metrics
         from gpux.serve.models import Repository
         from gpux.serve.rest import Limits, RestApp
@@ -139,10 +139,10 @@ def app(targets: Sequence[str | Project], *, provider: str | None = None, store:
         strict: bool = False, api_key: str | None = None, log: Any = None) -> Any:
     """A bound Ray Serve application for gpux projects (folders, gpux.yml files, names or Projects):
     artifacts are built here first, then each model is a deployment behind one ingress."""
-    from gpux.build import build
-    from gpux.choice import choose
+    from gpux.artifacts.build import build
+    from gpux.config.locate import open_project
+    from gpux.plan.choice import choose
     from gpux.providers import probe
-    from gpux.resolve import open_project
 
     specs: dict[str, ModelSpec] = {}
     handles: dict[str, Any] = {}

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpux.config import Project
+from gpux.config.schema import Project
 from gpux.errors import UsageError
-from gpux.modelio import Tensor
+from gpux.model.io import Tensor
 
 DATA_TYPES = {
     "bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32",
@@ -102,7 +102,7 @@ def accelerators(project: Project, flavor: Flavor) -> dict[str, Any]:
 
 
 def openvino_parameters(project: Project) -> dict[str, Any]:
-    from gpux.options import OPENVINO_PROPERTIES
+    from gpux.providers.options import OPENVINO_PROPERTIES
 
     o = project.config.providers.openvino
     out = {}
@@ -233,7 +233,7 @@ def onnx_project(project: Project, provider: str) -> Project:
     """The project whose cpu block builds the portable ONNX artifact `provider` serves in Triton: the config's
     own cpu block for cpu, fp32 at the basic level for GPU providers (TensorRT's int8 needs the calibrated
     QDQ model); Triton's ONNX Runtime applies the accelerator itself."""
-    from gpux.benchmark import with_options
+    from gpux.bench.command import with_options
 
     if provider == "cpu":
         return project
@@ -280,8 +280,8 @@ def write_model(repo: Path, cfg: dict[str, Any], version: int, files: list[tuple
 def export(project: Project, provider: str, repo: Path, version: int = 1, store_dir: str | None = None,
            log: Any = None) -> Exported:
     """Build (or reuse) the verified artifact and write `repo/<name>/{config.pbtxt, <version>/...}`."""
-    from gpux.build import build
-    from gpux.modelio import effective_io, load_checked
+    from gpux.artifacts.build import build
+    from gpux.model.io import effective_io, load_checked
 
     flavor = flavor_of(project, provider)
     io = load_checked(project, store_dir)

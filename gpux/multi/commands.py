@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from gpux import report
-from gpux.choice import read, write
 from gpux.errors import GpuxError, UsageError
 from gpux.multi.project import Models, choose, derived, open_models
+from gpux.plan.choice import read, write
 
 # `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
 UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline")
@@ -19,8 +19,8 @@ class InUse(GpuxError):
 
 
 def use_command(provider: str, target: str, store_dir: str | None, as_json: bool) -> int:
-    from gpux.inuse import holders
-    from gpux.plan import parse_request
+    from gpux.plan.targets import parse_request
+    from gpux.run.inuse import holders
 
     names = parse_request(provider, "gpux use")
     if len(names) > 1:
@@ -48,7 +48,7 @@ def use_command(provider: str, target: str, store_dir: str | None, as_json: bool
 
 def inspect_workspace(ms: Models, store_dir: str | None, as_json: bool) -> int:
     """The model × provider matrix, the offer, the choice and each model's settings derived from it."""
-    from gpux.config import PROVIDERS
+    from gpux.config.schema import PROVIDERS
 
     offer = ms.offer()
     choice = choose(ms, None) if offer.offer else None
@@ -79,7 +79,7 @@ def inspect_workspace(ms: Models, store_dir: str | None, as_json: bool) -> int:
 
 def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_json: bool) -> int:
     """Build every enabled model's artifacts for the one provider the workspace runs."""
-    from gpux.build import build
+    from gpux.artifacts.build import build
 
     choice = choose(ms, provider)
     for w in choice.warnings:
@@ -97,9 +97,9 @@ def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_
 
 def run_workspace(ms: Models, kw: dict[str, Any]) -> int:
     """Run the pipeline once on given inputs, or benchmark it per step and end to end."""
-    from gpux.inputs import load_file, parse_json, synthetic
-    from gpux.inuse import holding
+    from gpux.model.inputs import load_file, parse_json, synthetic
     from gpux.multi.pipeline import benchmark, open_pipeline
+    from gpux.run.inuse import holding
 
     if ms.workspace is None or not ms.workspace.config.pipeline:
         raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to run; run one model by its folder")
@@ -158,7 +158,7 @@ def _render_run(doc: dict[str, Any], as_json: bool) -> None:
 
 def workspace_of(target: str, store_dir: str | Path | None) -> Models | None:
     """The workspace `target` names, opened; None for a plain project."""
-    from gpux.multi import find
+    from gpux.config import find
 
     return open_models(target, store_dir) if find(target) else None
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from gpux.errors import ConfigError, Problem
-from gpux.modelio import Tensor
+from gpux.model.io import Tensor
 from gpux.multi.project import Choice, Models
-from gpux.session import Session
+from gpux.run.session import Session
 
 
 @dataclass
@@ -102,7 +102,7 @@ def wire(ms: Models, io: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]])
 
 def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log: Any) -> Pipeline:
     """Open every step's model on the chosen provider (strict: one runtime for all) and check the wiring."""
-    from gpux.session import load
+    from gpux.run.session import load
 
     assert ms.workspace is not None
     sessions: dict[str, Session] = {}

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpux.choice import Place, settle
-from gpux.config import Project
-from gpux.multi.offer import Offer, compute
-from gpux.multi.workspace import Workspace
+from gpux.config.schema import Project
+from gpux.config.workspace import Workspace
+from gpux.plan.choice import Place, settle
+from gpux.plan.offer import Offer, compute
 
 
 @dataclass
@@ -29,9 +29,8 @@ class Models:
 
 def open_models(target: str, store_dir: str | Path | None = None) -> Models:
     """A workspace file (or a folder with one), else a gpux.yml project of one model."""
-    from gpux.multi import find
-    from gpux.multi.workspace import load
-    from gpux.resolve import open_project
+    from gpux.config.locate import open_project
+    from gpux.config.workspace import find, load
 
     path = find(target)
     if path is not None:
@@ -64,7 +63,7 @@ def choose(ms: Models, provider: str | None) -> Choice:
     """--provider > $GPUX_PROVIDER > the saved choice > the workspace's runtime.backend > the best offered;
     a request outside the offer is refused naming the models that block it."""
     from gpux.errors import ProviderUnavailable, UsageError
-    from gpux.plan import ENV_PROVIDER, parse_request
+    from gpux.plan.targets import ENV_PROVIDER, parse_request
 
     offer = ms.offer()
     wanted: str | None = None
@@ -95,7 +94,7 @@ def choose(ms: Models, provider: str | None) -> Choice:
 
 def derived(project: Project, provider: str) -> dict[str, Any]:
     """The one choice turned into this model's own settings: its provider block, precision and artifact."""
-    from gpux.plan import targets
+    from gpux.plan.targets import targets
 
     chain = targets(project, provider)
     final = chain[-1]

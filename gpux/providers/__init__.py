@@ -11,7 +11,7 @@ from functools import cache
 from importlib import metadata
 from typing import Any, Literal
 
-from gpux.deps import install_hint, installed_ort_distributions, is_installed
+from gpux.optional import install_hint, installed_ort_distributions, is_installed
 
 Status = Literal["ok", "not installed", "import failed", "no device"]
 ENTRY_POINT_GROUP = "gpux.providers"
@@ -277,7 +277,7 @@ def probe_for(project: Any, name: str) -> Availability:
     """`probe(name)`, or PyTorch's own probe where the project runs provider `name` with runtime torch."""
     if runtime_of(project, name) != "torch":
         return probe(name)
-    from gpux.modelio import TORCH_FORMATS, source_format
+    from gpux.model.io import TORCH_FORMATS, source_format
 
     platform_ok = probe(name) if name == "mps" else None
     if platform_ok is not None and not platform_ok.ok:

@@ -32,7 +32,7 @@ class ServeCommand:
 def serve_command(cmd: ServeCommand) -> int:
     import contextlib
 
-    from gpux.inuse import holding
+    from gpux.run.inuse import holding
 
     projects, fixed, places, pipelines = _open(cmd)
     seen: set[tuple[str, str]] = set()
@@ -60,10 +60,10 @@ def _open(cmd: ServeCommand) -> tuple[list[Any], dict[str, str], list[tuple[str,
     """(the projects to serve, model name → provider a workspace fixed for it, whose in-use lock to hold,
     pipelines served as one model). A workspace target serves each enabled model on the one provider the
     workspace chose, and its pipeline (if any) as a model named after the workspace."""
+    from gpux.config.locate import open_project
+    from gpux.config.workspace import pipeline_project
     from gpux.multi.commands import workspace_of
     from gpux.multi.project import choose
-    from gpux.multi.workspace import pipeline_project
-    from gpux.resolve import open_project
 
     projects, fixed, places, pipelines = [], {}, [], {}
     for t in cmd.targets or ["."]:

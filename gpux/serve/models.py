@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from gpux.config import Project
-from gpux.modelio import Tensor
+from gpux.config.schema import Project
+from gpux.model.io import Tensor
 from gpux.serve.batcher import Observer, Worker
 from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE

@@ -1,0 +1,401 @@
+"""Runs a plan's targets: cache keys from content and environment, locked atomic builds, verification."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import gpux
+from gpux.artifacts import store
+from gpux.config.schema import Project
+from gpux.errors import BuildFailed, GpuxError
+from gpux.model.io import ModelIO, Tensor, effective_io, load_checked
+from gpux.optional import installed_ort_distributions, version_of
+from gpux.plan.targets import Target, resolve_shapes, targets
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Step:
+    """How one kind of target is built and checked (functions named lazily as 'module:function')."""
+
+    build: str
+    verify: str | None  # returns an infer(feeds) -> outputs callable on this machine; None: not here
+    packages: tuple[str, ...]  # distributions whose versions key the artifact
+    device: str  # "none" | "cpu" | "cpu-if-level" | "gpu" | "torch": which device identity keys it
+    open: str = "gpux.runtimes.onnxruntime:open_runner"  # (provider, project, artifact) -> Runner
+    on_run: bool = True  # cheap enough to build silently on `run`? (False: say it may take minutes)
+    needs_device: bool = False  # can only be built on the device it runs on
+    shapes: bool = False  # the resolved sizes of symbolic dims shape the artifact (key them)
+
+
+ORT_STEP = Step("gpux.runtimes.onnxruntime:build_onnx", "gpux.runtimes.onnxruntime:verify_runner",
+                ("onnxruntime", "onnx"), "cpu-if-level")
+STEPS: dict[str, Step] = {
+    "optimize": ORT_STEP,
+    "float16": ORT_STEP,
+    "quantize": ORT_STEP,
+    "torch-export": Step("gpux.runtimes.torch_export:export_onnx", "gpux.runtimes.onnxruntime:verify_runner",
+                         ("torch", "onnx"), "none"),
+    "coreml-package": Step("gpux.runtimes.coreml:build_package", "gpux.runtimes.coreml:verify_runner",
+                           ("coremltools", "torch"), "none", "gpux.runtimes.coreml:open_runner", shapes=True),
+    "openvino-ir": Step("gpux.runtimes.openvino:build_ir", "gpux.runtimes.openvino:verify_runner",
+                        ("openvino", "nncf", "onnxruntime"), "cpu", "gpux.runtimes.openvino:open_runner",
+                        shapes=True),
+    "torch-module": Step("gpux.runtimes.torch_module:build_module", "gpux.runtimes.torch_module:verify_runner",
+                         ("torch",), "torch", "gpux.runtimes.torch_module:open_runner", needs_device=True,
+                         shapes=True),
+    "tensorrt-engine": Step("gpux.runtimes.tensorrt:build_engine", "gpux.runtimes.tensorrt:verify_runner",
+                            ("tensorrt", "onnxruntime"), "gpu", "gpux.runtimes.tensorrt:open_runner",
+                            on_run=False, needs_device=True),
+}
+
+
+# what to do when a build step's runtime raises, by step
+STEP_HINTS = {
+    "float16": "the fp16 conversion failed for this model (an already-quantized model cannot be converted); "
+               "keep precision: fp32. GPUX_DEBUG=1 shows details",
+    "quantize": "int8 quantization failed for this model; keep precision: fp32 or try another quantization "
+                "mode. GPUX_DEBUG=1 shows details",
+    "": "this runtime cannot take the model as it is; GPUX_DEBUG=1 shows details",
+}
+
+
+def resolve(ref: str) -> Callable[..., Any]:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@cache
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def runtime_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for pkg in packages:
+        if pkg == "onnxruntime":
+            dists = installed_ort_distributions()
+            out["onnxruntime"] = f"{dists[0]} {version_of(dists[0])}" if dists else None
+        else:
+            out[pkg] = version_of(pkg)
+    return out
+
+
+def device_identity(step: Step, target: Target) -> dict[str, Any]:
+    if step.device == "none" or (
+        step.device == "cpu-if-level" and target.options.get("optimization") in (None, "disabled", "basic")
+    ):
+        return {}
+    if step.device == "gpu":
+        return resolve("gpux.runtimes.tensorrt:gpu_identity")(int(target.options.get("device_id") or 0))
+    if step.device == "torch":
+        return resolve("gpux.runtimes.torch_module:device_identity")(target)
+    return {"cpu": cpu_model(), "machine": platform.machine()}
+
+
+@dataclass
+class Context:
+    """What a build step receives: its input file, a private folder, and the model's interface."""
+
+    project: Project
+    target: Target
+    src: Path
+    workdir: Path
+    inputs: dict[str, Tensor]
+    shapes: dict[str, int]
+    log: Log
+    calibration: Callable[[], list[dict[str, Any]]]
+    strict: bool = False  # precision that did nothing fails instead of warning
+
+
+@dataclass
+class Job:
+    """What every target of one build shares: the project, the model's interface and the verification setup."""
+
+    project: Project
+    inputs: dict[str, Tensor]
+    shapes: dict[str, int]
+    verify: bool
+    log: Log
+    source: Path  # the model the first target reads and the FP32 reference runs (IR-lowered copy if needed)
+    samples: list[dict[str, Any]] | None = None  # verification inputs given by the caller (run --file)
+    strict: bool = False
+    force: bool = False  # rebuild, and retry conversions remembered as failing
+
+
+@dataclass
+class TargetResult:
+    target: Target
+    key: str
+    artifact: store.Artifact
+    cached: bool
+    seconds: float
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.artifact.manifest
+        return {"target": self.target.to_dict(), "key": self.key, "cached": self.cached,
+                "reason": self.reason, "seconds": round(self.seconds, 4), "path": str(self.artifact.main),
+                "size": self.artifact.size(), "verification": m.get("verification")}
+
+
+@dataclass
+class BuildResult:
+    project: Project
+    provider: str
+    results: list[TargetResult] = field(default_factory=list)
+
+    @property
+    def final(self) -> TargetResult:
+        return self.results[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.project.name, "provider": self.provider,
+                "targets": [r.to_dict() for r in self.results]}
+
+
+def source_files(project: Project, io: ModelIO) -> list[Path]:
+    src = project.source
+    return [src, *[(src.parent / f).resolve() for f in io.external_data]]
+
+
+def build(project: Project, provider: str, *, force: bool = False, verify: bool = True,
+          store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
+          io: ModelIO | None = None, full_check: bool = False, for_run: bool = False,
+          samples: list[dict[str, Any]] | None = None, strict: bool = False) -> BuildResult:
+    """Build (or find in the cache) every target provider `provider` needs. `full_check` re-hashes cached
+    artifacts (what `run` does before loading) instead of trusting their recorded size and mtime;
+    `samples` (the user's inputs in hand) verify new artifacts instead of generated data."""
+    log = log or (lambda _msg: None)
+    io = io or load_checked(project, store_dir)
+    root = store.store_root(project.root, store_dir)
+    files = source_files(project, io)
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise BuildFailed(f"{project.source}: external data file not found: {missing[0]}")
+    source_digest = store.digest_files(files, project.source.parent, root / ".hashes.json")
+    inputs, _ = effective_io(project, io)
+    shapes = resolve_shapes(project, shapes)
+    job = Job(project, inputs, shapes, verify, log, _usable_source(project, io, root, log), samples, strict,
+              force)
+    result = BuildResult(project, provider)
+    for target, parts, key in keyed_targets(project, provider, inputs, source_digest, shapes):
+        folder = root / project.name / f"{target.id}-{key[:12]}"
+        src = job.source if not result.results else result.final.artifact.main
+        started = time.perf_counter()
+        art, reason = (None, "--force") if force else _cached(folder, key, full_check, verify)
+        cached = art is not None
+        if art is None:
+            with store.locked(root / ".locks" / f"{project.name}-{folder.name}.lock"):
+                art, reason2 = (None, reason) if force else _cached(folder, key, full_check, verify)
+                if art is None and for_run and not project.config.runtime.build_on_run:
+                    raise NeedsBuild(project, target, parts, root, provider)
+                if art is None:
+                    slow = for_run and not STEPS[target.step].on_run
+                    stale = stale_why(project, target, parts, root) if slow else None
+                    from gpux.report import SLOW_BUILD
+
+                    art = _build_remembering(job, target, parts, key, src, folder, root,
+                                             (stale or reason2 or reason) + (f"; {SLOW_BUILD}" if slow else ""))
+                else:
+                    cached = True
+        r = TargetResult(target, key, art, cached, time.perf_counter() - started, "" if cached else reason)
+        log(f"{target.id}: {'cached' if cached else 'built'} → {art.dir}")
+        result.results.append(r)
+    return result
+
+
+class NeedsBuild(BuildFailed):
+    """`run` found no artifact it may build itself; says why an existing one does not fit and what to run."""
+
+    def __init__(self, project: Project, target: Target, parts: dict[str, Any], root: Path,
+                 provider: str | None = None) -> None:
+        why = stale_why(project, target, parts, root) or "none built yet"
+        path = project.root if project.path.is_file() else project.source
+        super().__init__(f"{target.id} for {project.name!r}: {why}",
+                         hint=f"gpux build {path} --provider {provider or target.provider}")
+
+
+def stale_why(project: Project, target: Target, parts: dict[str, Any], root: Path) -> str | None:
+    """Why the newest artifact of `target`'s id does not fit (None when none was built)."""
+    others = [a for a in store.artifacts(root, project.name) if a.id == target.id]
+    if not others:
+        return None
+    newest = max(others, key=lambda a: str(a.manifest.get("built_at")))
+    diffs = differences(newest.manifest.get("key_parts") or {}, parts)
+    return "the one built does not fit this machine: " + ("; ".join(diffs) or "its options differ")
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What about the machine changed between two key_parts: device identity and runtime versions."""
+    out = []
+    for section in ("device", "versions"):
+        was, now = recorded.get(section) or {}, current.get(section) or {}
+        for k in sorted(set(was) | set(now)):
+            if was.get(k) != now.get(k):
+                out.append(f"{k} {was.get(k) or 'none'} (built) vs {now.get(k) or 'none'} (here)")
+    return out
+
+
+def digest_of(parts: dict[str, Any] | None) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor], source_digest: str,
+                  shapes: dict[str, int] | None = None) -> list[tuple[Target, dict[str, Any], str]]:
+    """The provider's targets with their key parts and cache keys; a target's key covers its input's."""
+    keys: dict[str, str] = {"source": source_digest}
+    out = []
+    for target in targets(project, provider, inputs):
+        parts = key_parts(project, target, inputs, keys[target.consumes], shapes)
+        keys[target.id] = digest_of(parts)
+        out.append((target, parts, keys[target.id]))
+    return out
+
+
+def _cached(folder: Path, key: str, full: bool = False, verify: bool = False) -> tuple[store.Artifact | None, str]:
+    art = store.read_manifest(folder)
+    if art is None:
+        return None, "not built yet" if not folder.exists() else "no valid manifest"
+    if art.manifest.get("key") != key or digest_of(art.manifest.get("key_parts")) != key:
+        return None, "manifest does not match this environment"
+    if verify and (art.manifest.get("verification") or {}).get("skipped") == "--no-verify":
+        return None, "built with --no-verify; verifying now"
+    problem = store.check(art, full=full)
+    if problem:
+        return None, f"artifact damaged: {problem}"
+    return art, ""
+
+
+def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input_key: str,
+              shapes: dict[str, int] | None = None) -> dict[str, Any]:
+    step = STEPS[target.step]
+    return {
+        "gpux": gpux.__version__,
+        "step": target.step,
+        "precision": target.precision,
+        "options": target.options,
+        "input": input_key,
+        "inputs": {n: t.to_dict() for n, t in inputs.items()},
+        "calibration": _calibration_digest(project, target),
+        "verify": project.config.verify.model_dump(mode="json"),
+        "shapes": {"sizes": resolve_shapes(project, shapes),
+                   "ranges": {d: r.model_dump() for d, r in project.config.shapes.items() if not isinstance(r, int)}}
+        if step.shapes else None,
+        "versions": runtime_versions(step.packages),
+        "device": device_identity(step, target),
+    }
+
+
+def _calibration_digest(project: Project, target: Target) -> str | None:
+    path = target.options.get("calibration")
+    if not path:
+        return None
+    p = project.root / path
+    files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+    if not files or not all(f.is_file() for f in files):
+        raise BuildFailed(f"{project.path}: calibration data not found: {p}")
+    return store.digest_files(files, project.root)
+
+
+def _build_remembering(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path,
+                       root: Path, why: str) -> store.Artifact:
+    """Build, remembering a failure for this exact key so later runs skip it at once (--force retries)."""
+    name = job.project.name
+    known = None if job.force else store.recall_failure(root, name, folder.name, key)
+    if known is not None:
+        raise BuildFailed(f"{known['message']} (remembered from an earlier build of this model with these "
+                          f"runtime versions; --force retries)", hint=known.get("hint"))
+    job.log(f"building {target.id} ({why})")
+    try:
+        return _build_one(job, target, parts, key, src, folder, root)
+    except BuildFailed as exc:
+        if getattr(exc, "conversion", False):  # the runtime's conversion itself, not verification on some data
+            store.remember_failure(root, name, folder.name, key, exc.message, exc.hint)
+        raise
+
+
+def _usable_source(project: Project, io: ModelIO, root: Path, log: Log) -> Path:
+    """The source, or a copy in the store with its IR version lowered to what ONNX Runtime reads."""
+    from gpux.model.io import compat_check
+
+    compat = compat_check(io) if io.ir_version else None
+    if compat is None or compat.lower_ir_to is None:
+        return project.source
+    from gpux.model.compat import lowered_source
+
+    log(f"note: {compat.note}")
+    return lowered_source(project.source, compat.lower_ir_to, root / ".lowered")
+
+
+def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path,
+               root: Path) -> store.Artifact:
+    from gpux.quality import calibrate
+
+    project, inputs, shapes, log = job.project, job.inputs, job.shapes, job.log
+    step = STEPS[target.step]
+    workdir = store.new_workdir(root, folder.name).resolve()
+    try:
+        ctx = Context(project, target, src.resolve(), workdir, inputs, shapes, log,
+                      lambda: calibrate.feeds(project, target, inputs, shapes, log), job.strict)
+        started = time.perf_counter()
+        try:
+            with store.scratch(workdir):
+                info = resolve(step.build)(ctx)
+        except BuildFailed as exc:
+            exc.conversion = getattr(exc, "conversion", True)  # type: ignore[attr-defined]
+            raise
+        except GpuxError:
+            raise
+        except Exception as exc:  # runtimes raise anything on a model they cannot take
+            from gpux.quality.verify import short
+
+            failed = BuildFailed(f"{target.id}: {short(exc)}", hint=STEP_HINTS.get(target.step, STEP_HINTS[""]))
+            failed.conversion = True  # type: ignore[attr-defined]
+            raise failed from exc
+        seconds = time.perf_counter() - started
+        manifest = {
+            "schema": store.MANIFEST_SCHEMA,
+            "name": project.name,
+            "version": project.config.version,
+            "target": target.to_dict(),
+            "key": key,
+            "key_parts": parts,
+            "main": info.pop("main"),
+            "info": info,
+            "source": str(project.source),
+            "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "build_seconds": round(seconds, 3),
+            "verification": None,
+        }
+        if job.verify and project.config.verify.enabled:
+            from gpux.quality.verify import run_verification
+
+            manifest["verification"] = run_verification(job, step, target, workdir / manifest["main"])
+        else:
+            manifest["verification"] = {"skipped": "--no-verify" if not job.verify else "verify.enabled: false"}
+        return store.publish(workdir, folder, manifest)
+    finally:
+        if workdir.exists():
+            store.discard_tmp(workdir)
+
+
+def needs_device(project: Project, provider: str) -> bool:
+    return any(STEPS[t.step].needs_device for t in targets(project, provider))

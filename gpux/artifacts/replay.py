@@ -1,0 +1,128 @@
+"""Answers an unchanged `gpux build` from the record of the last one, before any config model is loaded.
+
+A record holds what the build depended on: the gpux.yml bytes, the size and mtime of every file it read or
+wrote (model, external data, labels, samples, calibration data, artifacts and their manifests), the versions
+of gpux and of every runtime package, the CPU model and the accelerator devices present, and the request
+(flags and environment). If all of it is unchanged, the build's result is replayed; anything else (or any
+doubt) runs the full build, which re-derives every cache key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ENV = ("GPUX_PROVIDER", "GPUX_STORE", "GPUX_PROBE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+DISTS = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml", "onnxruntime-rocm",
+         "onnxruntime-migraphx", "openvino", "nncf", "onnx", "torch", "coremltools", "tensorrt", "pydantic")
+DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dri")
+CONFIG_NAMES = ("gpux.yml", "gpux.yaml")
+
+
+def _config(path: str) -> Path | None:
+    p = Path(path)
+    if p.is_dir():
+        return next((p / n for n in CONFIG_NAMES if (p / n).is_file()), None)
+    return p if p.suffix in (".yml", ".yaml") and p.is_file() else None
+
+
+def _record_file(config: Path, request: dict[str, Any]) -> Path:
+    store = request.get("store") or os.environ.get("GPUX_STORE") or config.parent / ".gpux"
+    key = json.dumps({"config": str(config.resolve()), **request, **{k: os.environ.get(k) for k in ENV}},
+                     sort_keys=True)
+    return Path(store) / ".noop" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+
+
+def environment() -> dict[str, Any]:
+    from importlib import metadata
+
+    import gpux
+
+    versions: dict[str, str | None] = {}
+    for dist in DISTS:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    cpu = ""
+    with contextlib.suppress(OSError):
+        cpu = next((x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")), "")
+    devices = [d for d in DEVICES if os.path.exists(d)]
+    gpu = None
+    if any("nvidia" in d for d in devices):
+        from gpux.runtimes.tensorrt import gpu_identity
+
+        gpu = gpu_identity()
+    return {"gpux": gpux.__version__, "python": sys.version, "platform": sys.platform, "versions": versions,
+            "cpu": cpu, "devices": devices, "gpu": gpu}
+
+
+def _stat(p: str) -> list[int] | None:
+    """Size and mtime; for a folder, its mtime (it changes when an entry is added or removed) and entry count."""
+    try:
+        st = os.stat(p)
+        size = len(os.listdir(p)) if os.path.isdir(p) else st.st_size
+    except OSError:
+        return None
+    return [size, st.st_mtime_ns]
+
+
+def snapshot(files: list[Path]) -> dict[str, Any]:
+    """What a build is about to read, taken BEFORE it reads it (so a change during the build is not missed)."""
+    return {str(Path(f).resolve()): _stat(str(f)) for f in files}
+
+
+def replay(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    """The last build's result document if nothing it depended on changed, else None."""
+    config = _config(path)
+    if config is None:
+        return None
+    try:
+        rec = json.loads(_record_file(config, request).read_text())
+        unchanged = (rec["config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
+                     and all(_stat(f) == s for f, s in rec["files"].items())
+                     and rec["environment"] == environment())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not unchanged:
+        return None
+    doc: dict[str, Any] = rec["doc"]
+    for t in doc["targets"]:
+        t.update(cached=True, reason="", seconds=0.0)
+    _side_effects(rec, config)
+    return doc
+
+
+def _side_effects(rec: dict[str, Any], config: Path) -> None:
+    """What a full build also leaves behind: the name index entry."""
+    from gpux.config import known as index
+
+    index.remember(rec["doc"]["name"], config)
+
+
+def config_digest(config: Path) -> str | None:
+    try:
+        return hashlib.sha256(config.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def record(project: Any, request: dict[str, Any], doc: dict[str, Any], before: dict[str, Any], config_sha: str | None,
+           outputs: list[Path]) -> None:
+    """Remember a successful build (best effort: a failure to write only costs the next build's speed).
+    `before`/`config_sha` were taken before the build; `outputs` (artifacts) are stat-ed now."""
+    from gpux.artifacts.store import atomic_write_text
+
+    if project.path.name not in CONFIG_NAMES or not project.path.is_file() or config_sha is None:
+        return
+    stats = {**before, **snapshot(outputs)}
+    if any(s is None for s in stats.values()):
+        return
+    rec = {"config_sha256": config_sha, "files": stats, "environment": environment(), "doc": doc}
+    with contextlib.suppress(OSError, TypeError, ValueError):
+        atomic_write_text(_record_file(project.path, request), json.dumps(rec, default=str))

@@ -1,0 +1,1 @@
+"""Measurement: the benchmark protocol (runtime-independent), `run --benchmark`, and `gpux tune`."""

@@ -1,0 +1,256 @@
+"""`gpux run --benchmark`: opens the model per provider and precision, times every phase, applies the protocol."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gpux
+from gpux import report
+from gpux.bench import protocol as bench
+from gpux.config.schema import PROVIDERS, Project
+from gpux.errors import GpuxError, InputError, VerificationFailed
+
+# precisions `--provider all` tries per provider (the field of its option block that selects it)
+PRECISIONS: dict[str, tuple[str, ...]] = {
+    "cpu": ("fp32", "fp16", "int8"),
+    "openvino": ("fp32", "fp16", "int8"),
+    "tensorrt": ("fp32", "fp16", "int8"),
+}
+# torch runtime rows `--provider all` adds per device for PyTorch sources: (compile, precision)
+TORCH_VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "cpu": (("off", "fp32"), ("default", "fp32")),
+    "cuda": (("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp32"), ("reduce-overhead", "fp16"),
+             ("default", "bf16")),
+    "rocm": (("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp16")),
+    "mps": (("off", "fp32"), ("off", "fp16")),
+}
+
+
+def with_torch(project: Project, provider: str, compile_mode: str, precision: str) -> Project:
+    """The same project with provider `provider` on runtime torch, in this compile mode and precision."""
+    block = getattr(project.config.providers, provider)
+    torch_opts = block.torch.model_copy(update={"compile": compile_mode, "precision": precision})
+    return with_options(project, provider, runtime="torch", torch=torch_opts)
+
+
+def torch_rows(project: Project, protocol: bench.Protocol, shapes: dict[str, int], *, store: str | None,
+               input_file: str | None, log: Any) -> list[dict[str, Any]]:
+    """`--provider all` for a PyTorch source: each device PyTorch has here, eager and compiled."""
+    from gpux.model.io import TORCH_FORMATS, source_format
+    from gpux.providers import probe_for
+
+    if source_format(project) not in TORCH_FORMATS:
+        return []
+    rows = []
+    for name, variants in TORCH_VARIANTS.items():
+        avail = probe_for(with_torch(project, name, "off", "fp32"), name)
+        if not avail.ok:
+            rows.append(bench.result_row(name, "torch", None, bench.Phases(), status="unavailable",
+                                         error=avail.reason, fix=avail.fix))
+            continue
+        for mode, precision in variants:
+            label = f"{precision} (torch {'eager' if mode == 'off' else mode})"
+            log(f"benchmarking {name} {label} ...")
+            rows.append(bench_one(with_torch(project, name, mode, precision), name, label, protocol, shapes,
+                                  strict=True, store=store, input_file=input_file, log=log))
+    return rows
+
+
+def with_precision(project: Project, provider: str, precision: str) -> Project:
+    """The same project with `providers.<provider>.precision` replaced."""
+    return with_options(project, provider, precision=precision)
+
+
+def with_options(project: Project, provider: str, **update: Any) -> Project:
+    """The same project with fields of `providers.<provider>` replaced (fields it lacks are left alone)."""
+    block = getattr(project.config.providers, provider)
+    update = {k: v for k, v in update.items() if hasattr(block, k) and getattr(block, k) != v}
+    if not update:
+        return project
+    providers = project.config.providers.model_copy(update={provider: block.model_copy(update=update)})
+    return dataclasses.replace(project, config=project.config.model_copy(update={"providers": providers}))
+
+
+def protocol_for(project: Project, runs: int | None, warmup: int | None, duration: float | None,
+                 batch: int | None, concurrency: int | None) -> bench.Protocol:
+    b = project.config.benchmark
+    return bench.Protocol(warmup=b.warmup if warmup is None else warmup, warmup_seconds=b.warmup_seconds,
+                          runs=runs or b.runs, seconds=b.seconds if duration is None else duration,
+                          concurrency=concurrency or b.concurrency, batch=batch or b.batch or 1)
+
+
+def bench_one(project: Project, provider: str | None, precision: str | None, protocol: bench.Protocol,
+              shapes: dict[str, int], *, strict: bool, store: str | None, input_file: str | None,
+              log: Any) -> dict[str, Any]:
+    """One row: open (build or cache hit, load), first inference, warm-up, measurement."""
+    from gpux.model.inputs import load_file, symbolic_values, synthetic
+    from gpux.quality.calibrate import ranges
+    from gpux.run.session import load
+
+    label = precision or "-"
+    try:
+        session = load(project, provider, strict=strict, store_dir=store, log=log)
+    except VerificationFailed as exc:
+        return bench.result_row(provider or "auto", label, None, bench.Phases(), status="failed verification",
+                                error=" ".join(x.strip() for x in exc.message.splitlines() if x.strip()))
+    except GpuxError as exc:
+        return bench.result_row(provider or "auto", label, None, bench.Phases(), status="unavailable",
+                                error=exc.message)
+    with session:
+        feeds = load_file(input_file, session.inputs) if input_file else \
+            synthetic(session.inputs, shapes, 0, ranges(project))
+        started = time.perf_counter()
+        session.run_feeds(feeds)
+        first = time.perf_counter() - started
+        calls = session.runner.bind(feeds, protocol.concurrency)
+        m = bench.measure(calls if protocol.concurrency > 1 else calls[0], protocol)
+        batch = next((v for k, v in symbolic_values(feeds, session.inputs).items() if k == "batch"), 1)
+        stats = bench.summarize(m.latencies_s, m.wall_s, batch=batch, concurrency=protocol.concurrency)
+        phases = bench.Phases(build_s=session.timings.get("build_s"), load_s=session.timings.get("load_s"),
+                              first_inference_s=first, warmup_s=m.warmup_s, measure_s=m.wall_s,
+                              compile_s=session.timings.get("compile_s"))
+        info = session.report()
+        art = session.build.final.artifact if session.build else None
+        status = f"fell back to {session.provider}" if session.fell_back else "ok"
+        verification = (art.manifest.get("verification") or {}) if art else {}
+        outputs = verification.get("outputs") or {}
+        return bench.result_row(
+            session.provider, precision or (art.manifest["target"]["precision"] if art else "-"), stats, phases,
+            status=status, latencies_s=m.latencies_s, requested=provider or "auto", runs_on=session.used,
+            attempts=info["attempts"], artifact=str(art.main) if art else None,
+            artifact_size=art.size() if art else None,
+            artifact_sha256=art.manifest["files"][art.manifest["main"]]["sha256"] if art else None,
+            accuracy={"min_cosine": min((o["cosine"] for o in outputs.values()), default=None),
+                      "max_abs": max((o["max_abs"] for o in outputs.values()), default=None)} if outputs else None,
+            options=session.runner.details, versions=art.manifest["key_parts"]["versions"] if art else None,
+            shapes={n: list(getattr(v, "shape", ())) for n, v in feeds.items()},
+        )
+
+
+def benchmark_command(target: str, *, provider: str | None, strict: bool, store: str | None, as_json: bool,
+                      input_file: str | None, runs: int | None, warmup: int | None, duration: float | None,
+                      batch: int | None, shapes: tuple[str, ...], concurrency: int | None, as_csv: bool,
+                      baseline: str | None, max_regression: float) -> int:
+    from gpux.config.locate import open_project
+    from gpux.model.inputs import parse_shapes
+    from gpux.plan.targets import resolve_shapes
+    from gpux.providers import PROVIDERS as REGISTRY
+    from gpux.providers import ort_available_eps, probe, runtime_of
+
+    project = open_project(target)
+    base = load_baseline(baseline) if baseline else None  # a bad baseline fails before minutes of measuring
+    asked = parse_shapes(shapes)
+    if input_file and (asked or batch):
+        raise InputError("--shape/--batch size synthetic inputs; with --file the data's own shapes are used")
+    dims = {d for spec in (project.config.inputs or {}).values() for d in (spec.shape or ()) if isinstance(d, str)}
+    unknown = sorted(set(asked) - dims) if project.config.inputs else []
+    if unknown:
+        raise InputError(f"--shape {unknown[0]}: no declared input has a dim named {unknown[0]!r}; "
+                         f"named dims: {', '.join(sorted(dims)) or 'none'}")
+    shape_values = resolve_shapes(project, asked)
+    if batch:
+        shape_values["batch"] = batch
+    protocol = protocol_for(project, runs, warmup, duration, batch, concurrency)
+    log = report.progress(as_json or as_csv)
+    rows: list[dict[str, Any]] = []
+    if provider == "all":
+        for name in PROVIDERS:
+            if REGISTRY[name].runtime == "torch":
+                continue  # PyTorch-only providers (mps): their rows come from torch_rows
+            avail = probe(name)
+            if not avail.ok:
+                rows.append(bench.result_row(name, "-", None, bench.Phases(), status="unavailable",
+                                             error=avail.reason, fix=avail.fix))
+                continue
+            # a block set to runtime torch gets its ONNX Runtime rows here and its torch rows below
+            ort = with_options(project, name, runtime="onnxruntime") if runtime_of(project, name) == "torch" \
+                else project
+            for precision in PRECISIONS.get(name, ("fp32",)):
+                log(f"benchmarking {name} {precision} ...")
+                rows.append(bench_one(with_precision(ort, name, precision), name, precision, protocol,
+                                      shape_values, strict=True, store=store, input_file=input_file, log=log))
+            if name == "openvino" and "OpenVINOExecutionProvider" in (ort_available_eps() or ()):
+                log("benchmarking openvino through ONNX Runtime's OpenVINO EP ...")
+                rows.append(bench_one(with_options(project, name, runtime="onnxruntime"), name,
+                                      "fp32 (onnxruntime EP)", protocol, shape_values, strict=True, store=store,
+                                      input_file=input_file, log=log))
+        rows += torch_rows(project, protocol, shape_values, store=store, input_file=input_file, log=log)
+    else:
+        rows.append(bench_one(project, provider, None, protocol, shape_values, strict=strict, store=store,
+                              input_file=input_file, log=log))
+    doc = bench.make_document(rows, environment(project, protocol))
+    code = 0
+    if base is not None:
+        notes: list[str] = []
+        try:
+            regressions = bench.compare_baseline(doc, base, max_regression, notes=notes)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise InputError(f"--baseline {baseline}: not a gpux benchmark document: {exc}") from None
+        doc["baseline"] = {"file": baseline, "max_regression_pct": max_regression, "regressions": regressions,
+                           "notes": notes}
+        code = 1 if regressions else 0
+    if as_json:
+        report.emit_json(doc)
+    elif as_csv:
+        sys.stdout.write(bench.to_csv(rows))
+    else:
+        render(rows, doc.get("baseline"), all_providers=provider == "all")
+    if not any(r["status"] != "unavailable" and r.get("stats") for r in rows):
+        code = code or 4
+    return code
+
+
+def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_providers: bool) -> None:
+    """The table on stdout; on stderr, what went wrong per row, one line for the providers not on this
+    machine (with -p all), and the baseline gate: each regression an error, the rest one line."""
+    absent = [r for r in rows if all_providers and r["status"] == "unavailable" and not report.VERBOSE]
+    print(bench.format_table([r for r in rows if r not in absent]))
+    if absent:
+        report.info(f"not on this machine: {', '.join(r['provider'] for r in absent)} (-v says why)")
+    for row in rows:
+        label = f"{row['provider']} {row['precision']}"
+        source = "auto" if row.get("requested") == "auto" else "--provider"
+        for a in row.get("attempts") or []:
+            if not a["ok"] and not report.absent(a, source):
+                report.warn(f"{label}: {report.attempt_line(a)}")
+        for w in (row.get("stats") or {}).get("warnings", []):
+            report.info(f"{label}: {w}")
+        if row.get("error") and row not in absent:
+            report.warn(f"{label}: {row['status']}: {row['error']}")
+    if gate is None:
+        return
+    for r in gate["regressions"]:
+        report.error(f"regression against {gate['file']}: {r}")
+    for n in gate["notes"] if report.VERBOSE else []:
+        report.info(f"baseline: {n}")
+    if not gate["regressions"]:
+        report.info(f"baseline {gate['file']}: no regression beyond {gate['max_regression_pct']:g}% "
+                    f"({len(gate['notes'])} notes; -v shows them)")
+
+
+def load_baseline(path: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--baseline {path}: cannot read it: {exc}") from None
+    rows = doc.get("results") if isinstance(doc, dict) else None
+    valid = isinstance(rows, list) and all(isinstance(r, dict) for r in rows)
+    if not valid or doc.get("schema") != bench.SCHEMA_VERSION:
+        raise InputError(f"--baseline {path}: not a gpux benchmark document (write one with --benchmark --json)")
+    return doc
+
+
+def environment(project: Project, protocol: bench.Protocol) -> dict[str, Any]:
+    cfg_bytes = project.path.read_bytes() if project.path.is_file() else b""
+    return {**bench.environment_facts(), "gpux": gpux.__version__,
+            "config": str(project.path), "config_sha256": hashlib.sha256(cfg_bytes).hexdigest(),
+            "threads": project.config.runtime.threads.model_dump(),
+            "protocol": {"warmup": protocol.warmup, "warmup_seconds": protocol.warmup_seconds,
+                         "runs": protocol.runs, "seconds": protocol.seconds, "concurrency": protocol.concurrency,
+                         "batch": protocol.batch}}

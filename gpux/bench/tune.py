@@ -1,0 +1,239 @@
+"""`gpux tune`: build the candidates this machine can run, verify each against the declared tolerances,
+benchmark the survivors with the protocol, and lock the fastest in gpux.lock.json beside gpux.yml.
+
+`run`, `serve` and `package` follow the lock when nothing more explicit (a flag, $GPUX_PROVIDER, a
+`runtime.backend` other than auto) decides; on a machine or runtime whose fingerprint differs they say so
+and select as usual.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gpux
+from gpux import report
+from gpux.bench import protocol as bench
+from gpux.config.schema import Project
+from gpux.errors import UsageError
+
+LOCK_NAME = "gpux.lock.json"
+SCHEMA = 1
+OBJECTIVES = ("latency", "throughput")
+# (precision label, option fields) tried per provider; the precision label is what the table shows
+CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "cpu": [("fp32", {"precision": "fp32", "optimization": "basic"}),
+            ("fp32", {"precision": "fp32", "optimization": "all"}),
+            ("fp16", {"precision": "fp16", "optimization": "basic"}),
+            ("int8", {"precision": "int8", "quantization": "dynamic", "optimization": "basic"}),
+            ("int8", {"precision": "int8", "quantization": "static", "optimization": "basic"})],
+    "openvino": [("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "latency"}),
+                 ("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "throughput"}),
+                 ("bf16", {"precision": "fp32", "inference_precision": "bf16", "hint": "latency"}),
+                 ("fp16", {"precision": "fp16", "inference_precision": "f32", "hint": "latency"}),
+                 ("int8", {"precision": "int8", "int8_mode": "quantize", "hint": "latency"})],
+    "tensorrt": [("fp32", {"precision": "fp32"}), ("fp16", {"precision": "fp16"}), ("int8", {"precision": "int8"})],
+}
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    target: str = "."
+    objective: str = "latency"
+    precisions: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+    providers: tuple[str, ...] | None = None  # None: every provider available here
+    seconds: float = 1.0  # measured per candidate
+    budget_s: float = 300.0  # for the whole search; candidates past it are not measured
+    concurrency: int | None = None  # throughput objective: parallel requests (default 4)
+    store: str | None = None
+    as_json: bool = False
+
+
+@dataclass
+class Outcome:
+    """One candidate's row: what it is, how it did, and why it was or was not chosen."""
+
+    provider: str
+    precision: str
+    options: dict[str, Any]
+    status: str = "pending"  # ok | failed verification | unavailable | over budget
+    row: dict[str, Any] = field(default_factory=dict)
+    why: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        stats = self.row.get("stats") or {}
+        return {"provider": self.provider, "precision": self.precision, "options": self.options,
+                "status": self.status, "why": self.why, "p50_ms": _ms(stats.get("p50")),
+                "p99_ms": _ms(stats.get("p99")), "throughput": stats.get("throughput"),
+                "accuracy": self.row.get("accuracy"), "size": self.row.get("artifact_size"),
+                "build_s": (self.row.get("phases") or {}).get("build_s"), "error": self.row.get("error")}
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else v * 1e3
+
+
+def fingerprint(project: Project) -> dict[str, Any]:
+    """What the figures depend on: this machine, the runtimes, gpux, the config and the model."""
+    from gpux.artifacts.build import source_files
+    from gpux.artifacts.store import digest_files, store_root
+    from gpux.model.io import load_checked
+    from gpux.optional import version_of
+
+    files = source_files(project, load_checked(project))
+    memo = store_root(project.root) / ".hashes.json"  # the build's memo: a large model is not read again
+    return {"cpu": bench.environment_facts()["cpu_model"], "machine": platform.machine(),
+            "os": platform.system(), "cores": bench.environment_facts()["available_cpus"],
+            "gpux": gpux.__version__,
+            "runtimes": {p: version_of(p) for p in ("onnxruntime", "openvino", "nncf", "torch", "tensorrt")},
+            "config_sha256": hashlib.sha256(project.path.read_bytes()).hexdigest(),
+            "model_sha256": digest_files(files, project.source.parent, memo)}
+
+
+def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
+    from gpux.providers import probe
+
+    supported = project.config.runtime.supported
+    out = []
+    for provider, rows in CANDIDATES.items():
+        if req.providers is not None and provider not in req.providers:
+            continue
+        if (supported and provider not in supported) or not probe(provider).ok:
+            continue
+        out += [Outcome(provider, label, opts) for label, opts in rows if label in req.precisions]
+    if not out:
+        raise UsageError("no candidate to tune: none of the asked providers and precisions is available here",
+                         hint="see `gpux inspect` for what this machine has")
+    return out
+
+
+def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest, log: Callable[[str], None]) -> None:
+    from gpux.bench.command import bench_one, with_options
+    from gpux.plan.targets import resolve_shapes
+
+    concurrency = (req.concurrency or 4) if req.objective == "throughput" else 1
+    protocol = bench.Protocol(warmup=3, warmup_seconds=min(0.2, req.seconds), runs=20, seconds=req.seconds,
+                              concurrency=concurrency, batch=project.config.benchmark.batch or 1)
+    deadline = time.monotonic() + req.budget_s
+    for i, o in enumerate(outcomes, 1):
+        if time.monotonic() > deadline:
+            o.status, o.why = "over budget", f"not measured: --budget {req.budget_s:g} s spent"
+            continue
+        log(f"tuning {i}/{len(outcomes)}: {o.provider} {o.precision} {_opts(o.options)}")
+        candidate = with_options(project, o.provider, **o.options)
+        o.row = bench_one(candidate, o.provider, o.precision, protocol, resolve_shapes(candidate), strict=True,
+                          store=req.store, input_file=None, log=log)
+        o.status = o.row["status"] if o.row["status"] in ("ok", "failed verification") else "unavailable"
+        if o.status != "ok":
+            o.why = str(o.row.get("error") or o.row["status"])
+
+
+def _opts(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items())
+
+
+def choose(outcomes: list[Outcome], objective: str) -> Outcome | None:
+    """The fastest candidate that passed verification and ran (None: none did); each row says why not."""
+    ok = [o for o in outcomes if o.status == "ok"]
+    if not ok:
+        return None
+
+    def score(o: Outcome) -> float:
+        s = o.row["stats"]
+        return s["p50"] if objective == "latency" else -s["throughput"]
+
+    best = min(ok, key=score)
+    for o in ok:
+        if o is best:
+            o.why = "chosen: fastest verified for " + objective
+        else:
+            ratio = score(o) / score(best) if objective == "latency" else score(best) / score(o)
+            o.why = f"{ratio:.2f}× slower than the chosen one" if ratio >= 1 else "not the fastest"
+    return best
+
+
+def tune(req: TuneRequest) -> dict[str, Any]:
+    from gpux.artifacts.store import atomic_write_text
+    from gpux.config.locate import open_project
+
+    if req.objective not in OBJECTIVES:
+        raise UsageError(f"--objective {req.objective}: expected one of {', '.join(OBJECTIVES)}")
+    project = open_project(req.target)
+    outcomes = candidates(project, req)
+    started = time.monotonic()
+    measure_all(project, outcomes, req, report.progress(req.as_json))
+    best = choose(outcomes, req.objective)
+    lock = {"schema": SCHEMA, "name": project.name, "objective": req.objective,
+            "choice": None if best is None else {"provider": best.provider, "precision": best.precision,
+                                                 "options": best.options},
+            "figures": None if best is None else best.to_dict(), "fingerprint": fingerprint(project),
+            "tuned_in_s": round(time.monotonic() - started, 1), "candidates": [o.to_dict() for o in outcomes]}
+    if best is not None:  # with no survivor, an earlier lock stays as it was
+        atomic_write_text(project.root / LOCK_NAME, json.dumps(lock, indent=1) + "\n")
+    return lock
+
+
+# -- following the lock ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Locked:
+    provider: str
+    options: dict[str, Any]
+
+
+def read_lock(project: Project) -> tuple[Locked | None, str | None]:
+    """The lock's choice when it was measured for this machine, runtimes, config and model; else (None, why
+    it is not followed). (None, None): there is no lock."""
+    path = project.root / LOCK_NAME
+    if not path.is_file() or project.path.name == LOCK_NAME:
+        return None, None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        choice, theirs = doc["choice"], doc["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, f"{path}: not a gpux lock; ignored (run `gpux tune` to write one)"
+    ours = fingerprint(project)
+    differs = [k for k in ("cpu", "machine", "os", "cores", "runtimes", "config_sha256", "model_sha256")
+               if theirs.get(k) != ours.get(k)]
+    if differs:
+        return None, (f"{LOCK_NAME} was measured with another {', '.join(differs)}; selecting as usual "
+                      f"(run `gpux tune` here to measure this one)")
+    return Locked(choice["provider"], dict(choice.get("options") or {})), None
+
+
+def apply_lock(project: Project, provider: str | None) -> tuple[Project, str | None, str | None]:
+    """(project with the locked options, the locked provider, a warning) when nothing more explicit decides."""
+    import os
+
+    from gpux.bench.command import with_options
+    from gpux.plan.targets import ENV_PROVIDER
+
+    if provider or os.environ.get(ENV_PROVIDER) or project.config.runtime.backend != ("auto",):
+        return project, None, None
+    locked, why = read_lock(project)
+    if locked is None:
+        return project, None, why
+    return with_options(project, locked.provider, **locked.options), locked.provider, None
+
+
+def render(lock: dict[str, Any]) -> None:
+    rows = []
+    for c in lock["candidates"]:
+        acc = c.get("accuracy") or {}
+        rows.append([c["provider"], c["precision"], _opts(c["options"]), c["status"],
+                     "-" if c["p50_ms"] is None else f"{c['p50_ms']:.4f}",
+                     "-" if c["p99_ms"] is None else f"{c['p99_ms']:.4f}",
+                     "-" if c["throughput"] is None else f"{c['throughput']:.1f}",
+                     "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
+                     report.format_size(c["size"]) if c.get("size") else "-", c["why"][:90]])
+    print(report.format_table(["provider", "precision", "options", "status", "p50 ms", "p99 ms", "per s",
+                               "cosine", "size", "why"], rows))
+    choice = lock["choice"]
+    if choice is None:
+        report.error("no candidate passed verification and ran: nothing locked (each row says why)")
+    else:
+        report.info(f"locked {choice['provider']} {choice['precision']} ({_opts(choice['options'])}) in {LOCK_NAME}")

@@ -1,0 +1,416 @@
+"""Click commands: parse options, call the core, render, and map errors to exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from gpux import __version__
+from gpux.errors import ExitCode, GpuxError
+
+PROVIDER_HELP = "auto, one of tensorrt, cuda, rocm, coreml, directml, openvino, cpu, or a comma list"
+JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+STORE = click.option("--store", type=click.Path(file_okay=False), default=None,
+                     help="Artifact store (default: .gpux/ beside gpux.yml, or $GPUX_STORE).")
+PROVIDER = click.option("--provider", "-p", default=None, help=f"Provider: {PROVIDER_HELP}. "
+                        "Overrides $GPUX_PROVIDER, `gpux use` and runtime.backend.")
+STRICT = click.option("--strict", is_flag=True, help="Never fall back: exit 4 if the provider cannot run.")
+
+
+def _verbose(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        from gpux import report
+
+        report.VERBOSE = True
+
+
+# Accepted before or after the subcommand (`gpux --debug run ...` and `gpux run ... --debug`); main() reads
+# --debug from argv itself so that errors raised while parsing show their traceback too.
+COMMON = [
+    click.Option(["--debug"], is_flag=True, expose_value=False,
+                 help="Show tracebacks for every error ($GPUX_DEBUG=1)."),
+    click.Option(["--verbose", "-v"], is_flag=True, expose_value=False, callback=_verbose,
+                 help="Every progress line, and why each provider absent from this machine was skipped."),
+]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="gpux")
+def cli() -> None:
+    """gpux: declare a model in gpux.yml, build optimized artifacts per provider, run them anywhere.
+
+    \b
+    Exit codes: 0 ok, 1 build/run/verification/benchmark gate failed, 2 usage,
+    3 config error, 4 provider unavailable (strict) or every fallback exhausted,
+    70 internal error, 130 interrupted.
+    """
+
+
+@cli.command()
+@click.argument("paths", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text",
+              help="Report style; github prints workflow annotations.")
+@click.option("--check-model", is_flag=True,
+              help="Also require the model and check it: onnx checker, IR version and opsets against the "
+                   "installed runtimes, external data (imports onnx).")
+@click.option("--no-model", is_flag=True,
+              help="Check the config alone (for models fetched later); by default declared inputs/outputs "
+                   "are compared with the model file when it is present.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+def validate(paths: tuple[str, ...], fmt: str, check_model: bool, no_model: bool, as_json: bool) -> None:
+    """Check gpux.yml files (paths, folders or globs; default: ./gpux.yml)."""
+    from gpux.cli.validate import validate_paths
+
+    if check_model and no_model:
+        raise click.UsageError("--check-model and --no-model exclude each other")
+    if as_json and fmt not in ("text", "json"):
+        raise click.UsageError(f"--json and --format {fmt} exclude each other")
+    fmt = "json" if as_json else fmt
+    code = validate_paths(list(paths) or ["."], fmt, check_model, not no_model)
+    sys.exit(code)
+
+
+@cli.command()
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to a file.")
+@click.option("--check", is_flag=True, help="Exit 1 if --output differs from the models (drift check).")
+def schema(output: str | None, check: bool) -> None:
+    """Print the JSON Schema of gpux.yml."""
+    from gpux.cli.validate import schema_text
+
+    text = schema_text()
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from pathlib import Path
+
+    p = Path(output)
+    if check:
+        if not p.is_file():
+            raise GpuxError(f"{output} does not exist", hint="write it with `make schema` (gpux schema -o FILE)")
+        if p.read_text(encoding="utf-8") != text:
+            raise GpuxError(f"{output} is out of date with the config models", hint="run `make schema`")
+        click.echo(f"{output} is up to date")
+        return
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {output}")
+
+
+@cli.command()
+@click.argument("path", default=".")
+@PROVIDER
+@STRICT
+@click.option("--force", is_flag=True, help="Rebuild even when the cache is valid.")
+@click.option("--no-verify", is_flag=True, help="Skip accuracy verification against the FP32 reference.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (targets, resolved options) without building.")
+@click.option("--shape", "shapes", multiple=True,
+              help="Symbolic dim size for verification, calibration and static shapes, e.g. --shape seq=128.")
+@STORE
+@JSON
+def build(path: str, provider: str | None, strict: bool, force: bool, no_verify: bool, dry_run: bool,
+          shapes: tuple[str, ...], store: str | None, as_json: bool) -> None:
+    """Validate gpux.yml, then build (or reuse) the provider's optimized artifacts."""
+    from gpux.cli.commands import build_command
+
+    sizes = None
+    if shapes:
+        from gpux.model.inputs import parse_shapes
+
+        sizes = parse_shapes(shapes)
+    sys.exit(build_command(path, provider, strict, force, not no_verify, dry_run, store, as_json, sizes))
+
+
+@cli.command()
+@click.argument("target", default=".")
+@click.option("--input", "-i", "input_json", default=None, help="Inputs as JSON: '{\"x\": [[1.0, 2.0]]}'.")
+@click.option("--file", "-f", "input_file", type=click.Path(dir_okay=False), default=None,
+              help="Inputs from .json, .npy (single input) or .npz (one array per input).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write outputs to .npz.")
+@PROVIDER
+@STRICT
+@STORE
+@JSON
+@click.option("--placement", is_flag=True, help="Report which execution provider ran each node (ONNX Runtime).")
+@click.option("--benchmark", is_flag=True, help="Measure latency and throughput instead of printing outputs.")
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Least measured runs.")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Least warm-up runs.")
+@click.option("--duration", type=click.FloatRange(min=0), default=None, help="Least measured seconds.")
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Size of the 'batch' dim.")
+@click.option("--shape", "shapes", multiple=True, help="Symbolic dim size, e.g. --shape seq=128.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Parallel requests.")
+@click.option("--csv", "as_csv", is_flag=True, help="Benchmark rows as CSV.")
+@click.option("--baseline", type=click.Path(dir_okay=False), default=None, help="Benchmark JSON to gate on.")
+@click.option("--max-regression", type=float, default=10.0, show_default=True,
+              help="Percent a figure may regress against --baseline before exit 1.")
+def run(target: str, **kwargs: Any) -> None:
+    """Run a model (name, project folder, gpux.yml or .onnx) on the best working provider."""
+    from gpux.cli.commands import run_command
+
+    sys.exit(run_command(target, **kwargs))
+
+
+@cli.command()
+@click.argument("target", default=".")
+@STORE
+@JSON
+def inspect(target: str, store: str | None, as_json: bool) -> None:
+    """Show a model's I/O, the providers on this machine and the built artifacts."""
+    from gpux.cli.commands import inspect_command
+
+    sys.exit(inspect_command(target, store, as_json))
+
+
+@cli.command()
+@click.argument("path", default=".")
+@click.option("--provider", "-p", default=None,
+              help="Provider the image runs: cpu, openvino, cuda, tensorrt or rocm (default: $GPUX_PROVIDER, "
+                   "runtime.backend, else cpu).")
+@click.option("--tag", "-t", default=None, help="Image tag (default: gpux/NAME:VERSION-PROVIDER).")
+@click.option("--dockerfile-only", "out_dir", type=click.Path(file_okay=False), default=None, metavar="OUT_DIR",
+              help="Write the build context (Dockerfile, model, artifacts, gpux wheel) to OUT_DIR; no engine.")
+@click.option("--base-image", default=None, help="Base image (default: package.base_image, else per provider).")
+@click.option("--run", "run_args", default=None, metavar="ARGS",
+              help="Run the image once after building, with these `gpux run` arguments, e.g. --run '--benchmark'.")
+@click.option("--ca-bundle", type=click.Path(dir_okay=False), default=None,
+              help="PEM bundle pip inside the image trusts (default: package.ca_bundle, else the base image's).")
+@click.option("--serve", is_flag=True,
+              help="Entry point `gpux serve` (REST + gRPC on serve: ports, all container interfaces) with a "
+                   "readiness healthcheck, instead of `gpux run`.")
+@STORE
+@JSON
+def package(**kwargs: Any) -> None:
+    """Build a container image that runs the model with `gpux run` (Docker engine from $DOCKER_HOST)."""
+    from gpux.deploy.package import PackageRequest, package_command
+
+    sys.exit(package_command(PackageRequest(**kwargs)))
+
+
+@cli.command()
+@click.argument("targets", nargs=-1)
+@click.option("--host", default=None, help="Address to bind (default: serve.host, 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="REST port (default: serve.http_port, 8000).")
+@click.option("--grpc-port", type=click.IntRange(0, 65535), default=None,
+              help="gRPC port (default: serve.grpc_port, 8001).")
+@click.option("--no-grpc", is_flag=True, help="Serve REST only.")
+@PROVIDER
+@STRICT
+@STORE
+@click.option("--api-key", envvar="GPUX_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' (or $GPUX_API_KEY); health routes stay open.")
+@click.option("--max-batch-size", type=click.IntRange(min=0), default=None,
+              help="Dynamic batching: rows per merged batch, 0 = off (overrides serve.max_batch_size).")
+@click.option("--max-queue-delay-us", type=click.IntRange(min=0), default=None,
+              help="How long a batch waits for more requests (overrides serve.max_queue_delay_us).")
+@click.option("--instances", type=click.IntRange(min=1), default=None, help="Sessions per model.")
+@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds a request may take before 408 (overrides serve.request_timeout_s).")
+@click.option("--no-access-log", is_flag=True, help="No JSON access line per request on stderr.")
+def serve(targets: tuple[str, ...], host: str | None, port: int | None, grpc_port: int | None, no_grpc: bool,
+          provider: str | None, strict: bool, store: str | None, api_key: str | None, no_access_log: bool,
+          **overrides: Any) -> None:
+    """Serve models (names, folders, gpux.yml or .onnx) over the Open Inference Protocol (REST and gRPC).
+
+    Projects with the same name and different versions are served as versions of one model.
+    SIGTERM drains accepted requests, then exits 0.
+    """
+    from gpux.serve.command import ServeCommand, serve_command
+
+    overrides["request_timeout_s"] = overrides.pop("request_timeout")
+    sys.exit(serve_command(ServeCommand(list(targets), host, port, grpc_port, not no_grpc, provider, strict, store,
+                                        api_key, not no_access_log, overrides)))
+
+
+@cli.group()
+def export() -> None:
+    """Hand built, verified artifacts to other serving engines."""
+
+
+@export.command("triton")
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--output", "-o", "repo", type=click.Path(file_okay=False), required=True,
+              help="The model repository folder (created; each model's folder is replaced whole).")
+@click.option("--provider", "-p", default=None,
+              help="cpu, openvino, cuda or tensorrt (default: $GPUX_PROVIDER, `gpux use`, runtime.backend, else cpu).")
+@click.option("--version", "model_version", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Triton version folder the artifact goes in.")
+@STORE
+@JSON
+def export_triton(targets: tuple[str, ...], repo: str, provider: str | None, model_version: int,
+                  store: str | None, as_json: bool) -> None:
+    """Write a Triton model repository: config.pbtxt + the artifact per model (batching from serve:); a
+    workspace adds its pipeline as an ensemble."""
+    from gpux.deploy.ensemble import triton_command
+
+    sys.exit(triton_command(list(targets), repo, provider, model_version, store, as_json))
+
+
+@export.command("kserve")
+@click.argument("target", default=".")
+@click.option("--provider", "-p", default=None,
+              help="Provider the image runs (default: $GPUX_PROVIDER, runtime.backend, else cpu).")
+@click.option("--image", default=None, help="Image built by `gpux package --serve` (default: its default tag).")
+@click.option("--cpu", default="1", show_default=True, help="CPU request and limit.")
+@click.option("--memory", default="2Gi", show_default=True, help="Memory request and limit.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to a file.")
+def export_kserve(target: str, provider: str | None, image: str | None, cpu: str, memory: str,
+                  output: str | None) -> None:
+    """Write a KServe InferenceService (protocol v2) that runs the `gpux package --serve` image."""
+    from pathlib import Path
+
+    from gpux.config.locate import open_project
+    from gpux.deploy.kserve import write
+    from gpux.deploy.package import choose_provider, default_tag
+
+    project = open_project(target)
+    name = choose_provider(project, provider)
+    text = write(project, name, image or default_tag(project, name), cpu=cpu, memory=memory)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        Path(output).write_text(text, encoding="utf-8")
+
+
+@cli.group()
+def deploy() -> None:
+    """Run models on an engine that schedules replicas across machines."""
+
+
+@deploy.command("ray")
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--address", default=None, help="A running Ray cluster (e.g. ray://head:10001 or auto); the "
+              "application stays there after gpux exits. Default: a local Ray, served until Ctrl-C / SIGTERM.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address Ray Serve's HTTP proxy binds.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP port.")
+@PROVIDER
+@STRICT
+@click.option("--api-key", envvar="GPUX_API_KEY", default=None, help="Require this bearer token ($GPUX_API_KEY).")
+@STORE
+def deploy_ray(targets: tuple[str, ...], address: str | None, host: str, port: int, provider: str | None,
+               strict: bool, api_key: str | None, store: str | None) -> None:
+    """Deploy one Ray Serve application: a deployment per model (deploy.ray: replicas, autoscaling), behind
+    the Open Inference Protocol over HTTP."""
+    from gpux.deploy.launch import RayLaunch, launch
+
+    sys.exit(launch(RayLaunch(list(targets), address, host, port, provider, strict, api_key, store)))
+
+
+@cli.command()
+@click.argument("target", default=".")
+@click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True,
+              help="latency: lowest median at one request at a time; throughput: most answers per second.")
+@click.option("--precisions", default="fp32,fp16,bf16,int8", show_default=True,
+              help="Precisions the search may use (comma list).")
+@click.option("--providers", default=None, help="Providers to try (comma list; default: every one available).")
+@click.option("--seconds", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Measured seconds per candidate.")
+@click.option("--budget", "budget_s", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds for the whole search; candidates past it are listed, not measured.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="Parallel requests for --objective throughput (default 4).")
+@STORE
+@JSON
+def tune(target: str, precisions: str, providers: str | None, **kwargs: Any) -> None:
+    """Build, verify and benchmark the candidates this machine runs; lock the fastest in gpux.lock.json."""
+    from gpux import report
+    from gpux.bench.tune import TuneRequest, render
+    from gpux.bench.tune import tune as run_tune
+
+    lock = run_tune(TuneRequest(target, precisions=tuple(precisions.split(",")),
+                                providers=tuple(providers.split(",")) if providers else None, **kwargs))
+    report.emit_json(lock) if kwargs["as_json"] else render(lock)
+    sys.exit(0 if lock["choice"] else int(ExitCode.FAILED))
+
+
+@cli.command()
+@click.argument("provider")
+@click.argument("target", default=".")
+@STORE
+@JSON
+def use(provider: str, target: str, store: str | None, as_json: bool) -> None:
+    """Save the provider build, run, serve and package use for a project or workspace on this machine
+    (auto: forget it). Refused while a run, benchmark or server of it is in progress."""
+    from gpux.multi.commands import use_command
+
+    sys.exit(use_command(provider, target, store, as_json))
+
+
+@cli.group()
+def cache() -> None:
+    """Manage the artifact store."""
+
+
+@cache.command("ls")
+@click.argument("path", default=".")
+@STORE
+@JSON
+def cache_ls(path: str, store: str | None, as_json: bool) -> None:
+    """List built artifacts."""
+    from gpux.cli.commands import cache_command
+
+    sys.exit(cache_command("ls", path, store, as_json))
+
+
+@cache.command("verify")
+@click.argument("path", default=".")
+@STORE
+@JSON
+def cache_verify(path: str, store: str | None, as_json: bool) -> None:
+    """Re-hash every artifact against its manifest; exit 1 if any is damaged."""
+    from gpux.cli.commands import cache_command
+
+    sys.exit(cache_command("verify", path, store, as_json))
+
+
+@cache.command("prune")
+@click.argument("path", default=".")
+@click.option("--all", "everything", is_flag=True, help="Remove every artifact, not only stale ones.")
+@STORE
+@JSON
+def cache_prune(path: str, everything: bool, store: str | None, as_json: bool) -> None:
+    """Remove damaged, superseded and half-built artifacts."""
+    from gpux.cli.commands import cache_command
+
+    sys.exit(cache_command("prune-all" if everything else "prune", path, store, as_json))
+
+
+def _add_common(group: click.Group) -> None:
+    for cmd in [group, *group.commands.values()]:
+        if isinstance(cmd, click.Group) and cmd is not group:
+            _add_common(cmd)
+        else:
+            cmd.params.extend(COMMON)
+
+
+_add_common(cli)
+
+
+def main(argv: list[str] | None = None) -> None:
+    debug = os.environ.get("GPUX_DEBUG", "") not in ("", "0", "false") or "--debug" in (argv or sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="gpux", standalone_mode=False)
+    except GpuxError as exc:
+        if debug:
+            traceback.print_exc()
+        for line in exc.lines():
+            click.echo(f"error: {line}", err=True)
+        sys.exit(int(exc.exit_code))
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except SystemExit:
+        raise
+    except BaseException:
+        traceback.print_exc()
+        click.echo(f"error: internal error in gpux {__version__}: please report it with the traceback above",
+                   err=True)
+        sys.exit(int(ExitCode.INTERNAL))

@@ -1,0 +1,484 @@
+"""Pydantic models of gpux.yml as written, `load_config(path)`, and errors located to file:line:col."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from gpux.errors import ConfigError, Problem
+from gpux.providers import options as opts
+
+CONFIG_NAMES = ("gpux.yml", "gpux.yaml")
+SCHEMA_VERSIONS = (1,)  # gpux.yml formats this gpux reads
+PROVIDERS = tuple(opts.OPTIONS)  # priority order: tensorrt, cuda, rocm, coreml, mps, directml, openvino, cpu
+# ONNX's own names for two of them (TensorProto FLOAT, DOUBLE), accepted and read as the gpux name
+ONNX_DTYPE_NAMES = {"float": "float32", "double": "float64"}
+DType = Annotated[Literal[
+    "float32", "float16", "bfloat16", "float64",
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "bool", "string",
+], BeforeValidator(lambda v: ONNX_DTYPE_NAMES.get(v, v) if isinstance(v, str) else v)]  # fmt: skip
+# names other tools use for a dtype -> the gpux name (for did-you-mean only; they are not accepted)
+DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
+                 "fp64": "float64", "int": "int64", "long": "int64", "str": "string"}
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+DIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+Loc = tuple[str, ...]
+
+
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """' (did you mean 'x'?)' for the closest choice (case-insensitive), or ''."""
+    if not isinstance(word, str) or not choices:
+        return ""
+    lowered = {str(c).lower(): str(c) for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
+    return f" (did you mean '{lowered[close[0]]}'?)" if close else ""
+
+
+def _fail(message: str, *at: str | int) -> PydanticCustomError:
+    """A validation error whose location goes `at` deeper than the field (e.g. the bad item of a list)."""
+    return PydanticCustomError("gpux", "{message}", {"message": message, "at": tuple(str(a) for a in at)})
+
+
+def _provider_name(value: Any, index: int | None, allow_auto: bool = False) -> str:
+    names = (*PROVIDERS, "auto") if allow_auto else PROVIDERS
+    at = () if index is None else (index,)
+    if value == "auto" and not allow_auto:
+        raise _fail("'auto' stands alone (backend: auto); a list names providers to try in order", *at)
+    if not isinstance(value, str) or value not in names:
+        raise _fail(f"unknown provider {_got(value)}{did_you_mean(value, names)}; "
+                    f"expected one of {', '.join(names)}", *at)
+    return value
+
+
+def _provider_list(value: list[Any]) -> tuple[str, ...]:
+    names = tuple(_provider_name(v, i) for i, v in enumerate(value))
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise _fail(f"{name!r} is listed twice", i)
+    return names
+
+
+def _backend(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (_provider_name(value, None, allow_auto=True),)
+    if isinstance(value, list | tuple) and value:
+        return _provider_list(list(value))
+    raise _fail(f"expected 'auto', a provider name, or a non-empty list of provider names, got {_got(value)}")
+
+
+def _providers(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not value:
+        raise _fail(f"expected a non-empty list of provider names, got {_got(value)}")
+    return _provider_list(list(value))
+
+
+def _dim(value: Any, i: int) -> int | str:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise _fail(f"dim {i} is {value}: static dims are >= 1; name a dynamic dim instead (e.g. batch)", i)
+        return value
+    if isinstance(value, str) and DIM_RE.match(value):
+        return value
+    raise _fail(f"dim {i}: expected an int >= 1 or a name such as batch, got {_got(value)}", i)
+
+
+def _shape(value: Any) -> tuple[int | str, ...]:
+    if not isinstance(value, list | tuple):
+        raise _fail(f"expected a list of ints or names, got {_got(value)}")
+    return tuple(_dim(v, i) for i, v in enumerate(value))
+
+
+def _range(value: Any) -> tuple[float, float]:
+    pair = isinstance(value, list | tuple) and len(value) == 2
+    if not pair or any(isinstance(v, bool) or not isinstance(v, int | float) for v in value):
+        raise _fail(f"expected [low, high] (two numbers), got {_got(value)}")
+    if not value[0] < value[1]:
+        raise _fail(f"expected low < high, got {_got(value)}")
+    return float(value[0]), float(value[1])
+
+
+def _to_str(value: Any) -> Any:
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+_provider_list_schema = {"type": "array", "items": {"enum": list(PROVIDERS)}, "minItems": 1}
+Backend = Annotated[
+    tuple[str, ...],
+    BeforeValidator(_backend),
+    WithJsonSchema({"anyOf": [{"enum": ["auto", *PROVIDERS]}, _provider_list_schema]}),
+]
+ProviderList = Annotated[tuple[str, ...], BeforeValidator(_providers), WithJsonSchema(_provider_list_schema)]
+Shape = Annotated[
+    tuple[int | str, ...],
+    BeforeValidator(_shape),
+    WithJsonSchema(
+        {"type": "array", "items": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]}}
+    ),
+]
+Range = Annotated[
+    tuple[float, float],
+    BeforeValidator(_range),
+    WithJsonSchema({"maxItems": 2, "minItems": 2, "prefixItems": [{"type": "number"}, {"type": "number"}],
+                    "type": "array"}),
+]
+Version = Annotated[str, BeforeValidator(_to_str)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSource(Strict):
+    source: str = Field(description="Model file, relative to gpux.yml (ONNX, with external data beside it).")
+    format: Literal["onnx", "torchscript", "torch_export"] | None = Field(
+        None, description="Source format; inferred from the file when omitted."
+    )
+
+
+class TensorSpec(Strict):
+    dtype: DType = Field(description="Element type, e.g. float32, int64.")
+    shape: Shape | None = Field(
+        None, description="Dimensions: ints for static dims, names (e.g. batch) for dynamic ones."
+    )
+    labels: list[str] | str | None = Field(
+        None, description="Class labels for the last axis: a list, or a text file (one per line)."
+    )
+    range: Range | None = Field(
+        None, description="[low, high) of values for synthetic inputs (integer inputs: token ids, classes)."
+    )
+    description: str | None = Field(None, description="What this tensor holds.")
+
+
+class Threads(Strict):
+    intra_op: int = Field(0, ge=0, description="Threads inside one operator; 0 = the runtime's default.")
+    inter_op: int = Field(0, ge=0, description="Threads across operators; 0 = the runtime's default.")
+
+
+class Runtime(Strict):
+    backend: Backend = Field(
+        ("auto",), description="'auto' (best available), one provider, or an ordered list to try."
+    )
+    fallback: bool = Field(
+        True, description="Fall back to the next provider when one is unavailable or fails; false = strict."
+    )
+    supported: ProviderList | None = Field(
+        None, description="Providers this model is known to work on; others are rejected."
+    )
+    threads: Threads = Field(default_factory=Threads, description="Thread pools of the runtime.")
+    min_coverage: float | None = Field(
+        None, ge=0, le=1, description="Least fraction of graph nodes the chosen accelerator must take."
+    )
+    build_on_run: bool = Field(
+        True, description="run/serve build a missing or stale artifact (TensorRT engines too) on first use; "
+        "false pins the built artifacts: a missing one is refused with the `gpux build` to run."
+    )
+
+    @model_validator(mode="after")
+    def _backend_supported(self) -> Runtime:
+        if self.supported is None or self.backend == ("auto",):
+            return self
+        bad = [i for i, name in enumerate(self.backend) if name not in self.supported]
+        if bad:
+            names = ", ".join(self.backend[i] for i in bad)
+            raise _fail(f"{names} {'is' if len(bad) == 1 else 'are'} not in runtime.supported "
+                        f"({', '.join(self.supported)}); add {'it' if len(bad) == 1 else 'them'} there "
+                        "or leave it out of backend", "backend", bad[0])
+        return self
+
+
+class Providers(Strict):
+    tensorrt: opts.TensorRTOptions = Field(default_factory=opts.TensorRTOptions, description="TensorRT.")
+    cuda: opts.CUDAOptions = Field(default_factory=opts.CUDAOptions, description="ONNX Runtime CUDA EP.")
+    rocm: opts.ROCmOptions = Field(default_factory=opts.ROCmOptions, description="ROCm / MIGraphX EP.")
+    coreml: opts.CoreMLOptions = Field(default_factory=opts.CoreMLOptions, description="Core ML.")
+    mps: opts.MPSOptions = Field(default_factory=opts.MPSOptions, description="PyTorch on Apple Metal (MPS).")
+    directml: opts.DirectMLOptions = Field(default_factory=opts.DirectMLOptions, description="DirectML EP.")
+    openvino: opts.OpenVINOOptions = Field(default_factory=opts.OpenVINOOptions, description="OpenVINO.")
+    cpu: opts.CPUOptions = Field(default_factory=opts.CPUOptions, description="ONNX Runtime CPU.")
+
+
+class Verify(Strict):
+    enabled: bool = Field(True, description="Compare every built artifact with the FP32 reference.")
+    samples: int = Field(4, ge=1, description="Seeded random input sets to compare on.")
+    seed: int = Field(0, description="Seed of the random inputs.")
+    data: str | None = Field(None, description="Real sample inputs (.npz/.npy/.json file or folder; one array "
+                             "per input, an extra leading axis stacks samples); preferred over generated ones.")
+    atol: float | None = Field(None, ge=0, description="Absolute tolerance; default depends on precision.")
+    rtol: float | None = Field(None, ge=0, description="Relative tolerance; default depends on precision.")
+    min_cosine: float | None = Field(
+        None, ge=-1, le=1, description="Least cosine similarity of each output with the reference."
+    )
+    min_within: float | None = Field(
+        None, ge=0, le=1, description="Least fraction of each output's values within atol + rtol·|ref|."
+    )
+    min_top1: float | None = Field(
+        None, ge=0, le=1, description="Least top-1 agreement on class-score outputs (see classifications)."
+    )
+    classifications: list[str] | None = Field(
+        None, description="Outputs that are class scores (compared by top-1 too); default: outputs with labels."
+    )
+
+
+class Benchmark(Strict):
+    warmup: int = Field(10, ge=0, description="Least warm-up runs.")
+    warmup_seconds: float = Field(0.2, ge=0, description="Least warm-up time in seconds.")
+    runs: int = Field(100, ge=1, description="Least measured runs.")
+    seconds: float = Field(3.0, ge=0, description="Least measured time in seconds.")
+    batch: int | None = Field(None, ge=1, description="Batch size for the 'batch' dim of synthetic inputs.")
+    concurrency: int = Field(1, ge=1, description="Parallel requests.")
+    shapes: dict[str, int] = Field(
+        default_factory=dict, description="Values for symbolic dims of synthetic inputs, e.g. {seq: 128}."
+    )
+
+
+ProviderKey = Literal["tensorrt", "cuda", "rocm", "coreml", "mps", "directml", "openvino", "cpu"]
+
+
+class Package(Strict):
+    base_image: str | None = Field(None, description="Base image of the container for every provider; "
+                                   "default per provider.")
+    base_images: dict[ProviderKey, str] = Field(
+        default_factory=dict,
+        description="Base image per provider, e.g. {cuda: my/cuda-base:12}; wins over base_image.")
+    packages: list[str] = Field(default_factory=list, description="Extra pip packages for the image.")
+    system_packages: list[str] = Field(default_factory=list, description="Extra apt packages for the image.")
+    ca_bundle: str | None = Field(
+        None, description="A CA bundle (PEM, relative to this file) that pip inside the image trusts, for a "
+        "package index behind a private CA; images trust only their base image's CAs without it.")
+
+
+class Serve(Strict):
+    host: str = Field("127.0.0.1", description="Address `gpux serve` binds; loopback unless another is asked for.")
+    http_port: int = Field(8000, ge=0, le=65535, description="REST port (Open Inference Protocol); 0 = any free.")
+    grpc_port: int | None = Field(
+        8001, ge=0, le=65535, description="gRPC port (inference.GRPCInferenceService); null = no gRPC.")
+    max_batch_size: int = Field(
+        0, ge=0, description="Dynamic batching: merge requests along the batch dim up to this many rows "
+        "(also the largest batch one request may send); 0 = off.")
+    max_queue_delay_us: int = Field(
+        0, ge=0, description="How long a batch may wait for more requests, in microseconds (0 = no wait).")
+    instances: int = Field(1, ge=1, description="Sessions of this model running requests in parallel.")
+    max_body_bytes: int = Field(64 * 2**20, ge=1024, description="Largest request body in bytes (413 above).")
+    max_tensor_elements: int = Field(
+        16 * 2**20, ge=1, description="Most elements one input tensor may hold (400 above).")
+    request_timeout_s: float = Field(
+        30.0, gt=0, description="Longest a request may wait and run before it is answered 408.")
+
+
+class RayAutoscaling(Strict):
+    min_replicas: int = Field(1, ge=0, description="Fewest replicas (0 lets the model scale to zero).")
+    max_replicas: int = Field(4, ge=1, description="Most replicas.")
+    target_ongoing_requests: float = Field(2.0, gt=0, description="Requests per replica the autoscaler aims at.")
+
+
+class RayDeploy(Strict):
+    num_replicas: int = Field(1, ge=1, description="Replicas of the model (ignored with autoscaling).")
+    autoscaling: RayAutoscaling | None = Field(None, description="Scale replicas with load instead.")
+    max_ongoing_requests: int = Field(
+        32, ge=1, description="Requests one replica holds at once (Ray's default of 5 is below a typical batch).")
+    ray_actor_options: dict[str, Any] = Field(
+        default_factory=dict, description="Ray actor options per replica (num_cpus, num_gpus, memory, ...); "
+        "default: num_gpus: 1 for GPU providers, num_cpus: 1 otherwise.")
+
+
+class Deploy(Strict):
+    ray: RayDeploy = Field(default_factory=RayDeploy, description="`gpux deploy ray`: Ray Serve deployment.")
+
+
+class GpuxConfig(Strict):
+    schema_version: Literal[1] = Field(1, description="Version of the gpux.yml format.")
+    name: str = Field(pattern=NAME_RE, description="Model name used by `gpux run NAME`.")
+    version: Version = Field("0.0.0", description="The model's version, e.g. 1.0.0.")
+    description: str | None = Field(None, description="What the model does.")
+    model: ModelSource = Field(description="Where the model comes from.")
+    inputs: dict[str, TensorSpec] | None = Field(None, description="Inputs; read from the model when omitted.")
+    outputs: dict[str, TensorSpec] | None = Field(None, description="Outputs; read from the model when omitted.")
+    shapes: dict[Annotated[str, Field(pattern=opts.DIM_NAME)], Annotated[int, Field(ge=0)] | opts.ProfileRange] = \
+        Field(default_factory=dict, description=(
+            "Sizes of symbolic dims, declared once: an int, or {min, opt, max}. Verification, calibration and "
+            "benchmark data use the size (opt); OpenVINO keeps min..max dynamic; TensorRT profiles use all "
+            "three. --shape NAME=SIZE overrides."))
+    runtime: Runtime = Field(default_factory=Runtime, description="Provider selection and fallback.")
+    providers: Providers = Field(default_factory=Providers, description="Options per provider.")
+    verify: Verify = Field(default_factory=Verify, description="Accuracy checks of built artifacts.")
+    benchmark: Benchmark = Field(default_factory=Benchmark, description="Defaults of `gpux run --benchmark`.")
+    package: Package = Field(default_factory=Package, description="Container image settings.")
+    serve: Serve = Field(default_factory=Serve, description="Settings of `gpux serve`.")
+    deploy: Deploy = Field(default_factory=Deploy, description="Scale-out on other engines (Ray Serve).")
+
+
+@dataclass
+class Project:
+    """A loaded gpux.yml: the validated config plus where it lives."""
+
+    path: Path
+    config: GpuxConfig
+    marks: dict[Loc, tuple[int, int]] = field(default_factory=dict, repr=False)
+    warnings: list[str] = field(default_factory=list)
+    # where v1 fields that an earlier-format file was mapped to are written in that file (see legacy.py)
+    aliases: dict[Loc, Loc] = field(default_factory=dict, repr=False)
+    notes: list[Problem] = field(default_factory=list, repr=False)  # the warnings, located
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def source(self) -> Path:
+        return (self.root / self.config.model.source).resolve()
+
+    def problem(self, loc: tuple[str, ...], message: str, key: bool = False, as_written: bool = False) -> Problem:
+        """A Problem at the v1 field `loc` (or at `loc` as the file writes it), named and located as written."""
+        from gpux.config.problems import locate, relocate
+
+        loc = tuple(str(p) for p in loc)
+        loc = loc if as_written else relocate(loc, self.aliases)
+        line, col = locate(self.marks, loc, key)
+        return Problem(str(self.path), line, col, ".".join(loc), message)
+
+    def warn(self, loc: tuple[str, ...], message: str, key: bool = True, as_written: bool = False) -> None:
+        note = self.problem(loc, message, key, as_written)
+        self.notes.append(note)
+        self.warnings.append(str(note))
+
+
+def find_config(path: str | Path) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        for name in CONFIG_NAMES:
+            if (p / name).is_file():
+                return p / name
+        if (p / "gpux.workspace.yml").is_file():
+            raise ConfigError([Problem(str(p), 0, 0, "", "this folder holds a workspace (gpux.workspace.yml), not a "
+                                       "gpux.yml: build, run, inspect, serve, use and export triton take it; "
+                                       "name one of its models' folders for this command")])
+        raise ConfigError([Problem(str(p), 0, 0, "", "no gpux.yml here; create one (see docs/config.md)")])
+    if not p.is_file():
+        raise ConfigError([Problem(str(p), 0, 0, "", "file not found")])
+    return p
+
+
+def load_config(path: str | Path, *, require_model: bool = True) -> Project:
+    """Read, migrate and validate a gpux.yml; raise ConfigError listing every problem at once.
+
+    With `require_model=False` (plain `gpux validate`) a missing model file is a warning, not an error:
+    models are often generated or fetched after checkout, and the config can be checked without them.
+    """
+    from gpux.config import migrate as legacy
+    from gpux.config.problems import describe_errors, parse_yaml
+
+    file = find_config(path)
+    try:
+        text = file.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([Problem(str(file), 0, 0, "", f"cannot read: {exc}")]) from None
+    data, marks, problems = parse_yaml(text, str(file))
+    if problems and data is None:
+        raise ConfigError(problems)
+    if not isinstance(data, dict):
+        line, col = marks.get((), (1, 1))
+        msg = "no settings in this file; a gpux.yml needs at least name: and model: {source: ...}" \
+            if data is None else f"expected a mapping of keys (name:, model:, ...), got {_got(data)}"
+        raise ConfigError([Problem(str(file), line, col, "", msg)])
+    moved = legacy.migrate(data)
+    project = Project(path=file, config=None, marks=marks, aliases=moved.aliases)  # type: ignore[arg-type]
+    for loc, msg in moved.notes:
+        project.warn(loc, msg, as_written=True)
+    problems += [project.problem(loc, msg, key=True, as_written=True) for loc, msg in moved.errors]
+    config = None
+    try:
+        config = GpuxConfig.model_validate(moved.data)
+    except ValidationError as exc:
+        problems += describe_errors(project, exc.errors(), moved.data)
+    problems += check_files(project, moved.data, require_model)
+    problems += check_torch_runtime(project, moved.data)
+    if problems:
+        raise ConfigError(sorted(dict.fromkeys(problems), key=lambda p: (p.line, p.col)))
+    project.config = config  # type: ignore[assignment]
+    project.notes.sort(key=lambda p: (p.line, p.col))
+    project.warnings = [str(n) for n in project.notes]
+    return project
+
+
+def check_files(project: Project, data: dict[str, Any], require_model: bool = True) -> list[Problem]:
+    """Files named by the config exist (cheap: nothing is parsed). Reads the raw mapping, so these are
+    reported together with validation problems."""
+    out: list[Problem] = []
+    model = data.get("model")
+    source = model.get("source") if isinstance(model, dict) else None
+    if isinstance(source, str) and not (project.root / source).is_file():
+        where = (project.root / source).resolve()
+        msg = f"file not found: {source} (looked for {where}; paths are relative to gpux.yml)"
+        if not source or where.is_dir():
+            msg = f"expected a model file, got {'an empty path' if not source else 'a folder'}: {where}"
+        if require_model or not source or where.is_dir():
+            out.append(project.problem(("model", "source"), msg))
+        else:
+            project.warn(("model", "source"), f"{msg}; build, run and validate --check-model need it", key=False)
+    for kind in ("inputs", "outputs"):
+        specs = data.get(kind)
+        for name, spec in (specs.items() if isinstance(specs, dict) else ()):
+            labels = spec.get("labels") if isinstance(spec, dict) else None
+            if isinstance(labels, str) and labels and not (project.root / labels).is_file():
+                out.append(project.problem((kind, str(name), "labels"), f"labels file not found: {labels}"))
+    verify = data.get("verify")
+    sample = verify.get("data") if isinstance(verify, dict) else None
+    if isinstance(sample, str) and sample and not (project.root / sample).is_file():
+        out.append(project.problem(("verify", "data"), f"file not found: {sample}"))
+    return out
+
+def check_torch_runtime(project: Project, data: dict[str, Any]) -> list[Problem]:
+    """`providers.<name>.runtime: torch` needs a PyTorch source: an ONNX model.source (by model.format, else its
+    suffix) cannot run in PyTorch. Reads the raw mapping, so it is reported beside validation problems."""
+    model, blocks = data.get("model"), data.get("providers")
+    if not isinstance(model, dict) or not isinstance(blocks, dict):
+        return []
+    fmt = model.get("format") or ("onnx" if str(model.get("source", "")).lower().endswith(".onnx") else None)
+    if fmt != "onnx":
+        return []
+    return [project.problem(("providers", str(name), "runtime"),
+                            "runtime: torch runs PyTorch sources (TorchScript or .pt2), but model.source is an "
+                            "ONNX file; use runtime: onnxruntime here, or point model.source at the PyTorch "
+                            "model")
+            for name, block in blocks.items() if isinstance(block, dict) and block.get("runtime") == "torch"]
+
+
+def _got(value: Any) -> str:
+    """A value as a YAML user would recognise it, for 'got ...'."""
+    if value is None:
+        return "an empty value"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        if len(value) > 8 or any(isinstance(v, dict | list | tuple) for v in value):
+            return "a list"
+        text = "[" + ", ".join(_got(v) for v in value) + "]"
+        return text if len(text) <= 40 else "a list"
+    return repr(value)

@@ -1,0 +1,166 @@
+"""Model checks before any runtime loads it: structure (onnx checker, empty files, external data), element
+types gpux can exchange, and the model's IR version and opsets against what the installed runtimes read."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from gpux.optional import is_installed, require, version_of
+
+
+def structural_problems(model: Any, path: Path, external: tuple[str, ...]) -> list[str]:
+    """What makes `model` (read from `path`, external data not loaded) unusable by any runtime."""
+    if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
+        return ["not an ONNX model: no graph (empty or not a model file)"]
+    out = _truncated(model, path) if external else []
+    onnx = require("onnx")
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if model.ir_version > onnx.IR_VERSION or opset > onnx.defs.onnx_opset_version():
+        return out  # newer than this onnx: the runtime check below says what to do
+    try:
+        onnx.checker.check_model(str(path) if external else model)
+    except Exception as exc:  # ValidationError, or a C++ error on a broken graph
+        out.append(f"invalid ONNX graph: {_first(exc)}")
+    return out
+
+
+def _truncated(model: Any, path: Path) -> list[str]:
+    """External tensors whose offset+length run past the end of their file."""
+    from gpux.model.io import _all_tensors
+
+    out: list[str] = []
+    for t in _all_tensors(model.graph):
+        if t.data_location != 1:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        f = path.parent / info.get("location", "")
+        end = int(info.get("offset", 0) or 0) + int(info.get("length", 0) or 0)
+        if f.is_file() and end > f.stat().st_size:
+            out.append(f"external data file {f.name} is truncated: tensor {t.name!r} needs bytes up to {end}, "
+                       f"the file has {f.stat().st_size}")
+            break
+    return out
+
+
+def type_problems(tensors: list[tuple[str, str, int]]) -> list[str]:
+    """(kind, name, elem_type) of graph inputs/outputs whose element type gpux cannot pass as numpy arrays."""
+    from gpux.model.io import ONNX_DTYPES
+
+    onnx = require("onnx")
+    out = []
+    for kind, name, code in tensors:
+        if code == -1:
+            out.append(f"{kind} {name!r} is not a tensor (a sequence, map or optional), which gpux cannot "
+                       f"exchange; give the model tensor inputs and outputs")
+        elif code not in ONNX_DTYPES:
+            try:
+                label = onnx.TensorProto.DataType.Name(code).lower()
+            except ValueError:
+                label = f"element type {code}"
+            out.append(f"{kind} {name!r} has element type {label}, which gpux cannot exchange as a numpy array; "
+                       f"add a Cast to a supported type (e.g. float32) at the graph's edge")
+    return out
+
+
+def _first(exc: BaseException) -> str:
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()] or [type(exc).__name__]
+    text = lines[0] + (" " + lines[1] if lines[0].endswith(":") and len(lines) > 1 else "")
+    return text[:300]
+
+
+# ---- installed runtimes ----------------------------------------------------------------------------
+def _probe_model(ir: int, opset: int) -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    return bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir)
+                 .SerializeToString())
+
+
+def _ort_loads(data: bytes) -> bool:
+    import onnxruntime
+
+    so = onnxruntime.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    except Exception:  # "Unsupported model IR version" / opset newer than this build knows
+        return False
+    return True
+
+
+@cache
+def ort_limits() -> tuple[int, int] | None:
+    """(newest IR version, newest default-domain opset) the installed ONNX Runtime loads; None: none here."""
+    if not is_installed("onnxruntime") or not is_installed("onnx"):
+        return None
+    onnx = require("onnx")
+    ir = next((v for v in range(onnx.IR_VERSION, 6, -1) if _ort_loads(_probe_model(v, 13))), None)
+    if ir is None:
+        return None
+    opset = next((v for v in range(onnx.defs.onnx_opset_version() + 2, 6, -1)
+                  if _ort_loads(_probe_model(ir, v))), 7)
+    return ir, opset
+
+
+@dataclass(frozen=True)
+class Compat:
+    """How the model's versions meet ONNX Runtime's: refusals (what to do) and an IR version to lower to."""
+
+    problems: tuple[str, ...] = ()
+    lower_ir_to: int | None = None
+    note: str = ""
+
+
+def check(ir_version: int | None, opsets: dict[str, int]) -> Compat:
+    """Compare with the installed ONNX Runtime (the reference and every ONNX artifact run on it)."""
+    limits = ort_limits() if ir_version else None
+    if limits is None or ir_version is None:
+        return Compat()
+    ir_max, opset_max = limits
+    ort = f"onnxruntime {version_of('onnxruntime') or ''}".strip()
+    problems = []
+    opset = opsets.get("", opsets.get("ai.onnx", 0))
+    if opset > opset_max:
+        problems.append(f"the model uses opset {opset}, newer than {ort} reads (<= {opset_max}): convert it with "
+                        f"onnx.version_converter.convert_version(model, {opset_max}) or install a newer "
+                        f"onnxruntime")
+    if ir_version <= ir_max:
+        return Compat(tuple(problems))
+    onnx = require("onnx")
+    from onnx import helper
+
+    imports = [helper.make_opsetid(d, v) for d, v in opsets.items()]
+    try:
+        floor = helper.find_min_ir_version_for(imports, ignore_unknown=True)
+    except Exception:  # an opset newer than this onnx knows
+        floor = onnx.IR_VERSION + 1
+    if floor <= ir_max and not problems:
+        return Compat((), ir_max, f"the model's IR version {ir_version} is newer than {ort} reads; gpux lowers it "
+                                  f"to {ir_max} in its own artifacts (its opsets need only IR {floor})")
+    problems.append(f"the model's IR version {ir_version} is newer than {ort} reads (<= {ir_max}) and its opsets "
+                    f"need IR {floor}: install a newer onnxruntime, or re-export the model with an older exporter")
+    return Compat(tuple(problems))
+
+
+def lowered_source(src: Path, ir: int, folder: Path) -> Path:
+    """A copy of `src` stamped with IR version `ir` in `folder` (inside the store), made once per source."""
+    onnx = require("onnx")
+    folder.mkdir(parents=True, exist_ok=True)
+    st = src.stat()
+    dst = folder / f"{src.stem}-{st.st_size}-{st.st_mtime_ns}-ir{ir}.onnx"
+    if dst.is_file():
+        return dst
+    model = onnx.load(str(src))  # with its external data
+    model.ir_version = ir
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    external = model.ByteSize() > 1_800_000_000
+    onnx.save_model(model, str(tmp), save_as_external_data=external, location=dst.name + ".data")
+    os.replace(tmp, dst)
+    return dst

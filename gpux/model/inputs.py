@@ -1,0 +1,161 @@
+"""Turns user data (JSON, .npy, .npz) or a seed into feeds cast to each model input's real dtype and shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gpux.config.schema import did_you_mean
+from gpux.errors import InputError
+from gpux.model.io import Tensor
+
+DEFAULT_INT_RANGE = (0, 2)
+
+
+def _np() -> Any:
+    import numpy
+
+    return numpy
+
+
+def dims(tensor: Tensor, shapes: dict[str, int]) -> tuple[int, ...]:
+    """Concrete dims for a tensor: static ints, named dims from `shapes` (an unnamed one as
+    "INPUT:AXIS"), else 1."""
+    out = []
+    for i, d in enumerate(tensor.shape or ()):
+        out.append(d if isinstance(d, int) else shapes.get(d or f"{tensor.name}:{i}", 1))
+    return tuple(out)
+
+
+def synthetic(tensors: dict[str, Tensor], shapes: dict[str, int], seed: int = 0,
+              ranges: dict[str, tuple[float, float]] | None = None) -> dict[str, Any]:
+    """Seeded random feeds: floats ~ N(0, 1) (or uniform in a declared range), ints uniform in range."""
+    np = _np()
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, t in tensors.items():
+        shape = dims(t, shapes)
+        lo_hi = (ranges or {}).get(name)
+        if t.dtype == "bool":
+            value = rng.integers(0, 2, size=shape).astype(bool)
+        elif t.dtype == "string":
+            value = np.full(shape, "", dtype=object)
+        elif t.dtype.startswith(("int", "uint")):
+            lo, hi = lo_hi or DEFAULT_INT_RANGE
+            value = rng.integers(int(lo), max(int(hi), int(lo) + 1), size=shape).astype(t.dtype)
+        elif lo_hi:
+            value = rng.uniform(lo_hi[0], lo_hi[1], size=shape).astype(_float(t.dtype))
+        else:
+            value = rng.standard_normal(size=shape).astype(_float(t.dtype))
+        feeds[name] = value
+    return feeds
+
+
+def _float(dtype: str) -> str:
+    return "float32" if dtype == "bfloat16" else dtype
+
+
+def parse_json(text: str, tensors: dict[str, Tensor], origin: str = "--input") -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{origin}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                         hint="""pass an object such as '{"x": [[1.0, 2.0]]}'""") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{origin}: expected a JSON object mapping input names to arrays")
+    return cast_all(data, tensors, origin)
+
+
+def load_file(path: str | Path, tensors: dict[str, Tensor]) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: file not found")
+    suffix = p.suffix.lower()
+    if suffix == ".json":
+        return parse_json(p.read_text(encoding="utf-8"), tensors, str(p))
+    np = _np()
+    try:
+        loaded = np.load(p, allow_pickle=False)
+    except Exception as exc:
+        raise InputError(f"{p}: cannot read as {suffix or 'numpy'} data: {exc}") from None
+    if suffix == ".npy" or not hasattr(loaded, "files"):
+        if len(tensors) != 1:
+            raise InputError(f"{p}: a .npy holds one array but the model has inputs {', '.join(tensors)}",
+                             hint="use a .npz with one array per input name")
+        return cast_all({next(iter(tensors)): loaded}, tensors, str(p))
+    with loaded:
+        return cast_all({k: loaded[k] for k in loaded.files}, tensors, str(p))
+
+
+def cast_all(data: dict[str, Any], tensors: dict[str, Tensor], origin: str) -> dict[str, Any]:
+    unknown = [k for k in data if k not in tensors]
+    if unknown:
+        k = unknown[0]
+        raise InputError(f"{origin}: the model has no input {k!r}{did_you_mean(k, list(tensors))}; "
+                         f"inputs: {', '.join(tensors)}")
+    missing = [k for k in tensors if k not in data]
+    if missing:
+        raise InputError(f"{origin}: missing input {', '.join(missing)}",
+                         hint=f"give every input: {_describe(tensors)}")
+    feeds = {k: cast(data[k], tensors[k], origin) for k in tensors}
+    seen: dict[str, tuple[int, str]] = {}
+    for name, t in tensors.items():
+        for d, n in zip(t.shape or (), getattr(feeds[name], "shape", ()), strict=False):
+            if isinstance(d, str):
+                if d in seen and seen[d][0] != n:
+                    raise InputError(f"{origin}: dim {d!r} is {seen[d][0]} in input {seen[d][1]!r} but {n} in "
+                                     f"input {name!r}; inputs sharing a dim name must agree")
+                seen.setdefault(d, (int(n), name))
+    return feeds
+
+
+def cast(value: Any, tensor: Tensor, origin: str = "input") -> Any:
+    """One value to the input's dtype, checking rank and static dims; symbolic dims take the data's size."""
+    np = _np()
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            arr = np.asarray(value, dtype=object if tensor.dtype == "string" else _float(tensor.dtype))
+    except FloatingPointError:
+        raise InputError(f"{origin}: input {tensor.name!r} has a value outside the range of {tensor.dtype}",
+                         hint=f"scale the data into {tensor.dtype}'s range") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InputError(f"{origin}: input {tensor.name!r} cannot be read as {tensor.dtype}: {exc}") from None
+    if tensor.shape is not None:
+        if arr.ndim != len(tensor.shape):
+            raise InputError(f"{origin}: input {tensor.name!r} has shape {list(arr.shape)} but the model "
+                             f"expects rank {len(tensor.shape)} {_shape(tensor)}")
+        for i, (d, n) in enumerate(zip(tensor.shape, arr.shape, strict=True)):
+            if isinstance(d, int) and d != n:
+                raise InputError(f"{origin}: input {tensor.name!r} has shape {list(arr.shape)} but dim {i} "
+                                 f"must be {d} {_shape(tensor)}")
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")  # 0-d stays 0-d
+
+
+def _shape(t: Tensor) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in (t.shape or ())) + "]"
+
+
+def _describe(tensors: dict[str, Tensor]) -> str:
+    return ", ".join(f"{n} {t.dtype}{_shape(t)}" for n, t in tensors.items())
+
+
+def symbolic_values(feeds: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, int]:
+    """The sizes the data gave each named dim (for reports)."""
+    out: dict[str, int] = {}
+    for name, t in tensors.items():
+        for d, n in zip(t.shape or (), getattr(feeds.get(name), "shape", ()), strict=False):
+            if isinstance(d, str):
+                out[d] = int(n)
+    return out
+
+
+def parse_shapes(items: tuple[str, ...] | list[str]) -> dict[str, int]:
+    """`--shape batch=8 --shape seq=128` → {batch: 8, seq: 128}."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit() or int(value) < 1:
+            raise InputError(f"--shape {item!r}: expected NAME=SIZE with SIZE >= 1, e.g. batch=8")
+        out[name.strip()] = int(value)
+    return out

@@ -1,0 +1,267 @@
+"""Reads an ONNX model's real inputs/outputs and checks the declared ones in gpux.yml against them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpux.config.schema import Project, TensorSpec
+from gpux.errors import ConfigError, Problem
+from gpux.optional import require
+
+# ONNX TensorProto element type -> gpux dtype name
+ONNX_DTYPES = {
+    1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string",
+    9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16",
+}  # fmt: skip
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    dtype: str
+    shape: tuple[Dim, ...] | None  # None: rank unknown; a None dim: unnamed dynamic dim
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
+
+
+@dataclass(frozen=True)
+class ModelIO:
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    opset: int | None = None
+    ir_version: int | None = None
+    producer: str = ""
+    external_data: tuple[str, ...] = field(default=())
+    opsets: dict[str, int] = field(default_factory=dict)  # domain ("" = default) -> version
+    problems: tuple[str, ...] = field(default=())  # what makes the file unusable (compat.structural_problems)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelIO:
+        def tensors(items: list[dict[str, Any]]) -> tuple[Tensor, ...]:
+            return tuple(Tensor(t["name"], t["dtype"], None if t["shape"] is None else tuple(t["shape"]))
+                         for t in items)
+
+        return cls(tensors(d["inputs"]), tensors(d["outputs"]), d["opset"], d["ir_version"], d["producer"],
+                   tuple(d["external_data"]), dict(d.get("opsets") or {}), tuple(d.get("problems") or ()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+            "opset": self.opset,
+            "ir_version": self.ir_version,
+            "producer": self.producer,
+            "external_data": list(self.external_data),
+            "opsets": self.opsets,
+            "problems": list(self.problems),
+        }
+
+
+def _tensor(value_info: Any) -> Tensor:
+    t = value_info.type.tensor_type
+    dtype = ONNX_DTYPES.get(t.elem_type, f"onnx-type-{t.elem_type}")
+    if not t.HasField("shape"):
+        return Tensor(value_info.name, dtype, None)
+    dims: list[Dim] = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value"):  # 0 is a static size too
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or None)
+    return Tensor(value_info.name, dtype, tuple(dims))
+
+
+def read_io(path: Path, memo: Path | None = None, check: bool = True) -> ModelIO:
+    """The model's interface; memoised in `memo` by the file's (size, mtime) so unchanged models aren't parsed.
+    `check=False` skips the model checks (gpux's own intermediate files)."""
+    if memo is None or not path.is_file():
+        return _parse_io(path, check)
+    from gpux.artifacts.store import memoised
+
+    [cached] = memoised([path], memo, lambda p: _parse_io(p).to_dict())
+    return ModelIO.from_dict(cached)
+
+
+def _parse_io(path: Path, check: bool = True) -> ModelIO:
+    onnx = require("onnx")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # onnx raises DecodeError and friends
+        raise ConfigError([Problem(str(path), 0, 0, "", f"not a readable ONNX model: {exc}")]) from None
+    init = {i.name for i in model.graph.initializer}
+    external = sorted(
+        {
+            e.value
+            for t in _all_tensors(model.graph)
+            if t.data_location == 1
+            for e in t.external_data
+            if e.key == "location"
+        }
+    )
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    from gpux.model.compat import structural_problems, type_problems
+
+    def code(v: Any) -> int:  # -1: not a tensor (sequence, map, optional)
+        return int(v.type.tensor_type.elem_type) if v.type.HasField("tensor_type") else -1
+
+    edges = [("input", v.name, code(v)) for v in model.graph.input if v.name not in init]
+    edges += [("output", v.name, code(v)) for v in model.graph.output]
+    problems = structural_problems(model, path, tuple(external)) if check else []
+    problems += type_problems(edges) if check and not problems else []
+    return ModelIO(
+        inputs=tuple(_tensor(v) for v in model.graph.input if v.name not in init),
+        outputs=tuple(_tensor(v) for v in model.graph.output),
+        opset=opset,
+        ir_version=model.ir_version,
+        producer=f"{model.producer_name} {model.producer_version}".strip(),
+        external_data=tuple(external),
+        opsets={("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import},
+        problems=tuple(problems),
+    )
+
+
+def _all_tensors(graph: Any) -> Any:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _all_tensors(attr.g)
+            for g in attr.graphs:
+                yield from _all_tensors(g)
+
+
+def check_declared(project: Project, io: ModelIO) -> list[Problem]:
+    """Every declared input/output must exist in the model with the same dtype, rank and static dims."""
+    problems = []
+    for kind, declared, actual in (
+        ("inputs", project.config.inputs, io.inputs),
+        ("outputs", project.config.outputs, io.outputs),
+    ):
+        if declared is None:
+            continue
+        real = {t.name: t for t in actual}
+        suggested: set[str] = set()
+        for name, spec in declared.items():
+            if name not in real:
+                from gpux.config.schema import did_you_mean
+
+                hint = did_you_mean(name, list(real))
+                suggested.update(n for n in real if f"'{n}'" in hint)
+                msg = f"the model has no {kind[:-1]} {name!r}{hint}"
+                problems.append(project.problem((kind, name), f"{msg}; it has {', '.join(real)}", key=True))
+                continue
+            problems += _compare(project, (kind, name), spec, real[name])
+        if kind == "inputs":
+            missing = [n for n in real if n not in declared and n not in suggested]
+            if missing:
+                problems.append(project.problem((kind,), f"model inputs not declared: {', '.join(missing)}",
+                                                key=True))
+    return sorted(problems, key=lambda p: (p.line, p.col))
+
+
+def _compare(project: Project, loc: tuple[str, ...], spec: TensorSpec, real: Tensor) -> list[Problem]:
+    out = []
+    if spec.dtype != real.dtype:
+        out.append(project.problem((*loc, "dtype"), f"declared {spec.dtype} but the model has {real.dtype}"))
+    if spec.shape is None or real.shape is None:
+        return out
+    if len(spec.shape) != len(real.shape):
+        msg = f"declared rank {len(spec.shape)} but the model has rank {len(real.shape)} {_fmt(real.shape)}"
+        return [*out, project.problem((*loc, "shape"), msg)]
+    for i, (d, r) in enumerate(zip(spec.shape, real.shape, strict=True)):
+        if isinstance(r, int) and d != r:
+            msg = f"dim {i} is {d!r} but the model fixes it to {r} {_fmt(real.shape)}"
+            out.append(project.problem((*loc, "shape", str(i)), msg))
+    return out
+
+
+def _fmt(shape: tuple[Dim, ...]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def effective_io(project: Project, io: ModelIO) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """The interface gpux uses: declared names/shapes where given (they name dynamic dims), else the model's."""
+
+    def merge(declared: dict[str, TensorSpec] | None, actual: tuple[Tensor, ...]) -> dict[str, Tensor]:
+        out = {}
+        for t in actual:
+            spec = (declared or {}).get(t.name)
+            shape = t.shape
+            if spec is not None and spec.shape is not None:
+                shape = tuple(spec.shape)
+            out[t.name] = Tensor(t.name, t.dtype, shape)
+        return out
+
+    return merge(project.config.inputs, io.inputs), merge(project.config.outputs, io.outputs)
+
+
+# file suffix -> source format (model.format states it where the suffix is ambiguous)
+SUFFIX_FORMATS = {".onnx": "onnx", ".pt2": "torch_export", ".pt": "torchscript", ".pth": "torchscript",
+                  ".ts": "torchscript", ".torchscript": "torchscript", ".jit": "torchscript"}
+TORCH_FORMATS = ("torchscript", "torch_export")
+
+
+def source_format(project: Project) -> str:
+    """onnx | torchscript | torch_export: stated in model.format, else from the suffix, else sniffed."""
+    if project.config.model.format:
+        return project.config.model.format
+    src = project.source
+    if src.suffix.lower() in SUFFIX_FORMATS:
+        return SUFFIX_FORMATS[src.suffix.lower()]
+    import zipfile
+
+    if zipfile.is_zipfile(src):
+        with zipfile.ZipFile(src) as z:
+            names = z.namelist()
+        return "torch_export" if any("serialized_exported_program" in n for n in names) else "torchscript"
+    return "onnx"
+
+
+def declared_io(project: Project) -> ModelIO:
+    """The interface of a source gpux cannot read without running it (PyTorch): the declared one."""
+    cfg = project.config
+    if not cfg.inputs or any(s.shape is None for s in cfg.inputs.values()):
+        raise ConfigError([project.problem(("inputs",), "a PyTorch source needs every input declared with "
+                                           "dtype and shape (ints or dim names) to be exported", key=True)])
+    def tensors(specs: dict[str, TensorSpec] | None) -> tuple[Tensor, ...]:
+        return tuple(Tensor(n, s.dtype, tuple(s.shape) if s.shape else None) for n, s in (specs or {}).items())
+
+    return ModelIO(tensors(cfg.inputs), tensors(cfg.outputs), producer=source_format(project))
+
+
+def compat_check(io: ModelIO) -> Any:
+    """The model's IR version and opsets against the installed ONNX Runtime (gpux.model.compat.Compat)."""
+    from gpux.model.compat import Compat, check
+
+    return check(io.ir_version, io.opsets) if io.ir_version else Compat()
+
+
+def load_checked(project: Project, store_dir: str | Path | None = None) -> ModelIO:
+    """The model's interface, after checking the declared inputs/outputs against it."""
+    from gpux.artifacts.store import store_root
+
+    if not project.source.is_file():
+        raise ConfigError([project.problem(("model", "source"), f"file not found: {project.source}")])
+    if source_format(project) in TORCH_FORMATS:
+        return declared_io(project)
+    io = read_io(project.source, store_root(project.root, store_dir) / ".model-io.json")
+    model_problems = [*io.problems, *compat_check(io).problems]
+    if model_problems:
+        raise ConfigError([project.problem(("model", "source"), f"{project.source.name}: {m}")
+                           for m in model_problems])
+    problems = check_declared(project, io)
+    missing = [f for f in io.external_data if not (project.source.parent / f).is_file()]
+    if missing:
+        problems.insert(0, project.problem(("model", "source"), f"external data file not found beside the model: "
+                                           f"{', '.join(missing)}"))
+    if problems:
+        raise ConfigError(problems)
+    return io

@@ -1,0 +1,1 @@
+"""Accuracy: calibration and verification feeds, reference runs, and the comparison per output kind."""

@@ -1,0 +1,115 @@
+"""Sample inputs for calibration and verification: declared files, else seeded random data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpux.config.schema import Project
+from gpux.errors import BuildFailed, GpuxError
+from gpux.model.inputs import cast_all, load_file, synthetic
+from gpux.model.io import Tensor
+from gpux.plan.targets import Target
+
+
+def ranges(project: Project) -> dict[str, tuple[float, float]]:
+    return {n: s.range for n, s in (project.config.inputs or {}).items() if s.range is not None}
+
+
+def verification_feeds(job: Any) -> tuple[list[dict[str, Any]], str]:
+    """Declared real samples (`verify.data`) when given, else seeded generated inputs; and which it was."""
+    project = job.project
+    v = project.config.verify
+    if v.data:
+        return read_samples(project.root / v.data, job.inputs), "verify.data"
+    return [synthetic(job.inputs, job.shapes, v.seed + i, ranges(project)) for i in range(v.samples)], "generated"
+
+
+RETRY_SIZE = 64  # undeclared non-leading symbolic dims on the second try (images, sequences, audio)
+
+
+def retry_shapes(job: Any) -> dict[str, int] | None:
+    """Sizes for a second try when generated inputs were rejected: every undeclared symbolic dim except
+    each input's first (batch-like) at RETRY_SIZE; None when there is none to change."""
+    extra = {}
+    for name, t in job.inputs.items():
+        for i, d in enumerate(t.shape or ()):
+            key = d or f"{name}:{i}"
+            if i > 0 and not isinstance(d, int) and key not in job.shapes:
+                extra[key] = RETRY_SIZE
+    return {**extra, **job.shapes} if extra else None
+
+
+def describe_generated(job: Any) -> str:
+    """What generated inputs assumed: sizes given to symbolic dims and value ranges of integer inputs."""
+    from gpux.model.inputs import DEFAULT_INT_RANGE
+
+    sizes: dict[str, int] = {}
+    ints = []
+    declared = ranges(job.project)
+    for name, t in job.inputs.items():
+        for i, d in enumerate(t.shape or ()):
+            if not isinstance(d, int):
+                key = d or f"{name}:{i}"
+                sizes.setdefault(key, job.shapes.get(key, 1))
+        if t.dtype.startswith(("int", "uint")):
+            lo, hi = declared.get(name, DEFAULT_INT_RANGE)
+            ints.append(f"{name} in [{lo:g}, {hi:g})")
+    parts = [", ".join(f"{d}={n}" for d, n in sizes.items()) and "dims " + ", ".join(f"{d}={n}" for d, n in
+                                                                                       sizes.items()),
+             ints and "integer inputs " + ", ".join(ints)]
+    return "; ".join(p for p in parts if p) or "static shapes"
+
+
+def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: dict[str, int],
+          log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Calibration feeds for quantization: `calibration:` files, else seeded random inputs (with a warning)."""
+    path = target.options.get("calibration")
+    if path:
+        return read_samples(project.root.resolve() / path, inputs)
+    n = int(target.options.get("calibration_samples") or 16)
+    block = "cpu" if target.provider == "onnxruntime" else target.provider
+    log(f"warning: {target.id}: no calibration data declared; calibrating on {n} seeded random inputs "
+        f"(accuracy on real data may differ: set providers.{block}.calibration)")
+    return [synthetic(inputs, shapes, 1000 + i, ranges(project)) for i in range(n)]
+
+
+def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
+    """A file (.npz/.npy/.json) or a folder of them. An array with one more axis than the input is a
+    stack of samples along axis 0."""
+    files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy", ".json")) if path.is_dir() \
+        else [path]
+    if not files:
+        raise BuildFailed(f"{path}: no .npz/.npy/.json sample files found")
+    out: list[dict[str, Any]] = []
+    for f in files:
+        try:
+            raw = _load_raw(f, inputs)
+        except GpuxError as exc:
+            raise BuildFailed(exc.message) from None
+        ranks = {n: len(inputs[n].shape or ()) for n in raw if n in inputs}
+        stacked = all(getattr(raw[n], "ndim", 0) == ranks[n] + 1 for n in ranks) and bool(ranks)
+        if stacked:
+            count = min(raw[n].shape[0] for n in ranks)
+            out += [cast_all({n: raw[n][i] for n in raw}, inputs, str(f)) for i in range(count)]
+        else:
+            out.append(cast_all(raw, inputs, str(f)))
+    return out
+
+
+def _load_raw(f: Path, inputs: dict[str, Tensor]) -> dict[str, Any]:
+    import numpy as np
+
+    if f.suffix == ".json":
+        return load_file(f, inputs)
+    try:
+        data = np.load(f, allow_pickle=False)
+    except Exception as exc:
+        raise BuildFailed(f"{f}: cannot read samples: {exc}") from None
+    if hasattr(data, "files"):
+        with data:
+            return {k: data[k] for k in data.files}
+    if len(inputs) != 1:
+        raise BuildFailed(f"{f}: a .npy holds one array but the model has inputs {', '.join(inputs)}")
+    return {next(iter(inputs)): data}

@@ -1,0 +1,1 @@
+"""One module per backend: how to build its artifact and how to open a runner on it."""

@@ -1,0 +1,313 @@
+"""ONNX Runtime: the ONNX build steps (optimize, float16, quantize) and sessions for its execution providers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpux.optional import require
+
+EXTERNAL_THRESHOLD = 1_800_000_000  # protobuf's 2 GB limit, with room
+
+
+def ort() -> Any:
+    return require("onnxruntime")
+
+
+def session_options(level: str = "basic", intra_op: int = 0, inter_op: int = 0,
+                    settings: dict[str, Any] | None = None) -> Any:
+    from gpux.providers.options import ORT_GRAPH_OPTIMIZATION
+
+    so = ort().SessionOptions()
+    so.graph_optimization_level = getattr(ort().GraphOptimizationLevel, ORT_GRAPH_OPTIMIZATION[level])
+    so.intra_op_num_threads = intra_op
+    so.inter_op_num_threads = inter_op
+    so.log_severity_level = 3  # errors only: gpux reports what ran itself
+    for key, value in (settings or {}).items():
+        setattr(so, key, value)
+    return so
+
+
+def has_external_data(path: Path) -> bool:
+    from gpux.model.io import read_io
+
+    return bool(read_io(path, check=False).external_data)
+
+
+def optimize(src: Path, dst: Path, level: str) -> None:
+    """Offline graph optimization by ONNX Runtime itself, written to `dst`."""
+    so = session_options(level)
+    so.optimized_model_filepath = str(dst)
+    if has_external_data(src) or src.stat().st_size > EXTERNAL_THRESHOLD:
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                    dst.name + ".data")
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    with quiet_stderr():
+        ort().InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+
+
+def to_float16(src: Path, dst: Path) -> None:
+    """ONNX Runtime's float16 conversion; inputs and outputs keep their float32 types."""
+    onnx = require("onnx")
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = onnx.load(str(src))
+    model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=False)
+    save_model(model, dst)
+
+
+def save_model(model: Any, dst: Path) -> None:
+    onnx = require("onnx")
+    external = model.ByteSize() > EXTERNAL_THRESHOLD
+    onnx.save_model(model, str(dst), save_as_external_data=external, location=dst.name + ".data")
+
+
+def quantize(src: Path, dst: Path, mode: str, per_channel: bool,
+             calibration: Sequence[dict[str, Any]] | None = None) -> None:
+    """ONNX Runtime's int8 quantization: dynamic (weights) or static QDQ calibrated on `calibration`."""
+    q = require("onnxruntime.quantization", "cpu")
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = dst.with_name(dst.stem + ".pre.onnx")
+    try:
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=False)
+    except Exception:  # pre-processing is an optimisation; quantize the source as it is
+        pre = src
+    if mode == "dynamic":
+        q.quantize_dynamic(str(pre), str(dst), weight_type=q.QuantType.QInt8, per_channel=per_channel)
+    else:
+        reader = _Reader(list(calibration or []))
+        q.quantize_static(str(pre), str(dst), reader, quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
+                          activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+    if pre != src:
+        for p in (pre, pre.with_name(pre.name + ".data")):
+            p.unlink(missing_ok=True)
+
+
+class _Reader:
+    """CalibrationDataReader over a list of feeds."""
+
+    def __init__(self, feeds: list[dict[str, Any]]) -> None:
+        self._it: Iterator[dict[str, Any]] = iter(feeds)
+
+    def get_next(self) -> dict[str, Any] | None:
+        return next(self._it, None)
+
+
+@dataclass
+class OrtSession:
+    """An InferenceSession plus what actually runs it."""
+
+    session: Any
+    requested: list[str]
+    used: list[str]
+    output_names: list[str] = field(default_factory=list)
+    input_names: list[str] = field(default_factory=list)
+
+    def run(self, feeds: dict[str, Any]) -> list[Any]:
+        return self.session.run(self.output_names, feeds)
+
+    def close(self) -> None:
+        self.session = None
+
+
+def create_session(model: Path, ep: str, ep_options: dict[str, str] | None, *, intra_op: int = 0,
+                   inter_op: int = 0, settings: dict[str, Any] | None = None,
+                   level: str = "basic") -> OrtSession:
+    """Create a session asking for `ep` (then CPU); report what ONNX Runtime actually took."""
+    so = session_options(level, intra_op, inter_op, settings)
+    providers: list[Any] = [(ep, ep_options or {})]
+    if ep != "CPUExecutionProvider":
+        providers.append("CPUExecutionProvider")
+    with quiet_stderr():
+        sess = ort().InferenceSession(str(model), so, providers=providers)
+    return OrtSession(sess, [ep], list(sess.get_providers()),
+                      [o.name for o in sess.get_outputs()], [i.name for i in sess.get_inputs()])
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Silence native libraries writing to fd 2 (ORT's EP load errors are reported by gpux itself)."""
+    if os.environ.get("GPUX_DEBUG", "") not in ("", "0", "false"):
+        yield
+        return
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def build_onnx(ctx: Any) -> dict[str, Any]:
+    """The ONNX artifact: float16 / int8 variant of the source if asked, then offline graph optimization."""
+    target = ctx.target
+    opts = target.options
+    dst = ctx.workdir / "model.onnx"
+    src = ctx.src
+    if target.step == "float16":
+        src = ctx.workdir / "fp16.onnx"
+        to_float16(ctx.src, src)
+    elif target.step == "quantize":
+        src = ctx.workdir / "int8.onnx"
+        mode = opts.get("quantization", "dynamic")
+        quantize(ctx.src, src, mode, bool(opts.get("per_channel")),
+                 ctx.calibration() if mode == "static" else None)
+    info: dict[str, Any] = {"main": dst.name, "optimization": opts.get("optimization", "basic")}
+    if target.step == "quantize":
+        info.update(int8_effect(ctx, src))
+    optimize(src, dst, opts.get("optimization", "basic"))
+    if src != ctx.src:
+        for p in (src, src.with_name(src.name + ".data")):
+            p.unlink(missing_ok=True)
+    return info
+
+
+# operators that carry int8 arithmetic in a quantized ONNX graph
+QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearConv",
+                 "QLinearMatMul", "DynamicQuantizeMatMul", "QAttention", "QGemm", "MatMulIntegerToFloat")
+
+
+def int8_effect(ctx: Any, quantized: Path) -> dict[str, Any]:
+    """How many int8 operators quantization put in and how the size changed; a quantization that did
+    nothing (no int8 operator, or a bigger model) is a warning, a failure under --strict."""
+
+    onnx = require("onnx")
+    model = onnx.load(str(quantized), load_external_data=False)
+    ops = sum(1 for n in model.graph.node if n.op_type in QUANTIZED_OPS)
+
+    def size(p: Path) -> int:
+        return sum(f.stat().st_size for f in (p, p.with_name(p.name + ".data")) if f.is_file()) + \
+            sum(f.stat().st_size for f in p.parent.glob(p.name + "*.data") if f.name != p.name + ".data")
+
+    before, after = size(ctx.src), size(quantized)
+    out: dict[str, Any] = {"quantized_ops": ops, "size_ratio": round(after / before, 4) if before else None}
+    problem = "no operator was quantized" if ops == 0 else \
+        f"the int8 model is larger than its source ({after} vs {before} bytes)" if after > before else ""
+    from gpux.providers import int8_did_nothing
+
+    return {**out, **int8_did_nothing(ctx, problem)}
+
+
+def verify_runner(artifact: Path, target: Any) -> Any:
+    sess = create_session(artifact, "CPUExecutionProvider", None)
+    return sess.run
+
+
+def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+    """A session on the provider's EP; `dropped` says so when ONNX Runtime silently fell back to CPU."""
+    from gpux.providers import options as o
+
+    opts = getattr(project.config.providers, provider)
+    ep = o.ort_ep_name(provider, opts)
+    cache = artifact.dir.parent / "cache" / provider
+    ep_opts = o.ort_provider_options(provider, opts, str(cache)) if provider != "cpu" else {}
+    if any(k.endswith(("cache_path", "CacheDirectory", "cache_dir")) for k in ep_opts):
+        cache.mkdir(parents=True, exist_ok=True)
+    settings = dict(o.DIRECTML_SESSION_SETTINGS) if provider == "directml" else {}
+    if "execution_mode" in settings:
+        settings["execution_mode"] = getattr(ort().ExecutionMode, settings["execution_mode"])
+    level = opts.optimization if provider == "cpu" else "basic"
+    device = ("cuda", int(opts.device_id)) if getattr(opts, "io_binding", False) else None
+    return open_session_runner(artifact.main, ep, ep_opts, project.config.runtime.threads, settings, level,
+                               device)
+
+
+def open_session_runner(model: Path, ep: str, ep_opts: dict[str, str], threads: Any,
+                        settings: dict[str, Any] | None = None, level: str = "basic",
+                        device: tuple[str, int] | None = None) -> Any:
+    """`device` ("cuda", id): benchmark inputs and outputs stay in device memory (IO binding)."""
+    from gpux.providers import Runner
+
+    sess = create_session(model, ep, ep_opts, intra_op=threads.intra_op, inter_op=threads.inter_op,
+                          settings=settings, level=level)
+    used = sess.used[0] if sess.used else "none"
+    dropped = None
+    if used != ep:
+        dropped = f"ONNX Runtime did not take {ep} (it would run on {used})"
+    return Runner(sess.run, sess.output_names, used, dropped,
+                  {"ep": ep, "ep_options": ep_opts, "session_providers": sess.used}, sess.close, sess.session,
+                  binder=lambda feeds, n: bind_device(sess, feeds, n, device) if device else bind(sess, feeds, n),
+                  fast=native_run(sess))
+
+
+def native_run(sess: OrtSession) -> Callable[[dict[str, Any]], list[Any]]:
+    """The C++ session's run for every output: what InferenceSession.run calls after its Python checks (the
+    C++ side still checks names, types and shapes)."""
+    native, names = sess.session._sess.run, sess.output_names
+
+    def run(feeds: dict[str, Any]) -> list[Any]:
+        return native(names, feeds, None)
+
+    return run
+
+
+def bind_device(sess: OrtSession, feeds: dict[str, Any], n: int, device: tuple[str, int]) -> list[Any]:
+    """IO binding: inputs copied to the device once, outputs left there; a call is only the run. One binding
+    per worker (a binding is not shared between threads)."""
+    import functools
+
+    out = []
+    for _ in range(n):
+        binding = sess.session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_ortvalue_input(name, ort().OrtValue.ortvalue_from_numpy(value, device[0], device[1]))
+        for name in sess.output_names:
+            binding.bind_output(name, device[0], device[1])
+        out.append(functools.partial(sess.session.run_with_iobinding, binding))
+    return out
+
+
+def bind(sess: OrtSession, feeds: dict[str, Any], n: int) -> list[Any]:
+    """The C++ session's own run with names and feeds fixed: no per-call Python checks. Sessions are
+    thread-safe, so one callable serves every worker."""
+    import functools
+
+    native = sess.session._sess  # InferenceSession.run validates, then calls this
+    return [functools.partial(native.run, sess.output_names, feeds, None)] * n
+
+
+def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: dict[str, Any],
+              level: str = "basic") -> dict[str, Any]:
+    """Which execution provider ran each node of the partitioned graph, from ONNX Runtime's own profile of
+    one inference: node counts per EP, partitions (runs of consecutive non-CPU nodes) and coverage."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        profiled = {"enable_profiling": True, "profile_file_prefix": str(Path(tmp) / "gpux")}
+        sess = create_session(model, ep, ep_opts, settings=profiled, level=level).session
+        sess.run(None, feeds)
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    seen: dict[str, str] = {}
+    for e in events:
+        args = e.get("args") or {}
+        if e.get("cat") == "Node" and "provider" in args:
+            seen.setdefault(e["name"].removesuffix("_kernel_time").removesuffix("_fence_before")
+                            .removesuffix("_fence_after"), args["provider"])
+    order = list(seen.values())
+    return placement_summary(order, ep)
+
+
+def placement_summary(order: list[str], ep: str) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    partitions, previous = 0, "CPUExecutionProvider"
+    for p in order:
+        counts[p] = counts.get(p, 0) + 1
+        if p != "CPUExecutionProvider" and p != previous:
+            partitions += 1
+        previous = p
+    total = len(order)
+    coverage = (counts.get(ep, 0) / total) if total else 0.0
+    return {"ep": ep, "nodes": counts, "total": total, "partitions": partitions, "coverage": round(coverage, 4)}

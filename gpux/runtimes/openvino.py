@@ -1,0 +1,443 @@
+"""OpenVINO: builds native IR (fp32, fp16 weights, NNCF int8) precompiled for its device, and opens it.
+
+Shapes: int dims stay static, symbolic/unknown dims dynamic ("?"); NPU compiles static shapes only, so
+there they take the resolved sizes (benchmark.shapes / batch / --shape, else 1).
+Caches: the build compiles the IR for its device into the artifact (`ov_cache/`); sessions never write
+into a published artifact: CACHE_DIR is `<store>/<model>/cache/openvino/`, seeded from it. Compiling a
+read `ov.Model` names the blob by the model's hash (a path would be hashed instead, and it changes when
+the build folder is published), so one folder serves every artifact of the model.
+Precision: the execution precision (INFERENCE_PRECISION_HINT) is part of the artifact: f32 unless bf16/f16
+is asked for (`precision: bf16` or `inference_precision`), never the device default (bf16 on CPUs with
+AMX/AVX512-BF16). Verification compiles on CPU with the same hint sessions use, and both report what the
+compiled model uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from gpux.errors import BuildFailed, GpuxError, MissingDependency
+from gpux.optional import require
+
+MAIN = "model.xml"
+CACHE = "ov_cache"  # precompiled blobs inside the artifact folder
+VIRTUAL = ("AUTO", "MULTI", "HETERO")
+STATIC_ONLY = ("NPU",)  # devices that compile static shapes only
+
+Feeds = dict[str, Any]
+
+
+class DeviceMissing(RuntimeError):
+    """The requested OpenVINO device is not present on this machine."""
+
+
+def ov() -> Any:
+    return require("openvino")
+
+
+@cache
+def core() -> Any:
+    """One Core per process: plugins load once, compiled models share it."""
+    return ov().Core()
+
+
+# ---- devices and properties ------------------------------------------------------------------------
+def split_device(spec: str) -> tuple[str, list[str]]:
+    """'AUTO:GPU,CPU' -> ('AUTO', ['GPU', 'CPU']); 'GPU.1' -> ('', ['GPU.1']); 'AUTO' -> ('AUTO', [])."""
+    head, sep, rest = spec.partition(":")
+    if sep:
+        return head, rest.split(",")
+    return (spec, []) if spec in VIRTUAL else ("", [spec])
+
+
+def _same(a: str, b: str) -> bool:
+    """GPU matches GPU.0 / GPU.1; GPU.1 matches only GPU.1 (or a lone GPU)."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def resolve_device(spec: str, available: Sequence[str]) -> str:
+    """The device string to compile for here: missing devices leave a priority list; none left raises."""
+    virtual, wanted = split_device(spec)
+    if virtual and not wanted:
+        return spec
+    here = [d for d in wanted if any(_same(d, a) for a in available)]
+    if not here:
+        seen = ", ".join(available) or "no device"
+        raise DeviceMissing(f"OpenVINO device {spec} is not available on this machine (OpenVINO sees {seen})")
+    return f"{virtual}:{','.join(here)}" if virtual else here[0]
+
+
+def compile_properties(opts: Any, intra_op: int, cache_dir: Path | None, device: str) -> dict[str, str]:
+    """What `compile_model` gets, the same at build and run; runtime.threads.intra_op applies when
+    `threads` is unset and the CPU plugin alone compiles."""
+    from gpux.providers.options import openvino_properties
+
+    props = openvino_properties(opts, cache_dir=None if cache_dir is None else str(cache_dir))
+    if opts.threads is None and intra_op > 0 and split_device(device)[1] == ["CPU"]:
+        props["INFERENCE_NUM_THREADS"] = str(intra_op)
+    return props
+
+
+NOISE = ("Exception from", "Check '", "[ONNX Frontend]", "While validating", "Summary:", "FrontEnd API failed",
+         "Model wasn't fully converted")
+
+
+def reason(exc: BaseException) -> str:
+    """The informative lines of an OpenVINO error (they open with source locations): each failed operation
+    with the frontend's own message, else the last line that is not a location."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    rules: list[list[str]] = []
+    for x in lines:
+        if x.startswith("--"):
+            body = x.lstrip("- ").strip()
+            if not body.startswith("Conversion is failed for"):
+                rules.append([body.removesuffix(" with a message:")])
+        elif rules and not x.startswith(NOISE):
+            rules[-1].append(x)
+    if rules:
+        return "; ".join(": ".join(r) for r in rules)[:300]
+    useful = [x for x in lines if not x.startswith(NOISE)]
+    return (useful or lines or [type(exc).__name__])[-1][:300]
+
+
+# ---- build --------------------------------------------------------------------------------------------
+def build_ir(ctx: Any) -> dict[str, Any]:
+    """ONNX -> OpenVINO IR (model.xml/.bin) at the target's precision, precompiled into `ov_cache/`."""
+    from gpux.model.io import read_io
+    from gpux.providers.options import OpenVINOOptions
+
+    o = ov()
+    opts = OpenVINOOptions.model_validate(ctx.target.options)
+    static = any(d.startswith(STATIC_ONLY) for d in split_device(opts.device)[1])
+    started = time.perf_counter()
+    try:
+        model = o.convert_model(str(ctx.src), input=_input_shapes(ctx.inputs, ctx.shapes, static,
+                                                                  ctx.project.config.shapes) or None)
+    except Exception as exc:  # the ONNX frontend raises OpConversionFailure / GeneralFailure
+        raise BuildFailed(f"OpenVINO cannot convert {ctx.src.name}: {reason(exc)}",
+                          hint="run it with ONNX Runtime (provider cpu), or drop openvino from "
+                               "runtime.supported") from None
+    outputs = [t.name for t in read_io(ctx.src, check=False).outputs]
+    model = _in_order(model, outputs)
+    if opts.layout:
+        model = _with_layout(model, opts.layout)
+    info: dict[str, Any] = {"main": MAIN, "openvino": o.__version__, "device": opts.device,
+                            "precision": opts.precision, "outputs": outputs, "static_shapes": static,
+                            "shapes": {p.get_any_name(): str(p.get_partial_shape()) for p in model.inputs},
+                            "convert_seconds": round(time.perf_counter() - started, 4)}
+    model = _compress(ctx, model, opts, info)
+    o.save_model(model, str(ctx.workdir / MAIN), compress_to_fp16=opts.precision == "fp16")
+    info.update(_precompile(ctx, opts))
+    return info
+
+
+def _input_shapes(inputs: Mapping[str, Any], shapes: Mapping[str, int], static: bool,
+                  ranges: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """PartialShape per input: declared ints static, names/None dynamic (-1; min..max where `shapes:`
+    declares a range), or resolved when `static`."""
+    def size(d: Any) -> Any:
+        if isinstance(d, int):
+            return d
+        if static:
+            return int(shapes.get(d, 1)) if d else 1
+        bound: Any = (ranges or {}).get(d or "")
+        return ov().Dimension(bound.min, bound.max) if hasattr(bound, "min") else -1
+
+    return {name: ov().PartialShape([size(d) for d in t.shape]) for name, t in inputs.items()
+            if t.shape is not None}
+
+
+def _in_order(model: Any, names: Sequence[str]) -> Any:
+    """Results in the ONNX graph's output order (the frontend keeps it; this makes it certain)."""
+    order = output_order(model, names)
+    if order == list(range(len(model.outputs))) or model.get_sinks():
+        return model
+    results = model.get_results()
+    return ov().Model([results[i] for i in order], model.get_parameters(), model.friendly_name)
+
+
+def _with_layout(model: Any, layouts: Mapping[str, str]) -> Any:
+    o = ov()
+    ppp = o.preprocess.PrePostProcessor(model)
+    try:
+        for name, layout in layouts.items():
+            ppp.input(name).model().set_layout(o.Layout(layout))
+        return ppp.build()
+    except Exception as exc:
+        raise BuildFailed(f"providers.openvino.layout: {reason(exc)}",
+                          hint=f"inputs are {', '.join(p.get_any_name() for p in model.inputs)}") from None
+
+
+def _compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
+    """int8 by NNCF: post-training quantization on calibration feeds, or int8 weight compression."""
+    if opts.precision != "int8":
+        return model
+    feeds = ctx.calibration() if opts.int8_mode == "quantize" else None
+    started = time.perf_counter()
+    try:
+        with nncf_quietly() as nncf:
+            if feeds is None:
+                model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+            else:
+                model = nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds))
+    except GpuxError:
+        raise
+    except Exception as exc:  # NNCF's own errors, or an import broken by another package
+        raise BuildFailed(f"NNCF int8 ({opts.int8_mode}) failed: {type(exc).__name__}: {reason(exc)}") from None
+    seconds = round(time.perf_counter() - started, 4)
+    info.update(nncf=nncf.__version__, int8_mode=opts.int8_mode, nncf_seconds=seconds)
+    info["quantized_ops"] = quantized_ops(model)
+    from gpux.providers import int8_did_nothing
+
+    info.update(int8_did_nothing(ctx, "" if info["quantized_ops"] else "no operator was quantized"))
+    if feeds is not None:
+        info["calibration_samples"] = len(feeds)
+    ctx.log(f"{ctx.target.id}: NNCF int8 {opts.int8_mode} in {seconds:.2f}s")
+    return model
+
+
+def quantized_ops(model: Any) -> int:
+    """FakeQuantize operations (post-training quantization) plus int8/uint8 weight constants (compression)."""
+    def quantized(op: Any) -> bool:
+        kind = op.get_type_name()
+        return kind == "FakeQuantize" or (kind == "Constant" and op.get_element_type().get_type_name() in ("i8", "u8"))
+
+    return sum(1 for op in model.get_ops() if quantized(op))
+
+
+@contextlib.contextmanager
+def nncf_quietly() -> Iterator[Any]:
+    """NNCF with its logs and progress bars kept off stdout, which `--json` owns (GPUX_DEBUG: on stderr),
+    and torch unimportable unless already loaded: NNCF imports torch whenever it is installed (seconds,
+    and a broken torch breaks NNCF) though an OpenVINO model never needs it."""
+    sink = sys.stderr if os.environ.get("GPUX_DEBUG") else io.StringIO()
+    block = "torch" not in sys.modules
+    if block:
+        sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        with contextlib.redirect_stdout(sink):
+            nncf = require("nncf")
+            handlers = [h for h in logging.getLogger("nncf").handlers if type(h) is logging.StreamHandler]
+            saved = [h.stream for h in handlers]
+            for h in handlers:
+                h.setStream(sink)
+            try:
+                yield nncf
+            finally:
+                for h, stream in zip(handlers, saved, strict=True):
+                    h.setStream(stream)
+    finally:
+        if block and sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+
+
+def _precompile(ctx: Any, opts: Any) -> dict[str, Any]:
+    """Compile once for the target device, cache on; then again to time a cached load."""
+    c = core()
+    try:
+        device = resolve_device(opts.device, c.available_devices)
+    except DeviceMissing as exc:
+        return {"precompiled": None, "precompile_skipped": f"{exc}; sessions compile on first use or fall back"}
+    cache_dir = ctx.workdir / CACHE if opts.cache else None
+    props = compile_properties(opts, ctx.project.config.runtime.threads.intra_op, cache_dir, device)
+    xml = str(ctx.workdir / MAIN)
+    try:
+        started = time.perf_counter()
+        compiled = c.compile_model(c.read_model(xml), device, props)
+        cold = time.perf_counter() - started
+    except Exception as exc:
+        raise BuildFailed(f"OpenVINO cannot compile the IR for {device}: {reason(exc)}") from None
+    out: dict[str, Any] = {
+        "compiled_for": device, "compile_seconds": round(cold, 4),
+        "execution_devices": [str(d) for d in compiled.get_property("EXECUTION_DEVICES")],
+        "properties": {k: v for k, v in props.items() if k != "CACHE_DIR"},
+        "inference_precision": _precision(compiled),
+    }
+    del compiled
+    if cache_dir is None:
+        return {**out, "precompiled": None, "precompile_skipped": "providers.openvino.cache is off"}
+    started = time.perf_counter()
+    c.compile_model(c.read_model(xml), device, props)
+    out["cached_compile_seconds"] = round(time.perf_counter() - started, 4)
+    ctx.log(f"{ctx.target.id}: compiled for {device} in {cold:.3f}s cold, "
+            f"{out['cached_compile_seconds']:.3f}s from the cache")
+    return {**out, "precompiled": CACHE}
+
+
+def _precision(compiled: Any) -> str | None:
+    with contextlib.suppress(Exception):  # not every device reports it
+        return str(compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
+    return None
+
+
+# ---- run ----------------------------------------------------------------------------------------------
+class Requests:
+    """One InferRequest of a compiled model; `run(feeds)` returns outputs in `order`.
+
+    `infer` copies outputs out of the request (share_outputs=False), so results stay valid after the
+    next call. Inputs are copied in too: with share_inputs=True the CPU plugin (2026.4) keeps the
+    caller's buffer bound to the stream, and the next request on the same compiled model from another
+    InferRequest or an AsyncInferQueue writes its input into that caller's array.
+    """
+
+    def __init__(self, compiled: Any, order: Sequence[int]) -> None:
+        self.request, self.order = compiled.create_infer_request(), list(order)
+
+    def run(self, feeds: Feeds) -> list[Any]:
+        values = self.request.infer(feeds).to_tuple()
+        return [values[i] for i in self.order]
+
+    def close(self) -> None:
+        self.request = None
+
+
+def output_order(model: Any, names: Sequence[str]) -> list[int]:
+    """Index of each named output among a model's outputs (OpenVINO keeps the ONNX names)."""
+    ports = list(model.outputs)
+    found = [next((i for i, p in enumerate(ports) if n in p.get_names()), -1) for n in names]
+    return list(range(len(ports))) if -1 in found or len(found) != len(ports) else found
+
+
+def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] | str:
+    """The IR compiled on CPU at the execution precision sessions use (what runs is what is verified)."""
+    from gpux.providers.options import OpenVINOOptions, openvino_properties
+
+    try:
+        c = core()
+    except MissingDependency as exc:
+        return exc.message
+    if "CPU" not in c.available_devices:
+        return "OpenVINO has no CPU device here to verify on"
+    props = openvino_properties(OpenVINOOptions.model_validate(target.options), for_verification=True)
+    try:
+        compiled = c.compile_model(c.read_model(str(artifact)), "CPU", props)
+    except Exception as exc:
+        raise BuildFailed(f"OpenVINO cannot compile {artifact.name} on CPU: {reason(exc)}") from None
+    return Requests(compiled, range(len(compiled.outputs))).run
+
+
+def runtime_cache(artifact: Any) -> Path:
+    """`<store>/<model>/cache/openvino`, seeded with the artifact's precompiled blobs.
+
+    Seeds are hard links where the file system allows (a blob holds the weights: no second copy), else
+    copies. OpenVINO replaces a blob it cannot load by a new file rather than writing into it, so the
+    artifact's bytes stay as published; were that ever to change, the manifest check would flag the
+    artifact as damaged and it would be rebuilt, never trusted.
+    """
+    folder = (artifact.dir.parent / "cache" / "openvino").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    seed = artifact.dir / CACHE
+    for blob in seed.iterdir() if seed.is_dir() else ():
+        dst = folder / blob.name
+        if blob.is_file() and not (dst.is_file() and dst.stat().st_size == blob.stat().st_size):
+            tmp = folder / f".{blob.name}.{os.getpid()}.tmp"
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(blob, tmp)
+            except OSError:
+                shutil.copyfile(blob, tmp)
+            os.replace(tmp, dst)
+    return folder
+
+
+def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+    """Compile the artifact on `providers.openvino.device`; raises when that device is missing or fails
+    (the session records it and falls back). `used` names the EXECUTION_DEVICES."""
+    from gpux.providers import Runner
+
+    opts = project.config.providers.openvino
+    c = core()
+    device = resolve_device(opts.device, list(c.available_devices))
+    cache_dir, cache_state = None, "off (providers.openvino.cache: false)"
+    try:
+        cache_dir = runtime_cache(artifact) if opts.cache else None
+    except OSError as exc:
+        cache_state = f"off (cannot write the cache folder: {exc})"
+    props = compile_properties(opts, project.config.runtime.threads.intra_op, cache_dir, device)
+    before = set(cache_dir.glob("*.blob")) if cache_dir else set()
+    started = time.perf_counter()
+    try:
+        compiled = c.compile_model(c.read_model(str(artifact.main)), device, props)
+    except Exception as exc:
+        raise RuntimeError(f"OpenVINO cannot compile {artifact.id} for {device}: {reason(exc)}") from None
+    seconds = time.perf_counter() - started
+    if cache_dir is not None:
+        cache_state = "written (cold compile)" if set(cache_dir.glob("*.blob")) - before else "loaded"
+    execution = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
+    names = list(artifact.manifest.get("info", {}).get("outputs") or [])
+    if len(names) != len(compiled.outputs):
+        names = [p.get_any_name() for p in compiled.outputs]
+    requests = Requests(compiled, order := output_order(compiled, names))
+    details = {"device": opts.device, "compiled_for": device, "execution_devices": execution,
+               "properties": props, "compile_seconds": round(seconds, 4), "cache": cache_state,
+               "inference_precision": _precision(compiled), "output_order": order,
+               "optimal_requests": compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")}
+    return Runner(requests.run, names, "OpenVINO " + ",".join(execution), dropped(opts.device, execution),
+                  details, requests.close, compiled, binder=lambda feeds, n: bound_requests(compiled, feeds, n))
+
+
+def bound_requests(compiled: Any, feeds: Feeds, n: int) -> list[Callable[[], object]]:
+    """`n` zero-argument callables, one InferRequest each with its inputs set once (copied in): a call is
+    just `infer()`, outputs stay in the request (what benchmark_app measures)."""
+    out = []
+    for _ in range(n):
+        request = compiled.create_infer_request()
+        for name, value in feeds.items():
+            request.set_tensor(name, ov().Tensor(value.copy()))
+        out.append(request.infer)
+    return out
+
+
+def dropped(requested: str, execution: Sequence[str]) -> str | None:
+    """Why OpenVINO did not take a device requested alone (AUTO/HETERO/MULTI lists may settle anywhere)."""
+    virtual, wanted = split_device(requested)
+    clean = [d.strip("()") for d in execution]
+    if virtual or not clean or any(_same(wanted[0], d) for d in clean):
+        return None
+    return f"OpenVINO did not take {requested} (it would run on {', '.join(clean)})"
+
+
+# ---- concurrency --------------------------------------------------------------------------------------
+def request_runners(compiled: Any, n: int, order: Sequence[int] | None = None) -> list[Callable[[Feeds], list]]:
+    """`n` independent `run(feeds)` callables, each with its own InferRequest, for n worker threads
+    (an InferRequest is not thread-safe; `infer` releases the GIL while OpenVINO runs)."""
+    order = range(len(compiled.outputs)) if order is None else order
+    return [Requests(compiled, order).run for _ in range(n)]
+
+
+def async_runner(compiled: Any, n_requests: int = 0, order: Sequence[int] | None = None, *,
+                 keep_outputs: bool = True) -> Callable[[Sequence[Feeds]], list[list[Any]]]:
+    """Run a batch of feeds through an `openvino.AsyncInferQueue` of `n_requests` parallel requests
+    (0: the compiled model's OPTIMAL_NUMBER_OF_INFER_REQUESTS, which follows PERFORMANCE_HINT).
+
+    The returned `run_all(feeds_list)` starts every request, waits for all, and returns each feed's
+    outputs in `order` (Runner.details["output_order"]); keep_outputs=False skips copying outputs out
+    of the requests and returns empty lists (throughput measurement).
+    """
+    queue = ov().AsyncInferQueue(compiled, n_requests)
+    order = list(range(len(compiled.outputs)) if order is None else order)
+
+    def run_all(feeds_list: Sequence[Feeds]) -> list[list[Any]]:
+        results: list[list[Any]] = [[] for _ in feeds_list]
+
+        def done(request: Any, index: int) -> None:
+            if keep_outputs:
+                results[index] = [request.get_output_tensor(i).data.copy() for i in order]
+
+        queue.set_callback(done)
+        for i, feeds in enumerate(feeds_list):
+            queue.start_async(feeds, userdata=i)
+        queue.wait_all()
+        return results
+
+    return run_all

@@ -1,0 +1,291 @@
+"""PyTorch as a runtime (`runtime: torch`): builds a torch artifact (the source, plus the Inductor cache of
+its compiled kernels) and opens it eager or under torch.compile on cpu, cuda, rocm or mps.
+
+Compilation: `torch.compile` works on a torch.export program's module directly; a TorchScript module is
+opaque to Dynamo (it would run uncompiled), so it is first converted to an ExportedProgram with PyTorch's
+TorchScript converter, traced at the example sizes (symbolic dims at least 2). `gpux build` compiles the
+model at the resolved input sizes with the Inductor cache directory pointed inside the artifact
+(`inductor/`: FX graphs, AOTAutograd entries, generated C++/Triton kernels and their shared objects). `run`
+copies that folder into the store's writable `cache/` (the artifact stays as published and hash-checked),
+points Inductor at it and compiles again: Dynamo retraces, but every graph is a cache hit, so nothing is
+code-generated or sent to a compiler. The compile call is timed and reported (`compile_s`), with the cache
+hits and misses Inductor counted, so a warm start is a recorded fact, not a guess.
+
+Precision: fp16/bf16 cast the model's weights and float inputs (the model's own dtype), not autocast:
+autocast does not reach inside TorchScript graphs, and a cast model runs (and is verified) in exactly the
+dtype reported. Float outputs come back as float32.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpux.optional import require
+
+CACHE = "inductor"
+MAIN = {"torchscript": "model.pt", "torch_export": "model.pt2"}
+DEVICE_TYPE = {"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "mps": "mps"}  # ROCm builds call HIP "cuda"
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+Feeds = dict[str, Any]
+_BUILT: dict[str, Opened] = {}  # artifact main (in its build folder) -> the module compiled there, for verify
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How to run: the target's options, resolved by the plan."""
+
+    device: str  # gpux provider: cpu | cuda | rocm | mps
+    device_id: int
+    compile: str  # off | default | reduce-overhead | max-autotune
+    precision: str
+    channels_last: bool
+    cuda_graphs: bool
+    fmt: str
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Setup:
+        return cls(options["device"], int(options.get("device_id") or 0), options["compile"],
+                   options["precision"], bool(options.get("channels_last")), bool(options.get("cuda_graphs")),
+                   options.get("source_format", "torchscript"))
+
+    @property
+    def torch_device(self) -> str:
+        kind = DEVICE_TYPE[self.device]
+        return f"{kind}:{self.device_id}" if kind == "cuda" else kind
+
+    def describe(self) -> str:
+        return f"PyTorch {self.torch_device} {self.precision} {'eager' if self.compile == 'off' else self.compile}"
+
+
+@dataclass
+class Opened:
+    """A loaded (and maybe compiled) module: `run(feeds)` returns flattened outputs as numpy arrays."""
+
+    run: Callable[[Feeds], list[Any]]
+    names: list[str]
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _torch() -> Any:
+    return require("torch", "torch")
+
+
+def device_identity(target: Any) -> dict[str, Any]:
+    """What keys a torch artifact to a machine: nothing for eager cpu; the CPU for compiled cpu kernels;
+    the GPU's name and compute capability (or architecture) for cuda/rocm; the Mac for mps."""
+    from gpux.artifacts.build import cpu_model
+
+    setup = Setup.of(target.options)
+    if setup.device == "cpu":
+        return {} if setup.compile == "off" else {"cpu": cpu_model(), "machine": platform.machine()}
+    if setup.device == "mps":
+        return {"mps": platform.machine(), "macos": platform.mac_ver()[0]}
+    try:
+        torch = _torch()
+        props = torch.cuda.get_device_properties(setup.device_id)
+        arch = getattr(props, "gcnArchName", None) or f"sm_{props.major}{props.minor}"
+        return {"gpu": props.name, "capability": arch}
+    except Exception as exc:  # no GPU here: the key says so, and `run` explains the mismatch
+        return {"gpu": None, "reason": f"{type(exc).__name__}: {exc}"[:120]}
+
+
+# ---- loading ------------------------------------------------------------------------------------------
+def _to_program(module: Any, args: tuple[Any, ...]) -> Any:
+    """A TorchScript module as a torch.export program's module, which Dynamo can trace."""
+    from torch._export.converter import TS2EPConverter
+
+    from gpux.runtimes.torch_export import _quiet_warnings
+
+    with _quiet_warnings():
+        return TS2EPConverter(module, args).convert().module()
+
+
+def _place(module: Any, setup: Setup) -> Any:
+    torch = _torch()
+    module = module.to(setup.torch_device)
+    if setup.precision != "fp32":
+        module = module.to(getattr(torch, DTYPES[setup.precision]))
+    if setup.channels_last:
+        module = module.to(memory_format=torch.channels_last)
+    return module
+
+
+def _call(module: Any, setup: Setup, names: list[str]) -> Callable[[Feeds], list[Any]]:
+    """feeds -> outputs: numpy in, cast and moved to the device; outputs back on the host, floats as float32."""
+    from gpux.runtimes import torch_export as pt
+
+    torch = _torch()
+    dtype = getattr(torch, DTYPES[setup.precision])
+    device = setup.torch_device
+
+    def prepare(value: Any) -> Any:
+        t = pt.to_tensor(value).to(device)
+        if t.is_floating_point() and t.dtype != dtype:
+            t = t.to(dtype)
+        return t.contiguous(memory_format=torch.channels_last) if setup.channels_last and t.dim() == 4 else t
+
+    def run(feeds: Feeds) -> list[Any]:
+        args = [prepare(feeds[n]) for n in names]
+        with torch.inference_mode():
+            out = module(*args)
+        flat = pt.flatten(out)
+        return [pt.to_array(x.float() if x.is_floating_point() and x.dtype != torch.float32 else x)
+                for x in flat]
+
+    return run
+
+
+def _graphed(module: Any) -> Callable[..., Any]:
+    """Eager module replayed through CUDA graphs: captured once per input shapes and dtypes, inputs copied into
+    the captured buffers, outputs cloned out of them."""
+    from gpux.runtimes import torch_export as pt
+
+    torch = _torch()
+    graphs: dict[tuple[Any, ...], tuple[Any, list[Any], list[Any]]] = {}
+
+    def call(*args: Any) -> list[Any]:
+        key = tuple((tuple(a.shape), a.dtype) for a in args)
+        if key not in graphs:
+            static = [a.clone() for a in args]
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):  # cuDNN autotuning and allocations happen outside the graph
+                    module(*static)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = pt.flatten(module(*static))
+            graphs[key] = (graph, static, out)
+        graph, static, out = graphs[key]
+        for buf, a in zip(static, args, strict=True):
+            buf.copy_(a)
+        graph.replay()
+        return [o.clone() for o in out]
+
+    return call
+
+
+def _compile_kwargs(setup: Setup) -> dict[str, Any]:
+    if setup.compile == "default":
+        return {"options": {"triton.cudagraphs": True}} if setup.cuda_graphs else {}
+    return {"mode": setup.compile}
+
+
+def open_module(path: Path, setup: Setup, project: Any, cache_dir: Path | None, log: Callable[[str], None]) -> Opened:
+    """Load the source, place it on the device in its dtype and, unless eager, compile it at the resolved input
+    sizes with Inductor's cache in `cache_dir` (timed: `compile_s`, with the cache hits and misses)."""
+    from gpux.model.inputs import synthetic
+    from gpux.model.io import effective_io, load_checked
+    from gpux.plan.targets import resolve_shapes
+    from gpux.runtimes import torch_export as pt
+
+    torch = _torch()
+    threads = project.config.runtime.threads.intra_op
+    if threads and setup.device == "cpu":  # runtime.threads.intra_op, as ONNX Runtime takes it (process-wide)
+        torch.set_num_threads(threads)
+    inputs, _ = effective_io(project, load_checked(project))
+    shapes = resolve_shapes(project)
+    module = pt.load(path, setup.fmt)
+    names = pt.input_order(module, list(inputs))
+    example = synthetic(dict(inputs), shapes, 0)
+    declared = list(project.config.outputs or {})
+    details: dict[str, Any] = {"device": setup.torch_device, "compile": setup.compile,
+                               "precision": setup.precision, "channels_last": setup.channels_last,
+                               "cuda_graphs": setup.cuda_graphs, "torch": torch.__version__,
+                               "threads": torch.get_num_threads()}
+    if setup.compile == "off":
+        placed = _place(module, setup)
+        run = _call(_graphed(placed) if setup.cuda_graphs else placed, setup, names)
+        return Opened(run, declared or pt.output_names(None, len(run(example))), details)
+    if setup.fmt == "torchscript":
+        args, _, _ = pt.example_inputs(module, inputs, shapes, names)
+        module = _to_program(module, args)
+        details["converted"] = "TorchScript -> torch.export program (torch._export.converter)"
+    compiled = torch.compile(_place(module, setup), **_compile_kwargs(setup))
+    run = _call(compiled, setup, names)
+    log(f"compiling with torch.compile ({setup.compile}) on {setup.torch_device}")
+    outputs, seconds, cache = _first_call(run, example, cache_dir)
+    details.update(compile_s=round(seconds, 4), compile_cache=cache)
+    return Opened(run, declared or pt.output_names(None, len(outputs)), details)
+
+
+def _first_call(run: Callable[[Feeds], list[Any]], feeds: Feeds,
+                cache_dir: Path | None) -> tuple[list[Any], float, dict[str, Any]]:
+    """The first (compiling) call, timed, with Inductor's cache in `cache_dir`; what the cache did."""
+    import contextlib
+
+    from torch._dynamo.utils import counters
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
+    before = dict(counters["inductor"])
+    where = temporary_cache_dir(str(cache_dir)) if cache_dir is not None else contextlib.nullcontext()
+    with where:
+        started = time.perf_counter()
+        out = run(feeds)
+        seconds = time.perf_counter() - started
+    delta = {k: v - before.get(k, 0) for k, v in counters["inductor"].items()}
+    hits, misses = delta.get("fxgraph_cache_hit", 0), delta.get("fxgraph_cache_miss", 0)
+    state = "hit" if hits and not misses else "miss" if misses and not hits else "partial" if hits else "none"
+    return out, seconds, {"state": state, "hits": hits, "misses": misses}
+
+
+# ---- build, verify, open ------------------------------------------------------------------------------
+def build_module(ctx: Any) -> dict[str, Any]:
+    """The torch artifact: the source copied in; compiled setups also keep the Inductor cache of the compile
+    done here (at the resolved input sizes), so `run` starts warm."""
+    torch = _torch()
+    setup = Setup.of(ctx.target.options)
+    main = ctx.workdir / MAIN[setup.fmt]
+    shutil.copyfile(ctx.src, main)
+    info: dict[str, Any] = {"main": main.name, "torch": torch.__version__, "runs_on": setup.describe()}
+    cache = ctx.workdir / CACHE
+    opened = open_module(main, setup, ctx.project, cache, ctx.log)
+    _BUILT.clear()  # one build at a time: what an unverified build left is not kept alive
+    _BUILT[str(main)] = opened
+    if setup.compile == "off":
+        return info
+    files = [p for p in cache.rglob("*") if p.is_file()]
+    for lock in (p for p in files if p.suffix == ".lock"):
+        lock.unlink(missing_ok=True)
+    info.update(compile_seconds=opened.details["compile_s"], compile_cache=opened.details["compile_cache"],
+                cache_files=sum(1 for p in cache.rglob("*") if p.is_file()))
+    return info
+
+
+def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] | str:
+    """What verification runs: the module compiled by the build (or the eager one); a reason where the
+    device is not here."""
+    from gpux.providers import probe_torch
+
+    setup = Setup.of(target.options)
+    avail = probe_torch(setup.device, setup.device_id)
+    if not avail.ok:
+        return f"PyTorch cannot run on {setup.device} here: {avail.reason}"
+    opened = _BUILT.pop(str(artifact), None)
+    return opened.run if opened is not None else "the module was not opened by this build"
+
+
+def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+    """A Runner over the artifact: the Inductor cache copied to the store's `cache/` and used from there."""
+    from gpux.providers import Runner
+
+    setup = Setup.of(artifact.manifest["target"]["options"])
+    cache = None
+    if (artifact.dir / CACHE).is_dir():
+        cache = artifact.dir.parent / "cache" / artifact.dir.name / CACHE
+        if not cache.is_dir():
+            tmp = cache.with_name(f".{CACHE}.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(artifact.dir / CACHE, tmp)
+            tmp.replace(cache)
+    started = time.perf_counter()
+    opened = open_module(artifact.main, setup, project, cache, lambda _m: None)
+    opened.details["open_s"] = round(time.perf_counter() - started, 4)
+    return Runner(opened.run, opened.names, setup.describe(), details=opened.details)
