@@ -41,7 +41,8 @@ GPU_ROWS = [
 
 
 def configure(project, provider: str, torch_setting, batch: int, threads: int):
-    from gpux.bench.command import with_options, with_torch
+    from gpux.bench.command import with_torch
+    from gpux.plan.targets import with_options
 
     cfg = project.config
     runtime = cfg.runtime.model_copy(update={"threads": cfg.runtime.threads.model_copy(

@@ -21,7 +21,6 @@ from gpux.bench.protocol import (
     Protocol,
     Stats,
     compare_baseline,
-    environment_facts,
     format_table,
     make_document,
     measure,
@@ -29,6 +28,7 @@ from gpux.bench.protocol import (
     summarize,
     to_csv,
 )
+from gpux.machine import environment_facts
 
 MS = 1_000_000  # nanoseconds
 

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 import gpux
+from gpux import files
 from gpux import providers as providers_mod
 from gpux.artifacts import store
-from gpux.artifacts.build import NeedsBuild, build, keyed_targets, source_files
+from gpux.artifacts.build import NeedsBuild, build, keyed_targets
 from gpux.config.schema import load_config
-from gpux.model.io import effective_io, load_checked
+from gpux.model.io import effective_io, load_checked, source_files
 from gpux.providers import Availability
 
 from .conftest import gpux as cli
@@ -65,7 +66,7 @@ def fake_engine(project_dir: Path, gpu: str, trt_version: str) -> store.Artifact
     project = load_config(project_dir)
     io = load_checked(project)
     inputs, _ = effective_io(project, io)
-    digest = store.digest_files(source_files(project, io), project.root)
+    digest = files.digest_files(source_files(project, io), project.root)
     target, parts, _ = keyed_targets(project, "tensorrt", inputs, digest)[-1]
     parts = {**parts, "device": {"gpu": gpu, "compute_capability": "8.0", "cuda_driver": "12.4"},
              "versions": {**parts["versions"], "tensorrt": trt_version}}

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpux.bench.tune import LOCK_NAME, Outcome, choose
+from gpux.bench.tune import Outcome, choose
+from gpux.plan.lock import LOCK_NAME
 
 from .conftest import gpux as cli
 

@@ -3,88 +3,24 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import platform
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import gpux
+from gpux import __version__
 from gpux.artifacts import store
 from gpux.config.schema import Project
 from gpux.errors import BuildFailed, GpuxError
-from gpux.model.io import ModelIO, Tensor, effective_io, load_checked
+from gpux.files import digest_files, locked, store_root
+from gpux.machine import cpu_model, gpu_identity
+from gpux.model.io import ModelIO, Tensor, effective_io, load_checked, source_files
 from gpux.optional import installed_ort_distributions, version_of
 from gpux.plan.targets import Target, resolve_shapes, targets
-
-Log = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Step:
-    """How one kind of target is built and checked (functions named lazily as 'module:function')."""
-
-    build: str
-    verify: str | None  # returns an infer(feeds) -> outputs callable on this machine; None: not here
-    packages: tuple[str, ...]  # distributions whose versions key the artifact
-    device: str  # "none" | "cpu" | "cpu-if-level" | "gpu" | "torch": which device identity keys it
-    open: str = "gpux.runtimes.onnxruntime:open_runner"  # (provider, project, artifact) -> Runner
-    on_run: bool = True  # cheap enough to build silently on `run`? (False: say it may take minutes)
-    needs_device: bool = False  # can only be built on the device it runs on
-    shapes: bool = False  # the resolved sizes of symbolic dims shape the artifact (key them)
-
-
-ORT_STEP = Step("gpux.runtimes.onnxruntime:build_onnx", "gpux.runtimes.onnxruntime:verify_runner",
-                ("onnxruntime", "onnx"), "cpu-if-level")
-STEPS: dict[str, Step] = {
-    "optimize": ORT_STEP,
-    "float16": ORT_STEP,
-    "quantize": ORT_STEP,
-    "torch-export": Step("gpux.runtimes.torch_export:export_onnx", "gpux.runtimes.onnxruntime:verify_runner",
-                         ("torch", "onnx"), "none"),
-    "coreml-package": Step("gpux.runtimes.coreml:build_package", "gpux.runtimes.coreml:verify_runner",
-                           ("coremltools", "torch"), "none", "gpux.runtimes.coreml:open_runner", shapes=True),
-    "openvino-ir": Step("gpux.runtimes.openvino:build_ir", "gpux.runtimes.openvino:verify_runner",
-                        ("openvino", "nncf", "onnxruntime"), "cpu", "gpux.runtimes.openvino:open_runner",
-                        shapes=True),
-    "torch-module": Step("gpux.runtimes.torch_module:build_module", "gpux.runtimes.torch_module:verify_runner",
-                         ("torch",), "torch", "gpux.runtimes.torch_module:open_runner", needs_device=True,
-                         shapes=True),
-    "tensorrt-engine": Step("gpux.runtimes.tensorrt:build_engine", "gpux.runtimes.tensorrt:verify_runner",
-                            ("tensorrt", "onnxruntime"), "gpu", "gpux.runtimes.tensorrt:open_runner",
-                            on_run=False, needs_device=True),
-}
-
-
-# what to do when a build step's runtime raises, by step
-STEP_HINTS = {
-    "float16": "the fp16 conversion failed for this model (an already-quantized model cannot be converted); "
-               "keep precision: fp32. GPUX_DEBUG=1 shows details",
-    "quantize": "int8 quantization failed for this model; keep precision: fp32 or try another quantization "
-                "mode. GPUX_DEBUG=1 shows details",
-    "": "this runtime cannot take the model as it is; GPUX_DEBUG=1 shows details",
-}
-
-
-def resolve(ref: str) -> Callable[..., Any]:
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-@cache
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from gpux.runtimes import STEP_HINTS, STEPS, Context, Job, Log, Step, resolve
 
 
 def runtime_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
@@ -104,40 +40,10 @@ def device_identity(step: Step, target: Target) -> dict[str, Any]:
     ):
         return {}
     if step.device == "gpu":
-        return resolve("gpux.runtimes.tensorrt:gpu_identity")(int(target.options.get("device_id") or 0))
+        return gpu_identity(int(target.options.get("device_id") or 0))
     if step.device == "torch":
         return resolve("gpux.runtimes.torch_module:device_identity")(target)
     return {"cpu": cpu_model(), "machine": platform.machine()}
-
-
-@dataclass
-class Context:
-    """What a build step receives: its input file, a private folder, and the model's interface."""
-
-    project: Project
-    target: Target
-    src: Path
-    workdir: Path
-    inputs: dict[str, Tensor]
-    shapes: dict[str, int]
-    log: Log
-    calibration: Callable[[], list[dict[str, Any]]]
-    strict: bool = False  # precision that did nothing fails instead of warning
-
-
-@dataclass
-class Job:
-    """What every target of one build shares: the project, the model's interface and the verification setup."""
-
-    project: Project
-    inputs: dict[str, Tensor]
-    shapes: dict[str, int]
-    verify: bool
-    log: Log
-    source: Path  # the model the first target reads and the FP32 reference runs (IR-lowered copy if needed)
-    samples: list[dict[str, Any]] | None = None  # verification inputs given by the caller (run --file)
-    strict: bool = False
-    force: bool = False  # rebuild, and retry conversions remembered as failing
 
 
 @dataclass
@@ -171,11 +77,6 @@ class BuildResult:
                 "targets": [r.to_dict() for r in self.results]}
 
 
-def source_files(project: Project, io: ModelIO) -> list[Path]:
-    src = project.source
-    return [src, *[(src.parent / f).resolve() for f in io.external_data]]
-
-
 def build(project: Project, provider: str, *, force: bool = False, verify: bool = True,
           store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
           io: ModelIO | None = None, full_check: bool = False, for_run: bool = False,
@@ -185,12 +86,12 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
     `samples` (the user's inputs in hand) verify new artifacts instead of generated data."""
     log = log or (lambda _msg: None)
     io = io or load_checked(project, store_dir)
-    root = store.store_root(project.root, store_dir)
+    root = store_root(project.root, store_dir)
     files = source_files(project, io)
     missing = [f for f in files if not f.is_file()]
     if missing:
         raise BuildFailed(f"{project.source}: external data file not found: {missing[0]}")
-    source_digest = store.digest_files(files, project.source.parent, root / ".hashes.json")
+    source_digest = digest_files(files, project.source.parent, root / ".hashes.json")
     inputs, _ = effective_io(project, io)
     shapes = resolve_shapes(project, shapes)
     job = Job(project, inputs, shapes, verify, log, _usable_source(project, io, root, log), samples, strict,
@@ -203,7 +104,7 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
         art, reason = (None, "--force") if force else _cached(folder, key, full_check, verify)
         cached = art is not None
         if art is None:
-            with store.locked(root / ".locks" / f"{project.name}-{folder.name}.lock"):
+            with locked(root / ".locks" / f"{project.name}-{folder.name}.lock"):
                 art, reason2 = (None, reason) if force else _cached(folder, key, full_check, verify)
                 if art is None and for_run and not project.config.runtime.build_on_run:
                     raise NeedsBuild(project, target, parts, root, provider)
@@ -288,7 +189,7 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
               shapes: dict[str, int] | None = None) -> dict[str, Any]:
     step = STEPS[target.step]
     return {
-        "gpux": gpux.__version__,
+        "gpux": __version__,
         "step": target.step,
         "precision": target.precision,
         "options": target.options,
@@ -312,7 +213,7 @@ def _calibration_digest(project: Project, target: Target) -> str | None:
     files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
     if not files or not all(f.is_file() for f in files):
         raise BuildFailed(f"{project.path}: calibration data not found: {p}")
-    return store.digest_files(files, project.root)
+    return digest_files(files, project.root)
 
 
 def _build_remembering(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path,

@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpux.files import atomic_write_text
+from gpux.machine import cpu_model, gpu_identity
+
 ENV = ("GPUX_PROVIDER", "GPUX_STORE", "GPUX_PROBE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 DISTS = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml", "onnxruntime-rocm",
          "onnxruntime-migraphx", "openvino", "nncf", "onnx", "torch", "coremltools", "tensorrt", "pydantic")
@@ -41,7 +44,7 @@ def _record_file(config: Path, request: dict[str, Any]) -> Path:
 def environment() -> dict[str, Any]:
     from importlib import metadata
 
-    import gpux
+    from gpux import __version__
 
     versions: dict[str, str | None] = {}
     for dist in DISTS:
@@ -49,16 +52,12 @@ def environment() -> dict[str, Any]:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
-    cpu = ""
-    with contextlib.suppress(OSError):
-        cpu = next((x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("model name")), "")
+    cpu = cpu_model()
     devices = [d for d in DEVICES if os.path.exists(d)]
     gpu = None
     if any("nvidia" in d for d in devices):
-        from gpux.runtimes.tensorrt import gpu_identity
-
         gpu = gpu_identity()
-    return {"gpux": gpux.__version__, "python": sys.version, "platform": sys.platform, "versions": versions,
+    return {"gpux": __version__, "python": sys.version, "platform": sys.platform, "versions": versions,
             "cpu": cpu, "devices": devices, "gpu": gpu}
 
 
@@ -116,8 +115,6 @@ def record(project: Any, request: dict[str, Any], doc: dict[str, Any], before: d
            outputs: list[Path]) -> None:
     """Remember a successful build (best effort: a failure to write only costs the next build's speed).
     `before`/`config_sha` were taken before the build; `outputs` (artifacts) are stat-ed now."""
-    from gpux.artifacts.store import atomic_write_text
-
     if project.path.name not in CONFIG_NAMES or not project.path.is_file() or config_sha is None:
         return
     stats = {**before, **snapshot(outputs)}

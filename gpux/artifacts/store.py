@@ -1,91 +1,23 @@
-"""The artifact store under .gpux/: content hashes, per-target locks, atomic publish, manifests, cleanup."""
+"""The artifact store under .gpux/: published artifact folders, their manifests, failures remembered, cleanup."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STORE_ENV = "GPUX_STORE"
+from gpux.files import atomic_write_text, sha256_file
+
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
-
-
-def store_root(project_root: Path, override: str | Path | None = None) -> Path:
-    """`.gpux/` beside gpux.yml unless --store or GPUX_STORE says otherwise."""
-    chosen = override or os.environ.get(STORE_ENV)
-    return Path(chosen).resolve() if chosen else project_root / ".gpux"
-
-
-def sha256_file(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path], Any]) -> list[Any]:
-    """`compute(p)` for each path, remembered in `memo_file` by (size, mtime_ns) so unchanged files are not
-    read again; the memo is read once and written once, and only into a store that exists already (commands
-    that only read, such as `inspect`, never create one)."""
-    memo: dict[str, list[Any]] = {}
-    if memo_file is not None and memo_file.is_file():
-        with contextlib.suppress(OSError, ValueError):
-            memo = json.loads(memo_file.read_text())
-    changed, out = False, []
-    for p in paths:
-        st = p.stat()
-        key = str(p.resolve())
-        entry = memo.get(key)
-        if not (isinstance(entry, list) and entry[:2] == [st.st_size, st.st_mtime_ns]):
-            entry = memo[key] = [st.st_size, st.st_mtime_ns, compute(p)]
-            changed = True
-        out.append(entry[2])
-    if changed and memo_file is not None and memo_file.parent.is_dir():
-        with contextlib.suppress(OSError):
-            atomic_write_text(memo_file, json.dumps(memo))
-    return out
-
-
-def digest_files(paths: list[Path], root: Path, cache_file: Path | None = None) -> str:
-    """One sha256 over several files (name + bytes), memoised by (size, mtime_ns) in `cache_file`."""
-    ordered = sorted(paths)
-    h = hashlib.sha256()
-    for p, digest in zip(ordered, memoised(ordered, cache_file, sha256_file), strict=True):
-        h.update(f"{os.path.relpath(p, root)}\0{digest}\n".encode())
-    return h.hexdigest()
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """An exclusive inter-process lock on `path` (an OS lock: released by the OS if the process dies)."""
-    from filelock import FileLock
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(path, mode=0o644):
-        yield
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import sys
@@ -10,11 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import gpux
-from gpux import report
+from gpux import __version__, report
 from gpux.bench import protocol as bench
 from gpux.config.schema import PROVIDERS, Project
 from gpux.errors import GpuxError, InputError, VerificationFailed
+from gpux.machine import environment_facts
+from gpux.plan.targets import with_options
 
 # precisions `--provider all` tries per provider (the field of its option block that selects it)
 PRECISIONS: dict[str, tuple[str, ...]] = {
@@ -42,7 +42,7 @@ def with_torch(project: Project, provider: str, compile_mode: str, precision: st
 def torch_rows(project: Project, protocol: bench.Protocol, shapes: dict[str, int], *, store: str | None,
                input_file: str | None, log: Any) -> list[dict[str, Any]]:
     """`--provider all` for a PyTorch source: each device PyTorch has here, eager and compiled."""
-    from gpux.model.io import TORCH_FORMATS, source_format
+    from gpux.formats import TORCH_FORMATS, source_format
     from gpux.providers import probe_for
 
     if source_format(project) not in TORCH_FORMATS:
@@ -65,16 +65,6 @@ def torch_rows(project: Project, protocol: bench.Protocol, shapes: dict[str, int
 def with_precision(project: Project, provider: str, precision: str) -> Project:
     """The same project with `providers.<provider>.precision` replaced."""
     return with_options(project, provider, precision=precision)
-
-
-def with_options(project: Project, provider: str, **update: Any) -> Project:
-    """The same project with fields of `providers.<provider>` replaced (fields it lacks are left alone)."""
-    block = getattr(project.config.providers, provider)
-    update = {k: v for k, v in update.items() if hasattr(block, k) and getattr(block, k) != v}
-    if not update:
-        return project
-    providers = project.config.providers.model_copy(update={provider: block.model_copy(update=update)})
-    return dataclasses.replace(project, config=project.config.model_copy(update={"providers": providers}))
 
 
 def protocol_for(project: Project, runs: int | None, warmup: int | None, duration: float | None,
@@ -248,7 +238,7 @@ def load_baseline(path: str) -> dict[str, Any]:
 
 def environment(project: Project, protocol: bench.Protocol) -> dict[str, Any]:
     cfg_bytes = project.path.read_bytes() if project.path.is_file() else b""
-    return {**bench.environment_facts(), "gpux": gpux.__version__,
+    return {**environment_facts(), "gpux": __version__,
             "config": str(project.path), "config_sha256": hashlib.sha256(cfg_bytes).hexdigest(),
             "threads": project.config.runtime.threads.model_dump(),
             "protocol": {"warmup": protocol.warmup, "warmup_seconds": protocol.warmup_seconds,

@@ -13,8 +13,6 @@ import csv
 import io
 import itertools
 import math
-import os
-import platform
 import statistics
 import sys
 import threading
@@ -273,23 +271,6 @@ def result_row(provider: str, precision: str, stats: Stats | None, phases: Phase
 def make_document(results: list[dict[str, Any]], environment: dict[str, Any] | None = None) -> dict[str, Any]:
     """A benchmark JSON document: ``{"schema", "environment", "results"}``."""
     return {"schema": SCHEMA_VERSION, "environment": environment or {}, "results": results}
-
-
-def environment_facts() -> dict[str, Any]:
-    """Cheap facts about the host, from the standard library only."""
-    cpu = platform.processor() or None
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    affinity = getattr(os, "sched_getaffinity", None)
-    return {
-        "os": platform.system(), "os_release": platform.release(), "platform": platform.platform(),
-        "machine": platform.machine(), "python": platform.python_version(),
-        "python_implementation": platform.python_implementation(), "cpu_model": cpu,
-        "logical_cores": os.cpu_count(), "available_cpus": len(affinity(0)) if affinity else None,
-    }
 
 
 def compare_baseline(current: dict[str, Any], baseline: dict[str, Any], max_regression_pct: float, *,

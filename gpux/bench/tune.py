@@ -8,22 +8,18 @@ and select as usual.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import gpux
 from gpux import report
 from gpux.bench import protocol as bench
 from gpux.config.schema import Project
 from gpux.errors import UsageError
+from gpux.plan.lock import LOCK_NAME, SCHEMA, fingerprint
 
-LOCK_NAME = "gpux.lock.json"
-SCHEMA = 1
 OBJECTIVES = ("latency", "throughput")
 # (precision label, option fields) tried per provider; the precision label is what the table shows
 CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -78,23 +74,6 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1e3
 
 
-def fingerprint(project: Project) -> dict[str, Any]:
-    """What the figures depend on: this machine, the runtimes, gpux, the config and the model."""
-    from gpux.artifacts.build import source_files
-    from gpux.artifacts.store import digest_files, store_root
-    from gpux.model.io import load_checked
-    from gpux.optional import version_of
-
-    files = source_files(project, load_checked(project))
-    memo = store_root(project.root) / ".hashes.json"  # the build's memo: a large model is not read again
-    return {"cpu": bench.environment_facts()["cpu_model"], "machine": platform.machine(),
-            "os": platform.system(), "cores": bench.environment_facts()["available_cpus"],
-            "gpux": gpux.__version__,
-            "runtimes": {p: version_of(p) for p in ("onnxruntime", "openvino", "nncf", "torch", "tensorrt")},
-            "config_sha256": hashlib.sha256(project.path.read_bytes()).hexdigest(),
-            "model_sha256": digest_files(files, project.source.parent, memo)}
-
-
 def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
     from gpux.providers import probe
 
@@ -113,8 +92,8 @@ def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
 
 
 def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest, log: Callable[[str], None]) -> None:
-    from gpux.bench.command import bench_one, with_options
-    from gpux.plan.targets import resolve_shapes
+    from gpux.bench.command import bench_one
+    from gpux.plan.targets import resolve_shapes, with_options
 
     concurrency = (req.concurrency or 4) if req.objective == "throughput" else 1
     protocol = bench.Protocol(warmup=3, warmup_seconds=min(0.2, req.seconds), runs=20, seconds=req.seconds,
@@ -158,8 +137,8 @@ def choose(outcomes: list[Outcome], objective: str) -> Outcome | None:
 
 
 def tune(req: TuneRequest) -> dict[str, Any]:
-    from gpux.artifacts.store import atomic_write_text
     from gpux.config.locate import open_project
+    from gpux.files import atomic_write_text
 
     if req.objective not in OBJECTIVES:
         raise UsageError(f"--objective {req.objective}: expected one of {', '.join(OBJECTIVES)}")
@@ -176,48 +155,6 @@ def tune(req: TuneRequest) -> dict[str, Any]:
     if best is not None:  # with no survivor, an earlier lock stays as it was
         atomic_write_text(project.root / LOCK_NAME, json.dumps(lock, indent=1) + "\n")
     return lock
-
-
-# -- following the lock ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Locked:
-    provider: str
-    options: dict[str, Any]
-
-
-def read_lock(project: Project) -> tuple[Locked | None, str | None]:
-    """The lock's choice when it was measured for this machine, runtimes, config and model; else (None, why
-    it is not followed). (None, None): there is no lock."""
-    path = project.root / LOCK_NAME
-    if not path.is_file() or project.path.name == LOCK_NAME:
-        return None, None
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        choice, theirs = doc["choice"], doc["fingerprint"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None, f"{path}: not a gpux lock; ignored (run `gpux tune` to write one)"
-    ours = fingerprint(project)
-    differs = [k for k in ("cpu", "machine", "os", "cores", "runtimes", "config_sha256", "model_sha256")
-               if theirs.get(k) != ours.get(k)]
-    if differs:
-        return None, (f"{LOCK_NAME} was measured with another {', '.join(differs)}; selecting as usual "
-                      f"(run `gpux tune` here to measure this one)")
-    return Locked(choice["provider"], dict(choice.get("options") or {})), None
-
-
-def apply_lock(project: Project, provider: str | None) -> tuple[Project, str | None, str | None]:
-    """(project with the locked options, the locked provider, a warning) when nothing more explicit decides."""
-    import os
-
-    from gpux.bench.command import with_options
-    from gpux.plan.targets import ENV_PROVIDER
-
-    if provider or os.environ.get(ENV_PROVIDER) or project.config.runtime.backend != ("auto",):
-        return project, None, None
-    locked, why = read_lock(project)
-    if locked is None:
-        return project, None, why
-    return with_options(project, locked.provider, **locked.options), locked.provider, None
 
 
 def render(lock: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpux import report
 from gpux.errors import ExitCode, ProviderUnavailable
+from gpux.files import digest_files, store_root
 
 
 def _log(as_json: bool) -> Any:
@@ -30,9 +31,9 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
         if replayed is not None:
             report.emit_json(replayed) if as_json else report.render_build(replayed)
             return 0
-    from gpux.artifacts.build import build, keyed_targets, needs_device, source_files
+    from gpux.artifacts.build import build, keyed_targets, needs_device
     from gpux.config.locate import open_project, remember
-    from gpux.model.io import effective_io, load_checked
+    from gpux.model.io import effective_io, load_checked, source_files
     from gpux.providers import probe_for
     from gpux.run.session import Attempt
 
@@ -45,10 +46,9 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
     project, selection, why = choose(project, provider, strict, store_dir)
     project.warnings.extend(why)
     if dry_run:
-        from gpux.artifacts import store
 
         inputs, _ = effective_io(project, io)
-        digest = store.digest_files(source_files(project, io), project.root)
+        digest = digest_files(source_files(project, io), project.root)
         first = selection.chain[0]
         keyed = keyed_targets(project, first, inputs, digest, shapes)
         plan_targets = [t for t, _, _ in keyed]
@@ -100,7 +100,7 @@ def build_command(path: str, provider: str | None, strict: bool, force: bool, ve
 def watched_inputs(project: Any, io: Any) -> list[Path]:
     """Every file and folder a build reads: config, model (+ external data), labels, samples, calibration
     data (folders too: adding a file changes them)."""
-    from gpux.artifacts.build import source_files
+    from gpux.model.io import source_files
 
     cfg = project.config
     named = [spec.labels for spec in {**(cfg.inputs or {}), **(cfg.outputs or {})}.values()
@@ -185,10 +185,9 @@ def _run_once(project: Any, *, input_json: str | None, input_file: str | None, o
 
 def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     from gpux.artifacts import store
-    from gpux.artifacts.build import source_files
     from gpux.config.locate import open_project
     from gpux.config.schema import CONFIG_NAMES, PROVIDERS
-    from gpux.model.io import effective_io, load_checked
+    from gpux.model.io import effective_io, load_checked, source_files
     from gpux.multi.commands import inspect_workspace, workspace_of
     from gpux.providers import ort_conflict_warning, probe_for, runtime_of
 
@@ -203,7 +202,7 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     project, selection, whys = choose(project, None, False, store_dir)
     locked = selection.chain[0] if selection.source == "gpux.lock.json" else None
     chosen = next((p for p in selection.chain if probe_for(project, p).ok), None)
-    root = store.store_root(project.root, store_dir)
+    root = store_root(project.root, store_dir)
     current = current_folders(project, io, root)
     arts = []
     for a in store.artifacts(root, project.name):
@@ -258,13 +257,12 @@ def offer_of(project: Any, store_dir: str | None) -> dict[str, Any]:
 
 def current_folders(project: Any, io: Any, root: Path) -> set[str]:
     """Artifact folder names the current config, model and environment would build, for every provider."""
-    from gpux.artifacts import store
-    from gpux.artifacts.build import keyed_targets, source_files
+    from gpux.artifacts.build import keyed_targets
     from gpux.config.schema import PROVIDERS
-    from gpux.model.io import effective_io
+    from gpux.model.io import effective_io, source_files
 
     inputs, _ = effective_io(project, io)
-    digest = store.digest_files(source_files(project, io), project.root, root / ".hashes.json")
+    digest = digest_files(source_files(project, io), project.root, root / ".hashes.json")
     return {f"{t.id}-{key[:12]}" for p in PROVIDERS for t, _, key in keyed_targets(project, p, inputs, digest)}
 
 
@@ -274,7 +272,7 @@ def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) 
     from gpux.model.io import load_checked
 
     project = open_project(path)
-    root = store.store_root(project.root, store_dir)
+    root = store_root(project.root, store_dir)
     arts = store.artifacts(root, project.name)
     current = current_folders(project, load_checked(project, store_dir), root) if action == "prune" else set()
     rows: list[dict[str, Any]] = []

@@ -122,7 +122,8 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
 
 def declared_io_problems(project: Any) -> None:
     """Declared inputs/outputs against an ONNX model file that is present; raises ConfigError."""
-    from gpux.model.io import check_declared, source_format
+    from gpux.formats import source_format
+    from gpux.model.io import check_declared
 
     if not project.source.is_file() or source_format(project) != "onnx":
         return

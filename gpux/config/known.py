@@ -31,7 +31,7 @@ def known_projects() -> dict[str, str]:
 
 def remember(name: str, config: Path) -> None:
     """Record where model `name` is declared (an absolute path, so any folder can find it)."""
-    from gpux.artifacts.store import atomic_write_text
+    from gpux.files import atomic_write_text
 
     known = known_projects()
     path = str(config.resolve())

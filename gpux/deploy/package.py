@@ -38,6 +38,7 @@ from gpux.deploy.docker import (
     run_image,
 )
 from gpux.errors import UsageError
+from gpux.files import store_root
 from gpux.providers import TORCH_INDEX, TORCH_INDEX_URL
 from gpux.serve.image import ServeImage, serve_requirements
 
@@ -356,7 +357,7 @@ def _b64(digest: bytes) -> str:
 def project_files(project: Project, io: Any) -> tuple[str, list[tuple[Path, str]]]:
     """(model.source as packaged, [(file here, path under model/)]): the source, its external data, labels,
     verification data and calibration data. Files other than the source must lie inside the project folder."""
-    from gpux.artifacts.build import source_files
+    from gpux.model.io import source_files
 
     root, src = project.root.resolve(), project.source
     try:
@@ -507,7 +508,7 @@ def _build_and_run(req: PackageRequest, plan: ImagePlan, project: Project, io: A
     doc: dict[str, Any] = plan.to_dict()
     ensure_base_image(client, plan.base_image, report.info)
     started = time.perf_counter()
-    tmp = store.new_workdir(store.store_root(project.root, req.store), f"package-{plan.provider}")  # hardlinks
+    tmp = store.new_workdir(store_root(project.root, req.store), f"package-{plan.provider}")  # hardlinks
     try:
         ctx = write_context(plan, project, io, tmp / "context", link=True)
         doc["image_id"] = build_image(client, ctx, plan.tag, Progress())

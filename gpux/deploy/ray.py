@@ -55,9 +55,9 @@ class ModelReplica:
     """One replica: a gpux session on the best provider that really works here; batching as `serve:` says."""
 
     def __init__(self, spec: ModelSpec) -> None:
-        import gpux
+        from gpux.run.session import load
 
-        self.session = gpux.load(spec.config, provider=spec.provider, strict=spec.strict, store_dir=spec.store)
+        self.session = load(spec.config, provider=spec.provider, strict=spec.strict, store_dir=spec.store)
         settings = self.session.project.config.serve
         tensors = [*self.session.inputs.values(), *self.session.outputs.values()]
         self.batching = settings.max_batch_size > 0 and all(t.shape and not isinstance(t.shape[0], int)

@@ -233,7 +233,7 @@ def onnx_project(project: Project, provider: str) -> Project:
     """The project whose cpu block builds the portable ONNX artifact `provider` serves in Triton: the config's
     own cpu block for cpu, fp32 at the basic level for GPU providers (TensorRT's int8 needs the calibrated
     QDQ model); Triton's ONNX Runtime applies the accelerator itself."""
-    from gpux.bench.command import with_options
+    from gpux.plan.targets import with_options
 
     if provider == "cpu":
         return project

@@ -30,10 +30,9 @@ def structural_problems(model: Any, path: Path, external: tuple[str, ...]) -> li
 
 def _truncated(model: Any, path: Path) -> list[str]:
     """External tensors whose offset+length run past the end of their file."""
-    from gpux.model.io import _all_tensors
 
     out: list[str] = []
-    for t in _all_tensors(model.graph):
+    for t in all_tensors(model.graph):
         if t.data_location != 1:
             continue
         info = {e.key: e.value for e in t.external_data}
@@ -48,7 +47,7 @@ def _truncated(model: Any, path: Path) -> list[str]:
 
 def type_problems(tensors: list[tuple[str, str, int]]) -> list[str]:
     """(kind, name, elem_type) of graph inputs/outputs whose element type gpux cannot pass as numpy arrays."""
-    from gpux.model.io import ONNX_DTYPES
+    from gpux.formats import ONNX_DTYPES
 
     onnx = require("onnx")
     out = []
@@ -164,3 +163,17 @@ def lowered_source(src: Path, ir: int, folder: Path) -> Path:
     onnx.save_model(model, str(tmp), save_as_external_data=external, location=dst.name + ".data")
     os.replace(tmp, dst)
     return dst
+
+
+def all_tensors(graph: Any) -> Any:
+    """Every tensor a graph holds: initializers and constants, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from all_tensors(attr.g)
+            for g in attr.graphs:
+                yield from all_tensors(g)

@@ -8,14 +8,10 @@ from typing import Any
 
 from gpux.config.schema import Project, TensorSpec
 from gpux.errors import ConfigError, Problem
+from gpux.formats import ONNX_DTYPES, TORCH_FORMATS, source_format
 from gpux.optional import require
 
 # ONNX TensorProto element type -> gpux dtype name
-ONNX_DTYPES = {
-    1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string",
-    9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16",
-}  # fmt: skip
-
 Dim = int | str | None
 
 
@@ -81,13 +77,15 @@ def read_io(path: Path, memo: Path | None = None, check: bool = True) -> ModelIO
     `check=False` skips the model checks (gpux's own intermediate files)."""
     if memo is None or not path.is_file():
         return _parse_io(path, check)
-    from gpux.artifacts.store import memoised
+    from gpux.files import memoised
 
     [cached] = memoised([path], memo, lambda p: _parse_io(p).to_dict())
     return ModelIO.from_dict(cached)
 
 
 def _parse_io(path: Path, check: bool = True) -> ModelIO:
+    from gpux.model.compat import all_tensors
+
     onnx = require("onnx")
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -97,7 +95,7 @@ def _parse_io(path: Path, check: bool = True) -> ModelIO:
     external = sorted(
         {
             e.value
-            for t in _all_tensors(model.graph)
+            for t in all_tensors(model.graph)
             if t.data_location == 1
             for e in t.external_data
             if e.key == "location"
@@ -123,19 +121,6 @@ def _parse_io(path: Path, check: bool = True) -> ModelIO:
         opsets={("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import},
         problems=tuple(problems),
     )
-
-
-def _all_tensors(graph: Any) -> Any:
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-            if attr.HasField("g"):
-                yield from _all_tensors(attr.g)
-            for g in attr.graphs:
-                yield from _all_tensors(g)
 
 
 def check_declared(project: Project, io: ModelIO) -> list[Problem]:
@@ -204,27 +189,6 @@ def effective_io(project: Project, io: ModelIO) -> tuple[dict[str, Tensor], dict
 
 
 # file suffix -> source format (model.format states it where the suffix is ambiguous)
-SUFFIX_FORMATS = {".onnx": "onnx", ".pt2": "torch_export", ".pt": "torchscript", ".pth": "torchscript",
-                  ".ts": "torchscript", ".torchscript": "torchscript", ".jit": "torchscript"}
-TORCH_FORMATS = ("torchscript", "torch_export")
-
-
-def source_format(project: Project) -> str:
-    """onnx | torchscript | torch_export: stated in model.format, else from the suffix, else sniffed."""
-    if project.config.model.format:
-        return project.config.model.format
-    src = project.source
-    if src.suffix.lower() in SUFFIX_FORMATS:
-        return SUFFIX_FORMATS[src.suffix.lower()]
-    import zipfile
-
-    if zipfile.is_zipfile(src):
-        with zipfile.ZipFile(src) as z:
-            names = z.namelist()
-        return "torch_export" if any("serialized_exported_program" in n for n in names) else "torchscript"
-    return "onnx"
-
-
 def declared_io(project: Project) -> ModelIO:
     """The interface of a source gpux cannot read without running it (PyTorch): the declared one."""
     cfg = project.config
@@ -246,7 +210,7 @@ def compat_check(io: ModelIO) -> Any:
 
 def load_checked(project: Project, store_dir: str | Path | None = None) -> ModelIO:
     """The model's interface, after checking the declared inputs/outputs against it."""
-    from gpux.artifacts.store import store_root
+    from gpux.files import store_root
 
     if not project.source.is_file():
         raise ConfigError([project.problem(("model", "source"), f"file not found: {project.source}")])
@@ -265,3 +229,9 @@ def load_checked(project: Project, store_dir: str | Path | None = None) -> Model
     if problems:
         raise ConfigError(problems)
     return io
+
+
+def source_files(project: Project, io: ModelIO) -> list[Path]:
+    """The files the model is made of: the source and its external data."""
+    src = project.source
+    return [src, *[(src.parent / f).resolve() for f in io.external_data]]

@@ -7,7 +7,8 @@ import mmap
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpux.model.io import ONNX_DTYPES, Dim, ModelIO, Tensor
+from gpux.formats import ONNX_DTYPES
+from gpux.model.io import Dim, ModelIO, Tensor
 
 # field numbers of onnx.proto
 MODEL_GRAPH, MODEL_IR = 7, 1

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpux.artifacts import store
+from gpux import files
 from gpux.config.schema import PROVIDERS, Project
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class Place:
 
     @property
     def file(self) -> Path:
-        return store.store_root(self.root, self.store_dir) / self.name / CHOICE_FILE
+        return files.store_root(self.root, self.store_dir) / self.name / CHOICE_FILE
 
 
 def read(place: Place) -> str | None:
@@ -49,7 +49,7 @@ def write(place: Place, provider: str | None) -> None:
         place.file.unlink(missing_ok=True)
         return
     doc = {"provider": provider, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    store.atomic_write_text(place.file, json.dumps(doc) + "\n")
+    files.atomic_write_text(place.file, json.dumps(doc) + "\n")
 
 
 def settle(place: Place, models: dict[str, Project]) -> tuple[str | None, str | None]:
@@ -74,7 +74,7 @@ def choose(project: Project, provider: str | None, strict: bool = False,
            store_dir: str | Path | None = None) -> tuple[Project, Selection, list[str]]:
     """(project with tuned options where the lock applies, its Selection, warnings): the one place a single
     project's provider is chosen."""
-    from gpux.bench.tune import apply_lock
+    from gpux.plan.lock import apply_lock
     from gpux.plan.targets import ENV_PROVIDER, select
 
     warnings: list[str] = []

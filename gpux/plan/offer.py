@@ -55,7 +55,7 @@ class Offer:
 
 def cell(project: Project, provider: str) -> Cell:
     """Declared support, then what the source can reach, then what this machine has."""
-    from gpux.model.io import TORCH_FORMATS, source_format
+    from gpux.formats import TORCH_FORMATS, source_format
     from gpux.providers import probe_for, runtime_of
 
     supported = project.config.runtime.supported

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -125,7 +126,7 @@ def resolve_shapes(project: Project, shapes: dict[str, int] | None = None) -> di
 def targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
     """The targets that provider `provider` needs, in build order (`inputs`: the model's Tensors, which
     fix TensorRT's shape profiles). A PyTorch source is first exported to ONNX, which the rest consume."""
-    from gpux.model.io import TORCH_FORMATS, source_format
+    from gpux.formats import TORCH_FORMATS, source_format
     from gpux.providers import runtime_of
 
     fmt = source_format(project)
@@ -219,3 +220,13 @@ def _onnx_target(project: Project, provider: str, options: dict[str, Any]) -> Ta
     level = opts.get("optimization", "basic")
     # one ONNX artifact serves every ONNX Runtime provider that asks for the same options
     return Target(f"onnx-{label}-{level}", ONNX_STEPS[precision], "onnxruntime", precision, opts)
+
+
+def with_options(project: Project, provider: str, **update: Any) -> Project:
+    """The same project with fields of `providers.<provider>` replaced (fields it lacks are left alone)."""
+    block = getattr(project.config.providers, provider)
+    update = {k: v for k, v in update.items() if hasattr(block, k) and getattr(block, k) != v}
+    if not update:
+        return project
+    providers = project.config.providers.model_copy(update={provider: block.model_copy(update=update)})
+    return dataclasses.replace(project, config=project.config.model_copy(update={"providers": providers}))

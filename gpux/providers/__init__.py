@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 from collections.abc import Callable
@@ -11,6 +10,7 @@ from functools import cache
 from importlib import metadata
 from typing import Any, Literal
 
+from gpux.machine import cuda_device_problem
 from gpux.optional import install_hint, installed_ort_distributions, is_installed
 
 Status = Literal["ok", "not installed", "import failed", "no device"]
@@ -72,19 +72,6 @@ class Provider:
         return probe(self.name)
 
 
-def _cuda_device() -> str | None:
-    for lib in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-        try:
-            cuda = ctypes.CDLL(lib)
-        except OSError:
-            continue
-        count = ctypes.c_int(0)
-        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-            return "the NVIDIA driver is present but CUDA cannot initialise a device"
-        return None if count.value > 0 else "no NVIDIA GPU found"
-    return "no NVIDIA driver (libcuda) found: this machine has no usable NVIDIA GPU"
-
-
 def _rocm_device() -> str | None:
     return None if os.path.exists("/dev/kfd") else "no AMD GPU found (/dev/kfd is missing)"
 
@@ -93,9 +80,9 @@ PROVIDERS: dict[str, Provider] = {
     p.name: p
     for p in (
         Provider("tensorrt", "onnxruntime", "TensorrtExecutionProvider", "tensorrt", ("linux", "win32"),
-                 _cuda_device, "NVIDIA GPU"),
+                 cuda_device_problem, "NVIDIA GPU"),
         Provider("cuda", "onnxruntime", "CUDAExecutionProvider", "cuda", ("linux", "win32"),
-                 _cuda_device, "NVIDIA GPU"),
+                 cuda_device_problem, "NVIDIA GPU"),
         Provider("rocm", "onnxruntime", "MIGraphXExecutionProvider", "", ("linux",), _rocm_device, "AMD GPU"),
         Provider("coreml", "onnxruntime", "CoreMLExecutionProvider", "coreml", ("darwin",), None,
                  "Apple Neural Engine / GPU"),
@@ -277,7 +264,7 @@ def probe_for(project: Any, name: str) -> Availability:
     """`probe(name)`, or PyTorch's own probe where the project runs provider `name` with runtime torch."""
     if runtime_of(project, name) != "torch":
         return probe(name)
-    from gpux.model.io import TORCH_FORMATS, source_format
+    from gpux.formats import TORCH_FORMATS, source_format
 
     platform_ok = probe(name) if name == "mps" else None
     if platform_ok is not None and not platform_ok.ok:

@@ -12,8 +12,8 @@ from gpux.config.schema import Project, Verify
 from gpux.errors import BuildFailed, GpuxError, InputError, ModelError, VerificationFailed
 
 if TYPE_CHECKING:
-    from gpux.artifacts.build import Job, Step
     from gpux.plan.targets import Target
+    from gpux.runtimes import Job, Step
 
 # default tolerances per execution precision; a value set in `verify:` overrides it for every precision
 DEFAULTS: dict[str, dict[str, float | None]] = {
@@ -147,8 +147,8 @@ def _dense(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | Non
 def reference(project: Project, source: Any = None) -> tuple[list[str], Callable[[dict[str, Any]], list[Any]]]:
     """Output names and the FP32 reference: the source model itself (ONNX Runtime CPU, no graph
     optimization; a PyTorch source runs in PyTorch)."""
-    from gpux.artifacts.build import resolve
-    from gpux.model.io import TORCH_FORMATS, source_format
+    from gpux.formats import TORCH_FORMATS, source_format
+    from gpux.runtimes import resolve
 
     fmt = source_format(project)
     if fmt in TORCH_FORMATS:
@@ -200,8 +200,8 @@ def reference_outputs(job: Job, run: Callable[[dict[str, Any]], list[Any]], feed
 def run_verification(job: Job, step: Step, target: Target, artifact: Any) -> dict[str, Any]:
     """Verify one built artifact on the job's samples (or verify.data, or generated inputs) at the
     precision it executes at; a candidate runtime that cannot run them fails the build (a fallback reason)."""
-    from gpux.artifacts.build import resolve
     from gpux.quality import calibrate
+    from gpux.runtimes import resolve
 
     if step.verify is None:
         return {"skipped": f"{target.step} cannot run on this machine"}

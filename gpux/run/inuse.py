@@ -10,13 +10,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from gpux import files
 from gpux.artifacts import store
 
 FOLDER = ".in-use"
 
 
 def _folder(name: str, root: Path, store_dir: str | Path | None) -> Path:
-    return store.store_root(root, store_dir) / name / FOLDER
+    return files.store_root(root, store_dir) / name / FOLDER
 
 
 @contextlib.contextmanager
@@ -29,7 +30,7 @@ def holding(name: str, root: Path, store_dir: str | Path | None, what: str) -> I
     lock = folder / f"{os.getpid()}-{time.monotonic_ns()}.lock"
     note = lock.with_suffix(".json")
     since = time.strftime("%H:%M:%S", time.gmtime())
-    store.atomic_write_text(note, json.dumps({"what": what, "pid": os.getpid(), "since": since}))
+    files.atomic_write_text(note, json.dumps({"what": what, "pid": os.getpid(), "since": since}))
     try:
         with FileLock(lock):
             yield

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux.artifacts import store
-from gpux.artifacts.build import STEPS, BuildResult, build, resolve
+from gpux.artifacts.build import BuildResult, build
 from gpux.config.locate import open_project
 from gpux.config.schema import Project
 from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed
@@ -18,6 +18,7 @@ from gpux.model.inputs import cast_all
 from gpux.model.io import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan.targets import Selection
 from gpux.providers import Runner, probe_for
+from gpux.runtimes import STEPS, resolve
 
 
 @dataclass(frozen=True)

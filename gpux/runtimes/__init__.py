@@ -1,1 +1,94 @@
-"""One module per backend: how to build its artifact and how to open a runner on it."""
+"""The kinds of artifact (steps) and what a build step is handed: how each kind is built, checked on this
+machine and opened, named as 'module:function' so nothing heavy is imported until a step runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from pkgutil import resolve_name as resolve
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpux.config.schema import Project
+    from gpux.model.io import Tensor
+    from gpux.plan.targets import Target
+
+Log = Callable[[str], None]
+__all__ = ["STEPS", "STEP_HINTS", "Context", "Job", "Log", "Step", "resolve"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """How one kind of target is built and checked (functions named lazily as 'module:function')."""
+
+    build: str
+    verify: str | None  # returns an infer(feeds) -> outputs callable on this machine; None: not here
+    packages: tuple[str, ...]  # distributions whose versions key the artifact
+    device: str  # "none" | "cpu" | "cpu-if-level" | "gpu" | "torch": which device identity keys it
+    open: str = "gpux.runtimes.onnxruntime:open_runner"  # (provider, project, artifact) -> Runner
+    on_run: bool = True  # cheap enough to build silently on `run`? (False: say it may take minutes)
+    needs_device: bool = False  # can only be built on the device it runs on
+    shapes: bool = False  # the resolved sizes of symbolic dims shape the artifact (key them)
+
+
+ORT_STEP = Step("gpux.runtimes.onnxruntime:build_onnx", "gpux.runtimes.onnxruntime:verify_runner",
+                ("onnxruntime", "onnx"), "cpu-if-level")
+STEPS: dict[str, Step] = {
+    "optimize": ORT_STEP,
+    "float16": ORT_STEP,
+    "quantize": ORT_STEP,
+    "torch-export": Step("gpux.runtimes.torch_export:export_onnx", "gpux.runtimes.onnxruntime:verify_runner",
+                         ("torch", "onnx"), "none"),
+    "coreml-package": Step("gpux.runtimes.coreml:build_package", "gpux.runtimes.coreml:verify_runner",
+                           ("coremltools", "torch"), "none", "gpux.runtimes.coreml:open_runner", shapes=True),
+    "openvino-ir": Step("gpux.runtimes.openvino:build_ir", "gpux.runtimes.openvino:verify_runner",
+                        ("openvino", "nncf", "onnxruntime"), "cpu", "gpux.runtimes.openvino:open_runner",
+                        shapes=True),
+    "torch-module": Step("gpux.runtimes.torch_module:build_module", "gpux.runtimes.torch_module:verify_runner",
+                         ("torch",), "torch", "gpux.runtimes.torch_module:open_runner", needs_device=True,
+                         shapes=True),
+    "tensorrt-engine": Step("gpux.runtimes.tensorrt:build_engine", "gpux.runtimes.tensorrt:verify_runner",
+                            ("tensorrt", "onnxruntime"), "gpu", "gpux.runtimes.tensorrt:open_runner",
+                            on_run=False, needs_device=True),
+}
+
+
+# what to do when a build step's runtime raises, by step
+STEP_HINTS = {
+    "float16": "the fp16 conversion failed for this model (an already-quantized model cannot be converted); "
+               "keep precision: fp32. GPUX_DEBUG=1 shows details",
+    "quantize": "int8 quantization failed for this model; keep precision: fp32 or try another quantization "
+                "mode. GPUX_DEBUG=1 shows details",
+    "": "this runtime cannot take the model as it is; GPUX_DEBUG=1 shows details",
+}
+
+
+@dataclass
+class Context:
+    """What a build step receives: its input file, a private folder, and the model's interface."""
+
+    project: Project
+    target: Target
+    src: Path
+    workdir: Path
+    inputs: dict[str, Tensor]
+    shapes: dict[str, int]
+    log: Log
+    calibration: Callable[[], list[dict[str, Any]]]
+    strict: bool = False  # precision that did nothing fails instead of warning
+
+
+@dataclass
+class Job:
+    """What every target of one build shares: the project, the model's interface and the verification setup."""
+
+    project: Project
+    inputs: dict[str, Tensor]
+    shapes: dict[str, int]
+    verify: bool
+    log: Log
+    source: Path  # the model the first target reads and the FP32 reference runs (IR-lowered copy if needed)
+    samples: list[dict[str, Any]] | None = None  # verification inputs given by the caller (run --file)
+    strict: bool = False
+    force: bool = False  # rebuild, and retry conversions remembered as failing

@@ -298,7 +298,7 @@ def _restore_inputs(model: Any, names: Sequence[str], tensors: Mapping[str, Any]
     runtime accepts the same feeds."""
     from onnx import helper
 
-    from gpux.model.io import ONNX_DTYPES
+    from gpux.formats import ONNX_DTYPES
 
     present = {i.name for i in model.graph.input}
     codes = {v: k for k, v in ONNX_DTYPES.items()}

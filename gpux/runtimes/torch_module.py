@@ -79,7 +79,7 @@ def _torch() -> Any:
 def device_identity(target: Any) -> dict[str, Any]:
     """What keys a torch artifact to a machine: nothing for eager cpu; the CPU for compiled cpu kernels;
     the GPU's name and compute capability (or architecture) for cuda/rocm; the Mac for mps."""
-    from gpux.artifacts.build import cpu_model
+    from gpux.machine import cpu_model
 
     setup = Setup.of(target.options)
     if setup.device == "cpu":

@@ -7,8 +7,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import gpux
-
 
 @dataclass(frozen=True)
 class ServeImage:
@@ -38,7 +36,7 @@ def serve_requirements() -> list[str]:
     import tomllib
     from importlib import metadata
 
-    pyproject = Path(gpux.__file__).resolve().parent.parent / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"  # the checkout root
     with contextlib.suppress(OSError, ValueError, KeyError):
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
         if data.get("name") == "gpux-ml":

@@ -122,7 +122,7 @@ class LoadRequest:
 
 def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     """Open the model's sessions (one per instance) and warm each up; blocking, run it off the event loop."""
-    import gpux
+    from gpux.run.session import load
 
     settings = model.settings
     if model.name in request.pipelines:
@@ -130,7 +130,7 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     else:
         provider = request.fixed.get(model.name, request.provider)
         strict = request.strict or model.name in request.fixed
-        sessions = [gpux.load(model.project, provider=provider, strict=strict, store_dir=request.store)
+        sessions = [load(model.project, provider=provider, strict=strict, store_dir=request.store)
                     for _ in range(settings.instances)]
         first = sessions[0]
         model.inputs, model.outputs = dict(first.inputs), dict(first.outputs)

@@ -1,0 +1,79 @@
+"""Facts about this machine that key artifacts and records: the CPU model and the NVIDIA GPU, read once."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+CUDA_LIBRARIES = ("libcuda.so.1", "libcuda.so", "nvcuda.dll")
+
+
+@cache
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, else what the platform module says)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@cache
+def cuda_driver() -> Any | None:
+    """The CUDA driver library (no CUDA toolkit needed), or None when this machine has none."""
+    for lib in CUDA_LIBRARIES:
+        try:
+            return ctypes.CDLL(lib)
+        except OSError:
+            continue
+    return None
+
+
+def cuda_device_problem() -> str | None:
+    """None when the CUDA driver sees at least one GPU, else why not (for the cuda and tensorrt probes)."""
+    cuda = cuda_driver()
+    if cuda is None:
+        return "no NVIDIA driver (libcuda) found: this machine has no usable NVIDIA GPU"
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return "the NVIDIA driver is present but CUDA cannot initialise a device"
+    return None if count.value > 0 else "no NVIDIA GPU found"
+
+
+@cache
+def gpu_identity(device_id: int = 0) -> dict[str, Any]:
+    """Name and compute capability of an NVIDIA GPU, from the CUDA driver API."""
+    cuda = cuda_driver()
+    if cuda is None:
+        return {"gpu": None, "reason": "no NVIDIA driver"}
+    if cuda.cuInit(0) != 0:
+        return {"gpu": None, "reason": "CUDA driver cannot initialise"}
+    dev = ctypes.c_int()
+    if cuda.cuDeviceGet(ctypes.byref(dev), device_id) != 0:
+        return {"gpu": None, "reason": f"no CUDA device {device_id}"}
+    name = ctypes.create_string_buffer(256)
+    cuda.cuDeviceGetName(name, 256, dev)
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)  # COMPUTE_CAPABILITY_MAJOR
+    cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)  # COMPUTE_CAPABILITY_MINOR
+    version = ctypes.c_int()
+    cuda.cuDriverGetVersion(ctypes.byref(version))
+    return {"gpu": name.value.decode(errors="replace"), "compute_capability": f"{major.value}.{minor.value}",
+            "cuda_driver": f"{version.value // 1000}.{version.value % 1000 // 10}"}
+
+
+def environment_facts() -> dict[str, Any]:
+    """Cheap facts about the host, from the standard library only (benchmark documents, the tune lock)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return {
+        "os": platform.system(), "os_release": platform.release(), "platform": platform.platform(),
+        "machine": platform.machine(), "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(), "cpu_model": cpu_model(),
+        "logical_cores": os.cpu_count(), "available_cpus": len(affinity(0)) if affinity else None,
+    }

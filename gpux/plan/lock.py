@@ -1,0 +1,74 @@
+"""gpux.lock.json, the choice `gpux tune` measured: followed only on the machine, runtimes, config and model
+it was measured with (its fingerprint); anything else says why and selects as usual."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+from gpux import __version__
+from gpux.config.schema import Project
+
+LOCK_NAME = "gpux.lock.json"
+SCHEMA = 1
+
+
+def fingerprint(project: Project) -> dict[str, Any]:
+    """What the figures depend on: this machine, the runtimes, gpux, the config and the model."""
+    from gpux.files import digest_files, store_root
+    from gpux.machine import environment_facts
+    from gpux.model.io import load_checked, source_files
+    from gpux.optional import version_of
+
+    files = source_files(project, load_checked(project))
+    memo = store_root(project.root) / ".hashes.json"  # the build's memo: a large model is not read again
+    return {"cpu": environment_facts()["cpu_model"], "machine": platform.machine(),
+            "os": platform.system(), "cores": environment_facts()["available_cpus"],
+            "gpux": __version__,
+            "runtimes": {p: version_of(p) for p in ("onnxruntime", "openvino", "nncf", "torch", "tensorrt")},
+            "config_sha256": hashlib.sha256(project.path.read_bytes()).hexdigest(),
+            "model_sha256": digest_files(files, project.source.parent, memo)}
+
+
+
+@dataclass(frozen=True)
+class Locked:
+    provider: str
+    options: dict[str, Any]
+
+
+def read_lock(project: Project) -> tuple[Locked | None, str | None]:
+    """The lock's choice when it was measured for this machine, runtimes, config and model; else (None, why
+    it is not followed). (None, None): there is no lock."""
+    path = project.root / LOCK_NAME
+    if not path.is_file() or project.path.name == LOCK_NAME:
+        return None, None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        choice, theirs = doc["choice"], doc["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, f"{path}: not a gpux lock; ignored (run `gpux tune` to write one)"
+    ours = fingerprint(project)
+    differs = [k for k in ("cpu", "machine", "os", "cores", "runtimes", "config_sha256", "model_sha256")
+               if theirs.get(k) != ours.get(k)]
+    if differs:
+        return None, (f"{LOCK_NAME} was measured with another {', '.join(differs)}; selecting as usual "
+                      f"(run `gpux tune` here to measure this one)")
+    return Locked(choice["provider"], dict(choice.get("options") or {})), None
+
+
+def apply_lock(project: Project, provider: str | None) -> tuple[Project, str | None, str | None]:
+    """(project with the locked options, the locked provider, a warning) when nothing more explicit decides."""
+    import os
+
+    from gpux.plan.targets import ENV_PROVIDER, with_options
+
+    if provider or os.environ.get(ENV_PROVIDER) or project.config.runtime.backend != ("auto",):
+        return project, None, None
+    locked, why = read_lock(project)
+    if locked is None:
+        return project, None, why
+    return with_options(project, locked.provider, **locked.options), locked.provider, None
