@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpux.errors import BuildFailed, GpuxError, MissingDependency
+from gpux.errors import BuildFailed, GpuxError, MissingDependency, error_lines
 from gpux.optional import require
 
 MAIN = "model.xml"
@@ -95,7 +95,7 @@ NOISE = ("Exception from", "Check '", "[ONNX Frontend]", "While validating", "Su
 def reason(exc: BaseException) -> str:
     """The informative lines of an OpenVINO error (they open with source locations): each failed operation
     with the frontend's own message, else the last line that is not a location."""
-    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    lines = error_lines(exc)
     rules: list[list[str]] = []
     for x in lines:
         if x.startswith("--"):
