@@ -261,7 +261,8 @@ def execution_precision(target: Target) -> str:
     """The precision the artifact computes at: OpenVINO's execution precision where it is below fp32."""
     if target.step != "openvino-ir" or target.precision == "int8":
         return target.precision
-    from gpux.providers.options import OpenVINOOptions, openvino_execution_precision
+    from gpux.providers.options import OpenVINOOptions
+    from gpux.runtimes.openvino_options import openvino_execution_precision
 
     hint = openvino_execution_precision(OpenVINOOptions.model_validate(target.options))
     return {"bf16": "bf16", "f16": "fp16"}.get(hint, target.precision)
