@@ -1,4 +1,4 @@
-"""The GpuxError tree and the exit codes every command uses."""
+"""The GpuxError tree, the exit codes every command uses, and an exception's message in one line."""
 
 from __future__ import annotations
 
@@ -92,3 +92,17 @@ class ModelError(GpuxError):
     """The model itself cannot be used as declared (not a provider problem: no fallback helps)."""
 
     exit_code = ExitCode.CONFIG
+
+
+def error_lines(exc: BaseException) -> list[str]:
+    """The non-blank lines of an exception's message, stripped."""
+    return [x.strip() for x in str(exc).splitlines() if x.strip()]
+
+
+def first_line(exc: BaseException, text: str | None = None) -> str:
+    """An error in one line of at most 300 characters: `Type: text`, where `text` defaults to the first
+    non-blank line of the message."""
+    if text is None:
+        lines = error_lines(exc)
+        text = lines[0] if lines else ""
+    return f"{type(exc).__name__}: {text}"[:300]

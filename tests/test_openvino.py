@@ -22,6 +22,7 @@ from gpux.artifacts import store  # noqa: E402
 from gpux.artifacts.build import BuildResult, build  # noqa: E402
 from gpux.config.schema import load_config  # noqa: E402
 from gpux.runtimes import openvino as ovp  # noqa: E402
+from gpux.runtimes import openvino_options as ovo  # noqa: E402
 
 WIDE = 256  # wide enough that weight compression shows in the file size
 PRECISIONS = {
@@ -217,20 +218,21 @@ def test_two_inputs_int64_dynamic_shapes_and_kept_outputs(tmp_path: Path) -> Non
             assert got.shape == (feeds["ids"].shape[0], 4)
 
 
-def test_concurrency_helpers_match_sequential(built: dict[str, BuildResult]) -> None:
+def test_requests_of_one_compiled_model_match_sequential(built: dict[str, BuildResult]) -> None:
+    """InferRequests sharing one compiled model (a runner's, the benchmark's bound ones) return what
+    sequential runs return, and none writes into the caller's inputs."""
     runner = ovp.open_runner("openvino", built["fp32"].project, built["fp32"].final.artifact)
     rng = np.random.default_rng(5)
     feeds = [{"x": rng.standard_normal((2, WIDE)).astype(np.float32)} for _ in range(6)]
     originals = [f["x"].copy() for f in feeds]
     expected = [runner.run(f) for f in feeds]
-    order = runner.details["output_order"]
-    run_all = ovp.async_runner(runner.native, 3, order)
-    for got, want in zip(run_all(feeds), expected, strict=True):
-        for g, w in zip(got, want, strict=True):
+    workers = [ovp.Requests(runner.native, runner.details["output_order"]).run for _ in range(2)]
+    for i, f in enumerate(feeds):
+        for g, w in zip(workers[i % 2](f), expected[i], strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
-    assert ovp.async_runner(runner.native, 2, keep_outputs=False)(feeds) == [[]] * 6
-    workers = ovp.request_runners(runner.native, 2, order)
-    np.testing.assert_allclose(workers[1](feeds[0])[1], expected[0][1], rtol=1e-6)
+    for call in runner.bind(feeds[0], 2):
+        call()
+    np.testing.assert_allclose(runner.run(feeds[1])[1], expected[1][1], rtol=1e-6)
     for f, x in zip(feeds, originals, strict=True):  # no request ever writes into the caller's inputs
         np.testing.assert_array_equal(f["x"], x)
 
@@ -238,14 +240,14 @@ def test_concurrency_helpers_match_sequential(built: dict[str, BuildResult]) -> 
 # ---- devices and fallback ----
 
 def test_device_resolution() -> None:
-    assert ovp.resolve_device("AUTO:GPU,CPU", ["CPU"]) == "AUTO:CPU"
-    assert ovp.resolve_device("AUTO", ["CPU"]) == "AUTO"
-    assert ovp.resolve_device("GPU.0", ["CPU", "GPU"]) == "GPU.0"
-    with pytest.raises(ovp.DeviceMissing, match="GPU is not available"):
-        ovp.resolve_device("GPU", ["CPU"])
-    assert ovp.dropped("GPU", ["CPU"]) is not None
-    assert ovp.dropped("AUTO:GPU,CPU", ["CPU"]) is None
-    assert ovp.dropped("CPU", ["CPU"]) is None
+    assert ovo.resolve_device("AUTO:GPU,CPU", ["CPU"]) == "AUTO:CPU"
+    assert ovo.resolve_device("AUTO", ["CPU"]) == "AUTO"
+    assert ovo.resolve_device("GPU.0", ["CPU", "GPU"]) == "GPU.0"
+    with pytest.raises(ovo.DeviceMissing, match="GPU is not available"):
+        ovo.resolve_device("GPU", ["CPU"])
+    assert ovo.dropped("GPU", ["CPU"]) is not None
+    assert ovo.dropped("AUTO:GPU,CPU", ["CPU"]) is None
+    assert ovo.dropped("CPU", ["CPU"]) is None
 
 
 def test_missing_gpu_builds_then_falls_back_to_cpu_and_strict_exits_4(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from gpux.plan.targets import trt_profile_shapes
 from gpux.providers import options as o
 from gpux.providers.options import (
     CoreMLOptions,
@@ -21,6 +22,8 @@ from gpux.providers.options import (
     ROCmOptions,
     TensorRTOptions,
 )
+from gpux.runtimes import onnxruntime_options as ortopts
+from gpux.runtimes import openvino_options as ovopts
 
 MODELS = [*o.OPTIONS.values(), ProfileRange]
 PROFILE = {"min": 1, "opt": 8, "max": 32}
@@ -158,20 +161,20 @@ def test_consistent_blocks_validate() -> None:
     ],
 )
 def test_ort_ep_name(provider: str, opts: o.Options | None, name: str) -> None:
-    assert o.ort_ep_name(provider, opts) == name
+    assert ortopts.ort_ep_name(provider, opts) == name
 
 
 def test_wrong_provider_or_block_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown provider"):
-        o.ort_ep_name("vulkan")
+        ortopts.ort_ep_name("vulkan")
     with pytest.raises(TypeError, match="CUDAOptions"):
-        o.ort_provider_options("cuda", CPUOptions())
+        ortopts.ort_provider_options("cuda", CPUOptions())
 
 
 def test_tensorrt_options() -> None:
     opts = TensorRTOptions(precision="fp16", workspace="2GiB", builder_optimization_level=5, dla_core=1,
                            device_id=1)
-    assert o.ort_provider_options("tensorrt", opts, cache_dir="/store/trt") == {
+    assert ortopts.ort_provider_options("tensorrt", opts, cache_dir="/store/trt") == {
         "device_id": "1",
         "trt_max_workspace_size": "2147483648",
         "trt_builder_optimization_level": "5",
@@ -184,7 +187,7 @@ def test_tensorrt_options() -> None:
         "trt_timing_cache_enable": "True",
         "trt_timing_cache_path": "/store/trt",
     }
-    assert o.ort_provider_options("tensorrt", TensorRTOptions(timing_cache=False)) == {
+    assert ortopts.ort_provider_options("tensorrt", TensorRTOptions(timing_cache=False)) == {
         "device_id": "0",
         "trt_builder_optimization_level": "3",
         "trt_fp16_enable": "False",
@@ -205,7 +208,7 @@ def test_tensorrt_options() -> None:
     ],
 )
 def test_tensorrt_precision_flags(precision: str, flags: dict[str, str]) -> None:
-    out = o.ort_provider_options("tensorrt", TensorRTOptions(precision=precision))  # type: ignore[arg-type]
+    out = ortopts.ort_provider_options("tensorrt", TensorRTOptions(precision=precision))  # type: ignore[arg-type]
     assert {k: v for k, v in out.items() if k.endswith(("16_enable", "int8_enable"))} == flags
 
 
@@ -213,21 +216,21 @@ def test_tensorrt_profile_shapes() -> None:
     seq = {"min": 16, "opt": 128, "max": 512}
     profiles = TensorRTOptions(profiles={"batch": PROFILE, "seq": seq}).profiles
     inputs: dict[str, list[int | str]] = {"ids": ["batch", "seq"], "image": ["batch", 3, 224, 224], "s": [1]}
-    assert o.trt_profile_shapes(profiles, inputs) == {
+    assert trt_profile_shapes(profiles, inputs) == {
         "trt_profile_min_shapes": "ids:1x16,image:1x3x224x224",
         "trt_profile_opt_shapes": "ids:8x128,image:8x3x224x224",
         "trt_profile_max_shapes": "ids:32x512,image:32x3x224x224",
     }
-    assert o.trt_profile_shapes(profiles, {"image": [1, 3, 224, 224]}) == {}
+    assert trt_profile_shapes(profiles, {"image": [1, 3, 224, 224]}) == {}
     with pytest.raises(ValueError, match=r"input 'ids': dynamic dimension\(s\) seq need min/opt/max"):
-        o.trt_profile_shapes({"batch": ProfileRange(**PROFILE)}, {"ids": ["batch", "seq"]})
+        trt_profile_shapes({"batch": ProfileRange(**PROFILE)}, {"ids": ["batch", "seq"]})
 
 
 def test_cuda_options() -> None:
     opts = CUDAOptions(device_id=1, memory="4GB", arena_extend_strategy="same_as_requested",
                        cudnn_conv_algo_search="HEURISTIC", copy_in_default_stream=False, tf32=False,
                        cuda_graph=True, io_binding=True)  # fmt: skip
-    assert o.ort_provider_options("cuda", opts) == {
+    assert ortopts.ort_provider_options("cuda", opts) == {
         "device_id": "1",
         "gpu_mem_limit": "4000000000",
         "arena_extend_strategy": "kSameAsRequested",
@@ -236,12 +239,12 @@ def test_cuda_options() -> None:
         "use_tf32": "False",
         "enable_cuda_graph": "True",
     }
-    assert "gpu_mem_limit" not in o.ort_provider_options("cuda", CUDAOptions())
+    assert "gpu_mem_limit" not in ortopts.ort_provider_options("cuda", CUDAOptions())
 
 
 def test_rocm_options_for_migraphx() -> None:
     opts = ROCmOptions(memory="8GB", migraphx_fp16=True, exhaustive_tune=True)
-    assert o.ort_provider_options("rocm", opts, cache_dir="/store/migraphx") == {
+    assert ortopts.ort_provider_options("rocm", opts, cache_dir="/store/migraphx") == {
         "device_id": "0",
         "migraphx_mem_limit": "8000000000",
         "migraphx_arena_extend_strategy": "kNextPowerOfTwo",
@@ -254,7 +257,7 @@ def test_rocm_options_for_migraphx() -> None:
 
 def test_rocm_options_for_the_rocm_ep() -> None:
     opts = ROCmOptions(execution_provider="rocm", device_id=2, memory=1024, tunable_op=True)
-    assert o.ort_provider_options("rocm", opts, cache_dir="/store/rocm") == {
+    assert ortopts.ort_provider_options("rocm", opts, cache_dir="/store/rocm") == {
         "device_id": "2",
         "gpu_mem_limit": "1024",
         "arena_extend_strategy": "kNextPowerOfTwo",
@@ -266,13 +269,13 @@ def test_rocm_options_for_the_rocm_ep() -> None:
 
 def test_coreml_options() -> None:
     opts = CoreMLOptions(compute_units="cpu_and_ne", model_format="neuralnetwork", static_shapes=True)
-    assert o.ort_provider_options("coreml", opts, cache_dir="/store/coreml") == {
+    assert ortopts.ort_provider_options("coreml", opts, cache_dir="/store/coreml") == {
         "ModelFormat": "NeuralNetwork",
         "MLComputeUnits": "CPUAndNeuralEngine",
         "RequireStaticInputShapes": "1",
         "ModelCacheDirectory": "/store/coreml",
     }
-    assert o.ort_provider_options("coreml", CoreMLOptions(cache=False), cache_dir="/store/coreml") == {
+    assert ortopts.ort_provider_options("coreml", CoreMLOptions(cache=False), cache_dir="/store/coreml") == {
         "ModelFormat": "MLProgram",
         "MLComputeUnits": "ALL",
         "RequireStaticInputShapes": "0",
@@ -280,23 +283,23 @@ def test_coreml_options() -> None:
 
 
 def test_directml_options() -> None:
-    assert o.ort_provider_options("directml", DirectMLOptions(device_id=1)) == {
+    assert ortopts.ort_provider_options("directml", DirectMLOptions(device_id=1)) == {
         "device_id": "1",
         "performance_preference": "default",
         "device_filter": "gpu",
     }
     opts = DirectMLOptions(performance_preference="minimum_power", device_filter="npu")
-    assert o.ort_provider_options("directml", opts) == {
+    assert ortopts.ort_provider_options("directml", opts) == {
         "performance_preference": "minimum_power",
         "device_filter": "npu",
     }
-    assert o.DIRECTML_SESSION_SETTINGS == {"enable_mem_pattern": False, "execution_mode": "ORT_SEQUENTIAL"}
+    assert ortopts.DIRECTML_SESSION_SETTINGS == {"enable_mem_pattern": False, "execution_mode": "ORT_SEQUENTIAL"}
 
 
 def test_openvino_ep_options() -> None:
     opts = OpenVINOOptions(device="GPU.0", inference_precision="f16", threads=8, streams=2,
                            layout={"images": "NCHW", "mask": "NC"})  # fmt: skip
-    assert o.ort_provider_options("openvino", opts, cache_dir="/store/ov") == {
+    assert ortopts.ort_provider_options("openvino", opts, cache_dir="/store/ov") == {
         "device_type": "GPU.0",
         "precision": "FP16",
         "num_of_threads": "8",
@@ -306,45 +309,40 @@ def test_openvino_ep_options() -> None:
     }
     auto = OpenVINOOptions(device="AUTO:GPU,CPU", hint="throughput", streams="auto",
                            inference_precision="bf16", cache=False)
-    assert o.ort_provider_options("openvino", auto, cache_dir="/store/ov") == {"device_type": "AUTO:GPU,CPU"}
+    assert ortopts.ort_provider_options("openvino", auto, cache_dir="/store/ov") == {"device_type": "AUTO:GPU,CPU"}
 
 
 def test_cpu_has_no_ep_options() -> None:
-    assert o.ort_provider_options("cpu", CPUOptions(optimization="all"), cache_dir="/store") == {}
-    assert [o.ort_graph_optimization_level(CPUOptions(optimization=level))  # type: ignore[arg-type]
-            for level in ("disabled", "basic", "extended", "all")] == [
-        "ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"]  # fmt: skip
+    assert ortopts.ort_provider_options("cpu", CPUOptions(optimization="all"), cache_dir="/store") == {}
 
 
 def test_openvino_properties() -> None:
     opts = OpenVINOOptions(hint="throughput", num_requests=4, streams=2, threads=4,
                            inference_precision="bf16")
-    assert o.openvino_properties(opts) == {
+    assert ovopts.openvino_properties(opts) == {
         "PERFORMANCE_HINT": "THROUGHPUT",
         "PERFORMANCE_HINT_NUM_REQUESTS": "4",
         "NUM_STREAMS": "2",
         "INFERENCE_NUM_THREADS": "4",
         "INFERENCE_PRECISION_HINT": "bf16",
     }
-    # what is verified is what runs: verification compiles with the sessions' execution precision
-    assert o.openvino_properties(opts, for_verification=True)["INFERENCE_PRECISION_HINT"] == "bf16"
     tput = OpenVINOOptions(hint="throughput", streams="auto")
-    assert o.openvino_properties(tput, cache_dir="/store/ov") == {
+    assert ovopts.openvino_properties(tput, cache_dir="/store/ov") == {
         "PERFORMANCE_HINT": "THROUGHPUT",
         "NUM_STREAMS": "AUTO",
         "INFERENCE_PRECISION_HINT": "f32",  # declared fp32 executes f32, not the device default
         "CACHE_DIR": "/store/ov",
     }
-    assert "CACHE_DIR" not in o.openvino_properties(OpenVINOOptions(cache=False), cache_dir="/store/ov")
-    assert o.openvino_properties(OpenVINOOptions(hint="cumulative_throughput")) == {
+    assert "CACHE_DIR" not in ovopts.openvino_properties(OpenVINOOptions(cache=False), cache_dir="/store/ov")
+    assert ovopts.openvino_properties(OpenVINOOptions(hint="cumulative_throughput")) == {
         "PERFORMANCE_HINT": "CUMULATIVE_THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"
     }
-    assert o.openvino_properties(OpenVINOOptions(precision="bf16"))["INFERENCE_PRECISION_HINT"] == "bf16"
+    assert ovopts.openvino_properties(OpenVINOOptions(precision="bf16"))["INFERENCE_PRECISION_HINT"] == "bf16"
 
 
 def test_module_imports_no_runtime() -> None:
-    code = ("import sys, gpux.providers.options; print(sorted({m.split('.')[0] for m in sys.modules} "
-            "& {'onnxruntime', 'openvino', 'numpy', 'onnx'}))")
+    code = ("import sys, gpux.providers.options, gpux.runtimes.onnxruntime_options, gpux.runtimes.openvino_options; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'onnxruntime', 'openvino', 'numpy', 'onnx'}))")
     root = Path(o.__file__).resolve().parents[1]
     run = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "[]"
@@ -376,10 +374,14 @@ def _sample() -> Any:
 @pytest.mark.parametrize("level", ["disabled", "basic", "extended", "all"])
 def test_cpu_options_accepted_by_onnxruntime(relu_model: bytes, level: str) -> None:
     ort = pytest.importorskip("onnxruntime")
+    from gpux.runtimes.onnxruntime import session_options
+
     opts = CPUOptions(optimization=level)  # type: ignore[arg-type]
-    so = ort.SessionOptions()
-    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, o.ort_graph_optimization_level(opts))
-    providers = [(o.ort_ep_name("cpu", opts), o.ort_provider_options("cpu", opts))]
+    so = session_options(opts.optimization)
+    names = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+             "all": "ORT_ENABLE_ALL"}
+    assert so.graph_optimization_level == getattr(ort.GraphOptimizationLevel, names[level])
+    providers = [(ortopts.ort_ep_name("cpu", opts), ortopts.ort_provider_options("cpu", opts))]
     session = ort.InferenceSession(relu_model, sess_options=so, providers=providers)
     assert session.get_providers() == ["CPUExecutionProvider"]
     x = _sample()
@@ -392,7 +394,7 @@ def test_directml_session_settings_apply_to_onnxruntime(relu_model: bytes) -> No
     so = ort.SessionOptions()
     so.enable_mem_pattern = True
     so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-    for attr, value in o.DIRECTML_SESSION_SETTINGS.items():
+    for attr, value in ortopts.DIRECTML_SESSION_SETTINGS.items():
         setattr(so, attr, getattr(ort.ExecutionMode, value) if attr == "execution_mode" else value)
     assert so.enable_mem_pattern is False and so.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
     ort.InferenceSession(relu_model, sess_options=so, providers=["CPUExecutionProvider"])
@@ -405,23 +407,23 @@ def test_ep_names_are_known_to_onnxruntime() -> None:
 
 
 @pytest.mark.parametrize(
-    ("device", "opts", "verify"),
+    ("device", "opts"),
     [
-        ("CPU", OpenVINOOptions(), False),
-        ("CPU", OpenVINOOptions(hint="throughput", num_requests=2, streams=2, threads=2), False),
-        ("CPU", OpenVINOOptions(hint="throughput", streams="auto", inference_precision="bf16"), True),
-        ("CPU", OpenVINOOptions(inference_precision="f16"), False),
-        ("AUTO:CPU", OpenVINOOptions(device="AUTO:CPU", hint="cumulative_throughput"), False),
-        ("HETERO:CPU", OpenVINOOptions(device="HETERO:CPU"), False),
+        ("CPU", OpenVINOOptions()),
+        ("CPU", OpenVINOOptions(hint="throughput", num_requests=2, streams=2, threads=2)),
+        ("CPU", OpenVINOOptions(hint="throughput", streams="auto", inference_precision="bf16")),
+        ("CPU", OpenVINOOptions(inference_precision="f16")),
+        ("AUTO:CPU", OpenVINOOptions(device="AUTO:CPU", hint="cumulative_throughput")),
+        ("HETERO:CPU", OpenVINOOptions(device="HETERO:CPU")),
     ],
 )
 def test_openvino_properties_accepted_by_openvino(
-    relu_model: bytes, tmp_path: Any, device: str, opts: OpenVINOOptions, verify: bool
+    relu_model: bytes, tmp_path: Any, device: str, opts: OpenVINOOptions
 ) -> None:
     ov = pytest.importorskip("openvino")
     path = tmp_path / "model.onnx"
     path.write_bytes(relu_model)
-    props = o.openvino_properties(opts, for_verification=verify, cache_dir=str(tmp_path / "cache"))
+    props = ovopts.openvino_properties(opts, cache_dir=str(tmp_path / "cache"))
     compiled = ov.Core().compile_model(str(path), opts.device, props)
     assert opts.device == device
     if device == "CPU":

@@ -102,7 +102,7 @@ def accelerators(project: Project, flavor: Flavor) -> dict[str, Any]:
 
 
 def openvino_parameters(project: Project) -> dict[str, Any]:
-    from gpux.providers.options import OPENVINO_PROPERTIES
+    from gpux.runtimes.openvino_options import OPENVINO_PROPERTIES
 
     o = project.config.providers.openvino
     out = {}

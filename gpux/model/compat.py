@@ -9,6 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gpux.errors import error_lines
 from gpux.optional import is_installed, require, version_of
 
 
@@ -66,7 +67,7 @@ def type_problems(tensors: list[tuple[str, str, int]]) -> list[str]:
 
 
 def _first(exc: BaseException) -> str:
-    lines = [x.strip() for x in str(exc).splitlines() if x.strip()] or [type(exc).__name__]
+    lines = error_lines(exc) or [type(exc).__name__]
     text = lines[0] + (" " + lines[1] if lines[0].endswith(":") and len(lines) > 1 else "")
     return text[:300]
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux.config.schema import PROVIDERS, Project, did_you_mean
 from gpux.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpux.providers.options import ProfileRange
 
 ENV_PROVIDER = "GPUX_PROVIDER"
 
@@ -192,7 +196,7 @@ def _targets(project: Project, provider: str, inputs: dict[str, Any] | None = No
 def trt_profiles(project: Project, t: Any, inputs: dict[str, Any]) -> dict[str, str]:
     """min/opt/max shapes for TensorRT: `tensorrt.profiles`, else `shapes:` ranges, else each symbolic dim
     fixed at its resolved size."""
-    from gpux.providers.options import ProfileRange, trt_profile_shapes
+    from gpux.providers.options import ProfileRange
 
     sizes = resolve_shapes(project)
     profiles = {d: v for d, v in project.config.shapes.items() if isinstance(v, ProfileRange)}
@@ -206,6 +210,27 @@ def trt_profiles(project: Project, t: Any, inputs: dict[str, Any]) -> dict[str, 
                 v = sizes.get(d, 1)
                 profiles[d] = ProfileRange(min=v, opt=v, max=v)
     return trt_profile_shapes(profiles, shapes)
+
+
+def trt_profile_shapes(profiles: Mapping[str, ProfileRange],
+                       inputs: Mapping[str, Sequence[int | str]]) -> dict[str, str]:
+    """trt_profile_{min,opt,max}_shapes ("name:1x3x224x224,...") for the inputs with symbolic dims.
+
+    `inputs` maps input name -> dims (ints, or symbolic names looked up in `profiles`). Returns {} when
+    every input is static; raises ValueError when a symbolic dim has no profile.
+    """
+    bounds: dict[str, list[str]] = {"min": [], "opt": [], "max": []}
+    for name, dims in inputs.items():
+        missing = sorted({d for d in dims if isinstance(d, str) and d not in profiles})
+        if missing:
+            raise ValueError(f"input {name!r}: dynamic dimension(s) {', '.join(missing)} need "
+                             "min/opt/max in tensorrt.profiles")
+        if all(isinstance(d, int) for d in dims):
+            continue
+        for bound, shapes in bounds.items():
+            sizes = (d if isinstance(d, int) else getattr(profiles[d], bound) for d in dims)
+            shapes.append(f"{name}:{'x'.join(map(str, sizes))}")
+    return {f"trt_profile_{b}_shapes": ",".join(s) for b, s in bounds.items() if s}
 
 
 def _onnx_target(project: Project, provider: str, options: dict[str, Any]) -> Target:

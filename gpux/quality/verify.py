@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpux.config.schema import Project, Verify
-from gpux.errors import BuildFailed, GpuxError, InputError, ModelError, VerificationFailed
+from gpux.errors import BuildFailed, GpuxError, InputError, ModelError, VerificationFailed, error_lines, first_line
 
 if TYPE_CHECKING:
     from gpux.plan.targets import Target
@@ -164,17 +164,17 @@ def short(exc: BaseException) -> str:
     """One line of a runtime's error: ONNX Runtime's status message without its source location."""
     import re
 
-    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    lines = error_lines(exc)
     if lines and lines[0].startswith("Exception from"):  # OpenVINO: source locations first, the reason last
         from gpux.runtimes.openvino import reason
 
-        return f"{type(exc).__name__}: {reason(exc)}"[:300]
+        return first_line(exc, reason(exc))
     text = lines[0] if lines else ""
     text = text.split("Status Message:")[-1]
     text = re.sub(r"Load model from \S+ failed:", "", text)
     text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
     text = re.sub(r"/onnxruntime_src/\S+:\d+ (\S+\([^)]*\)( \[with [^\]]*\])? )?", "", text)
-    return f"{type(exc).__name__}: {text.strip()}"[:300]
+    return first_line(exc, text.strip())
 
 
 def reference_outputs(job: Job, run: Callable[[dict[str, Any]], list[Any]], feeds: list[dict[str, Any]],
@@ -261,7 +261,8 @@ def execution_precision(target: Target) -> str:
     """The precision the artifact computes at: OpenVINO's execution precision where it is below fp32."""
     if target.step != "openvino-ir" or target.precision == "int8":
         return target.precision
-    from gpux.providers.options import OpenVINOOptions, openvino_execution_precision
+    from gpux.providers.options import OpenVINOOptions
+    from gpux.runtimes.openvino_options import openvino_execution_precision
 
     hint = openvino_execution_precision(OpenVINOOptions.model_validate(target.options))
     return {"bf16": "bf16", "f16": "fp16"}.get(hint, target.precision)

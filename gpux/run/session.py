@@ -13,7 +13,7 @@ from gpux.artifacts import store
 from gpux.artifacts.build import BuildResult, build
 from gpux.config.locate import open_project
 from gpux.config.schema import Project
-from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed
+from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed, first_line
 from gpux.model.inputs import cast_all
 from gpux.model.io import ModelIO, Tensor, effective_io, load_checked
 from gpux.plan.targets import Selection
@@ -96,7 +96,7 @@ class Session:
             try:
                 runner = open_runner(provider, self.project, result.final.artifact)
             except Exception as exc:  # runtimes raise anything when a device or library is missing
-                self._fail(provider, "session", _short(exc))
+                self._fail(provider, "session", first_line(exc))
                 continue
             if runner.dropped:
                 runner.close()
@@ -131,9 +131,9 @@ class Session:
                 out = self._runner.run(feeds)
             except Exception as exc:
                 if type(exc).__name__ == "InvalidArgument":  # ONNX Runtime: the feeds do not fit the model
-                    raise InputError(f"the model rejected the inputs: {_short(exc)}") from None
+                    raise InputError(f"the model rejected the inputs: {first_line(exc)}") from None
                 self._runner.close()
-                self._fail(self.provider, "first-inference", _short(exc))
+                self._fail(self.provider, "first-inference", first_line(exc))
                 self._advance()
                 continue
             problem = self._check_placement(feeds)
@@ -234,11 +234,6 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
 def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:

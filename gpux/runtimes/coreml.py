@@ -39,7 +39,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpux.errors import BuildFailed, ProviderUnavailable
+from gpux.errors import BuildFailed, ProviderUnavailable, first_line
 from gpux.optional import require
 
 MAIN = {"mlprogram": "model.mlpackage", "neuralnetwork": "model.mlmodel"}
@@ -123,7 +123,7 @@ def build_package(ctx: Any) -> dict[str, Any]:
                 model = quantization_utils.quantize_weights(model, nbits=16)
             compressed = compress(model, opts)
     except Exception as exc:  # coremltools raises anything: unsupported ops, bad targets, shape errors
-        raise BuildFailed(f"coremltools cannot convert {ctx.src.name}: {_first_line(exc)}",
+        raise BuildFailed(f"coremltools cannot convert {ctx.src.name}: {first_line(exc)}",
                           hint="check providers.coreml (minimum_deployment_target, compression), or leave "
                                "coreml out of runtime.supported") from None
     main = ctx.workdir / MAIN[opts.model_format]
@@ -384,8 +384,3 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
                   {"compute_units": units, "package": str(artifact.main),
                    "precision": (artifact.manifest.get("info") or {}).get("precision")},
                   native=model)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]

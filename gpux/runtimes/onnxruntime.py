@@ -20,7 +20,7 @@ def ort() -> Any:
 
 def session_options(level: str = "basic", intra_op: int = 0, inter_op: int = 0,
                     settings: dict[str, Any] | None = None) -> Any:
-    from gpux.providers.options import ORT_GRAPH_OPTIMIZATION
+    from gpux.runtimes.onnxruntime_options import ORT_GRAPH_OPTIMIZATION
 
     so = ort().SessionOptions()
     so.graph_optimization_level = getattr(ort().GraphOptimizationLevel, ORT_GRAPH_OPTIMIZATION[level])
@@ -207,7 +207,7 @@ def verify_runner(artifact: Path, target: Any) -> Any:
 
 def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     """A session on the provider's EP; `dropped` says so when ONNX Runtime silently fell back to CPU."""
-    from gpux.providers import options as o
+    from gpux.runtimes import onnxruntime_options as o
 
     opts = getattr(project.config.providers, provider)
     ep = o.ort_ep_name(provider, opts)

@@ -26,19 +26,22 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpux.errors import BuildFailed, GpuxError, MissingDependency
+from gpux.errors import BuildFailed, GpuxError, MissingDependency, error_lines
 from gpux.optional import require
+from gpux.runtimes.openvino_options import (
+    DeviceMissing,
+    compile_properties,
+    dropped,
+    openvino_properties,
+    resolve_device,
+    split_device,
+)
 
 MAIN = "model.xml"
 CACHE = "ov_cache"  # precompiled blobs inside the artifact folder
-VIRTUAL = ("AUTO", "MULTI", "HETERO")
 STATIC_ONLY = ("NPU",)  # devices that compile static shapes only
 
 Feeds = dict[str, Any]
-
-
-class DeviceMissing(RuntimeError):
-    """The requested OpenVINO device is not present on this machine."""
 
 
 def ov() -> Any:
@@ -51,43 +54,6 @@ def core() -> Any:
     return ov().Core()
 
 
-# ---- devices and properties ------------------------------------------------------------------------
-def split_device(spec: str) -> tuple[str, list[str]]:
-    """'AUTO:GPU,CPU' -> ('AUTO', ['GPU', 'CPU']); 'GPU.1' -> ('', ['GPU.1']); 'AUTO' -> ('AUTO', [])."""
-    head, sep, rest = spec.partition(":")
-    if sep:
-        return head, rest.split(",")
-    return (spec, []) if spec in VIRTUAL else ("", [spec])
-
-
-def _same(a: str, b: str) -> bool:
-    """GPU matches GPU.0 / GPU.1; GPU.1 matches only GPU.1 (or a lone GPU)."""
-    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
-
-
-def resolve_device(spec: str, available: Sequence[str]) -> str:
-    """The device string to compile for here: missing devices leave a priority list; none left raises."""
-    virtual, wanted = split_device(spec)
-    if virtual and not wanted:
-        return spec
-    here = [d for d in wanted if any(_same(d, a) for a in available)]
-    if not here:
-        seen = ", ".join(available) or "no device"
-        raise DeviceMissing(f"OpenVINO device {spec} is not available on this machine (OpenVINO sees {seen})")
-    return f"{virtual}:{','.join(here)}" if virtual else here[0]
-
-
-def compile_properties(opts: Any, intra_op: int, cache_dir: Path | None, device: str) -> dict[str, str]:
-    """What `compile_model` gets, the same at build and run; runtime.threads.intra_op applies when
-    `threads` is unset and the CPU plugin alone compiles."""
-    from gpux.providers.options import openvino_properties
-
-    props = openvino_properties(opts, cache_dir=None if cache_dir is None else str(cache_dir))
-    if opts.threads is None and intra_op > 0 and split_device(device)[1] == ["CPU"]:
-        props["INFERENCE_NUM_THREADS"] = str(intra_op)
-    return props
-
-
 NOISE = ("Exception from", "Check '", "[ONNX Frontend]", "While validating", "Summary:", "FrontEnd API failed",
          "Model wasn't fully converted")
 
@@ -95,7 +61,7 @@ NOISE = ("Exception from", "Check '", "[ONNX Frontend]", "While validating", "Su
 def reason(exc: BaseException) -> str:
     """The informative lines of an OpenVINO error (they open with source locations): each failed operation
     with the frontend's own message, else the last line that is not a location."""
-    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    lines = error_lines(exc)
     rules: list[list[str]] = []
     for x in lines:
         if x.startswith("--"):
@@ -310,7 +276,7 @@ def output_order(model: Any, names: Sequence[str]) -> list[int]:
 
 def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] | str:
     """The IR compiled on CPU at the execution precision sessions use (what runs is what is verified)."""
-    from gpux.providers.options import OpenVINOOptions, openvino_properties
+    from gpux.providers.options import OpenVINOOptions
 
     try:
         c = core()
@@ -318,7 +284,7 @@ def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] |
         return exc.message
     if "CPU" not in c.available_devices:
         return "OpenVINO has no CPU device here to verify on"
-    props = openvino_properties(OpenVINOOptions.model_validate(target.options), for_verification=True)
+    props = openvino_properties(OpenVINOOptions.model_validate(target.options))
     try:
         compiled = c.compile_model(c.read_model(str(artifact)), "CPU", props)
     except Exception as exc:
@@ -396,48 +362,3 @@ def bound_requests(compiled: Any, feeds: Feeds, n: int) -> list[Callable[[], obj
             request.set_tensor(name, ov().Tensor(value.copy()))
         out.append(request.infer)
     return out
-
-
-def dropped(requested: str, execution: Sequence[str]) -> str | None:
-    """Why OpenVINO did not take a device requested alone (AUTO/HETERO/MULTI lists may settle anywhere)."""
-    virtual, wanted = split_device(requested)
-    clean = [d.strip("()") for d in execution]
-    if virtual or not clean or any(_same(wanted[0], d) for d in clean):
-        return None
-    return f"OpenVINO did not take {requested} (it would run on {', '.join(clean)})"
-
-
-# ---- concurrency --------------------------------------------------------------------------------------
-def request_runners(compiled: Any, n: int, order: Sequence[int] | None = None) -> list[Callable[[Feeds], list]]:
-    """`n` independent `run(feeds)` callables, each with its own InferRequest, for n worker threads
-    (an InferRequest is not thread-safe; `infer` releases the GIL while OpenVINO runs)."""
-    order = range(len(compiled.outputs)) if order is None else order
-    return [Requests(compiled, order).run for _ in range(n)]
-
-
-def async_runner(compiled: Any, n_requests: int = 0, order: Sequence[int] | None = None, *,
-                 keep_outputs: bool = True) -> Callable[[Sequence[Feeds]], list[list[Any]]]:
-    """Run a batch of feeds through an `openvino.AsyncInferQueue` of `n_requests` parallel requests
-    (0: the compiled model's OPTIMAL_NUMBER_OF_INFER_REQUESTS, which follows PERFORMANCE_HINT).
-
-    The returned `run_all(feeds_list)` starts every request, waits for all, and returns each feed's
-    outputs in `order` (Runner.details["output_order"]); keep_outputs=False skips copying outputs out
-    of the requests and returns empty lists (throughput measurement).
-    """
-    queue = ov().AsyncInferQueue(compiled, n_requests)
-    order = list(range(len(compiled.outputs)) if order is None else order)
-
-    def run_all(feeds_list: Sequence[Feeds]) -> list[list[Any]]:
-        results: list[list[Any]] = [[] for _ in feeds_list]
-
-        def done(request: Any, index: int) -> None:
-            if keep_outputs:
-                results[index] = [request.get_output_tensor(i).data.copy() for i in order]
-
-        queue.set_callback(done)
-        for i, feeds in enumerate(feeds_list):
-            queue.start_async(feeds, userdata=i)
-        queue.wait_all()
-        return results
-
-    return run_all

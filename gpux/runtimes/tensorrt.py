@@ -15,10 +15,11 @@ CONTEXT_MODEL = "model_ctx.onnx"  # ONNX Runtime EP-context model pointing at th
 
 def ep_options(opts: dict[str, Any], folder: Path, dump_context: bool) -> dict[str, str]:
     """TensorRT EP options for an artifact folder: engine/timing caches inside it, profiles, precision."""
-    from gpux.providers import options as o
+    from gpux.providers.options import TensorRTOptions
+    from gpux.runtimes.onnxruntime_options import ort_provider_options
 
-    model = o.TensorRTOptions.model_validate({k: v for k, v in opts.items() if k != "profile_shapes"})
-    out = o.ort_provider_options("tensorrt", model, str(folder / ENGINES))
+    model = TensorRTOptions.model_validate({k: v for k, v in opts.items() if k != "profile_shapes"})
+    out = ort_provider_options("tensorrt", model, str(folder / ENGINES))
     out.update(opts.get("profile_shapes") or {})
     if dump_context:
         out.update({"trt_dump_ep_context_model": "True", "trt_ep_context_file_path": str(folder),

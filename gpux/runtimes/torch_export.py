@@ -30,7 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpux.errors import BuildFailed
+from gpux.errors import BuildFailed, first_line
 from gpux.optional import is_installed, require
 
 MAIN = "model.onnx"
@@ -63,7 +63,7 @@ def load(path: str | Path, fmt: str) -> Any:
             module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:  # torch raises RuntimeError, zipfile and pickle errors alike
         other = "torchscript" if fmt == "torch_export" else "torch_export"
-        raise BuildFailed(f"{path}: cannot load as {fmt}: {_first_line(exc)}",
+        raise BuildFailed(f"{path}: cannot load as {fmt}: {first_line(exc)}",
                           hint=f"check the file, or set model.format: {other} if it is that") from None
     module.eval()
     return module
@@ -163,7 +163,7 @@ def example_inputs(module: Any, inputs: Mapping[str, Any], shapes: Mapping[str, 
             continue
         return args, out, {d: sizes.get(d, 1) for d in sorted(symbolic)}
     assert error is not None
-    raise BuildFailed(f"the PyTorch model fails on example inputs of the declared shapes: {_first_line(error)}",
+    raise BuildFailed(f"the PyTorch model fails on example inputs of the declared shapes: {first_line(error)}",
                       hint="check inputs: in gpux.yml (order, dtype, shape), or set benchmark.shapes for "
                            "symbolic dims")
 
@@ -234,7 +234,7 @@ def export_onnx(ctx: Any) -> dict[str, Any]:
             torch.onnx.export(model, args, str(raw / MAIN), dynamo=False, opset_version=opset,
                               input_names=names, output_names=outs, dynamic_axes=axes or None)
     except Exception as exc:  # the exporter raises anything: unsupported ops, tracing failures
-        raise BuildFailed(f"torch.onnx.export cannot export {ctx.src.name}: {_first_line(exc)}",
+        raise BuildFailed(f"torch.onnx.export cannot export {ctx.src.name}: {first_line(exc)}",
                           hint="simplify the model for tracing, or export it to ONNX yourself and point "
                                "model.source at the .onnx file") from None
     info = finish(raw / MAIN, ctx.workdir / MAIN, names, outs, ctx.inputs)
@@ -332,8 +332,3 @@ def ort_ir_limit() -> int | None:
             continue
         return version
     return None
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]

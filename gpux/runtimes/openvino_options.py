@@ -1,0 +1,100 @@
+"""OpenVINO's names for gpux.yml's `openvino` block: the device to compile for, and the properties
+`Core.compile_model` gets (the same at build, verification and run).
+
+Nothing here imports openvino.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpux.providers.options import OpenVINOOptions
+
+VIRTUAL = ("AUTO", "MULTI", "HETERO")
+
+
+class DeviceMissing(RuntimeError):
+    """The requested OpenVINO device is not present on this machine."""
+
+
+# ---- devices ------------------------------------------------------------------------------------------
+def split_device(spec: str) -> tuple[str, list[str]]:
+    """'AUTO:GPU,CPU' -> ('AUTO', ['GPU', 'CPU']); 'GPU.1' -> ('', ['GPU.1']); 'AUTO' -> ('AUTO', [])."""
+    head, sep, rest = spec.partition(":")
+    if sep:
+        return head, rest.split(",")
+    return (spec, []) if spec in VIRTUAL else ("", [spec])
+
+
+def _same(a: str, b: str) -> bool:
+    """GPU matches GPU.0 / GPU.1; GPU.1 matches only GPU.1 (or a lone GPU)."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def resolve_device(spec: str, available: Sequence[str]) -> str:
+    """The device string to compile for here: missing devices leave a priority list; none left raises."""
+    virtual, wanted = split_device(spec)
+    if virtual and not wanted:
+        return spec
+    here = [d for d in wanted if any(_same(d, a) for a in available)]
+    if not here:
+        seen = ", ".join(available) or "no device"
+        raise DeviceMissing(f"OpenVINO device {spec} is not available on this machine (OpenVINO sees {seen})")
+    return f"{virtual}:{','.join(here)}" if virtual else here[0]
+
+
+def dropped(requested: str, execution: Sequence[str]) -> str | None:
+    """Why OpenVINO did not take a device requested alone (AUTO/HETERO/MULTI lists may settle anywhere)."""
+    virtual, wanted = split_device(requested)
+    clean = [d.strip("()") for d in execution]
+    if virtual or not clean or any(_same(wanted[0], d) for d in clean):
+        return None
+    return f"OpenVINO did not take {requested} (it would run on {', '.join(clean)})"
+
+
+# ---- properties ---------------------------------------------------------------------------------------
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+# OpenVINOOptions field -> (OpenVINO property, converter: the property's string, or None to leave it out).
+OPENVINO_PROPERTIES: dict[str, tuple[str, Callable[[Any], str | None]]] = {
+    "hint": ("PERFORMANCE_HINT", lambda v: v.upper()),
+    "num_requests": ("PERFORMANCE_HINT_NUM_REQUESTS", _text),
+    "streams": ("NUM_STREAMS", lambda v: None if v is None else str(v).upper()),
+    "threads": ("INFERENCE_NUM_THREADS", _text),
+}
+
+
+def openvino_execution_precision(opts: OpenVINOOptions) -> str:
+    """INFERENCE_PRECISION_HINT for `opts`: the explicit value, else bf16 for precision bf16, else f32."""
+    if opts.inference_precision != "auto":
+        return opts.inference_precision
+    return "bf16" if opts.precision == "bf16" else "f32"
+
+
+def openvino_properties(opts: OpenVINOOptions, cache_dir: str | None = None) -> dict[str, str]:
+    """OpenVINO properties for `Core.compile_model(model, opts.device, properties)`.
+
+    Verification and sessions compile with the same execution precision (INFERENCE_PRECISION_HINT), so
+    what is verified is what runs; `cache_dir` (the artifact store's directory) becomes CACHE_DIR when
+    `opts.cache` is on.
+    """
+    props = {name: value for field, (name, convert) in OPENVINO_PROPERTIES.items()
+             if (value := convert(getattr(opts, field))) is not None}
+    props["INFERENCE_PRECISION_HINT"] = openvino_execution_precision(opts)
+    if opts.cache and cache_dir is not None:
+        props["CACHE_DIR"] = str(cache_dir)
+    return props
+
+
+def compile_properties(opts: Any, intra_op: int, cache_dir: Path | None, device: str) -> dict[str, str]:
+    """What `compile_model` gets, the same at build and run; runtime.threads.intra_op applies when
+    `threads` is unset and the CPU plugin alone compiles."""
+    props = openvino_properties(opts, cache_dir=None if cache_dir is None else str(cache_dir))
+    if opts.threads is None and intra_op > 0 and split_device(device)[1] == ["CPU"]:
+        props["INFERENCE_NUM_THREADS"] = str(intra_op)
+    return props
