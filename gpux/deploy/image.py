@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gpux
-from gpux import report
+from gpux import __version__, report
 from gpux.config.schema import Project
 from gpux.deploy.wheel import wheel_name, wheel_requirements
 from gpux.errors import UsageError
@@ -100,7 +99,7 @@ class ImagePlan:
 
     def dockerfile(self) -> str:
         q = shlex.join
-        lines = [f"# gpux package: {self.name} {self.version} for {self.provider} (gpux {gpux.__version__})",
+        lines = [f"# gpux package: {self.name} {self.version} for {self.provider} (gpux {__version__})",
                  f"FROM {self.base_image}"]
         if self.apt:
             lines.append("RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "

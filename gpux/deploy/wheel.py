@@ -8,11 +8,13 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-import gpux
+from gpux import __version__
+
+PACKAGE = Path(__file__).resolve().parents[1]  # the gpux folder this module lies in
 
 
 def wheel_name() -> str:
-    return f"gpux_ml-{gpux.__version__}-py3-none-any.whl"
+    return f"gpux_ml-{__version__}-py3-none-any.whl"
 
 
 def wheel_requirements() -> list[str]:
@@ -20,7 +22,7 @@ def wheel_requirements() -> list[str]:
     import tomllib
     from importlib import metadata
 
-    pyproject = Path(gpux.__file__).resolve().parent.parent / "pyproject.toml"
+    pyproject = PACKAGE.parent / "pyproject.toml"
     with contextlib.suppress(OSError, ValueError, KeyError):
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
         if data.get("name") == "gpux-ml":
@@ -33,11 +35,10 @@ def wheel_requirements() -> list[str]:
 
 def write_wheel(dest: Path) -> Path:
     """A pure-Python wheel of the running gpux package (fixed timestamps: same bytes, same image layer)."""
-    pkg = Path(gpux.__file__).resolve().parent
-    dist_info = f"gpux_ml-{gpux.__version__}.dist-info"
-    files = {f"gpux/{p.relative_to(pkg).as_posix()}": p.read_bytes() for p in sorted(pkg.rglob("*"))
+    dist_info = f"gpux_ml-{__version__}.dist-info"
+    files = {f"gpux/{p.relative_to(PACKAGE).as_posix()}": p.read_bytes() for p in sorted(PACKAGE.rglob("*"))
              if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")}
-    meta = ["Metadata-Version: 2.1", "Name: gpux-ml", f"Version: {gpux.__version__}", "Requires-Python: >=3.11",
+    meta = ["Metadata-Version: 2.1", "Name: gpux-ml", f"Version: {__version__}", "Requires-Python: >=3.11",
             *(f"Requires-Dist: {r}" for r in wheel_requirements())]
     files[f"{dist_info}/METADATA"] = ("\n".join(meta) + "\n").encode()
     files[f"{dist_info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: gpux\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
