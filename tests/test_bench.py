@@ -22,13 +22,13 @@ from gpux.bench.protocol import (
     Stats,
     compare_baseline,
     environment_facts,
-    format_table,
     make_document,
     measure,
     result_row,
     summarize,
     to_csv,
 )
+from gpux.report import results_table
 
 MS = 1_000_000  # nanoseconds
 
@@ -363,7 +363,7 @@ def test_to_csv_header_then_flat_rows() -> None:
 
 
 def test_format_table_is_aligned_text() -> None:
-    text = format_table(_real_rows())
+    text = results_table(_real_rows())
     lines = text.splitlines()
     assert len(lines) == 3
     columns = ["provider", "precision", "status", "median ms", "95% CI ±%", "p99 ms", "stalls", "throughput/s",
