@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,11 +189,34 @@ def format_size(n: int) -> str:
     return f"{size:.1f} GB"
 
 
-def format_table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(out)
+def format_table(headers: list[str], rows: list[list[str]], right: Container[int] = ()) -> str:
+    """Plain aligned text: columns two spaces apart, aligned left but for the `right` ones (numbers)."""
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return "\n".join(line(cells) for cells in [headers, *rows])
+
+
+def results_table(rows: list[dict[str, Any]]) -> str:
+    """A benchmark document's result rows: median, its interval, tail, stalls, throughput, time to ready."""
+    def num(v: Any, scale: float = 1.0, fmt: str = ".3f") -> str:
+        return "-" if v is None else format(v * scale, fmt)
+
+    head = ["provider", "precision", "status", "median ms", "95% CI ±%", "p99 ms", "stalls", "throughput/s",
+            "time-to-ready ms"]
+    body = []
+    for r in rows:
+        s, ph = r.get("stats") or {}, r.get("phases") or {}
+        ci = s.get("median_ci")
+        body.append([str(r.get("provider", "")), str(r.get("precision", "")), str(r.get("status", "")),
+                     num(s.get("p50"), 1e3, ".4f"),
+                     num(ci and s["p50"] and (ci[1] - ci[0]) / 2 / s["p50"], 100, ".1f"),
+                     num(s.get("p99"), 1e3), "-" if not s else str(s.get("stalls", 0)),
+                     num(s.get("throughput"), fmt=".1f"), num(ph.get("time_to_ready_s"), 1e3, ".1f")])
+    return format_table(head, body, right=range(3, len(head)))  # text columns align left, numbers right
 
 
 def providers_table(avail: list[dict[str, Any]]) -> str:

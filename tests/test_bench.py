@@ -21,7 +21,6 @@ from gpux.bench.protocol import (
     Protocol,
     Stats,
     compare_baseline,
-    format_table,
     make_document,
     measure,
     result_row,
@@ -29,6 +28,7 @@ from gpux.bench.protocol import (
     to_csv,
 )
 from gpux.machine import environment_facts
+from gpux.report import results_table
 
 MS = 1_000_000  # nanoseconds
 
@@ -363,7 +363,7 @@ def test_to_csv_header_then_flat_rows() -> None:
 
 
 def test_format_table_is_aligned_text() -> None:
-    text = format_table(_real_rows())
+    text = results_table(_real_rows())
     lines = text.splitlines()
     assert len(lines) == 3
     columns = ["provider", "precision", "status", "median ms", "95% CI ±%", "p99 ms", "stalls", "throughput/s",

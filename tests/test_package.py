@@ -19,14 +19,14 @@ import pytest
 
 from gpux.config.schema import load_config
 from gpux.deploy.docker import EngineUnavailable, run_image
-from gpux.deploy.package import (
+from gpux.deploy.image import (
     CUDA_BASE,
     IMAGES,
     choose_provider,
     pin_requirements,
     plan_image,
-    write_wheel,
 )
+from gpux.deploy.wheel import write_wheel
 from gpux.errors import UsageError
 from tests.conftest import MLP_YML, gpux, make_mlp, write
 from tests.docker_engine import CannotRunEngine, Engine, running_engine

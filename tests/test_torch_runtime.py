@@ -224,7 +224,8 @@ def test_benchmark_all_adds_torch_rows_per_device(pt2: Path, monkeypatch: pytest
                                                           ("rocm", "rocm", False)])
 def test_package_installs_torch_from_the_backend_wheel_index(cnn: Path, provider: str, index: str,
                                                              reuse: bool) -> None:
-    from gpux.deploy.package import host_key_parts, image_row, plan_image
+    from gpux.deploy.image import image_row, plan_image
+    from gpux.deploy.package import host_key_parts
     from gpux.model.io import load_checked
 
     project = load_config(with_providers(cnn, f"  {provider}: {{runtime: torch}}\n"))
@@ -241,7 +242,7 @@ def test_package_installs_torch_from_the_backend_wheel_index(cnn: Path, provider
 
 
 def test_package_refuses_mps(cnn: Path) -> None:
-    from gpux.deploy.package import choose_provider
+    from gpux.deploy.image import choose_provider
     from gpux.errors import UsageError
 
     with pytest.raises(UsageError, match="macOS"):

@@ -200,7 +200,7 @@ def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_provider
     """The table on stdout; on stderr, what went wrong per row, one line for the providers not on this
     machine (with -p all), and the baseline gate: each regression an error, the rest one line."""
     absent = [r for r in rows if all_providers and r["status"] == "unavailable" and not report.VERBOSE]
-    print(bench.format_table([r for r in rows if r not in absent]))
+    print(report.results_table([r for r in rows if r not in absent]))
     if absent:
         report.info(f"not on this machine: {', '.join(r['provider'] for r in absent)} (-v says why)")
     for row in rows:

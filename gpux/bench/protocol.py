@@ -367,27 +367,3 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     writer.writerows([[_cell(r, path, scale) for _, path, scale in CSV_COLUMNS] for r in rows])
     return buf.getvalue()
 
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    """Plain aligned text table of result rows."""
-    def num(v: Any, scale: float = 1.0, fmt: str = ".3f") -> str:
-        return "-" if v is None else format(v * scale, fmt)
-
-    head = ["provider", "precision", "status", "median ms", "95% CI ±%", "p99 ms", "stalls", "throughput/s",
-            "time-to-ready ms"]
-    body = []
-    for r in rows:
-        s, ph = r.get("stats") or {}, r.get("phases") or {}
-        ci = s.get("median_ci")
-        body.append([str(r.get("provider", "")), str(r.get("precision", "")), str(r.get("status", "")),
-                     num(s.get("p50"), 1e3, ".4f"),
-                     num(ci and s["p50"] and (ci[1] - ci[0]) / 2 / s["p50"], 100, ".1f"),
-                     num(s.get("p99"), 1e3), "-" if not s else str(s.get("stalls", 0)),
-                     num(s.get("throughput"), fmt=".1f"), num(ph.get("time_to_ready_s"), 1e3, ".1f")])
-    widths = [max(len(c[i]) for c in [head, *body]) for i in range(len(head))]
-
-    def line(cells: list[str]) -> str:  # text columns align left, numbers right
-        return "  ".join(c.ljust(w) if i < 3 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
-
-    return "\n".join(line(cells) for cells in [head, *body])

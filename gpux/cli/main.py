@@ -262,8 +262,8 @@ def export_kserve(target: str, provider: str | None, image: str | None, cpu: str
     from pathlib import Path
 
     from gpux.config.locate import open_project
+    from gpux.deploy.image import choose_provider, default_tag
     from gpux.deploy.kserve import write
-    from gpux.deploy.package import choose_provider, default_tag
 
     project = open_project(target)
     name = choose_provider(project, provider)

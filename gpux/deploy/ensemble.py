@@ -55,7 +55,7 @@ def triton_command(targets: list[str], repo: str, provider: str | None, version:
     """Export each target (a project on its chosen provider, or a workspace) into one repository."""
     from gpux import report
     from gpux.config.locate import open_project
-    from gpux.deploy.package import choose_provider
+    from gpux.deploy.image import choose_provider
     from gpux.multi.commands import workspace_of
 
     done, log = [], report.progress(as_json)
