@@ -12,7 +12,7 @@ import gpux
 from gpux import providers as providers_mod
 from gpux.artifacts import store
 from gpux.artifacts.build import NeedsBuild, build, keyed_targets, source_files
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.model.io import effective_io, load_checked
 from gpux.providers import Availability
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import gpux
 from gpux.artifacts import store
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.errors import BuildFailed, GpuxError
 from gpux.model.io import ModelIO, Tensor, effective_io, load_checked
 from gpux.optional import installed_ort_distributions, version_of

@@ -13,7 +13,8 @@ from typing import Any
 import gpux
 from gpux import report
 from gpux.bench import protocol as bench
-from gpux.config.schema import PROVIDERS, Project
+from gpux.config.load import Project
+from gpux.config.schema import PROVIDERS
 from gpux.errors import GpuxError, InputError, VerificationFailed
 
 # precisions `--provider all` tries per provider (the field of its option block that selects it)

@@ -19,7 +19,7 @@ from typing import Any
 import gpux
 from gpux import report
 from gpux.bench import protocol as bench
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.errors import UsageError
 
 LOCK_NAME = "gpux.lock.json"

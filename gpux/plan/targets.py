@@ -6,7 +6,9 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpux.config.schema import PROVIDERS, Project, did_you_mean
+from gpux.config.load import Project
+from gpux.config.problems import did_you_mean
+from gpux.config.schema import PROVIDERS
 from gpux.errors import UsageError
 
 ENV_PROVIDER = "GPUX_PROVIDER"

@@ -11,8 +11,8 @@ from typing import Any
 
 from gpux.artifacts import store
 from gpux.artifacts.build import STEPS, BuildResult, build, resolve
+from gpux.config.load import Project
 from gpux.config.locate import open_project
-from gpux.config.schema import Project
 from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed
 from gpux.model.inputs import cast_all
 from gpux.model.io import ModelIO, Tensor, effective_io, load_checked
