@@ -37,7 +37,7 @@ def alternate(cells: list[tuple[str, Any]], seconds: float, rounds: int) -> list
 
 
 def with_replicas(project: Path, replicas: int) -> Any:
-    from gpux.config.schema import load_config
+    from gpux.config.load import load_config
 
     p = load_config(project)
     ray_cfg = p.config.deploy.ray.model_copy(update={"num_replicas": replicas, "ray_actor_options": {"num_cpus": 0.5}})

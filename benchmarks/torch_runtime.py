@@ -90,7 +90,7 @@ def main() -> None:
 
     import numpy as np  # noqa: F401  (loaded before timing)
 
-    from gpux.config.schema import load_config
+    from gpux.config.load import load_config
     from gpux.model.inputs import synthetic
 
     example = ROOT / "examples" / "torch_cnn"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from gpux.config.schema import Project
+    from gpux.config.load import Project
     from gpux.run.session import Session
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpux.config.schema import Project
+    from gpux.config.load import Project
 
 
 def emit_json(doc: Any) -> None:

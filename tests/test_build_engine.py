@@ -17,7 +17,7 @@ import pytest
 import gpux
 from gpux.artifacts import store
 from gpux.artifacts.build import build
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.errors import VerificationFailed
 
 from .conftest import ROOT, make_mlp, write

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.errors import ConfigError, ExitCode
 from tests.conftest import gpux
 

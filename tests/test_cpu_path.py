@@ -11,7 +11,7 @@ import pytest
 
 import gpux
 from gpux.artifacts.build import build
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.errors import InputError, UsageError
 
 from .conftest import gpux as cli

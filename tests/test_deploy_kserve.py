@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.deploy import kserve
 
 from .conftest import MLP_YML, make_mlp

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gpux
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.deploy.ray import actor_options, deployment_options
 
 from .conftest import MLP_YML, make_mlp

@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from google.protobuf.json_format import MessageToDict
 from tritonclient.grpc import model_config_pb2
 
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.deploy import triton
 from gpux.errors import UsageError
 

@@ -12,7 +12,7 @@ import pytest
 import gpux
 from gpux import providers as providers_mod
 from gpux.cli.main import main
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.errors import ProviderUnavailable, UsageError
 from gpux.plan.targets import select
 from gpux.providers import Availability, Runner

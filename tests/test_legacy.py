@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpux.config import migrate as legacy
-from gpux.config.schema import Project, load_config
+from gpux.config.load import Project, load_config
 from gpux.errors import ConfigError
 from tests.conftest import gpux, make_two_inputs, write
 

@@ -20,7 +20,7 @@ ort = pytest.importorskip("onnxruntime")
 import gpux  # noqa: E402
 from gpux.artifacts import store  # noqa: E402
 from gpux.artifacts.build import BuildResult, build  # noqa: E402
-from gpux.config.schema import load_config  # noqa: E402
+from gpux.config.load import load_config  # noqa: E402
 from gpux.runtimes import openvino as ovp  # noqa: E402
 from gpux.runtimes import openvino_options as ovo  # noqa: E402
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.deploy.docker import EngineUnavailable, run_image
 from gpux.deploy.image import (
     CUDA_BASE,

@@ -13,7 +13,7 @@ from gpux import files
 from gpux import providers as providers_mod
 from gpux.artifacts import store
 from gpux.artifacts.build import NeedsBuild, build, keyed_targets
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.model.io import effective_io, load_checked, source_files
 from gpux.providers import Availability
 

@@ -16,7 +16,7 @@ import pytest
 
 import gpux
 from gpux.artifacts.build import build
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.errors import BuildFailed, ExitCode
 
 from .conftest import ROOT, write

@@ -13,7 +13,7 @@ import pytest
 
 import gpux
 from gpux.artifacts.build import build, keyed_targets
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.errors import ConfigError
 from gpux.plan.targets import targets
 from gpux.providers import probe_torch

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpux.cli.validate import expand, validate_paths
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.errors import ConfigError, ExitCode
 from gpux.model.io import load_checked
 from tests.conftest import ROOT, gpux, make_mlp, make_two_inputs, write

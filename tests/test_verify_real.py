@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gpux.artifacts.build import build
-from gpux.config.schema import load_config
+from gpux.config.load import load_config
 from gpux.errors import VerificationFailed
 from gpux.quality.verify import compare, tolerances
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from gpux import __version__
 from gpux.artifacts import store
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.errors import BuildFailed, GpuxError
 from gpux.files import digest_files, locked, store_root
 from gpux.machine import cpu_model, gpu_identity

@@ -11,7 +11,8 @@ from typing import Any
 
 from gpux import __version__, report
 from gpux.bench import protocol as bench
-from gpux.config.schema import PROVIDERS, Project
+from gpux.config.load import Project
+from gpux.config.schema import PROVIDERS
 from gpux.errors import GpuxError, InputError, VerificationFailed
 from gpux.machine import environment_facts
 from gpux.plan.targets import with_options

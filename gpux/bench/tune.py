@@ -16,7 +16,7 @@ from typing import Any
 
 from gpux import report
 from gpux.bench import protocol as bench
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.errors import UsageError
 from gpux.plan.lock import LOCK_NAME, SCHEMA, fingerprint
 

@@ -185,8 +185,9 @@ def _run_once(project: Any, *, input_json: str | None, input_file: str | None, o
 
 def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     from gpux.artifacts import store
+    from gpux.config.load import CONFIG_NAMES
     from gpux.config.locate import open_project
-    from gpux.config.schema import CONFIG_NAMES, PROVIDERS
+    from gpux.config.schema import PROVIDERS
     from gpux.model.io import effective_io, load_checked, source_files
     from gpux.multi.commands import inspect_workspace, workspace_of
     from gpux.providers import ort_conflict_warning, probe_for, runtime_of

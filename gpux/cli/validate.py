@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpux.config.schema import CONFIG_NAMES, GpuxConfig, load_config
+from gpux.config.load import CONFIG_NAMES, load_config
+from gpux.config.schema import GpuxConfig
 from gpux.errors import ConfigError, ExitCode, GpuxError, Problem
 
 SCHEMA_ID = "https://gpux.dev/schemas/gpux.schema.json"

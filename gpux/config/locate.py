@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 from gpux.config import known as index
-from gpux.config.schema import CONFIG_NAMES, GpuxConfig, ModelSource, Project, find_config, load_config
+from gpux.config.load import CONFIG_NAMES, Project, find_config, load_config
+from gpux.config.schema import GpuxConfig, ModelSource
 from gpux.errors import ConfigError, NotFound, Problem
 
 
@@ -45,7 +46,7 @@ def open_project(target: str) -> Project:
         return load_config(known[target])
     import difflib
 
-    from gpux.config.schema import did_you_mean
+    from gpux.config.problems import did_you_mean
 
     nearest = difflib.get_close_matches(target, sorted(known), n=5, cutoff=0.5)
     listing = f"nearest of the {len(known)} models built on this machine: {', '.join(nearest)}" if nearest else \

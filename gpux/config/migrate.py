@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-Loc = tuple[str, ...]
+from gpux.config.parse import Loc
+from gpux.config.problems import did_you_mean
+
 Note = tuple[Loc, str]
 
 # earlier top-level blocks that v1 does not have: key -> what to do instead
@@ -169,8 +171,6 @@ def _runtime(m: Migration, runtime: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gpu(m: Migration, runtime: dict[str, Any], gpu: dict[str, Any]) -> None:
-    from gpux.config.schema import did_you_mean
-
     for key in gpu:
         if key not in GPU_KEYS:
             m.errors.append((("runtime", "gpu", str(key)), f"unknown field{did_you_mean(str(key), GPU_KEYS)} in "

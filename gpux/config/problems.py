@@ -1,155 +1,56 @@
-"""Turns YAML and validation failures of a gpux.yml into one-line problems located at file:line:col."""
+"""Turns validation failures of a gpux.yml into one-line problems, in words a YAML user recognises.
+
+It walks the pydantic model it is handed (for did-you-mean and field descriptions) and never imports the schema;
+`got` and `did_you_mean` are the words every message of gpux uses for a bad value.
+"""
 
 from __future__ import annotations
 
-import datetime
+import difflib
 import re
 import types
 import typing
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel
 
-from gpux.config.schema import (
-    DTYPE_ALIASES,
-    NAME_RE,
-    PROVIDERS,
-    SCHEMA_VERSIONS,
-    GpuxConfig,
-    Loc,
-    Project,
-    Providers,
-    _got,
-    did_you_mean,
-)
+from gpux.config.parse import Loc, Written, locate, relocate
 from gpux.errors import Problem
 from gpux.providers import options as opts
 
-
-def parse_yaml(text: str, file: str) -> tuple[Any, dict[Loc, tuple[int, int]], list[Problem]]:
-    """Safe-load YAML and map each key path to (line, col) of its key, and `(*path, '=')` to its value.
-
-    Duplicate keys are problems (the data keeps the last one, so validation still runs). A `version:`
-    that YAML reads as a number or date keeps its source text (1.10 stays "1.10").
-    """
-    loader = None
-    try:
-        loader = yaml.SafeLoader(text)
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.MarkedYAMLError as exc:
-        return None, {}, [_yaml_problem(exc, file)]
-    except yaml.reader.ReaderError as exc:
-        line = text.count("\n", 0, exc.position) + 1
-        col = exc.position - text.rfind("\n", 0, exc.position)
-        return None, {}, [Problem(file, line, col, "", f"YAML: character U+{exc.character:04X} is not allowed "
-                                                       "in a YAML file; remove it")]
-    except yaml.YAMLError as exc:
-        return None, {}, [Problem(file, 0, 0, "", f"YAML syntax: {' '.join(str(exc).split())}")]
-    except RecursionError:
-        return None, {}, [Problem(file, 0, 0, "", "YAML syntax: nested too deeply")]
-    finally:
-        if loader is not None:
-            loader.dispose()
-    marks: dict[Loc, tuple[int, int]] = {}
-    raw: dict[Loc, str] = {}
-    problems: list[Problem] = []
-    seen: set[int] = set()
-
-    def at(n: yaml.Node) -> tuple[int, int]:
-        return n.start_mark.line + 1, n.start_mark.column + 1
-
-    def walk(n: yaml.Node, loc: Loc) -> None:
-        if id(n) in seen:  # an alias: located at its key; walked once, where its anchor is (no blow-up)
-            return
-        seen.add(id(n))
-        marks.setdefault((*loc, "="), at(n))
-        if isinstance(n, yaml.ScalarNode):
-            raw[loc] = n.value
-        elif isinstance(n, yaml.MappingNode):
-            first: dict[str, tuple[int, int]] = {}
-            for k, v in n.value:
-                if k.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = str(k.value) if isinstance(k, yaml.ScalarNode) else f"<{k.id}>"
-                if key in first:
-                    problems.append(Problem(file, *at(k), ".".join((*loc, key)),
-                                            f"duplicate key (first at line {first[key][0]}); remove one"))
-                first.setdefault(key, at(k))
-                marks[(*loc, key)] = at(k)
-                walk(v, (*loc, key))
-        elif isinstance(n, yaml.SequenceNode):
-            for i, v in enumerate(n.value):
-                marks.setdefault((*loc, str(i)), at(v))
-                walk(v, (*loc, str(i)))
-
-    if node is not None:
-        walk(node, ())
-        marks[()] = at(node)
-    if isinstance(data, dict):
-        for mapping, loc in ((data, ("version",)), (data.get("model"), ("model", "version"))):
-            value = mapping.get("version") if isinstance(mapping, dict) else None
-            if isinstance(value, int | float | datetime.date) and not isinstance(value, bool):
-                mapping["version"] = raw.get(loc, value)  # type: ignore[index]  # as written: 1.10 stays "1.10"
-    return data, marks, problems
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # a model's (or a workspace's) name
+# names other tools use for a dtype -> the gpux name (for did-you-mean only; they are not accepted)
+DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
+                 "fp64": "float64", "int": "int64", "long": "int64", "str": "string"}
 
 
-def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
-    mark = exc.problem_mark or exc.context_mark
-    line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
-    problem = str(exc.problem or "")
-    tag = re.search(r"tag '([^']*)'", problem)
-    if tag and "constructor" in problem:
-        name = tag.group(1).replace("tag:yaml.org,2002:", "!!")
-        return Problem(file, line, col, "", f"YAML: tag {name} is not allowed (gpux.yml is loaded safely: "
-                                            "plain mappings, lists, strings and numbers only)")
-    if "'\\t'" in problem:
-        return Problem(file, line, col, "", "YAML syntax: tab character; indent with spaces")
-    char = re.search(r"found character (.*) that cannot start any token", problem)
-    if char:
-        return Problem(file, line, col, "", f"YAML syntax: {char.group(1)} cannot start a plain value; quote the "
-                                            "value")
-    msg = _YAML_WORDS.get(problem, problem)
-    for token, words in _YAML_TOKENS.items():
-        msg = msg.replace(token, words)
-    context = str(exc.context or "")
-    if "single document" in context:
-        return Problem(file, line, col, "", "YAML syntax: a second document ('---'); a gpux.yml holds one")
-    if context.startswith("while ") and exc.context_mark:
-        msg += f" ({context.removeprefix('while ')} started at line {exc.context_mark.line + 1})"
-    elif context:
-        msg = f"{context}: {msg}"
-    if "mapping values are not allowed" in problem:
-        msg += "; check the indentation, or quote a value that contains ': '"
-    return Problem(file, line, col, "", f"YAML syntax: {msg}")
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """' (did you mean 'x'?)' for the closest choice (case-insensitive), or ''."""
+    if not isinstance(word, str) or not choices:
+        return ""
+    lowered = {str(c).lower(): str(c) for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
+    return f" (did you mean '{lowered[close[0]]}'?)" if close else ""
 
 
-_YAML_WORDS = {
-    "expected <block end>, but found '<block mapping start>'": "this key is indented unlike the keys above it",
-    "expected <block end>, but found '-'": "a list item where a key was expected; check the indentation",
-    "expected <block end>, but found '<scalar>'": "a value where a key was expected; check the indentation",
-}
-_YAML_TOKENS = {"'<stream end>'": "the end of the file", "<block end>": "the end of the block",
-                "'<scalar>'": "a value", "'<block mapping start>'": "a key", "'<document start>'": "'---'"}
-
-
-def relocate(loc: Loc, aliases: dict[Loc, Loc]) -> Loc:
-    """The path a v1 field `loc` has in the file as written (earlier-format files move some fields)."""
-    for n in range(len(loc), 0, -1):
-        if loc[:n] in aliases:
-            return aliases[loc[:n]] + loc[n:]
-    return loc
-
-
-def locate(marks: dict[Loc, tuple[int, int]], loc: Loc, key: bool = False) -> tuple[int, int]:
-    """Line and column of the value (or the key) at `loc`, else of its nearest written ancestor's key."""
-    if not key and (*loc, "=") in marks:
-        return marks[(*loc, "=")]
-    for n in range(len(loc), -1, -1):
-        if loc[:n] in marks:
-            return marks[loc[:n]]
-    return marks.get((), (1, 1))
+def show_value(value: Any) -> str:
+    """A value as a YAML user would recognise it, for 'got ...'."""
+    if value is None:
+        return "an empty value"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        if len(value) > 8 or any(isinstance(v, dict | list | tuple) for v in value):
+            return "a list"
+        text = "[" + ", ".join(show_value(v) for v in value) + "]"
+        return text if len(text) <= 40 else "a list"
+    return repr(value)
 
 
 def _unwrap(tp: Any) -> list[Any]:
@@ -161,9 +62,10 @@ def _unwrap(tp: Any) -> list[Any]:
     return [tp]
 
 
-def _model_at(loc: Loc) -> type[BaseModel] | None:
-    """The pydantic model class that validates the mapping at `loc` (for did-you-mean and descriptions)."""
-    current: list[Any] = [GpuxConfig]
+def _model_at(root: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
+    """The pydantic model class that validates the mapping at `loc` under `root` (for did-you-mean and
+    descriptions)."""
+    current: list[Any] = [root]
     for part in loc:
         nxt: list[Any] = []
         for tp in current:
@@ -179,10 +81,9 @@ def _model_at(loc: Loc) -> type[BaseModel] | None:
     return models[0] if models else None
 
 
-def _field_info(loc: Loc) -> Any:
-    model = _model_at(loc[:-1]) if loc else None
+def _field_info(root: type[BaseModel], loc: Loc) -> Any:
+    model = _model_at(root, loc[:-1]) if loc else None
     return model.model_fields.get(loc[-1]) if model else None
-
 
 
 def _split_loc(raw: tuple[Any, ...], data: Any, kind: str) -> tuple[Loc, int | None, bool]:
@@ -211,6 +112,8 @@ def _split_loc(raw: tuple[Any, ...], data: Any, kind: str) -> tuple[Loc, int | N
     return tuple(out), (None if key_error else tag_at), key_error
 
 
+# blocks whose keys name things of one kind ('unknown provider')
+_KEYED_BY: dict[Loc, str] = {("providers",): "provider"}
 _PATTERNS = {
     NAME_RE: "use letters, digits, '.', '_' or '-', starting with a letter or digit",
     opts.DIM_NAME: "expected a dimension name: letters, digits and '_', not starting with a digit",
@@ -236,30 +139,31 @@ _BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "les
            "less_than": ("<", "lt")}
 
 
-def _message(loc: Loc, err: dict[str, Any]) -> tuple[str, bool]:
+def _message(root: type[BaseModel], loc: Loc, err: dict[str, Any]) -> tuple[str, bool]:
     """One error as (message, point at the key rather than the value)."""
     kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
-    got = _got(value)
+    got = show_value(value)
     if kind == "gpux":
         return ctx["message"], False
     if kind == "extra_forbidden":
-        model = _model_at(loc[:-1])
+        model = _model_at(root, loc[:-1])
         names = list(model.model_fields) if model else []
         hint = did_you_mean(loc[-1], names)
-        if model is Providers:
-            return f"unknown provider{hint}; expected one of {', '.join(PROVIDERS)}", True
+        if loc[:-1] in _KEYED_BY:
+            return f"unknown {_KEYED_BY[loc[:-1]]}{hint}; expected one of {', '.join(names)}", True
         listing = f"; expected one of {', '.join(names)}" if names and not hint and len(names) <= 16 else ""
         return f"unknown field{hint}{listing}", True
     if kind == "missing":
-        info = _field_info(loc)
+        info = _field_info(root, loc)
         about = f": {_sentence(info.description)}" if info and info.description else ""
         return f"required field is missing{about}", True
     if kind == "literal_error":
         expected = ctx.get("expected", "")
         choices = re.findall(r"'([^']*)'", expected) or [expected]
         if loc == ("schema_version",):
-            known = ", ".join(map(str, SCHEMA_VERSIONS))
-            if str(value) in map(str, SCHEMA_VERSIONS):
+            versions = typing.get_args(_field_info(root, loc).annotation)  # Literal[1]: the formats read
+            known = ", ".join(map(str, versions))
+            if str(value) in map(str, versions):
                 return f"write schema_version: {value} (a number, not a string)", False
             return f"this gpux reads schema_version {known}, got {got}; a newer gpux may read this file", False
         hint = did_you_mean(value, choices) if isinstance(value, str) else ""
@@ -270,7 +174,7 @@ def _message(loc: Loc, err: dict[str, Any]) -> tuple[str, bool]:
         return err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, "), False
     if kind == "string_pattern_mismatch":
         pattern = ctx.get("pattern", "")
-        info = _field_info(loc)
+        info = _field_info(root, loc)
         if pattern in _PATTERNS:
             return f"{_PATTERNS[pattern]}, got {got}", False
         what = _sentence(info.description) if info and info.description else f"a match of {pattern}"
@@ -302,19 +206,19 @@ def _message(loc: Loc, err: dict[str, Any]) -> tuple[str, bool]:
     return f"{msg[0].lower()}{msg[1:]}, got {got}", False
 
 
-def _refine(loc: Loc, err: dict[str, Any], data: Any) -> Loc:
+def _refine(root: type[BaseModel], loc: Loc, err: dict[str, Any], data: Any) -> Loc:
     """Point a model-level error at what it is about: the bad list item, or the first option it names."""
     if err["type"] == "gpux":
         return (*loc, *err["ctx"].get("at", ()))
-    model = _model_at(loc)
+    model = _model_at(root, loc)
     if err["type"] == "value_error" and model:
         for word in re.findall(r"[a-z][a-z_0-9]*", err["msg"].removeprefix("Value error, ")):
-            if word in model.model_fields and len(_written((*loc, word), data)) > len(loc):
+            if word in model.model_fields and len(_given((*loc, word), data)) > len(loc):
                 return (*loc, word)
     return loc
 
 
-def _written(loc: Loc, data: Any) -> Loc:
+def _given(loc: Loc, data: Any) -> Loc:
     """The longest prefix of `loc` that the data has (a refined location may name a field left out)."""
     cur, out = data, []
     for part in loc:
@@ -328,8 +232,9 @@ def _written(loc: Loc, data: Any) -> Loc:
     return tuple(out)
 
 
-def describe_errors(project: Project, errors: list[Any], data: Any) -> list[Problem]:
-    """Pydantic errors → one Problem per mistake, located at the key or value written in the file."""
+def describe_errors(written: Written, root: type[BaseModel], errors: list[Any], data: Any) -> list[Problem]:
+    """Pydantic errors of validating `data` with the model `root` → one Problem per mistake, located at the key
+    or value written in the file."""
     found: list[tuple[Loc, str, bool, dict[str, Any]]] = []
     unions: dict[Loc, list[tuple[Loc, dict[str, Any]]]] = {}
     for err in errors:
@@ -337,12 +242,12 @@ def describe_errors(project: Project, errors: list[Any], data: Any) -> list[Prob
         if tag_at is not None:
             unions.setdefault(loc[:tag_at], []).append((loc, err))
             continue
-        msg, key = _message(loc, err)
+        msg, key = _message(root, loc, err)
         found.append((loc, msg, key or key_error, err))  # a bad mapping key: point at the key
     for prefix, members in unions.items():
         deeper = [(loc, err) for loc, err in members if len(loc) > len(prefix)]
         if deeper:  # the value had one member's type; report that member's own errors
-            found += [(loc, *_message(loc, err), err) for loc, err in deeper]
+            found += [(loc, *_message(root, loc, err), err) for loc, err in deeper]
             continue
         wanted: list[str] = []
         for _, err in members:
@@ -353,8 +258,9 @@ def describe_errors(project: Project, errors: list[Any], data: Any) -> list[Prob
                 wanted.append(f"a value {_BOUNDS[kind][0]} {ctx.get(_BOUNDS[kind][1])}")
             else:
                 wanted.append(_ALTERNATIVES.get(kind, err["msg"].lower()))
-        found.append((prefix, f"expected {' or '.join(dict.fromkeys(wanted))}, got {_got(members[0][1].get('input'))}",
-                      False, members[0][1]))
+        first = members[0][1]
+        found.append((prefix, f"expected {' or '.join(dict.fromkeys(wanted))}, got {show_value(first.get('input'))}",
+                      False, first))
     # 'naem: unknown field (did you mean name?)' already says that name is missing
     suggested = {(*loc[:-1], m.group(1)) for loc, msg, _, err in found if err["type"] == "extra_forbidden"
                  for m in [re.search(r"did you mean '([^']*)'", msg)] if m}
@@ -364,12 +270,12 @@ def describe_errors(project: Project, errors: list[Any], data: Any) -> list[Prob
             continue
         shown = where = loc
         if err["type"] in ("gpux", "value_error"):
-            refined = _written(_refine(loc, err, data), data)
+            refined = _given(_refine(root, loc, err, data), data)
             where = refined if len(refined) > len(loc) else loc
             shown = where if err["type"] == "gpux" else loc
-        problem = project.problem(shown, msg, key)
+        problem = written.problem(shown, msg, key)
         if where != shown:  # a block's rule, at the option it names
-            line, col = locate(project.marks, relocate(where, project.aliases), key=True)
+            line, col = locate(written.marks, relocate(where, written.aliases), key=True)
             problem = Problem(problem.file, line, col, problem.field, problem.message)
         out.append(problem)
     return out

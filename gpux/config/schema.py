@@ -1,11 +1,10 @@
-"""Pydantic models of gpux.yml as written, `load_config(path)`, and errors located to file:line:col."""
+"""The pydantic models of gpux.yml as written: one per section, `GpuxConfig` for the whole file.
+
+Validators raise messages located deeper than their field (the bad list item); loading lives in gpux.config.load."""
 
 from __future__ import annotations
 
-import difflib
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -13,17 +12,14 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     WithJsonSchema,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from gpux.errors import ConfigError, Problem
+from gpux.config.problems import NAME_RE, did_you_mean, show_value
 from gpux.providers import options as opts
 
-CONFIG_NAMES = ("gpux.yml", "gpux.yaml")
-SCHEMA_VERSIONS = (1,)  # gpux.yml formats this gpux reads
 PROVIDERS = tuple(opts.OPTIONS)  # priority order: tensorrt, cuda, rocm, coreml, mps, directml, openvino, cpu
 # ONNX's own names for two of them (TensorProto FLOAT, DOUBLE), accepted and read as the gpux name
 ONNX_DTYPE_NAMES = {"float": "float32", "double": "float64"}
@@ -32,21 +28,7 @@ DType = Annotated[Literal[
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "bool", "string",
 ], BeforeValidator(lambda v: ONNX_DTYPE_NAMES.get(v, v) if isinstance(v, str) else v)]  # fmt: skip
-# names other tools use for a dtype -> the gpux name (for did-you-mean only; they are not accepted)
-DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
-                 "fp64": "float64", "int": "int64", "long": "int64", "str": "string"}
-NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-DIM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-Loc = tuple[str, ...]
-
-
-def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
-    """' (did you mean 'x'?)' for the closest choice (case-insensitive), or ''."""
-    if not isinstance(word, str) or not choices:
-        return ""
-    lowered = {str(c).lower(): str(c) for c in choices}
-    close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
-    return f" (did you mean '{lowered[close[0]]}'?)" if close else ""
+DIM_RE = re.compile(opts.DIM_NAME)  # a dynamic dim's name, e.g. batch
 
 
 def _fail(message: str, *at: str | int) -> PydanticCustomError:
@@ -60,7 +42,7 @@ def _provider_name(value: Any, index: int | None, allow_auto: bool = False) -> s
     if value == "auto" and not allow_auto:
         raise _fail("'auto' stands alone (backend: auto); a list names providers to try in order", *at)
     if not isinstance(value, str) or value not in names:
-        raise _fail(f"unknown provider {_got(value)}{did_you_mean(value, names)}; "
+        raise _fail(f"unknown provider {show_value(value)}{did_you_mean(value, names)}; "
                     f"expected one of {', '.join(names)}", *at)
     return value
 
@@ -78,12 +60,12 @@ def _backend(value: Any) -> tuple[str, ...]:
         return (_provider_name(value, None, allow_auto=True),)
     if isinstance(value, list | tuple) and value:
         return _provider_list(list(value))
-    raise _fail(f"expected 'auto', a provider name, or a non-empty list of provider names, got {_got(value)}")
+    raise _fail(f"expected 'auto', a provider name, or a non-empty list of provider names, got {show_value(value)}")
 
 
 def _providers(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list | tuple) or not value:
-        raise _fail(f"expected a non-empty list of provider names, got {_got(value)}")
+        raise _fail(f"expected a non-empty list of provider names, got {show_value(value)}")
     return _provider_list(list(value))
 
 
@@ -96,21 +78,21 @@ def _dim(value: Any, i: int) -> int | str:
         return value
     if isinstance(value, str) and DIM_RE.match(value):
         return value
-    raise _fail(f"dim {i}: expected an int >= 1 or a name such as batch, got {_got(value)}", i)
+    raise _fail(f"dim {i}: expected an int >= 1 or a name such as batch, got {show_value(value)}", i)
 
 
 def _shape(value: Any) -> tuple[int | str, ...]:
     if not isinstance(value, list | tuple):
-        raise _fail(f"expected a list of ints or names, got {_got(value)}")
+        raise _fail(f"expected a list of ints or names, got {show_value(value)}")
     return tuple(_dim(v, i) for i, v in enumerate(value))
 
 
 def _range(value: Any) -> tuple[float, float]:
     pair = isinstance(value, list | tuple) and len(value) == 2
     if not pair or any(isinstance(v, bool) or not isinstance(v, int | float) for v in value):
-        raise _fail(f"expected [low, high] (two numbers), got {_got(value)}")
+        raise _fail(f"expected [low, high] (two numbers), got {show_value(value)}")
     if not value[0] < value[1]:
-        raise _fail(f"expected low < high, got {_got(value)}")
+        raise _fail(f"expected low < high, got {show_value(value)}")
     return float(value[0]), float(value[1])
 
 
@@ -322,163 +304,3 @@ class GpuxConfig(Strict):
     package: Package = Field(default_factory=Package, description="Container image settings.")
     serve: Serve = Field(default_factory=Serve, description="Settings of `gpux serve`.")
     deploy: Deploy = Field(default_factory=Deploy, description="Scale-out on other engines (Ray Serve).")
-
-
-@dataclass
-class Project:
-    """A loaded gpux.yml: the validated config plus where it lives."""
-
-    path: Path
-    config: GpuxConfig
-    marks: dict[Loc, tuple[int, int]] = field(default_factory=dict, repr=False)
-    warnings: list[str] = field(default_factory=list)
-    # where v1 fields that an earlier-format file was mapped to are written in that file (see legacy.py)
-    aliases: dict[Loc, Loc] = field(default_factory=dict, repr=False)
-    notes: list[Problem] = field(default_factory=list, repr=False)  # the warnings, located
-
-    @property
-    def root(self) -> Path:
-        return self.path.parent
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    @property
-    def source(self) -> Path:
-        return (self.root / self.config.model.source).resolve()
-
-    def problem(self, loc: tuple[str, ...], message: str, key: bool = False, as_written: bool = False) -> Problem:
-        """A Problem at the v1 field `loc` (or at `loc` as the file writes it), named and located as written."""
-        from gpux.config.problems import locate, relocate
-
-        loc = tuple(str(p) for p in loc)
-        loc = loc if as_written else relocate(loc, self.aliases)
-        line, col = locate(self.marks, loc, key)
-        return Problem(str(self.path), line, col, ".".join(loc), message)
-
-    def warn(self, loc: tuple[str, ...], message: str, key: bool = True, as_written: bool = False) -> None:
-        note = self.problem(loc, message, key, as_written)
-        self.notes.append(note)
-        self.warnings.append(str(note))
-
-
-def find_config(path: str | Path) -> Path:
-    p = Path(path)
-    if p.is_dir():
-        for name in CONFIG_NAMES:
-            if (p / name).is_file():
-                return p / name
-        if (p / "gpux.workspace.yml").is_file():
-            raise ConfigError([Problem(str(p), 0, 0, "", "this folder holds a workspace (gpux.workspace.yml), not a "
-                                       "gpux.yml: build, run, inspect, serve, use and export triton take it; "
-                                       "name one of its models' folders for this command")])
-        raise ConfigError([Problem(str(p), 0, 0, "", "no gpux.yml here; create one (see docs/config.md)")])
-    if not p.is_file():
-        raise ConfigError([Problem(str(p), 0, 0, "", "file not found")])
-    return p
-
-
-def load_config(path: str | Path, *, require_model: bool = True) -> Project:
-    """Read, migrate and validate a gpux.yml; raise ConfigError listing every problem at once.
-
-    With `require_model=False` (plain `gpux validate`) a missing model file is a warning, not an error:
-    models are often generated or fetched after checkout, and the config can be checked without them.
-    """
-    from gpux.config import migrate as legacy
-    from gpux.config.problems import describe_errors, parse_yaml
-
-    file = find_config(path)
-    try:
-        text = file.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([Problem(str(file), 0, 0, "", f"cannot read: {exc}")]) from None
-    data, marks, problems = parse_yaml(text, str(file))
-    if problems and data is None:
-        raise ConfigError(problems)
-    if not isinstance(data, dict):
-        line, col = marks.get((), (1, 1))
-        msg = "no settings in this file; a gpux.yml needs at least name: and model: {source: ...}" \
-            if data is None else f"expected a mapping of keys (name:, model:, ...), got {_got(data)}"
-        raise ConfigError([Problem(str(file), line, col, "", msg)])
-    moved = legacy.migrate(data)
-    project = Project(path=file, config=None, marks=marks, aliases=moved.aliases)  # type: ignore[arg-type]
-    for loc, msg in moved.notes:
-        project.warn(loc, msg, as_written=True)
-    problems += [project.problem(loc, msg, key=True, as_written=True) for loc, msg in moved.errors]
-    config = None
-    try:
-        config = GpuxConfig.model_validate(moved.data)
-    except ValidationError as exc:
-        problems += describe_errors(project, exc.errors(), moved.data)
-    problems += check_files(project, moved.data, require_model)
-    problems += check_torch_runtime(project, moved.data)
-    if problems:
-        raise ConfigError(sorted(dict.fromkeys(problems), key=lambda p: (p.line, p.col)))
-    project.config = config  # type: ignore[assignment]
-    project.notes.sort(key=lambda p: (p.line, p.col))
-    project.warnings = [str(n) for n in project.notes]
-    return project
-
-
-def check_files(project: Project, data: dict[str, Any], require_model: bool = True) -> list[Problem]:
-    """Files named by the config exist (cheap: nothing is parsed). Reads the raw mapping, so these are
-    reported together with validation problems."""
-    out: list[Problem] = []
-    model = data.get("model")
-    source = model.get("source") if isinstance(model, dict) else None
-    if isinstance(source, str) and not (project.root / source).is_file():
-        where = (project.root / source).resolve()
-        msg = f"file not found: {source} (looked for {where}; paths are relative to gpux.yml)"
-        if not source or where.is_dir():
-            msg = f"expected a model file, got {'an empty path' if not source else 'a folder'}: {where}"
-        if require_model or not source or where.is_dir():
-            out.append(project.problem(("model", "source"), msg))
-        else:
-            project.warn(("model", "source"), f"{msg}; build, run and validate --check-model need it", key=False)
-    for kind in ("inputs", "outputs"):
-        specs = data.get(kind)
-        for name, spec in (specs.items() if isinstance(specs, dict) else ()):
-            labels = spec.get("labels") if isinstance(spec, dict) else None
-            if isinstance(labels, str) and labels and not (project.root / labels).is_file():
-                out.append(project.problem((kind, str(name), "labels"), f"labels file not found: {labels}"))
-    verify = data.get("verify")
-    sample = verify.get("data") if isinstance(verify, dict) else None
-    if isinstance(sample, str) and sample and not (project.root / sample).is_file():
-        out.append(project.problem(("verify", "data"), f"file not found: {sample}"))
-    return out
-
-def check_torch_runtime(project: Project, data: dict[str, Any]) -> list[Problem]:
-    """`providers.<name>.runtime: torch` needs a PyTorch source: an ONNX model.source (by model.format, else its
-    suffix) cannot run in PyTorch. Reads the raw mapping, so it is reported beside validation problems."""
-    model, blocks = data.get("model"), data.get("providers")
-    if not isinstance(model, dict) or not isinstance(blocks, dict):
-        return []
-    fmt = model.get("format") or ("onnx" if str(model.get("source", "")).lower().endswith(".onnx") else None)
-    if fmt != "onnx":
-        return []
-    return [project.problem(("providers", str(name), "runtime"),
-                            "runtime: torch runs PyTorch sources (TorchScript or .pt2), but model.source is an "
-                            "ONNX file; use runtime: onnxruntime here, or point model.source at the PyTorch "
-                            "model")
-            for name, block in blocks.items() if isinstance(block, dict) and block.get("runtime") == "torch"]
-
-
-def _got(value: Any) -> str:
-    """A value as a YAML user would recognise it, for 'got ...'."""
-    if value is None:
-        return "an empty value"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        if len(value) > 8 or any(isinstance(v, dict | list | tuple) for v in value):
-            return "a list"
-        text = "[" + ", ".join(_got(v) for v in value) + "]"
-        return text if len(text) <= 40 else "a list"
-    return repr(value)

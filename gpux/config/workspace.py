@@ -10,7 +10,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpux.config import find
-from gpux.config.schema import NAME_RE, Project, load_config
+from gpux.config.load import Project, load_config
+from gpux.config.problems import NAME_RE
 from gpux.errors import ConfigError, Problem
 
 
@@ -80,7 +81,7 @@ def pipeline_project(ws: Workspace) -> Project:
 
 def load(path: Path, require_model: bool = True) -> Workspace:
     """Read and check a workspace file, then every project it names and its pipeline (those problems at once)."""
-    from gpux.config.problems import parse_yaml
+    from gpux.config.parse import parse_yaml
 
     data, marks, problems = parse_yaml(path.read_text(encoding="utf-8"), str(path))
     if problems:
@@ -113,7 +114,7 @@ MODELS: dict[str, type[BaseModel]] = {"": WorkspaceConfig, "models": Member, "ru
 
 def _message(error: Any) -> str:
     """Pydantic's message, with the keys allowed and a did-you-mean for an unknown key."""
-    from gpux.config.schema import did_you_mean
+    from gpux.config.problems import did_you_mean
 
     loc = [str(x) for x in error["loc"]]
     if error["type"] != "extra_forbidden":

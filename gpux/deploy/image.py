@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux import __version__, report
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.deploy.wheel import wheel_name, wheel_requirements
 from gpux.errors import UsageError
 from gpux.providers import TORCH_INDEX, TORCH_INDEX_URL

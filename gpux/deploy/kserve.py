@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.errors import UsageError
 
 API_VERSION = "serving.kserve.io/v1beta1"

@@ -21,7 +21,8 @@ from typing import Any
 
 from gpux import report
 from gpux.artifacts import store
-from gpux.config.schema import PROVIDERS, Project
+from gpux.config.load import Project
+from gpux.config.schema import PROVIDERS
 from gpux.deploy.docker import (
     Progress,
     build_image,

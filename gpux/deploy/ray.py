@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from ray import serve
 
-from gpux.config.schema import Project
+from gpux.config.load import Project
 
 GPU_PROVIDERS = ("tensorrt", "cuda", "rocm")
 

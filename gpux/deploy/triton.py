@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.errors import UsageError
 from gpux.model.io import Tensor
 

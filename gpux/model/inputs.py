@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpux.config.schema import did_you_mean
+from gpux.config.problems import did_you_mean
 from gpux.errors import InputError
 from gpux.model.io import Tensor
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpux.config.schema import Project, TensorSpec
+from gpux.config.load import Project
+from gpux.config.schema import TensorSpec
 from gpux.errors import ConfigError, Problem
 from gpux.formats import ONNX_DTYPES, TORCH_FORMATS, source_format
 from gpux.optional import require
@@ -136,7 +137,7 @@ def check_declared(project: Project, io: ModelIO) -> list[Problem]:
         suggested: set[str] = set()
         for name, spec in declared.items():
             if name not in real:
-                from gpux.config.schema import did_you_mean
+                from gpux.config.problems import did_you_mean
 
                 hint = did_you_mean(name, list(real))
                 suggested.update(n for n in real if f"'{n}'" in hint)

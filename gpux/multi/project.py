@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.config.workspace import Workspace
 from gpux.plan.choice import Place, settle
 from gpux.plan.offer import Offer, compute

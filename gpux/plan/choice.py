@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpux import files
-from gpux.config.schema import PROVIDERS, Project
+from gpux.config.load import Project
+from gpux.config.schema import PROVIDERS
 
 if TYPE_CHECKING:
     from gpux.plan.targets import Selection

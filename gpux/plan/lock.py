@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux import __version__
-from gpux.config.schema import Project
+from gpux.config.load import Project
 
 LOCK_NAME = "gpux.lock.json"
 SCHEMA = 1

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpux.config.schema import PROVIDERS, Project
+from gpux.config.load import Project
+from gpux.config.schema import PROVIDERS
 from gpux.errors import ProviderUnavailable, UsageError
 
 

@@ -8,7 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from gpux.config.schema import PROVIDERS, Project, did_you_mean
+from gpux.config.load import Project
+from gpux.config.problems import did_you_mean
+from gpux.config.schema import PROVIDERS
 from gpux.errors import UsageError
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.errors import BuildFailed, GpuxError
 from gpux.model.inputs import cast_all, load_file, synthetic
 from gpux.model.io import Tensor

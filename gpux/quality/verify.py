@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpux.config.schema import Project, Verify
+from gpux.config.load import Project
+from gpux.config.schema import Verify
 from gpux.errors import BuildFailed, GpuxError, InputError, ModelError, VerificationFailed, error_lines, first_line
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from typing import Any
 
 from gpux.artifacts import store
 from gpux.artifacts.build import BuildResult, build
+from gpux.config.load import Project
 from gpux.config.locate import open_project
-from gpux.config.schema import Project
 from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed, first_line
 from gpux.model.inputs import cast_all
 from gpux.model.io import ModelIO, Tensor, effective_io, load_checked

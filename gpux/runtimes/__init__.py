@@ -10,7 +10,7 @@ from pkgutil import resolve_name as resolve
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpux.config.schema import Project
+    from gpux.config.load import Project
     from gpux.model.io import Tensor
     from gpux.plan.targets import Target
 

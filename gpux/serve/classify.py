@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.serve.errors import BadRequest
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.model.io import Tensor
 from gpux.serve.batcher import Observer, Worker
 from gpux.serve.classify import labels_of

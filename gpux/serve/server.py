@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpux.config.schema import Project
+from gpux.config.load import Project
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import LoadRequest, Model, Repository, load
 from gpux.serve.rest import Limits, RestApp

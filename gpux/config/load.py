@@ -1,0 +1,150 @@
+"""Loads a gpux.yml into a frozen Project: find the file, parse it, migrate an earlier format, validate it.
+
+Every problem is reported at once (ConfigError), located at file:line:col as the file writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpux.config.migrate import migrate
+from gpux.config.parse import Loc, Marks, Written, parse_yaml
+from gpux.config.problems import describe_errors, show_value
+from gpux.config.schema import GpuxConfig
+from gpux.errors import ConfigError, Problem
+
+CONFIG_NAMES = ("gpux.yml", "gpux.yaml")
+
+
+@dataclass(frozen=True)
+class Project:
+    """A loaded gpux.yml: the validated config plus where it lives."""
+
+    path: Path
+    config: GpuxConfig
+    marks: Marks = field(default_factory=dict, repr=False)
+    warnings: list[str] = field(default_factory=list)
+    # where v1 fields that an earlier-format file was mapped to are written in that file (see migrate.py)
+    aliases: dict[Loc, Loc] = field(default_factory=dict, repr=False)
+    notes: list[Problem] = field(default_factory=list, repr=False)  # the warnings, located
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def source(self) -> Path:
+        return (self.root / self.config.model.source).resolve()
+
+    def problem(self, loc: tuple[str, ...], message: str, key: bool = False, as_written: bool = False) -> Problem:
+        """A Problem at the v1 field `loc` (or at `loc` as the file writes it), named and located as written."""
+        return Written(self.path, self.marks, self.aliases).problem(loc, message, key, as_written)
+
+
+def find_config(path: str | Path) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        for name in CONFIG_NAMES:
+            if (p / name).is_file():
+                return p / name
+        if (p / "gpux.workspace.yml").is_file():
+            raise ConfigError([Problem(str(p), 0, 0, "", "this folder holds a workspace (gpux.workspace.yml), not a "
+                                       "gpux.yml: build, run, inspect, serve, use and export triton take it; "
+                                       "name one of its models' folders for this command")])
+        raise ConfigError([Problem(str(p), 0, 0, "", "no gpux.yml here; create one (see docs/config.md)")])
+    if not p.is_file():
+        raise ConfigError([Problem(str(p), 0, 0, "", "file not found")])
+    return p
+
+
+def load_config(path: str | Path, *, require_model: bool = True) -> Project:
+    """Read, migrate and validate a gpux.yml; raise ConfigError listing every problem at once.
+
+    With `require_model=False` (plain `gpux validate`) a missing model file is a warning, not an error:
+    models are often generated or fetched after checkout, and the config can be checked without them.
+    """
+    file = find_config(path)
+    try:
+        text = file.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([Problem(str(file), 0, 0, "", f"cannot read: {exc}")]) from None
+    data, marks, problems = parse_yaml(text, str(file))
+    if problems and data is None:
+        raise ConfigError(problems)
+    if not isinstance(data, dict):
+        line, col = marks.get((), (1, 1))
+        msg = "no settings in this file; a gpux.yml needs at least name: and model: {source: ...}" \
+            if data is None else f"expected a mapping of keys (name:, model:, ...), got {show_value(data)}"
+        raise ConfigError([Problem(str(file), line, col, "", msg)])
+    moved = migrate(data)
+    written = Written(file, marks, moved.aliases)
+    notes = [written.problem(loc, msg, key=True, as_written=True) for loc, msg in moved.notes]
+    problems += [written.problem(loc, msg, key=True, as_written=True) for loc, msg in moved.errors]
+    config = None
+    try:
+        config = GpuxConfig.model_validate(moved.data)
+    except ValidationError as exc:
+        problems += describe_errors(written, GpuxConfig, exc.errors(), moved.data)
+    missing, missing_notes = check_files(written, moved.data, require_model)
+    problems += missing + check_torch_runtime(written, moved.data)
+    if problems or config is None:
+        raise ConfigError(sorted(dict.fromkeys(problems), key=lambda p: (p.line, p.col)))
+    notes = sorted(notes + missing_notes, key=lambda p: (p.line, p.col))
+    return Project(path=file, config=config, marks=marks, warnings=[str(n) for n in notes],
+                   aliases=moved.aliases, notes=notes)
+
+
+def check_files(written: Written, data: dict[str, Any], require_model: bool = True) -> tuple[list[Problem],
+                                                                                            list[Problem]]:
+    """Files named by the config exist (cheap: nothing is parsed): (problems, notes). Reads the raw mapping, so
+    these are reported together with validation problems."""
+    root = written.path.parent
+    out: list[Problem] = []
+    notes: list[Problem] = []
+    model = data.get("model")
+    source = model.get("source") if isinstance(model, dict) else None
+    if isinstance(source, str) and not (root / source).is_file():
+        where = (root / source).resolve()
+        msg = f"file not found: {source} (looked for {where}; paths are relative to gpux.yml)"
+        if not source or where.is_dir():
+            msg = f"expected a model file, got {'an empty path' if not source else 'a folder'}: {where}"
+        if require_model or not source or where.is_dir():
+            out.append(written.problem(("model", "source"), msg))
+        else:
+            notes.append(written.problem(("model", "source"), f"{msg}; build, run and validate --check-model "
+                                                              "need it"))
+    for kind in ("inputs", "outputs"):
+        specs = data.get(kind)
+        for name, spec in (specs.items() if isinstance(specs, dict) else ()):
+            labels = spec.get("labels") if isinstance(spec, dict) else None
+            if isinstance(labels, str) and labels and not (root / labels).is_file():
+                out.append(written.problem((kind, str(name), "labels"), f"labels file not found: {labels}"))
+    verify = data.get("verify")
+    sample = verify.get("data") if isinstance(verify, dict) else None
+    if isinstance(sample, str) and sample and not (root / sample).is_file():
+        out.append(written.problem(("verify", "data"), f"file not found: {sample}"))
+    return out, notes
+
+
+def check_torch_runtime(written: Written, data: dict[str, Any]) -> list[Problem]:
+    """`providers.<name>.runtime: torch` needs a PyTorch source: an ONNX model.source (by model.format, else its
+    suffix) cannot run in PyTorch. Reads the raw mapping, so it is reported beside validation problems."""
+    model, blocks = data.get("model"), data.get("providers")
+    if not isinstance(model, dict) or not isinstance(blocks, dict):
+        return []
+    fmt = model.get("format") or ("onnx" if str(model.get("source", "")).lower().endswith(".onnx") else None)
+    if fmt != "onnx":
+        return []
+    return [written.problem(("providers", str(name), "runtime"),
+                            "runtime: torch runs PyTorch sources (TorchScript or .pt2), but model.source is an "
+                            "ONNX file; use runtime: onnxruntime here, or point model.source at the PyTorch "
+                            "model")
+            for name, block in blocks.items() if isinstance(block, dict) and block.get("runtime") == "torch"]
