@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import click
 
 from gpux import __version__
-from gpux.errors import ExitCode, GpuxError
+from gpux.errors import ExitCode, GpuxError, debugging
 
 PROVIDER_HELP = "auto, one of tensorrt, cuda, rocm, coreml, directml, openvino, cpu, or a comma list"
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
@@ -389,7 +388,7 @@ _add_common(cli)
 
 
 def main(argv: list[str] | None = None) -> None:
-    debug = os.environ.get("GPUX_DEBUG", "") not in ("", "0", "false") or "--debug" in (argv or sys.argv[1:])
+    debug = debugging() or "--debug" in (argv or sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="gpux", standalone_mode=False)
     except GpuxError as exc:
