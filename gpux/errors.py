@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -14,6 +15,12 @@ class ExitCode(IntEnum):
     UNAVAILABLE = 4  # provider unavailable with fallback off (--strict), or every fallback exhausted
     INTERNAL = 70  # a bug: traceback and "please report"
     INTERRUPTED = 130
+
+
+def debugging() -> bool:
+    """Whether $GPUX_DEBUG asks for details: tracebacks for every error, native libraries' own output left on
+    stderr. Any value but empty, "0" and "false" turns it on (unset is off)."""
+    return os.environ.get("GPUX_DEBUG", "") not in ("", "0", "false")
 
 
 class GpuxError(Exception):

@@ -6,6 +6,7 @@ import hashlib
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,20 +125,60 @@ def bench_one(project: Project, provider: str | None, precision: str | None, pro
         )
 
 
-def benchmark_command(target: str, *, provider: str | None, strict: bool, store: str | None, as_json: bool,
-                      input_file: str | None, runs: int | None, warmup: int | None, duration: float | None,
-                      batch: int | None, shapes: tuple[str, ...], concurrency: int | None, as_csv: bool,
-                      baseline: str | None, max_regression: float) -> int:
+@dataclass(frozen=True)
+class BenchmarkRequest:
+    """What `gpux run --benchmark` was asked for (the click options, by name)."""
+
+    target: str = "."
+    provider: str | None = None  # "all": every provider here, per precision
+    strict: bool = False
+    store: str | None = None
+    as_json: bool = False
+    input_file: str | None = None  # the data to measure on; else seeded synthetic inputs
+    runs: int | None = None
+    warmup: int | None = None
+    duration: float | None = None
+    batch: int | None = None
+    shapes: tuple[str, ...] = ()  # --shape NAME=SIZE, as given
+    concurrency: int | None = None
+    as_csv: bool = False
+    baseline: str | None = None  # a benchmark JSON document to gate on
+    max_regression: float = 10.0  # percent
+
+
+def benchmark_command(req: BenchmarkRequest) -> int:
     from gpux.config.locate import open_project
+
+    project = open_project(req.target)
+    base = load_baseline(req.baseline) if req.baseline else None  # a bad baseline fails before minutes of measuring
+    shape_values = synthetic_sizes(project, req)
+    protocol = protocol_for(project, req.runs, req.warmup, req.duration, req.batch, req.concurrency)
+    log = report.progress(req.as_json or req.as_csv)
+    if req.provider == "all":
+        rows = every_provider_rows(project, protocol, shape_values, req, log)
+    else:
+        rows = [bench_one(project, req.provider, None, protocol, shape_values, strict=req.strict, store=req.store,
+                          input_file=req.input_file, log=log)]
+    doc = bench.make_document(rows, environment(project, protocol))
+    code = 0 if base is None else gate(doc, base, req)
+    if req.as_json:
+        report.emit_json(doc)
+    elif req.as_csv:
+        sys.stdout.write(bench.to_csv(rows))
+    else:
+        render(rows, doc.get("baseline"), all_providers=req.provider == "all")
+    if not any(r["status"] != "unavailable" and r.get("stats") for r in rows):
+        code = code or 4
+    return code
+
+
+def synthetic_sizes(project: Project, req: BenchmarkRequest) -> dict[str, int]:
+    """The sizes of symbolic dims for synthetic inputs: --shape and --batch over the config's own."""
     from gpux.model.inputs import parse_shapes
     from gpux.plan.targets import resolve_shapes
-    from gpux.providers import PROVIDERS as REGISTRY
-    from gpux.providers import ort_available_eps, probe, runtime_of
 
-    project = open_project(target)
-    base = load_baseline(baseline) if baseline else None  # a bad baseline fails before minutes of measuring
-    asked = parse_shapes(shapes)
-    if input_file and (asked or batch):
+    asked = parse_shapes(req.shapes)
+    if req.input_file and (asked or req.batch):
         raise InputError("--shape/--batch size synthetic inputs; with --file the data's own shapes are used")
     dims = {d for spec in (project.config.inputs or {}).values() for d in (spec.shape or ()) if isinstance(d, str)}
     unknown = sorted(set(asked) - dims) if project.config.inputs else []
@@ -145,56 +186,51 @@ def benchmark_command(target: str, *, provider: str | None, strict: bool, store:
         raise InputError(f"--shape {unknown[0]}: no declared input has a dim named {unknown[0]!r}; "
                          f"named dims: {', '.join(sorted(dims)) or 'none'}")
     shape_values = resolve_shapes(project, asked)
-    if batch:
-        shape_values["batch"] = batch
-    protocol = protocol_for(project, runs, warmup, duration, batch, concurrency)
-    log = report.progress(as_json or as_csv)
+    if req.batch:
+        shape_values["batch"] = req.batch
+    return shape_values
+
+
+def every_provider_rows(project: Project, protocol: bench.Protocol, shape_values: dict[str, int],
+                        req: BenchmarkRequest, log: Any) -> list[dict[str, Any]]:
+    """`--provider all`: a row per provider and precision (unavailable providers included), then the torch rows."""
+    from gpux.providers import PROVIDERS as REGISTRY
+    from gpux.providers import ort_available_eps, probe, runtime_of
+
     rows: list[dict[str, Any]] = []
-    if provider == "all":
-        for name in PROVIDERS:
-            if REGISTRY[name].runtime == "torch":
-                continue  # PyTorch-only providers (mps): their rows come from torch_rows
-            avail = probe(name)
-            if not avail.ok:
-                rows.append(bench.result_row(name, "-", None, bench.Phases(), status="unavailable",
-                                             error=avail.reason, fix=avail.fix))
-                continue
-            # a block set to runtime torch gets its ONNX Runtime rows here and its torch rows below
-            ort = with_options(project, name, runtime="onnxruntime") if runtime_of(project, name) == "torch" \
-                else project
-            for precision in PRECISIONS.get(name, ("fp32",)):
-                log(f"benchmarking {name} {precision} ...")
-                rows.append(bench_one(with_precision(ort, name, precision), name, precision, protocol,
-                                      shape_values, strict=True, store=store, input_file=input_file, log=log))
-            if name == "openvino" and "OpenVINOExecutionProvider" in (ort_available_eps() or ()):
-                log("benchmarking openvino through ONNX Runtime's OpenVINO EP ...")
-                rows.append(bench_one(with_options(project, name, runtime="onnxruntime"), name,
-                                      "fp32 (onnxruntime EP)", protocol, shape_values, strict=True, store=store,
-                                      input_file=input_file, log=log))
-        rows += torch_rows(project, protocol, shape_values, store=store, input_file=input_file, log=log)
-    else:
-        rows.append(bench_one(project, provider, None, protocol, shape_values, strict=strict, store=store,
-                              input_file=input_file, log=log))
-    doc = bench.make_document(rows, environment(project, protocol))
-    code = 0
-    if base is not None:
-        notes: list[str] = []
-        try:
-            regressions = bench.compare_baseline(doc, base, max_regression, notes=notes)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise InputError(f"--baseline {baseline}: not a gpux benchmark document: {exc}") from None
-        doc["baseline"] = {"file": baseline, "max_regression_pct": max_regression, "regressions": regressions,
-                           "notes": notes}
-        code = 1 if regressions else 0
-    if as_json:
-        report.emit_json(doc)
-    elif as_csv:
-        sys.stdout.write(bench.to_csv(rows))
-    else:
-        render(rows, doc.get("baseline"), all_providers=provider == "all")
-    if not any(r["status"] != "unavailable" and r.get("stats") for r in rows):
-        code = code or 4
-    return code
+    for name in PROVIDERS:
+        if REGISTRY[name].runtime == "torch":
+            continue  # PyTorch-only providers (mps): their rows come from torch_rows
+        avail = probe(name)
+        if not avail.ok:
+            rows.append(bench.result_row(name, "-", None, bench.Phases(), status="unavailable",
+                                         error=avail.reason, fix=avail.fix))
+            continue
+        # a block set to runtime torch gets its ONNX Runtime rows here and its torch rows below
+        ort = with_options(project, name, runtime="onnxruntime") if runtime_of(project, name) == "torch" \
+            else project
+        for precision in PRECISIONS.get(name, ("fp32",)):
+            log(f"benchmarking {name} {precision} ...")
+            rows.append(bench_one(with_precision(ort, name, precision), name, precision, protocol,
+                                  shape_values, strict=True, store=req.store, input_file=req.input_file, log=log))
+        if name == "openvino" and "OpenVINOExecutionProvider" in (ort_available_eps() or ()):
+            log("benchmarking openvino through ONNX Runtime's OpenVINO EP ...")
+            rows.append(bench_one(with_options(project, name, runtime="onnxruntime"), name,
+                                  "fp32 (onnxruntime EP)", protocol, shape_values, strict=True, store=req.store,
+                                  input_file=req.input_file, log=log))
+    return rows + torch_rows(project, protocol, shape_values, store=req.store, input_file=req.input_file, log=log)
+
+
+def gate(doc: dict[str, Any], base: dict[str, Any], req: BenchmarkRequest) -> int:
+    """Compare the document with the --baseline one, noting the outcome in it; 1 if a figure regressed."""
+    notes: list[str] = []
+    try:
+        regressions = bench.compare_baseline(doc, base, req.max_regression, notes=notes)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise InputError(f"--baseline {req.baseline}: not a gpux benchmark document: {exc}") from None
+    doc["baseline"] = {"file": req.baseline, "max_regression_pct": req.max_regression, "regressions": regressions,
+                       "notes": notes}
+    return 1 if regressions else 0
 
 
 def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_providers: bool) -> None:

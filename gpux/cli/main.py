@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 import click
 
 from gpux import __version__
-from gpux.errors import ExitCode, GpuxError
+from gpux.errors import ExitCode, GpuxError, debugging
 
 PROVIDER_HELP = "auto, one of tensorrt, cuda, rocm, coreml, directml, openvino, cpu, or a comma list"
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
@@ -79,25 +78,9 @@ def validate(paths: tuple[str, ...], fmt: str, check_model: bool, no_model: bool
 @click.option("--check", is_flag=True, help="Exit 1 if --output differs from the models (drift check).")
 def schema(output: str | None, check: bool) -> None:
     """Print the JSON Schema of gpux.yml."""
-    from gpux.cli.validate import schema_text
+    from gpux.cli.validate import schema_command
 
-    text = schema_text()
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    from pathlib import Path
-
-    p = Path(output)
-    if check:
-        if not p.is_file():
-            raise GpuxError(f"{output} does not exist", hint="write it with `make schema` (gpux schema -o FILE)")
-        if p.read_text(encoding="utf-8") != text:
-            raise GpuxError(f"{output} is out of date with the config models", hint="run `make schema`")
-        click.echo(f"{output} is up to date")
-        return
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8")
-    click.echo(f"wrote {output}")
+    schema_command(output, check)
 
 
 @cli.command()
@@ -111,17 +94,11 @@ def schema(output: str | None, check: bool) -> None:
               help="Symbolic dim size for verification, calibration and static shapes, e.g. --shape seq=128.")
 @STORE
 @JSON
-def build(path: str, provider: str | None, strict: bool, force: bool, no_verify: bool, dry_run: bool,
-          shapes: tuple[str, ...], store: str | None, as_json: bool) -> None:
+def build(no_verify: bool, shapes: tuple[str, ...], **kwargs: Any) -> None:
     """Validate gpux.yml, then build (or reuse) the provider's optimized artifacts."""
-    from gpux.cli.commands import build_command
+    from gpux.cli.build import BuildRequest, build_command, parse_sizes
 
-    sizes = None
-    if shapes:
-        from gpux.model.inputs import parse_shapes
-
-        sizes = parse_shapes(shapes)
-    sys.exit(build_command(path, provider, strict, force, not no_verify, dry_run, store, as_json, sizes))
+    sys.exit(build_command(BuildRequest(verify=not no_verify, shapes=parse_sizes(shapes), **kwargs)))
 
 
 @cli.command()
@@ -148,9 +125,9 @@ def build(path: str, provider: str | None, strict: bool, force: bool, no_verify:
               help="Percent a figure may regress against --baseline before exit 1.")
 def run(target: str, **kwargs: Any) -> None:
     """Run a model (name, project folder, gpux.yml or .onnx) on the best working provider."""
-    from gpux.cli.commands import run_command
+    from gpux.cli.run import RunRequest, run_command
 
-    sys.exit(run_command(target, **kwargs))
+    sys.exit(run_command(RunRequest(target, **kwargs)))
 
 
 @cli.command()
@@ -159,7 +136,7 @@ def run(target: str, **kwargs: Any) -> None:
 @JSON
 def inspect(target: str, store: str | None, as_json: bool) -> None:
     """Show a model's I/O, the providers on this machine and the built artifacts."""
-    from gpux.cli.commands import inspect_command
+    from gpux.cli.inspect import inspect_command
 
     sys.exit(inspect_command(target, store, as_json))
 
@@ -349,7 +326,7 @@ def cache() -> None:
 @JSON
 def cache_ls(path: str, store: str | None, as_json: bool) -> None:
     """List built artifacts."""
-    from gpux.cli.commands import cache_command
+    from gpux.cli.cache import cache_command
 
     sys.exit(cache_command("ls", path, store, as_json))
 
@@ -360,7 +337,7 @@ def cache_ls(path: str, store: str | None, as_json: bool) -> None:
 @JSON
 def cache_verify(path: str, store: str | None, as_json: bool) -> None:
     """Re-hash every artifact against its manifest; exit 1 if any is damaged."""
-    from gpux.cli.commands import cache_command
+    from gpux.cli.cache import cache_command
 
     sys.exit(cache_command("verify", path, store, as_json))
 
@@ -372,7 +349,7 @@ def cache_verify(path: str, store: str | None, as_json: bool) -> None:
 @JSON
 def cache_prune(path: str, everything: bool, store: str | None, as_json: bool) -> None:
     """Remove damaged, superseded and half-built artifacts."""
-    from gpux.cli.commands import cache_command
+    from gpux.cli.cache import cache_command
 
     sys.exit(cache_command("prune-all" if everything else "prune", path, store, as_json))
 
@@ -389,7 +366,7 @@ _add_common(cli)
 
 
 def main(argv: list[str] | None = None) -> None:
-    debug = os.environ.get("GPUX_DEBUG", "") not in ("", "0", "false") or "--debug" in (argv or sys.argv[1:])
+    debug = debugging() or "--debug" in (argv or sys.argv[1:])
     try:
         cli.main(args=argv, prog_name="gpux", standalone_mode=False)
     except GpuxError as exc:

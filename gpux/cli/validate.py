@@ -25,6 +25,27 @@ def schema_text() -> str:
     return json.dumps(schema, indent=2, sort_keys=False) + "\n"
 
 
+def schema_command(output: str | None, check: bool) -> None:
+    """`gpux schema`: print the JSON Schema, write it to `output`, or (--check) fail if `output` differs."""
+    import click
+
+    text = schema_text()
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    p = Path(output)
+    if check:
+        if not p.is_file():
+            raise GpuxError(f"{output} does not exist", hint="write it with `make schema` (gpux schema -o FILE)")
+        if p.read_text(encoding="utf-8") != text:
+            raise GpuxError(f"{output} is out of date with the config models", hint="run `make schema`")
+        click.echo(f"{output} is up to date")
+        return
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {output}")
+
+
 @dataclass
 class Result:
     """What validating one path found."""

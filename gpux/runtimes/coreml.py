@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import sys
 import warnings
 from collections import Counter
@@ -39,7 +38,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpux.errors import BuildFailed, ProviderUnavailable, first_line
+from gpux.errors import BuildFailed, ProviderUnavailable, debugging, first_line
 from gpux.optional import require
 
 MAIN = {"mlprogram": "model.mlpackage", "neuralnetwork": "model.mlmodel"}
@@ -57,7 +56,7 @@ def quiet() -> Iterator[None]:
     bars to stderr: silence fd 2, flushing Python's buffer on both sides, and its Python warnings."""
     from gpux.runtimes.onnxruntime import quiet_stderr
 
-    if os.environ.get("GPUX_DEBUG"):
+    if debugging():
         yield
         return
     real = sys.stderr  # handlers that kept it write here, buffered: flushed while fd 2 is still silenced

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpux.errors import debugging
 from gpux.optional import require
 
 EXTERNAL_THRESHOLD = 1_800_000_000  # protobuf's 2 GB limit, with room
@@ -132,7 +133,7 @@ def create_session(model: Path, ep: str, ep_options: dict[str, str] | None, *, i
 @contextlib.contextmanager
 def quiet_stderr() -> Iterator[None]:
     """Silence native libraries writing to fd 2 (ORT's EP load errors are reported by gpux itself)."""
-    if os.environ.get("GPUX_DEBUG", "") not in ("", "0", "false"):
+    if debugging():
         yield
         return
     try:

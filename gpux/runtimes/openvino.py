@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpux.errors import BuildFailed, GpuxError, MissingDependency, error_lines
+from gpux.errors import BuildFailed, GpuxError, MissingDependency, debugging, error_lines
 from gpux.optional import require
 from gpux.runtimes.openvino_options import (
     DeviceMissing,
@@ -186,7 +186,7 @@ def nncf_quietly() -> Iterator[Any]:
     """NNCF with its logs and progress bars kept off stdout, which `--json` owns (GPUX_DEBUG: on stderr),
     and torch unimportable unless already loaded: NNCF imports torch whenever it is installed (seconds,
     and a broken torch breaks NNCF) though an OpenVINO model never needs it."""
-    sink = sys.stderr if os.environ.get("GPUX_DEBUG") else io.StringIO()
+    sink = sys.stderr if debugging() else io.StringIO()
     block = "torch" not in sys.modules
     if block:
         sys.modules["torch"] = None  # type: ignore[assignment]

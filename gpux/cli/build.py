@@ -1,0 +1,146 @@
+"""`gpux build`: validate gpux.yml, then build (or reuse) the chosen provider's artifacts, or print the plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpux import report
+from gpux.errors import ProviderUnavailable
+from gpux.files import digest_files
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What `gpux build` was asked for (the click options, by name)."""
+
+    path: str = "."
+    provider: str | None = None
+    strict: bool = False
+    force: bool = False
+    verify: bool = True
+    dry_run: bool = False
+    store: str | None = None
+    as_json: bool = False
+    shapes: dict[str, int] | None = None  # symbolic dim sizes, parsed from --shape
+
+
+def parse_sizes(shapes: tuple[str, ...]) -> dict[str, int] | None:
+    """The --shape values as sizes by dim name; None when there are none (nothing more is imported then)."""
+    if not shapes:
+        return None
+    from gpux.model.inputs import parse_shapes
+
+    return parse_shapes(shapes)
+
+
+def build_command(req: BuildRequest) -> int:
+    from gpux.artifacts import replay as noop
+    from gpux.config import find
+
+    if find(req.path):  # checked without importing the config models: a no-op build must stay light
+        from gpux.multi.commands import build_workspace, workspace_of
+
+        ws = workspace_of(req.path, req.store)
+        assert ws is not None
+        return build_workspace(ws, req.provider, req.store, req.as_json)
+    request = {"provider": req.provider, "strict": req.strict, "verify": req.verify, "store": req.store,
+               "shapes": req.shapes}
+    if not req.force and not req.dry_run:
+        replayed = noop.replay(req.path, request)
+        if replayed is not None:
+            report.emit_json(replayed) if req.as_json else report.render_build(replayed)
+            return 0
+    from gpux.artifacts.build import build
+    from gpux.config.locate import open_project, remember
+    from gpux.model.io import load_checked
+    from gpux.plan.choice import choose
+
+    project = open_project(req.path)
+    for w in project.warnings:
+        report.warn(w)
+    io = load_checked(project, req.store)
+    project, selection, why = choose(project, req.provider, req.strict, req.store)
+    project.warnings.extend(why)
+    if req.dry_run:
+        show_plan(project, io, selection, req)
+        return 0
+    log = report.progress(req.as_json)
+    name, cannot_run, attempts = choose_builder(project, selection)
+    before, config_sha = noop.snapshot(watched_inputs(project, io)), noop.config_digest(project.path)
+    result = build(project, name, force=req.force, verify=req.verify, store_dir=req.store, log=log, io=io,
+                   shapes=req.shapes, strict=req.strict)
+    remember(project)
+    doc = {**result.to_dict(), "requested": selection.to_dict(),
+           "cannot_run": None if cannot_run is None else cannot_run.reason,
+           "attempts": [a.to_dict() for a in attempts], "warnings": project.warnings}
+    outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
+    noop.record(project, request, doc, before, config_sha, outputs)
+    report.emit_json(doc) if req.as_json else report.render_build(doc)
+    return 0
+
+
+def choose_builder(project: Any, selection: Any) -> tuple[str, Any, list[Any]]:
+    """The first provider of the chain that can build here, why it cannot run (when it builds without its
+    device), and the providers passed over."""
+    from gpux.artifacts.build import needs_device
+    from gpux.providers import probe_for
+    from gpux.run.session import Attempt
+
+    attempts: list[Attempt] = []
+    for i, name in enumerate(selection.chain):
+        avail = probe_for(project, name)
+        if avail.ok:
+            return name, None, attempts
+        if i == 0 and selection.source != "auto" and avail.status == "no device" and \
+                not needs_device(project, name):
+            return name, avail, attempts  # artifacts that need no device to build (e.g. Core ML packages) are made
+        attempts.append(Attempt(name, "probe", False, avail.reason, avail.fix))
+        if selection.strict and selection.source != "auto":
+            raise ProviderUnavailable(f"{name} unavailable: {avail.reason} — fallback is off", hint=avail.fix)
+    raise ProviderUnavailable("no provider can build here: " + "; ".join(a.line() for a in attempts))
+
+
+def show_plan(project: Any, io: Any, selection: Any, req: BuildRequest) -> None:
+    """`--dry-run`: the targets the first provider of the chain would build, their options and cache keys."""
+    from gpux.artifacts.build import keyed_targets
+    from gpux.model.io import effective_io, source_files
+    from gpux.providers import probe_for
+
+    inputs, _ = effective_io(project, io)
+    digest = digest_files(source_files(project, io), project.root)
+    first = selection.chain[0]
+    keyed = keyed_targets(project, first, inputs, digest, req.shapes)
+    doc: dict[str, Any] = {"name": project.name, "selection": selection.to_dict(), "provider": first,
+                           "available": probe_for(project, first).to_dict(),
+                           "targets": [{**t.to_dict(), "key": key, "key_parts": parts} for t, parts, key in keyed]}
+    if req.as_json:
+        report.emit_json(doc)
+        return
+    avail = doc["available"]
+    print(f"plan for {project.name} on {first} ({avail['status']}: {avail['reason']})")
+    print(f"  source {project.source}")
+    for t, _, _ in keyed:
+        opts = ", ".join(f"{k}={v}" for k, v in t.options.items() if v not in (None, {}, []))
+        print(f"  → {t.id} [{t.step}, {t.precision}] from {t.consumes}: {opts}")
+
+
+def watched_inputs(project: Any, io: Any) -> list[Path]:
+    """Every file and folder a build reads: config, model (+ external data), labels, samples, calibration
+    data (folders too: adding a file changes them)."""
+    from gpux.model.io import source_files
+
+    cfg = project.config
+    named = [spec.labels for spec in {**(cfg.inputs or {}), **(cfg.outputs or {})}.values()
+             if isinstance(spec.labels, str)]
+    named += [cfg.verify.data] + [getattr(b, "calibration", None) for b in
+                                  (getattr(cfg.providers, n) for n in type(cfg.providers).model_fields)]
+    out = [project.path, *source_files(project, io)]
+    for rel in filter(None, named):
+        p = project.root / rel
+        out += [p, *sorted(p.rglob("*"))] if p.is_dir() else [p]
+    return out
+
+
+__all__ = ["BuildRequest", "build_command", "parse_sizes", "watched_inputs"]

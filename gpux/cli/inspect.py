@@ -1,0 +1,106 @@
+"""`gpux inspect`: a model's I/O, the providers on this machine, the choice among them and the built artifacts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpux import report
+from gpux.files import store_root
+
+
+def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
+    from gpux.multi.commands import inspect_workspace, workspace_of
+
+    if (ws := workspace_of(target, store_dir)) is not None:
+        return inspect_workspace(ws, store_dir, as_json)
+    doc, warnings = describe(target, store_dir)
+    if as_json:
+        report.emit_json(doc)
+        return 0
+    render(doc, warnings)
+    return 0
+
+
+def describe(target: str, store_dir: str | None) -> tuple[dict[str, Any], list[str]]:
+    """The inspect document, and the warnings about this installation (the text report ends with them)."""
+    from gpux.config.load import CONFIG_NAMES
+    from gpux.config.locate import open_project
+    from gpux.config.schema import PROVIDERS
+    from gpux.model.io import effective_io, load_checked, source_files
+    from gpux.plan.choice import choose
+    from gpux.providers import ort_conflict_warning, probe_for, runtime_of
+
+    project = open_project(target)
+    io = load_checked(project, store_dir)
+    inputs, outputs = effective_io(project, io)
+    avail = [{**probe_for(project, p).to_dict(), "runtime": runtime_of(project, p)} for p in PROVIDERS]
+    project, selection, whys = choose(project, None, False, store_dir)
+    locked = selection.chain[0] if selection.source == "gpux.lock.json" else None
+    chosen = next((p for p in selection.chain if probe_for(project, p).ok), None)
+    arts = artifact_rows(project, io, store_dir)
+    size = sum(f.stat().st_size for f in source_files(project, io))
+    warnings = [w for w in [ort_conflict_warning()] if w]
+    bare = project.path.name not in CONFIG_NAMES  # a plain model file: no gpux.yml exists
+    doc = {"name": project.name, "version": project.config.version, "config": None if bare else str(project.path),
+           "source": str(project.source), "size": size, "opset": io.opset, "ir_version": io.ir_version,
+           "producer": io.producer, "inputs": [t.to_dict() for t in inputs.values()],
+           "outputs": [t.to_dict() for t in outputs.values()], "selection": selection.to_dict(),
+           "would_run_on": chosen, "providers": avail, "artifacts": arts,
+           "warnings": warnings + whys,
+           "lock": {"provider": locked, "options": getattr(project.config.providers, locked).model_dump(mode="json")}
+           if locked else None, **offer_of(project, store_dir)}
+    return doc, warnings
+
+
+def artifact_rows(project: Any, io: Any, store_dir: str | None) -> list[dict[str, Any]]:
+    """One row per artifact built for the project: current, stale (another config, model or environment)
+    or damaged."""
+    from gpux.artifacts import store
+    from gpux.cli.cache import current_folders
+
+    root = store_root(project.root, store_dir)
+    current = current_folders(project, io, root)
+    arts = []
+    for a in store.artifacts(root, project.name):
+        problem = store.check(a, full=False)
+        state = "damaged" if problem else ("current" if a.dir.name in current else "stale")
+        arts.append({"id": a.id, "state": state, "problem": problem, "size": a.size(), "path": str(a.main),
+                     "built_at": a.manifest.get("built_at"), "verification": a.manifest.get("verification"),
+                     "versions": a.manifest["key_parts"].get("versions"),
+                     "device": a.manifest["key_parts"].get("device"), "info": a.manifest.get("info")})
+    return arts
+
+
+def render(doc: dict[str, Any], warnings: list[str]) -> None:
+    """The inspect document as text on stdout, then the installation's warnings on stderr."""
+    print(f"{doc['name']} {doc['version']}  ({doc['config'] or 'no gpux.yml: defaults'})")
+    fmt = f"opset {doc['opset']}  ir {doc['ir_version']}" if doc["opset"] else f"format {doc['producer']}"
+    print(f"model: {doc['source']}  {report.format_size(doc['size'])}  {fmt}")
+    for kind in ("inputs", "outputs"):
+        print(f"{kind}:")
+        for t in doc[kind]:
+            dims = t["shape"]
+            shape = "?" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+            print(f"  {t['name']}: {t['dtype']} {shape}")
+    if doc["lock"]:
+        print(f"tuned: {doc['lock']['provider']} locked in gpux.lock.json for this machine")
+    print(f"offer: {', '.join(doc['offer']) or 'none'}; saved with `gpux use`: {doc['saved'] or 'nothing'}")
+    chosen = doc["would_run_on"]
+    print(f"\nproviders (order {', '.join(doc['selection']['chain'])}; would run on {chosen or 'none'}):")
+    print(report.providers_table(doc["providers"]))
+    print("\nartifacts:")
+    print(report.artifacts_table(doc["artifacts"]) if doc["artifacts"] else "  none built yet: run `gpux build`")
+    for w in warnings:
+        report.warn(w)
+
+
+def offer_of(project: Any, store_dir: str | None) -> dict[str, Any]:
+    """The providers this model can run here (declared, reachable, available) and its saved choice."""
+    from gpux.plan.choice import Place, read
+    from gpux.plan.offer import compute
+
+    return {"offer": list(compute({project.name: project}).offer),
+            "saved": read(Place(project.name, project.root, store_dir))}
+
+
+__all__ = ["inspect_command", "offer_of"]

@@ -1,0 +1,108 @@
+"""`gpux run`: one inference on given inputs, or `--benchmark`; a workspace runs its pipeline."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from gpux import report
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What `gpux run` was asked for (the click options, by name); the benchmark's own ones included."""
+
+    target: str = "."
+    input_json: str | None = None
+    input_file: str | None = None
+    output: str | None = None
+    provider: str | None = None
+    strict: bool = False
+    store: str | None = None
+    as_json: bool = False
+    placement: bool = False
+    benchmark: bool = False
+    runs: int | None = None
+    warmup: int | None = None
+    duration: float | None = None
+    batch: int | None = None
+    shapes: tuple[str, ...] = ()
+    concurrency: int | None = None
+    as_csv: bool = False
+    baseline: str | None = None
+    max_regression: float = 10.0
+
+
+def run_command(req: RunRequest) -> int:
+    from gpux.config.locate import open_project
+    from gpux.multi.commands import run_workspace, workspace_of
+    from gpux.run.inuse import holding
+
+    ws = workspace_of(req.target, req.store)
+    if ws is not None:
+        return run_workspace(ws, {k: v for k, v in dataclasses.asdict(req).items() if k != "target"})
+    project = open_project(req.target)
+    if req.benchmark:
+        from gpux.bench.command import BenchmarkRequest, benchmark_command
+
+        asked = BenchmarkRequest(**{f.name: getattr(req, f.name) for f in dataclasses.fields(BenchmarkRequest)})
+        with holding(project.name, project.root, req.store, "gpux run --benchmark"):
+            return benchmark_command(asked)
+    return run_once(project, req)
+
+
+def run_once(project: Any, req: RunRequest) -> int:
+    """One inference on the inputs of --input or --file: outputs printed, or written to --output."""
+    from gpux.errors import InputError
+    from gpux.model.inputs import load_file, parse_json
+    from gpux.model.io import effective_io, load_checked
+    from gpux.run.inuse import holding
+    from gpux.run.session import load
+
+    if req.input_json is None and req.input_file is None:
+        raise InputError("no inputs given", hint="pass --input '{\"name\": [...]}' or --file inputs.npz "
+                         "(or --benchmark for seeded random inputs)")
+    if req.input_json is not None and req.input_file is not None:
+        raise InputError("--input and --file both given; pass one")
+    if req.output and not req.output.endswith(".npz"):
+        raise InputError(f"--output {req.output}: outputs are written as .npz; name the file *.npz")
+    inputs, _ = effective_io(project, load_checked(project, req.store))
+    # inputs are read and checked before anything is built or loaded
+    feeds = parse_json(req.input_json, inputs) if req.input_json is not None else \
+        load_file(req.input_file or "", inputs)
+    with holding(project.name, project.root, req.store, "gpux run"), \
+            load(project, req.provider, strict=req.strict, store_dir=req.store, log=report.progress(req.as_json),
+                 placement=req.placement, samples=[feeds]) as session:
+        values = session.run_feeds(feeds)
+        outputs = dict(zip(session.output_names, values, strict=True))
+        info = session.report()
+        if req.output:
+            write_outputs(req.output, outputs)
+        doc = report.output_doc(session.project, outputs, written=req.output if req.as_json else None)
+        if req.as_json:
+            report.emit_json({"name": session.project.name, **info, "outputs": doc})
+            return 0
+        for w in session.warnings:
+            report.warn(w)
+        for line in report.provider_lines(info):
+            (report.warn if line.startswith("skipped ") else report.info)(line)
+        print(report.format_outputs(doc))
+        if req.output:
+            report.info(f"wrote {req.output}")
+    return 0
+
+
+def write_outputs(path: str, outputs: dict[str, Any]) -> None:
+    """The outputs as one .npz file (--output)."""
+    import numpy as np
+
+    from gpux.errors import InputError
+
+    try:
+        np.savez(path, **outputs)
+    except OSError as exc:
+        raise InputError(f"--output {path}: cannot write: {exc.strerror or exc}") from None
+
+
+__all__ = ["RunRequest", "run_command"]

@@ -1,0 +1,115 @@
+"""The layer rule: every import inside gpux (function-level ones too) points down the room order, and no
+module takes part in an import cycle. Read from the source with `ast`: nothing is imported."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "gpux"
+
+# Bottom to top; rooms on one line may import each other (never in a cycle), never a room above them.
+ROOMS = [
+    ("errors", "optional", "files", "machine", "formats"),  # the ground floor: no gpux imports but these
+    ("providers",),  # the registry: one row per provider, option models, probes
+    ("config",),  # gpux.yml → Project
+    ("report",),  # rendering shared by every command
+    ("model",),  # a model file's facts, feeds cast to it
+    ("plan",),  # providers to try, targets, the offer, the saved choice and the tune lock
+    ("runtimes",),  # per backend: build an artifact, open a runner
+    ("quality",),  # calibration, verification
+    ("artifacts",),  # the store, locked builds, replay
+    ("run",),  # the Session: ordered fallback over built artifacts
+    ("bench",),  # protocol, run --benchmark, tune
+    ("multi",),  # several projects as one
+    ("serve",),  # the Open Inference Protocol server
+    ("deploy",),  # images, Triton, KServe, Ray Serve
+    ("cli", "__main__"),  # nothing imports it
+]
+LEVEL = {room: i for i, rooms in enumerate(ROOMS) for room in rooms}
+GENERATED = "proto"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(name: str) -> bool:
+    p = ROOT.parent / name.replace(".", "/")
+    return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
+
+
+def imports() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in ROOT.rglob("*.py"):
+        if GENERATED in path.parts:
+            continue
+        name = module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                graph[name].update(a.name for a in node.names if a.name.split(".")[0] == "gpux")
+            elif isinstance(node, ast.ImportFrom):
+                assert not node.level, f"{name}: relative import (gpux imports by absolute name)"
+                base = node.module or ""
+                if base.split(".")[0] != "gpux":
+                    continue
+                for alias in node.names:  # `from gpux.x import y`: y may be a module itself
+                    if base == "gpux" and alias.name == "__version__":
+                        continue  # the package's version is a constant of its tiny __init__
+                    graph[name].add(f"{base}.{alias.name}" if is_module(f"{base}.{alias.name}") else base)
+        graph[name].discard(name)
+    return graph
+
+
+def room(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_every_room_is_in_the_order() -> None:
+    rooms = {room(m) for m in imports()} | {p.stem for p in ROOT.iterdir() if p.suffix == ".py" or p.is_dir()}
+    missing = sorted(r for r in rooms - {"", "__pycache__", "__init__"} if r not in LEVEL)
+    assert not missing, f"rooms missing from ROOMS in {__file__}: {missing}"
+
+
+def test_imports_point_down_the_room_order() -> None:
+    wrong = []
+    for module, targets in sorted(imports().items()):
+        for target in sorted(targets):
+            if target == "gpux":  # the package itself: only its version (the API `gpux.load` sits on top)
+                wrong.append(f"{module} imports the gpux package (the API sits on top: use gpux.run.session)")
+            elif module != "gpux" and LEVEL[room(target)] > LEVEL[room(module)]:
+                wrong.append(f"{module} ({room(module)}) imports {target} ({room(target)}), a room above it")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles() -> None:
+    graph = {m: {t for t in ts if t != "gpux"} for m, ts in imports().items() if m != "gpux"}
+    # a package imported through its __init__ while its own modules import each other is not a cycle by itself;
+    # any loop of modules is.
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "import cycles:\n" + "\n".join(" → ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("limit", [400])
+def test_modules_stay_small(limit: int) -> None:
+    big = {module_name(p): n for p in ROOT.rglob("*.py") if GENERATED not in p.parts
+           and (n := len(p.read_text().splitlines())) > limit}
+    assert not big, f"modules over {limit} lines: {big}"
