@@ -14,7 +14,7 @@ from gpux import providers as providers_mod
 from gpux.cli.main import main
 from gpux.config.load import load_config
 from gpux.errors import ProviderUnavailable, UsageError
-from gpux.plan.targets import select
+from gpux.plan.select import select
 from gpux.providers import Availability, Runner
 from gpux.run import session as session_mod
 from gpux.runtimes import onnxruntime as ort_mod

@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from gpux.plan.targets import trt_profile_shapes
+from gpux.providers import PROVIDERS
 from gpux.providers import options as o
 from gpux.providers.options import (
     CoreMLOptions,
@@ -25,7 +26,8 @@ from gpux.providers.options import (
 from gpux.runtimes import onnxruntime_options as ortopts
 from gpux.runtimes import openvino_options as ovopts
 
-MODELS = [*o.OPTIONS.values(), ProfileRange]
+OPTIONS = {name: row.option_model for name, row in PROVIDERS.items()}
+MODELS = [*OPTIONS.values(), ProfileRange]
 PROFILE = {"min": 1, "opt": 8, "max": 32}
 
 
@@ -33,13 +35,13 @@ PROFILE = {"min": 1, "opt": 8, "max": 32}
 
 
 def test_providers_in_priority_order() -> None:
-    assert list(o.OPTIONS) == ["tensorrt", "cuda", "rocm", "coreml", "mps", "directml", "openvino", "cpu"]
+    assert list(OPTIONS) == ["tensorrt", "cuda", "rocm", "coreml", "mps", "directml", "openvino", "cpu"]
     assert all(issubclass(model, o.Options) for model in MODELS)
 
 
-@pytest.mark.parametrize("name", list(o.OPTIONS))
+@pytest.mark.parametrize("name", list(OPTIONS))
 def test_defaults_validate(name: str) -> None:
-    model = o.OPTIONS[name]
+    model = OPTIONS[name]
     assert model.model_validate({}) == model()
     assert model.model_validate(model().model_dump()) == model()
 

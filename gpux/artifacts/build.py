@@ -20,7 +20,7 @@ from gpux.machine import cpu_model, gpu_identity
 from gpux.model.io import ModelIO, Tensor, effective_io, load_checked, source_files
 from gpux.optional import installed_ort_distributions, version_of
 from gpux.plan.targets import Target, resolve_shapes, targets
-from gpux.runtimes import STEP_HINTS, STEPS, Context, Job, Log, Step, resolve
+from gpux.runtimes import STEP_HINTS, Context, Job, Log, Step, resolve, step_of
 
 
 def runtime_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
@@ -109,7 +109,7 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
                 if art is None and for_run and not project.config.runtime.build_on_run:
                     raise NeedsBuild(project, target, parts, root, provider)
                 if art is None:
-                    slow = for_run and not STEPS[target.step].on_run
+                    slow = for_run and not step_of(target.step).on_run
                     stale = stale_why(project, target, parts, root) if slow else None
                     from gpux.report import SLOW_BUILD
 
@@ -187,7 +187,7 @@ def _cached(folder: Path, key: str, full: bool = False, verify: bool = False) ->
 
 def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input_key: str,
               shapes: dict[str, int] | None = None) -> dict[str, Any]:
-    step = STEPS[target.step]
+    step = step_of(target.step)
     return {
         "gpux": __version__,
         "step": target.step,
@@ -251,7 +251,7 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
     from gpux.quality import calibrate
 
     project, inputs, shapes, log = job.project, job.inputs, job.shapes, job.log
-    step = STEPS[target.step]
+    step = step_of(target.step)
     workdir = store.new_workdir(root, folder.name).resolve()
     try:
         ctx = Context(project, target, src.resolve(), workdir, inputs, shapes, log,
@@ -299,4 +299,4 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
 
 
 def needs_device(project: Project, provider: str) -> bool:
-    return any(STEPS[t.step].needs_device for t in targets(project, provider))
+    return any(step_of(t.step).needs_device for t in targets(project, provider))

@@ -17,13 +17,8 @@ from gpux.config.schema import PROVIDERS
 from gpux.errors import GpuxError, InputError, VerificationFailed
 from gpux.machine import environment_facts
 from gpux.plan.targets import with_options
+from gpux.providers import PROVIDERS as PROVIDERS_ROWS
 
-# precisions `--provider all` tries per provider (the field of its option block that selects it)
-PRECISIONS: dict[str, tuple[str, ...]] = {
-    "cpu": ("fp32", "fp16", "int8"),
-    "openvino": ("fp32", "fp16", "int8"),
-    "tensorrt": ("fp32", "fp16", "int8"),
-}
 # torch runtime rows `--provider all` adds per device for PyTorch sources: (compile, precision)
 TORCH_VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
     "cpu": (("off", "fp32"), ("default", "fp32")),
@@ -209,7 +204,7 @@ def every_provider_rows(project: Project, protocol: bench.Protocol, shape_values
         # a block set to runtime torch gets its ONNX Runtime rows here and its torch rows below
         ort = with_options(project, name, runtime="onnxruntime") if runtime_of(project, name) == "torch" \
             else project
-        for precision in PRECISIONS.get(name, ("fp32",)):
+        for precision in PROVIDERS_ROWS[name].precisions:
             log(f"benchmarking {name} {precision} ...")
             rows.append(bench_one(with_precision(ort, name, precision), name, precision, protocol,
                                   shape_values, strict=True, store=req.store, input_file=req.input_file, log=log))

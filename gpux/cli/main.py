@@ -10,8 +10,9 @@ import click
 
 from gpux import __version__
 from gpux.errors import ExitCode, GpuxError, debugging
+from gpux.providers import PROVIDERS
 
-PROVIDER_HELP = "auto, one of tensorrt, cuda, rocm, coreml, directml, openvino, cpu, or a comma list"
+PROVIDER_HELP = f"auto, one of {', '.join(PROVIDERS)}, or a comma list"
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 STORE = click.option("--store", type=click.Path(file_okay=False), default=None,
                      help="Artifact store (default: .gpux/ beside gpux.yml, or $GPUX_STORE).")

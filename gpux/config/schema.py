@@ -18,9 +18,10 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from gpux.config.problems import NAME_RE, did_you_mean, show_value
+from gpux.providers import PROVIDERS as BUILT_IN
 from gpux.providers import options as opts
 
-PROVIDERS = tuple(opts.OPTIONS)  # priority order: tensorrt, cuda, rocm, coreml, mps, directml, openvino, cpu
+PROVIDERS = tuple(BUILT_IN)  # gpux.yml's provider blocks, in priority order (the registry's built-in rows)
 # ONNX's own names for two of them (TensorProto FLOAT, DOUBLE), accepted and read as the gpux name
 ONNX_DTYPE_NAMES = {"float": "float32", "double": "float64"}
 DType = Annotated[Literal[

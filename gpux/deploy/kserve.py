@@ -8,10 +8,10 @@ from typing import Any
 
 from gpux.config.load import Project
 from gpux.errors import UsageError
+from gpux.providers import registry
 
 API_VERSION = "serving.kserve.io/v1beta1"
 # the device plugin resource each GPU provider asks Kubernetes for
-GPU_RESOURCES = {"tensorrt": "nvidia.com/gpu", "cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -31,8 +31,9 @@ def replicas(project: Project) -> tuple[int, int]:
 
 def resources(provider: str, cpu: str, memory: str) -> dict[str, Any]:
     limits: dict[str, str] = {"cpu": cpu, "memory": memory}
-    if provider in GPU_RESOURCES:
-        limits[GPU_RESOURCES[provider]] = "1"
+    row = registry().get(provider)
+    if row is not None and row.gpu_resource:
+        limits[row.gpu_resource] = "1"
     return {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}
 
 

@@ -19,7 +19,7 @@ class InUse(GpuxError):
 
 
 def use_command(provider: str, target: str, store_dir: str | None, as_json: bool) -> int:
-    from gpux.plan.targets import parse_request
+    from gpux.plan.select import parse_request
     from gpux.run.inuse import holders
 
     names = parse_request(provider, "gpux use")

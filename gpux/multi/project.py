@@ -63,7 +63,7 @@ def choose(ms: Models, provider: str | None) -> Choice:
     """--provider > $GPUX_PROVIDER > the saved choice > the workspace's runtime.backend > the best offered;
     a request outside the offer is refused naming the models that block it."""
     from gpux.errors import ProviderUnavailable, UsageError
-    from gpux.plan.targets import ENV_PROVIDER, parse_request
+    from gpux.plan.select import ENV_PROVIDER, parse_request
 
     offer = ms.offer()
     wanted: str | None = None

@@ -17,7 +17,7 @@ from gpux.config.load import Project
 from gpux.config.schema import PROVIDERS
 
 if TYPE_CHECKING:
-    from gpux.plan.targets import Selection
+    from gpux.plan.select import Selection
 
 CHOICE_FILE = "use.json"
 
@@ -76,7 +76,7 @@ def choose(project: Project, provider: str | None, strict: bool = False,
     """(project with tuned options where the lock applies, its Selection, warnings): the one place a single
     project's provider is chosen."""
     from gpux.plan.lock import apply_lock
-    from gpux.plan.targets import ENV_PROVIDER, select
+    from gpux.plan.select import ENV_PROVIDER, select
 
     warnings: list[str] = []
     saved = None

@@ -64,7 +64,8 @@ def apply_lock(project: Project, provider: str | None) -> tuple[Project, str | N
     """(project with the locked options, the locked provider, a warning) when nothing more explicit decides."""
     import os
 
-    from gpux.plan.targets import ENV_PROVIDER, with_options
+    from gpux.plan.select import ENV_PROVIDER
+    from gpux.plan.targets import with_options
 
     if provider or os.environ.get(ENV_PROVIDER) or project.config.runtime.backend != ("auto",):
         return project, None, None

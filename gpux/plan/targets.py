@@ -1,34 +1,16 @@
-"""Config + CLI/env overrides + host facts → which providers to try, in order, and the targets each needs."""
+"""The targets a provider needs, in build order (as its registry row plans them), and the sizes of symbolic dims."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpux.config.load import Project
-from gpux.config.problems import did_you_mean
-from gpux.config.schema import PROVIDERS
-from gpux.errors import UsageError
 
 if TYPE_CHECKING:
     from gpux.providers.options import ProfileRange
-
-ENV_PROVIDER = "GPUX_PROVIDER"
-
-# what an explicitly requested provider falls back to, before cpu
-FALLBACK = {
-    "tensorrt": ("cuda",),
-    "cuda": (),
-    "rocm": (),
-    "coreml": (),
-    "mps": (),
-    "directml": (),
-    "openvino": (),
-    "cpu": (),
-}
 
 # ONNX artifact precision -> build step that makes it from the source model
 ONNX_STEPS = {"fp32": "optimize", "fp16": "float16", "int8": "quantize"}
@@ -50,75 +32,6 @@ class Target:
                 "consumes": self.consumes, "options": self.options}
 
 
-@dataclass(frozen=True)
-class Selection:
-    """The ordered providers to try and where that order came from."""
-
-    chain: tuple[str, ...]
-    source: str  # --provider | GPUX_PROVIDER | gpux use | runtime.backend | gpux.lock.json | auto
-    strict: bool
-    notes: tuple[str, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"chain": list(self.chain), "source": self.source, "strict": self.strict,
-                "notes": list(self.notes)}
-
-
-def parse_request(value: str, source: str) -> tuple[str, ...]:
-    names = tuple(v.strip() for v in value.split(","))
-    if not all(names):
-        raise UsageError(f"{source}: {value!r} has an empty provider name; expected e.g. cuda,cpu")
-    if "auto" in names and len(names) > 1:
-        raise UsageError(f"{source}: 'auto' stands alone; list providers instead, e.g. cuda,openvino,cpu")
-    for n in names:
-        if n not in (*PROVIDERS, "auto"):
-            raise UsageError(f"{source}: unknown provider {n!r}{did_you_mean(n, (*PROVIDERS, 'auto'))}; "
-                             f"expected one of auto, {', '.join(PROVIDERS)}")
-    return names or ("auto",)
-
-
-def select(project: Project, provider: str | None = None, strict: bool = False,
-           locked: str | None = None, saved: str | None = None) -> Selection:
-    """Precedence: --provider > GPUX_PROVIDER > the provider `gpux use` saved (`saved`, see choice.py) >
-    runtime.backend > the provider `gpux tune` locked for this machine (`locked`) > auto. A command's
-    --provider is never remembered: the next command selects afresh."""
-    cfg = project.config
-    strict = strict or not cfg.runtime.fallback
-    supported = cfg.runtime.supported
-    notes: list[str] = []
-    if provider:
-        request, source = parse_request(provider, "--provider"), "--provider"
-    elif os.environ.get(ENV_PROVIDER):
-        request, source = parse_request(os.environ[ENV_PROVIDER], ENV_PROVIDER), ENV_PROVIDER
-    elif saved:
-        request, source = (saved,), "gpux use"
-    elif cfg.runtime.backend != ("auto",):
-        request, source = cfg.runtime.backend, "runtime.backend"
-    elif locked:
-        request, source = (locked,), "gpux.lock.json"
-    else:
-        request, source = ("auto",), "auto"
-    if supported and request != ("auto",):
-        bad = [p for p in request if p not in supported]
-        if bad:
-            raise UsageError(f"{source}: {', '.join(bad)} is not supported by model {project.name!r} "
-                             f"(runtime.supported: {', '.join(supported)})",
-                             hint=f"use one of {', '.join(supported)}")
-    if request == ("auto",):
-        chain = tuple(p for p in PROVIDERS if not supported or p in supported)
-    elif len(request) == 1:
-        chain = (request[0], *FALLBACK[request[0]])
-        if not strict and "cpu" not in chain:
-            chain = (*chain, "cpu")
-    else:
-        chain = request if strict or "cpu" in request else (*request, "cpu")
-    if supported:
-        chain = tuple(p for p in chain if p in supported) or chain[:1]
-    if strict and request == ("auto",):
-        notes.append("strict with backend auto: the best available provider is used; none → exit 4")
-    return Selection(chain, source, strict, tuple(notes))
-
-
 def resolve_shapes(project: Project, shapes: dict[str, int] | None = None) -> dict[str, int]:
     """Values for symbolic dims: CLI --shape, then benchmark.shapes/batch, then `shapes:` (opt), then 1."""
     out = {d: v if isinstance(v, int) else v.opt for d, v in project.config.shapes.items()}
@@ -133,12 +46,13 @@ def targets(project: Project, provider: str, inputs: dict[str, Any] | None = Non
     """The targets that provider `provider` needs, in build order (`inputs`: the model's Tensors, which
     fix TensorRT's shape profiles). A PyTorch source is first exported to ONNX, which the rest consume."""
     from gpux.formats import TORCH_FORMATS, source_format
-    from gpux.providers import runtime_of
+    from gpux.providers import registry, runtime_of
 
     fmt = source_format(project)
     if fmt not in TORCH_FORMATS:
         return _targets(project, provider, inputs)
-    if provider in TORCH_DEVICES and runtime_of(project, provider) == "torch":
+    row = registry().get(provider)
+    if row is not None and row.torch_device and runtime_of(project, provider) == "torch":
         return [torch_target(project, provider, fmt)]
     if provider == "coreml":  # coremltools converts PyTorch directly into an ML Program package
         o = project.config.providers.coreml
@@ -154,45 +68,62 @@ def targets(project: Project, provider: str, inputs: dict[str, Any] | None = Non
 
 
 EXPORT_OPSET = 17  # pinned: the ONNX opset PyTorch sources are exported at
-TORCH_DEVICES = ("cpu", "cuda", "rocm", "mps")  # providers PyTorch itself can run on (runtime: torch)
-GPU_COMPILE = ("cuda", "rocm")  # compile: auto means torch.compile here, eager elsewhere
 
 
 def torch_target(project: Project, provider: str, fmt: str) -> Target:
     """PyTorch runs the source on `provider`'s device: `compile: auto` resolved, the device index recorded."""
     block = getattr(project.config.providers, provider)
     t = block.torch
-    mode = t.compile if t.compile != "auto" else ("default" if provider in GPU_COMPILE else "off")
+    from gpux.providers import PROVIDERS
+
+    compiles = PROVIDERS[provider].torch_compiles  # compile: auto means torch.compile there, eager elsewhere
+    mode = t.compile if t.compile != "auto" else ("default" if compiles else "off")
     opts = {**t.model_dump(mode="json"), "compile": mode, "device": provider,
             "device_id": int(getattr(block, "device_id", 0) or 0), "source_format": fmt}
     label = "eager" if mode == "off" else mode
     return Target(f"torch-{provider}-{t.precision}-{label}", "torch-module", provider, t.precision, opts)
 
 
-def _targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
-    cfg = project.config
-    if provider == "openvino" and cfg.providers.openvino.runtime == "onnxruntime":
-        return [_onnx_target(project, provider, {"optimization": "basic", "precision": "fp32"})]
-    if provider == "openvino":
-        o = cfg.providers.openvino
-        label = f"int8-{o.int8_mode}" if o.precision == "int8" else o.precision  # the int8 variants apart
-        return [Target(f"openvino-ir-{label}", "openvino-ir", provider, o.precision, o.model_dump(mode="json"))]
-    if provider == "cpu":
-        return [_onnx_target(project, provider, cfg.providers.cpu.model_dump(mode="json"))]
-    if provider == "tensorrt":
-        t = cfg.providers.tensorrt
-        # int8 engines are built from the calibrated QDQ model (explicit quantization)
-        base_opts: dict[str, Any] = {"optimization": "basic", "precision": "fp32"}
-        if t.precision == "int8":
-            base_opts = {"optimization": "basic", "precision": "int8", "quantization": "static",
-                         "calibration": t.calibration, "calibration_samples": t.calibration_samples}
-        base = _onnx_target(project, provider, base_opts)
-        opts = t.model_dump(mode="json")
-        opts["profile_shapes"] = trt_profiles(project, t, inputs or {})
-        return [base, Target(f"tensorrt-engine-{t.precision}", "tensorrt-engine", provider, t.precision, opts,
-                             consumes=base.id)]
-    # ORT GPU EPs (cuda, rocm, directml, coreml) load the portable ONNX artifact
+def onnx_targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+    """ONNX Runtime execution providers (cuda, rocm, directml, coreml) load the portable ONNX artifact."""
     return [_onnx_target(project, provider, {"optimization": "basic", "precision": "fp32"})]
+
+
+def cpu_targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+    return [_onnx_target(project, provider, project.config.providers.cpu.model_dump(mode="json"))]
+
+
+def openvino_targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+    o = project.config.providers.openvino
+    if o.runtime == "onnxruntime":
+        return onnx_targets(project, provider, inputs)
+    label = f"int8-{o.int8_mode}" if o.precision == "int8" else o.precision  # the int8 variants apart
+    return [Target(f"openvino-ir-{label}", "openvino-ir", provider, o.precision, o.model_dump(mode="json"))]
+
+
+def tensorrt_targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+    t = project.config.providers.tensorrt
+    # int8 engines are built from the calibrated QDQ model (explicit quantization)
+    base_opts: dict[str, Any] = {"optimization": "basic", "precision": "fp32"}
+    if t.precision == "int8":
+        base_opts = {"optimization": "basic", "precision": "int8", "quantization": "static",
+                     "calibration": t.calibration, "calibration_samples": t.calibration_samples}
+    base = _onnx_target(project, provider, base_opts)
+    opts = t.model_dump(mode="json")
+    opts["profile_shapes"] = trt_profiles(project, t, inputs or {})
+    return [base, Target(f"tensorrt-engine-{t.precision}", "tensorrt-engine", provider, t.precision, opts,
+                         consumes=base.id)]
+
+
+def _targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+    """What the provider's registry row plans (ONNX Runtime's portable artifact unless it says otherwise)."""
+    from pkgutil import resolve_name
+
+    from gpux.providers import registry
+
+    row = registry().get(provider)
+    plan = resolve_name(row.targets) if row else onnx_targets
+    return list(plan(project, provider, inputs))
 
 
 def trt_profiles(project: Project, t: Any, inputs: dict[str, Any]) -> dict[str, str]:

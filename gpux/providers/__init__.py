@@ -1,4 +1,5 @@
-"""The provider registry: eight providers as rows of data, each with a cheap probe that never raises."""
+"""The provider registry: one row of data per provider (eight built in, more from plugins), each with a cheap
+probe that never raises."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
+from pkgutil import resolve_name
 from typing import Any, Literal
 
 from gpux.machine import cuda_device_problem
@@ -57,19 +59,36 @@ class Runner:
 
 @dataclass(frozen=True)
 class Provider:
-    """One row of the registry."""
+    """One row of the registry: every fact gpux keeps about one provider. Plugins add rows through the
+    `gpux.providers` entry-point group; a row names its code as 'module:attribute', imported only when used."""
 
     name: str
-    runtime: Literal["onnxruntime", "openvino", "tensorrt", "coremltools", "torch"]
+    runtime: str  # what runs it unless its block says otherwise: onnxruntime | openvino | torch | a plugin's
     ep: str | None  # exact ONNX Runtime execution provider string
     extra: str  # pip extra of gpux-ml that installs it
     platforms: tuple[str, ...]  # sys.platform prefixes where it can run
     device: Callable[[], str | None] | None = field(default=None, compare=False)  # None = ok, else why not
     hardware: str = ""
     builtin: bool = False  # present in every install of its runtime: no import needed to know
+    options: str = "Options"  # its gpux.yml block's option model: 'module:Class' (a bare name: gpux.providers.options)
+    fallback: tuple[str, ...] = ()  # what an explicit request for it falls back to, before cpu
+    ort_package: str = ""  # the ONNX Runtime distribution that carries its EP (for the fix line)
+    also_accepted: tuple[str, ...] = ()  # other EPs that serve it
+    torch_device: bool = False  # PyTorch itself runs on it (`runtime: torch`)
+    torch_compiles: bool = False  # with runtime torch, `compile: auto` means torch.compile here
+    precisions: tuple[str, ...] = ("fp32",)  # what `run --benchmark -p all` measures
+    targets: str = "gpux.plan.targets:onnx_targets"  # (project, provider, inputs) -> the artifacts it needs
+    steps: tuple[tuple[str, Any], ...] = ()  # kinds of artifact its runtime adds: (name, gpux.runtimes.Step)
+    probe_with: str = ""  # its own probe (name -> Availability) where gpux has none for its runtime
+    gpu_resource: str | None = None  # the Kubernetes extended resource of its device
 
-    def probe(self) -> Availability:
-        return probe(self.name)
+    @property
+    def option_model(self) -> Any:
+        return resolve_name(self.options if ":" in self.options else f"gpux.providers.options:{self.options}")
+
+    def default_options(self) -> Any:
+        """Its option block with every default (a plugin's block is not in gpux.yml's schema)."""
+        return self.option_model()
 
 
 def _rocm_device() -> str | None:
@@ -80,40 +99,34 @@ PROVIDERS: dict[str, Provider] = {
     p.name: p
     for p in (
         Provider("tensorrt", "onnxruntime", "TensorrtExecutionProvider", "tensorrt", ("linux", "win32"),
-                 cuda_device_problem, "NVIDIA GPU"),
+                 cuda_device_problem, "NVIDIA GPU", options="TensorRTOptions", fallback=("cuda",),
+                 ort_package="onnxruntime-gpu (+ TensorRT libraries)", precisions=("fp32", "fp16", "int8"),
+                 targets="gpux.plan.targets:tensorrt_targets", gpu_resource="nvidia.com/gpu"),
         Provider("cuda", "onnxruntime", "CUDAExecutionProvider", "cuda", ("linux", "win32"),
-                 cuda_device_problem, "NVIDIA GPU"),
-        Provider("rocm", "onnxruntime", "MIGraphXExecutionProvider", "", ("linux",), _rocm_device, "AMD GPU"),
+                 cuda_device_problem, "NVIDIA GPU", options="CUDAOptions", ort_package="onnxruntime-gpu",
+                 torch_device=True, torch_compiles=True, gpu_resource="nvidia.com/gpu"),
+        Provider("rocm", "onnxruntime", "MIGraphXExecutionProvider", "", ("linux",), _rocm_device, "AMD GPU",
+                 options="ROCmOptions", also_accepted=("MIGraphXExecutionProvider", "ROCMExecutionProvider"),
+                 ort_package="onnxruntime-migraphx or onnxruntime-rocm from AMD's package index (not on PyPI)",
+                 torch_device=True, torch_compiles=True, gpu_resource="amd.com/gpu"),
         Provider("coreml", "onnxruntime", "CoreMLExecutionProvider", "coreml", ("darwin",), None,
-                 "Apple Neural Engine / GPU"),
-        Provider("mps", "torch", None, "torch", ("darwin",), None, "Apple GPU (Metal)"),
+                 "Apple Neural Engine / GPU", options="CoreMLOptions", ort_package="onnxruntime (macOS wheel)"),
+        Provider("mps", "torch", None, "torch", ("darwin",), None, "Apple GPU (Metal)", options="MPSOptions",
+                 torch_device=True),
         Provider("directml", "onnxruntime", "DmlExecutionProvider", "directml", ("win32",), None,
-                 "DirectX 12 GPU"),
+                 "DirectX 12 GPU", options="DirectMLOptions", ort_package="onnxruntime-directml"),
         Provider("openvino", "openvino", None, "openvino", ("linux", "win32", "darwin"), None,
-                 "Intel CPU / GPU / NPU"),
+                 "Intel CPU / GPU / NPU", options="OpenVINOOptions", precisions=("fp32", "fp16", "int8"),
+                 targets="gpux.plan.targets:openvino_targets"),
         Provider("cpu", "onnxruntime", "CPUExecutionProvider", "cpu", ("linux", "win32", "darwin"), None,
-                 "any CPU", builtin=True),
+                 "any CPU", builtin=True, options="CPUOptions", ort_package="onnxruntime", torch_device=True,
+                 precisions=("fp32", "fp16", "int8"), targets="gpux.plan.targets:cpu_targets"),
     )
 }  # fmt: skip
 PLATFORM_NAMES = {"linux": "Linux", "win32": "Windows", "darwin": "macOS"}
 
-# ORT distribution that carries each EP (for the fix line)
-ORT_PACKAGE = {
-    "tensorrt": "onnxruntime-gpu (+ TensorRT libraries)",
-    "cuda": "onnxruntime-gpu",
-    "rocm": "onnxruntime-migraphx or onnxruntime-rocm from AMD's package index (not on PyPI)",
-    "coreml": "onnxruntime (macOS wheel)",
-    "directml": "onnxruntime-directml",
-    "cpu": "onnxruntime",
-}
-
-
-# EPs that also serve a provider (rocm: AMD ships MIGraphX, and ROCm in older ONNX Runtime builds)
-ALSO_ACCEPTED = {"rocm": ("MIGraphXExecutionProvider", "ROCMExecutionProvider")}
-
-
 def _fix(p: Provider) -> str:
-    package = ORT_PACKAGE.get(p.name, f"the ONNX Runtime build that has {p.ep}")
+    package = p.ort_package or f"the ONNX Runtime build that has {p.ep}"
     return f"install {package}" + (f": {install_hint(p.extra)}" if p.extra else "")
 
 
@@ -136,8 +149,8 @@ def _probe_ort(p: Provider) -> Availability:
     eps = ort_available_eps()
     if isinstance(eps, str):
         return Availability(p.name, "import failed", f"onnxruntime fails to import: {eps}",
-                            f"pip install --force-reinstall {ORT_PACKAGE.get(p.name, 'onnxruntime').split()[0]}")
-    ep = next((e for e in ALSO_ACCEPTED.get(p.name, (p.ep,)) if e in eps), p.ep)
+                            f"pip install --force-reinstall {(p.ort_package or 'onnxruntime').split()[0]}")
+    ep = next((e for e in p.also_accepted or (p.ep,) if e in eps), p.ep)
     if ep not in eps:
         dists = ", ".join(installed_ort_distributions()) or "onnxruntime"
         return Availability(p.name, "not installed", f"{p.ep} is not in this ONNX Runtime build ({dists})", _fix(p))
@@ -174,6 +187,8 @@ def probe(name: str) -> Availability:
             where = " or ".join(PLATFORM_NAMES.get(x, x) for x in p.platforms)
             return Availability(name, "no device", f"{name} needs {p.hardware} on {where}; this is "
                                 f"{PLATFORM_NAMES.get(sys.platform, sys.platform)}", f"run on {where}")
+        if p.probe_with:
+            return resolve_name(p.probe_with)(name)
         if p.runtime == "torch":
             return probe_torch(name)
         avail = _probe_openvino(p) if p.runtime == "openvino" else _probe_ort(p)
@@ -237,10 +252,15 @@ def _torch_device(torch: Any, provider: str, device_id: int) -> Availability:
     return Availability(provider, "ok", f"PyTorch {version} ({built} {hip or cuda}) on {name}")
 
 
+def registry() -> dict[str, Provider]:
+    """Every provider in priority order: the built-in rows, then those plugins register."""
+    return {**PROVIDERS, **plugin_providers()}
+
+
 def runtime_of(project: Any, name: str) -> str:
     """The runtime the project's config picks for provider `name` (its block's `runtime`, else the row's)."""
     block = getattr(project.config.providers, name, None)
-    row = PROVIDERS.get(name)
+    row = registry().get(name)
     return str(getattr(block, "runtime", None) or (row.runtime if row else "onnxruntime"))
 
 

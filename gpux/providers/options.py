@@ -315,11 +315,6 @@ class DirectMLOptions(Options):
         return self
 
 
-# Provider name -> option block, in priority order.
-OPTIONS: dict[str, type[Options]] = {
-    "tensorrt": TensorRTOptions, "cuda": CUDAOptions, "rocm": ROCmOptions, "coreml": CoreMLOptions,
-    "mps": MPSOptions, "directml": DirectMLOptions, "openvino": OpenVINOOptions, "cpu": CPUOptions,
-}
 # EP key (a provider, or migraphx for rocm's other execution provider) -> ONNX Runtime's name for it.
 EP_NAMES = {
     "tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider",

@@ -16,9 +16,9 @@ from gpux.config.locate import open_project
 from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed, first_line
 from gpux.model.inputs import cast_all
 from gpux.model.io import ModelIO, Tensor, effective_io, load_checked
-from gpux.plan.targets import Selection
+from gpux.plan.select import Selection
 from gpux.providers import Runner, probe_for
-from gpux.runtimes import STEPS, resolve
+from gpux.runtimes import resolve, step_of
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ class Session:
 
 def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:
     """Open an artifact with the runtime its build step names."""
-    opener = resolve(STEPS[artifact.manifest["target"]["step"]].open)
+    opener = resolve(step_of(artifact.manifest["target"]["step"]).open)
     return opener(provider, project, artifact)
 
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gpux.plan.targets import Target
 
 Log = Callable[[str], None]
-__all__ = ["STEPS", "STEP_HINTS", "Context", "Job", "Log", "Step", "resolve"]
+__all__ = ["STEPS", "STEP_HINTS", "Context", "Job", "Log", "Step", "resolve", "step_of"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,16 @@ STEPS: dict[str, Step] = {
                             ("tensorrt", "onnxruntime"), "gpu", "gpux.runtimes.tensorrt:open_runner",
                             on_run=False, needs_device=True),
 }
+
+
+def step_of(name: str) -> Step:
+    """The kind of artifact `name`: built in, or added by a registry row (a plugin runtime's own kind)."""
+    if name in STEPS:
+        return STEPS[name]
+    from gpux.providers import registry
+
+    added = {n: step for row in registry().values() for n, step in row.steps}
+    return added[name]
 
 
 # what to do when a build step's runtime raises, by step

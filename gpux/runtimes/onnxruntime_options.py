@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpux.providers.options import EP_NAMES, OPTIONS, Options, ROCmOptions, TensorRTOptions
+from gpux.providers import registry
+from gpux.providers.options import EP_NAMES, Options, ROCmOptions, TensorRTOptions
 
 # onnxruntime.SessionOptions attribute -> value DirectML requires (execution_mode: ExecutionMode member name).
 DIRECTML_SESSION_SETTINGS: dict[str, Any] = {"enable_mem_pattern": False, "execution_mode": "ORT_SEQUENTIAL"}
@@ -114,9 +115,10 @@ ORT_CACHES: dict[str, tuple[tuple[str, str | None, str], ...]] = {
 
 
 def _check(provider: str, opts: Options | None) -> Options:
-    if provider not in OPTIONS:
-        raise ValueError(f"unknown provider {provider!r}; expected one of {', '.join(OPTIONS)}")
-    model = OPTIONS[provider]
+    rows = registry()
+    if provider not in rows:
+        raise ValueError(f"unknown provider {provider!r}; expected one of {', '.join(rows)}")
+    model = rows[provider].option_model
     if opts is not None and not isinstance(opts, model):
         raise TypeError(f"provider {provider} takes {model.__name__}, not {type(opts).__name__}")
     return model() if opts is None else opts

@@ -1,0 +1,59 @@
+"""Adding a provider is one registry row plus one runtime module (tests/toy_runtime.py): a toy provider that
+runs ONNX models with onnx's reference evaluator is selected, planned, built, verified, opened and reported
+like any other, with nothing else in gpux touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpux import providers
+from gpux.artifacts.build import build
+from gpux.config.load import load_config
+from gpux.errors import UsageError
+from gpux.plan.select import select
+from gpux.providers import Provider
+from gpux.run.session import load
+from gpux.runtimes import Step
+
+RUNTIME = "tests.toy_runtime"
+TOY = Provider(
+    "toy", "onnx-reference", None, "", ("linux", "win32", "darwin"), hardware="any CPU",
+    targets=f"{RUNTIME}:targets", probe_with=f"{RUNTIME}:probe",
+    steps=(("toy-copy", Step(f"{RUNTIME}:build", f"{RUNTIME}:verify_runner", ("onnx",), "none",
+                             f"{RUNTIME}:open_runner")),),
+)
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> Provider:
+    monkeypatch.setitem(providers.PROVIDERS, "toy", TOY)  # the one row
+    providers.probe.cache_clear()
+    yield TOY
+    providers.probe.cache_clear()
+
+
+def test_without_its_row_the_provider_is_unknown(mlp_project: Path) -> None:
+    with pytest.raises(UsageError, match="unknown provider 'toy'"):
+        select(load_config(mlp_project / "gpux.yml"), "toy")
+
+
+def test_a_toy_provider_is_one_row_and_one_runtime_module(toy: Provider, mlp_project: Path) -> None:
+    project = load_config(mlp_project / "gpux.yml")
+    assert select(project, "toy", strict=True).chain == ("toy",)
+    assert providers.probe("toy").ok
+
+    built = build(project, "toy")  # verified against ONNX Runtime's FP32 reference
+    assert [r.target.id for r in built.results] == ["toy-reference"]
+    verification = built.final.artifact.manifest["verification"]
+    assert verification["passed"] is True, verification
+
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)}
+    session = load(mlp_project, provider="toy", strict=True)
+    got = session.run(feeds)
+    want = load(mlp_project, provider="cpu", strict=True).run(feeds)
+    np.testing.assert_allclose(got["probs"], want["probs"], rtol=1e-5, atol=1e-6)
+    report = session.report()
+    assert report["provider"] == "toy" and report["runs_on"] == "onnx.reference" and not report["fell_back"]
