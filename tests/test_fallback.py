@@ -16,7 +16,7 @@ from gpux.config.load import load_config
 from gpux.errors import ProviderUnavailable, UsageError
 from gpux.plan.select import select
 from gpux.providers import Availability, Runner
-from gpux.run import session as session_mod
+from gpux.run import fallback as fallback_mod
 from gpux.runtimes import onnxruntime as ort_mod
 
 X = {"x": np.zeros((1, 8), np.float32)}
@@ -65,7 +65,7 @@ class Fakes:
         self.session_error: dict[str, Exception] = {}
         self.dropped: dict[str, str] = {}
         self.infer_error: dict[str, Exception] = {}
-        real_probe, real_open = providers_mod.probe, session_mod.open_runner
+        real_probe, real_open = providers_mod.probe, fallback_mod.open_runner
 
         def probe(name: str) -> Availability:
             return self.probe.get(name) or Availability(name, "ok", "fake ok")
@@ -85,7 +85,7 @@ class Fakes:
             return runner
 
         monkeypatch.setattr(providers_mod, "probe", probe)  # what the session's probe_for asks
-        monkeypatch.setattr(session_mod, "open_runner", open_runner)
+        monkeypatch.setattr(fallback_mod, "open_runner", open_runner)
         self.real = (real_probe, real_open)
 
 

@@ -113,7 +113,7 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
                     stale = stale_why(project, target, parts, root) if slow else None
                     from gpux.report import SLOW_BUILD
 
-                    art = _build_remembering(job, target, parts, key, src, folder, root,
+                    art = _build_remembering(job, target, parts, key, src, folder,
                                              (stale or reason2 or reason) + (f"; {SLOW_BUILD}" if slow else ""))
                 else:
                     cached = True
@@ -217,16 +217,17 @@ def _calibration_digest(project: Project, target: Target) -> str | None:
 
 
 def _build_remembering(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path,
-                       root: Path, why: str) -> store.Artifact:
-    """Build, remembering a failure for this exact key so later runs skip it at once (--force retries)."""
-    name = job.project.name
+                       why: str) -> store.Artifact:
+    """Build into `folder` (<store>/<model>/<target>-<key>), remembering a failure for this exact key so later
+    runs skip it at once (--force retries)."""
+    name, root = job.project.name, folder.parent.parent
     known = None if job.force else store.recall_failure(root, name, folder.name, key)
     if known is not None:
         raise BuildFailed(f"{known['message']} (remembered from an earlier build of this model with these "
                           f"runtime versions; --force retries)", hint=known.get("hint"))
     job.log(f"building {target.id} ({why})")
     try:
-        return _build_one(job, target, parts, key, src, folder, root)
+        return _build_one(job, target, parts, key, src, folder)
     except BuildFailed as exc:
         if getattr(exc, "conversion", False):  # the runtime's conversion itself, not verification on some data
             store.remember_failure(root, name, folder.name, key, exc.message, exc.hint)
@@ -246,10 +247,10 @@ def _usable_source(project: Project, io: ModelIO, root: Path, log: Log) -> Path:
     return lowered_source(project.source, compat.lower_ir_to, root / ".lowered")
 
 
-def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path,
-               root: Path) -> store.Artifact:
+def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path) -> store.Artifact:
     from gpux.quality import calibrate
 
+    root = folder.parent.parent
     project, inputs, shapes, log = job.project, job.inputs, job.shapes, job.log
     step = step_of(target.step)
     workdir = store.new_workdir(root, folder.name).resolve()

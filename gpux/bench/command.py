@@ -54,8 +54,8 @@ def torch_rows(project: Project, protocol: bench.Protocol, shapes: dict[str, int
         for mode, precision in variants:
             label = f"{precision} (torch {'eager' if mode == 'off' else mode})"
             log(f"benchmarking {name} {label} ...")
-            rows.append(bench_one(with_torch(project, name, mode, precision), name, label, protocol, shapes,
-                                  strict=True, store=store, input_file=input_file, log=log))
+            rows.append(bench_one(with_torch(project, name, mode, precision), name, label,
+                                  Rows(protocol, shapes, store, input_file, log), strict=True))
     return rows
 
 
@@ -72,10 +72,22 @@ def protocol_for(project: Project, runs: int | None, warmup: int | None, duratio
                           concurrency=concurrency or b.concurrency, batch=batch or b.batch or 1)
 
 
-def bench_one(project: Project, provider: str | None, precision: str | None, protocol: bench.Protocol,
-              shapes: dict[str, int], *, strict: bool, store: str | None, input_file: str | None,
-              log: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Rows:
+    """What every row of one benchmark shares: the protocol, the inputs (a file, else synthetic ones of these
+    sizes), the store and the progress log."""
+
+    protocol: bench.Protocol
+    shapes: dict[str, int]
+    store: str | None = None
+    input_file: str | None = None
+    log: Any = None
+
+
+def bench_one(project: Project, provider: str | None, precision: str | None, rows: Rows, *,
+              strict: bool) -> dict[str, Any]:
     """One row: open (build or cache hit, load), first inference, warm-up, measurement."""
+    protocol, shapes, store, input_file, log = rows.protocol, rows.shapes, rows.store, rows.input_file, rows.log
     from gpux.model.inputs import load_file, symbolic_values, synthetic
     from gpux.quality.calibrate import ranges
     from gpux.run.session import load
@@ -152,8 +164,8 @@ def benchmark_command(req: BenchmarkRequest) -> int:
     if req.provider == "all":
         rows = every_provider_rows(project, protocol, shape_values, req, log)
     else:
-        rows = [bench_one(project, req.provider, None, protocol, shape_values, strict=req.strict, store=req.store,
-                          input_file=req.input_file, log=log)]
+        rows = [bench_one(project, req.provider, None, Rows(protocol, shape_values, req.store, req.input_file, log),
+                          strict=req.strict)]
     doc = bench.make_document(rows, environment(project, protocol))
     code = 0 if base is None else gate(doc, base, req)
     if req.as_json:
@@ -206,13 +218,12 @@ def every_provider_rows(project: Project, protocol: bench.Protocol, shape_values
             else project
         for precision in PROVIDERS_ROWS[name].precisions:
             log(f"benchmarking {name} {precision} ...")
-            rows.append(bench_one(with_precision(ort, name, precision), name, precision, protocol,
-                                  shape_values, strict=True, store=req.store, input_file=req.input_file, log=log))
+            rows.append(bench_one(with_precision(ort, name, precision), name, precision,
+                                  Rows(protocol, shape_values, req.store, req.input_file, log), strict=True))
         if name == "openvino" and "OpenVINOExecutionProvider" in (ort_available_eps() or ()):
             log("benchmarking openvino through ONNX Runtime's OpenVINO EP ...")
-            rows.append(bench_one(with_options(project, name, runtime="onnxruntime"), name,
-                                  "fp32 (onnxruntime EP)", protocol, shape_values, strict=True, store=req.store,
-                                  input_file=req.input_file, log=log))
+            rows.append(bench_one(with_options(project, name, runtime="onnxruntime"), name, "fp32 (onnxruntime EP)",
+                                  Rows(protocol, shape_values, req.store, req.input_file, log), strict=True))
     return rows + torch_rows(project, protocol, shape_values, store=req.store, input_file=req.input_file, log=log)
 
 

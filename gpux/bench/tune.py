@@ -92,7 +92,7 @@ def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
 
 
 def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest, log: Callable[[str], None]) -> None:
-    from gpux.bench.command import bench_one
+    from gpux.bench.command import Rows, bench_one
     from gpux.plan.targets import resolve_shapes, with_options
 
     concurrency = (req.concurrency or 4) if req.objective == "throughput" else 1
@@ -105,8 +105,8 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest, log
             continue
         log(f"tuning {i}/{len(outcomes)}: {o.provider} {o.precision} {_opts(o.options)}")
         candidate = with_options(project, o.provider, **o.options)
-        o.row = bench_one(candidate, o.provider, o.precision, protocol, resolve_shapes(candidate), strict=True,
-                          store=req.store, input_file=None, log=log)
+        o.row = bench_one(candidate, o.provider, o.precision, Rows(protocol, resolve_shapes(candidate), req.store,
+                                                                   None, log), strict=True)
         o.status = o.row["status"] if o.row["status"] in ("ok", "failed verification") else "unavailable"
         if o.status != "ok":
             o.why = str(o.row.get("error") or o.row["status"])

@@ -86,7 +86,7 @@ def choose_builder(project: Any, selection: Any) -> tuple[str, Any, list[Any]]:
     device), and the providers passed over."""
     from gpux.artifacts.build import needs_device
     from gpux.providers import probe_for
-    from gpux.run.session import Attempt
+    from gpux.run.fallback import Attempt
 
     attempts: list[Attempt] = []
     for i, name in enumerate(selection.chain):

@@ -24,25 +24,44 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Marks, list[Problem]]:
     Duplicate keys are problems (the data keeps the last one, so validation still runs). A `version:`
     that YAML reads as a number or date keeps its source text (1.10 stays "1.10").
     """
+    loaded = _load(text, file)
+    if isinstance(loaded, Problem):
+        return None, {}, [loaded]
+    node, data = loaded
+    marks, raw, problems = _marks(node, file)
+    if isinstance(data, dict):
+        for mapping, loc in ((data, ("version",)), (data.get("model"), ("model", "version"))):
+            value = mapping.get("version") if isinstance(mapping, dict) else None
+            if isinstance(value, int | float | datetime.date) and not isinstance(value, bool):
+                mapping["version"] = raw.get(loc, value)  # type: ignore[index]  # as written: 1.10 stays "1.10"
+    return data, marks, problems
+
+
+def _load(text: str, file: str) -> tuple[yaml.Node | None, Any] | Problem:
+    """The document's node tree and data, or the one problem that stops YAML from reading it."""
     loader = None
     try:
         loader = yaml.SafeLoader(text)
         node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
+        return node, (loader.construct_document(node) if node is not None else None)
     except yaml.MarkedYAMLError as exc:
-        return None, {}, [_yaml_problem(exc, file)]
+        return _yaml_problem(exc, file)
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
         col = exc.position - text.rfind("\n", 0, exc.position)
-        return None, {}, [Problem(file, line, col, "", f"YAML: character U+{exc.character:04X} is not allowed "
-                                                       "in a YAML file; remove it")]
+        return Problem(file, line, col, "", f"YAML: character U+{exc.character:04X} is not allowed in a YAML "
+                                             "file; remove it")
     except yaml.YAMLError as exc:
-        return None, {}, [Problem(file, 0, 0, "", f"YAML syntax: {' '.join(str(exc).split())}")]
+        return Problem(file, 0, 0, "", f"YAML syntax: {' '.join(str(exc).split())}")
     except RecursionError:
-        return None, {}, [Problem(file, 0, 0, "", "YAML syntax: nested too deeply")]
+        return Problem(file, 0, 0, "", "YAML syntax: nested too deeply")
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _marks(node: yaml.Node | None, file: str) -> tuple[Marks, dict[Loc, str], list[Problem]]:
+    """Where each key and value is, each scalar's source text, and duplicate keys."""
     marks: Marks = {}
     raw: dict[Loc, str] = {}
     problems: list[Problem] = []
@@ -78,12 +97,7 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Marks, list[Problem]]:
     if node is not None:
         walk(node, ())
         marks[()] = at(node)
-    if isinstance(data, dict):
-        for mapping, loc in ((data, ("version",)), (data.get("model"), ("model", "version"))):
-            value = mapping.get("version") if isinstance(mapping, dict) else None
-            if isinstance(value, int | float | datetime.date) and not isinstance(value, bool):
-                mapping["version"] = raw.get(loc, value)  # type: ignore[index]  # as written: 1.10 stays "1.10"
-    return data, marks, problems
+    return marks, raw, problems
 
 
 def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:

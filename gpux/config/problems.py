@@ -146,30 +146,13 @@ def _message(root: type[BaseModel], loc: Loc, err: dict[str, Any]) -> tuple[str,
     if kind == "gpux":
         return ctx["message"], False
     if kind == "extra_forbidden":
-        model = _model_at(root, loc[:-1])
-        names = list(model.model_fields) if model else []
-        hint = did_you_mean(loc[-1], names)
-        if loc[:-1] in _KEYED_BY:
-            return f"unknown {_KEYED_BY[loc[:-1]]}{hint}; expected one of {', '.join(names)}", True
-        listing = f"; expected one of {', '.join(names)}" if names and not hint and len(names) <= 16 else ""
-        return f"unknown field{hint}{listing}", True
+        return _unknown_field(root, loc), True
     if kind == "missing":
         info = _field_info(root, loc)
         about = f": {_sentence(info.description)}" if info and info.description else ""
         return f"required field is missing{about}", True
     if kind == "literal_error":
-        expected = ctx.get("expected", "")
-        choices = re.findall(r"'([^']*)'", expected) or [expected]
-        if loc == ("schema_version",):
-            versions = typing.get_args(_field_info(root, loc).annotation)  # Literal[1]: the formats read
-            known = ", ".join(map(str, versions))
-            if str(value) in map(str, versions):
-                return f"write schema_version: {value} (a number, not a string)", False
-            return f"this gpux reads schema_version {known}, got {got}; a newer gpux may read this file", False
-        hint = did_you_mean(value, choices) if isinstance(value, str) else ""
-        if not hint and isinstance(value, str) and value.lower() in DTYPE_ALIASES and "float32" in choices:
-            hint = f" (did you mean '{DTYPE_ALIASES[value.lower()]}'?)"
-        return f"unknown {loc[-1] if loc else 'value'} {got}{hint}; expected one of {', '.join(choices)}", False
+        return _not_a_choice(root, loc, value, ctx.get("expected", "")), False
     if kind in ("value_error", "assertion_error"):
         return err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, "), False
     if kind == "string_pattern_mismatch":
@@ -204,6 +187,31 @@ def _message(root: type[BaseModel], loc: Loc, err: dict[str, Any]) -> tuple[str,
         return f"expected {_ALTERNATIVES[kind]}, got {got}", False
     msg = err["msg"]
     return f"{msg[0].lower()}{msg[1:]}, got {got}", False
+
+
+def _unknown_field(root: type[BaseModel], loc: Loc) -> str:
+    model = _model_at(root, loc[:-1])
+    names = list(model.model_fields) if model else []
+    hint = did_you_mean(loc[-1], names)
+    if loc[:-1] in _KEYED_BY:
+        return f"unknown {_KEYED_BY[loc[:-1]]}{hint}; expected one of {', '.join(names)}"
+    listing = f"; expected one of {', '.join(names)}" if names and not hint and len(names) <= 16 else ""
+    return f"unknown field{hint}{listing}"
+
+
+def _not_a_choice(root: type[BaseModel], loc: Loc, value: Any, expected: str) -> str:
+    got = show_value(value)
+    choices = re.findall(r"'([^']*)'", expected) or [expected]
+    if loc == ("schema_version",):
+        versions = typing.get_args(_field_info(root, loc).annotation)  # Literal[1]: the formats read
+        known = ", ".join(map(str, versions))
+        if str(value) in map(str, versions):
+            return f"write schema_version: {value} (a number, not a string)"
+        return f"this gpux reads schema_version {known}, got {got}; a newer gpux may read this file"
+    hint = did_you_mean(value, choices) if isinstance(value, str) else ""
+    if not hint and isinstance(value, str) and value.lower() in DTYPE_ALIASES and "float32" in choices:
+        hint = f" (did you mean '{DTYPE_ALIASES[value.lower()]}'?)"
+    return f"unknown {loc[-1] if loc else 'value'} {got}{hint}; expected one of {', '.join(choices)}"
 
 
 def _refine(root: type[BaseModel], loc: Loc, err: dict[str, Any], data: Any) -> Loc:

@@ -1,119 +1,48 @@
-"""Opens a model with ordered fallback, records every attempt, and runs inference: the Python API."""
+"""The Python API: `load` opens a model with ordered fallback (gpux.run.fallback) and the Session runs it,
+moving on to the next provider if the first inference fails."""
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpux.artifacts import store
-from gpux.artifacts.build import BuildResult, build
 from gpux.config.load import Project
 from gpux.config.locate import open_project
-from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed, first_line
+from gpux.errors import InputError, first_line
 from gpux.model.inputs import cast_all
-from gpux.model.io import ModelIO, Tensor, effective_io, load_checked
-from gpux.plan.select import Selection
-from gpux.providers import Runner, probe_for
-from gpux.runtimes import resolve, step_of
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One try of one provider: how far it got and why it stopped."""
-
-    provider: str
-    stage: str  # probe | build | session | first-inference | ok
-    ok: bool
-    reason: str = ""
-    fix: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"provider": self.provider, "stage": self.stage, "ok": self.ok, "reason": self.reason,
-                "fix": self.fix}
-
-    def line(self) -> str:
-        from gpux.report import attempt_line
-
-        return attempt_line(self.to_dict())
+from gpux.model.io import Tensor, effective_io, load_checked
+from gpux.providers import Runner
+from gpux.run.fallback import Attempt, Fallback, Opened
 
 
 class Session:
     """A model opened on the best provider that really works; `provider` says what runs."""
 
-    def __init__(self, project: Project, io: ModelIO, selection: Selection, *, store_dir: str | Path | None,
-                 force: bool, verify: bool, log: Callable[[str], None], warnings: list[str],
-                 placement: bool = False, samples: list[dict[str, Any]] | None = None) -> None:
-        self.project = project
-        self._samples = samples
-        self.io = io
-        self.selection = selection
-        self.inputs, self.outputs = effective_io(project, io)
-        self.attempts: list[Attempt] = []
+    def __init__(self, fallback: Fallback, opened: Opened, *, warnings: list[str], placement: bool = False) -> None:
+        self._fallback = fallback
+        self.project, self.io, self.selection = fallback.project, fallback.io, fallback.selection
+        self.inputs, self.outputs = effective_io(self.project, self.io)
         self.warnings = warnings
-        self.build: BuildResult | None = None
-        self._store_dir, self._force, self._verify, self._log = store_dir, force, verify, log
-        self._runner: Runner | None = None
-        self._pending = list(selection.chain)
-        self._first_done = False
-        self.provider = ""
-        self.timings: dict[str, float] = {}
         self._placement = placement
         self.placement: dict[str, Any] | None = None
-        self._advance()
+        self._take(opened)
 
-    # -- opening with fallback ------------------------------------------------------------------
-    def _fail(self, provider: str, stage: str, reason: str, fix: str | None = None,
-              cause: GpuxError | None = None) -> None:
-        self.attempts.append(Attempt(provider, stage, False, reason, fix))
-        if self.selection.strict and (self.selection.source != "auto" or stage != "probe"):
-            if isinstance(cause, VerificationFailed):  # an accuracy gate, not a missing provider
-                raise cause
-            raise ProviderUnavailable(f"{provider} unavailable ({stage}): {reason} — fallback is off "
-                                      f"(--strict or runtime.fallback: false)", hint=fix)
+    def _take(self, opened: Opened) -> None:
+        self._runner: Runner | None = opened.runner
+        self.provider, self.build, self.timings = opened.provider, opened.build, opened.timings
+        self._first_done = False
 
-    def _advance(self) -> None:
-        while self._pending:
-            provider = self._pending.pop(0)
-            avail = probe_for(self.project, provider)
-            if not avail.ok:
-                self._fail(provider, "probe", avail.reason, avail.fix)
-                continue
-            started = time.perf_counter()
-            try:
-                result = build(self.project, provider, force=self._force, verify=self._verify,
-                               store_dir=self._store_dir, log=self._log, io=self.io, full_check=True, for_run=True,
-                               samples=self._samples)
-            except (ModelError, InputError):
-                raise  # the model itself, or the inputs in hand: no other provider helps
-            except GpuxError as exc:
-                self._fail(provider, "build", " ".join(x.strip() for x in exc.message.splitlines()), exc.hint, exc)
-                continue
-            built = time.perf_counter()
-            try:
-                runner = open_runner(provider, self.project, result.final.artifact)
-            except Exception as exc:  # runtimes raise anything when a device or library is missing
-                self._fail(provider, "session", first_line(exc))
-                continue
-            if runner.dropped:
-                runner.close()
-                self._fail(provider, "session", runner.dropped)
-                continue
-            self.timings = {"build_s": built - started, "load_s": time.perf_counter() - built}
-            if "compile_s" in runner.details:  # torch.compile's first call, done while opening
-                self.timings["compile_s"] = runner.details["compile_s"]
-            self._runner, self.provider, self.build = runner, provider, result
-            self._first_done = False
-            return
-        tried = "; ".join(a.line() for a in self.attempts) or "nothing to try"
-        tried_here = [a for a in self.attempts if a.stage != "probe"]
-        if tried_here and all(a.stage == "build" for a in tried_here):  # providers were there; the model failed
-            raise ProviderUnavailable(f"{self.project.name!r} cannot run on any provider here (a model or runtime "
-                                      f"limit, not a missing provider): {tried}")
-        raise ProviderUnavailable(f"no provider could run {self.project.name!r}: {tried}")
+    @property
+    def attempts(self) -> list[Attempt]:
+        return self._fallback.attempts
+
+    def _next_after(self, stage: str, reason: str) -> None:
+        """The current provider failed at `stage`: close it and open the next one that works."""
+        self.runner.close()
+        self._fallback.fail(self.provider, stage, reason)
+        self._take(self._fallback.next())
 
     # -- inference ------------------------------------------------------------------------------
     def run(self, inputs: dict[str, Any] | None = None, **named: Any) -> dict[str, Any]:
@@ -132,18 +61,14 @@ class Session:
             except Exception as exc:
                 if type(exc).__name__ == "InvalidArgument":  # ONNX Runtime: the feeds do not fit the model
                     raise InputError(f"the model rejected the inputs: {first_line(exc)}") from None
-                self._runner.close()
-                self._fail(self.provider, "first-inference", first_line(exc))
-                self._advance()
+                self._next_after("first-inference", first_line(exc))
                 continue
             problem = self._check_placement(feeds)
             if problem:
-                self._runner.close()
-                self._fail(self.provider, "placement", problem)
-                self._advance()
+                self._next_after("placement", problem)
                 continue
             self._first_done = True
-            self.attempts.append(Attempt(self.provider, "ok", True, self._runner.used))
+            self.attempts.append(Attempt(self.provider, "ok", True, self.runner.used))
             return out
 
     def prepared(self) -> Callable[[dict[str, Any]], list[Any]]:
@@ -236,12 +161,6 @@ class Session:
         self.close()
 
 
-def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:
-    """Open an artifact with the runtime its build step names."""
-    opener = resolve(step_of(artifact.manifest["target"]["step"]).open)
-    return opener(provider, project, artifact)
-
-
 def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, *, strict: bool = False,
          store_dir: str | Path | None = None, force: bool = False, verify: bool = True,
          log: Callable[[str], None] | None = None, placement: bool = False,
@@ -260,8 +179,8 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
 
     project, selection, why = choose(project, provider, strict, store_dir)
     warnings += why
-    return Session(project, io, selection, store_dir=store_dir, force=force, verify=verify,
-                   log=log or (lambda _m: None), warnings=warnings, placement=placement, samples=samples)
+    fallback = Fallback(project, io, selection, store_dir, force, verify, log or (lambda _m: None), samples)
+    return Session(fallback, fallback.next(), warnings=warnings, placement=placement)
 
 
 __all__ = ["Attempt", "Session", "Tensor", "load"]

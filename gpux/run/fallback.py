@@ -1,0 +1,127 @@
+"""Ordered fallback: each selected provider is probed, built (verified) and opened in turn, every attempt
+recorded; the first that opens is handed to the Session. Builds on the way to a session happen here only."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpux.artifacts import store
+from gpux.artifacts.build import BuildResult, build
+from gpux.config.load import Project
+from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed, first_line
+from gpux.model.io import ModelIO
+from gpux.plan.select import Selection
+from gpux.providers import Runner, probe_for
+from gpux.runtimes import resolve, step_of
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try of one provider: how far it got and why it stopped."""
+
+    provider: str
+    stage: str  # probe | build | session | first-inference | ok
+    ok: bool
+    reason: str = ""
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"provider": self.provider, "stage": self.stage, "ok": self.ok, "reason": self.reason,
+                "fix": self.fix}
+
+    def line(self) -> str:
+        from gpux.report import attempt_line
+
+        return attempt_line(self.to_dict())
+
+
+@dataclass
+class Opened:
+    """A provider that opened: its runner, the build it opened, and how long building and loading took."""
+
+    provider: str
+    runner: Runner
+    build: BuildResult
+    timings: dict[str, float]
+
+
+@dataclass
+class Fallback:
+    """The providers still to try, in order, and every attempt so far."""
+
+    project: Project
+    io: ModelIO
+    selection: Selection
+    store_dir: str | Path | None = None
+    force: bool = False
+    verify: bool = True
+    log: Callable[[str], None] = lambda _m: None
+    samples: list[dict[str, Any]] | None = None  # inputs in hand: verify new artifacts on them
+    attempts: list[Attempt] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.pending = list(self.selection.chain)
+
+    def fail(self, provider: str, stage: str, reason: str, fix: str | None = None,
+             cause: GpuxError | None = None) -> None:
+        """Record a failed attempt; with fallback off (and not merely absent under auto), stop here."""
+        self.attempts.append(Attempt(provider, stage, False, reason, fix))
+        if self.selection.strict and (self.selection.source != "auto" or stage != "probe"):
+            if isinstance(cause, VerificationFailed):  # an accuracy gate, not a missing provider
+                raise cause
+            raise ProviderUnavailable(f"{provider} unavailable ({stage}): {reason} — fallback is off "
+                                      f"(--strict or runtime.fallback: false)", hint=fix)
+
+    def next(self) -> Opened:
+        """The next provider that probes, builds and opens; ProviderUnavailable when none is left."""
+        while self.pending:
+            provider = self.pending.pop(0)
+            avail = probe_for(self.project, provider)
+            if not avail.ok:
+                self.fail(provider, "probe", avail.reason, avail.fix)
+                continue
+            opened = self._open(provider)
+            if opened is not None:
+                return opened
+        tried = "; ".join(a.line() for a in self.attempts) or "nothing to try"
+        tried_here = [a for a in self.attempts if a.stage != "probe"]
+        if tried_here and all(a.stage == "build" for a in tried_here):  # providers were there; the model failed
+            raise ProviderUnavailable(f"{self.project.name!r} cannot run on any provider here (a model or runtime "
+                                      f"limit, not a missing provider): {tried}")
+        raise ProviderUnavailable(f"no provider could run {self.project.name!r}: {tried}")
+
+    def _open(self, provider: str) -> Opened | None:
+        started = time.perf_counter()
+        try:
+            result = build(self.project, provider, force=self.force, verify=self.verify, store_dir=self.store_dir,
+                           log=self.log, io=self.io, full_check=True, for_run=True, samples=self.samples)
+        except (ModelError, InputError):
+            raise  # the model itself, or the inputs in hand: no other provider helps
+        except GpuxError as exc:
+            self.fail(provider, "build", " ".join(x.strip() for x in exc.message.splitlines()), exc.hint, exc)
+            return None
+        built = time.perf_counter()
+        try:
+            runner = open_runner(provider, self.project, result.final.artifact)
+        except Exception as exc:  # runtimes raise anything when a device or library is missing
+            self.fail(provider, "session", first_line(exc))
+            return None
+        if runner.dropped:
+            runner.close()
+            self.fail(provider, "session", runner.dropped)
+            return None
+        timings = {"build_s": built - started, "load_s": time.perf_counter() - built}
+        if "compile_s" in runner.details:  # torch.compile's first call, done while opening
+            timings["compile_s"] = runner.details["compile_s"]
+        return Opened(provider, runner, result, timings)
+
+
+def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:
+    """Open an artifact with the runtime its build step names."""
+    opener = resolve(step_of(artifact.manifest["target"]["step"]).open)
+    return opener(provider, project, artifact)
