@@ -73,6 +73,8 @@ def artifact_rows(project: Any, io: Any, store_dir: str | None) -> list[dict[str
 
 def render(doc: dict[str, Any], warnings: list[str]) -> None:
     """The inspect document as text on stdout, then the installation's warnings on stderr."""
+    from gpux.model.io import shape_text
+
     print(f"{doc['name']} {doc['version']}  ({doc['config'] or 'no gpux.yml: defaults'})")
     fmt = f"opset {doc['opset']}  ir {doc['ir_version']}" if doc["opset"] else f"format {doc['producer']}"
     print(f"model: {doc['source']}  {report.format_size(doc['size'])}  {fmt}")
@@ -80,7 +82,7 @@ def render(doc: dict[str, Any], warnings: list[str]) -> None:
         print(f"{kind}:")
         for t in doc[kind]:
             dims = t["shape"]
-            shape = "?" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+            shape = "?" if dims is None else shape_text(dims)
             print(f"  {t['name']}: {t['dtype']} {shape}")
     if doc["lock"]:
         print(f"tuned: {doc['lock']['provider']} locked in gpux.lock.json for this machine")

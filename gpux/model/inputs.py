@@ -8,7 +8,7 @@ from typing import Any
 
 from gpux.config.problems import did_you_mean
 from gpux.errors import InputError
-from gpux.model.io import Tensor
+from gpux.model.io import Tensor, shape_text
 
 DEFAULT_INT_RANGE = (0, 2)
 
@@ -124,20 +124,16 @@ def cast(value: Any, tensor: Tensor, origin: str = "input") -> Any:
     if tensor.shape is not None:
         if arr.ndim != len(tensor.shape):
             raise InputError(f"{origin}: input {tensor.name!r} has shape {list(arr.shape)} but the model "
-                             f"expects rank {len(tensor.shape)} {_shape(tensor)}")
+                             f"expects rank {len(tensor.shape)} {shape_text(tensor.shape or ())}")
         for i, (d, n) in enumerate(zip(tensor.shape, arr.shape, strict=True)):
             if isinstance(d, int) and d != n:
                 raise InputError(f"{origin}: input {tensor.name!r} has shape {list(arr.shape)} but dim {i} "
-                                 f"must be {d} {_shape(tensor)}")
+                                 f"must be {d} {shape_text(tensor.shape or ())}")
     return arr if arr.flags.c_contiguous else arr.copy(order="C")  # 0-d stays 0-d
 
 
-def _shape(t: Tensor) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in (t.shape or ())) + "]"
-
-
 def _describe(tensors: dict[str, Tensor]) -> str:
-    return ", ".join(f"{n} {t.dtype}{_shape(t)}" for n, t in tensors.items())
+    return ", ".join(f"{n} {t.dtype}{shape_text(t.shape or ())}" for n, t in tensors.items())
 
 
 def symbolic_values(feeds: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, int]:

@@ -160,16 +160,17 @@ def _compare(project: Project, loc: tuple[str, ...], spec: TensorSpec, real: Ten
     if spec.shape is None or real.shape is None:
         return out
     if len(spec.shape) != len(real.shape):
-        msg = f"declared rank {len(spec.shape)} but the model has rank {len(real.shape)} {_fmt(real.shape)}"
+        msg = f"declared rank {len(spec.shape)} but the model has rank {len(real.shape)} {shape_text(real.shape)}"
         return [*out, project.problem((*loc, "shape"), msg)]
     for i, (d, r) in enumerate(zip(spec.shape, real.shape, strict=True)):
         if isinstance(r, int) and d != r:
-            msg = f"dim {i} is {d!r} but the model fixes it to {r} {_fmt(real.shape)}"
+            msg = f"dim {i} is {d!r} but the model fixes it to {r} {shape_text(real.shape)}"
             out.append(project.problem((*loc, "shape", str(i)), msg))
     return out
 
 
-def _fmt(shape: tuple[Dim, ...]) -> str:
+def shape_text(shape: tuple[Dim, ...]) -> str:
+    """A shape as users read it: [batch, 3, 224, 224], an unnamed dynamic dim as ?."""
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
