@@ -249,6 +249,7 @@ def _usable_source(project: Project, io: ModelIO, root: Path, log: Log) -> Path:
 
 def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path) -> store.Artifact:
     from gpux.quality import calibrate
+    from gpux.quality.verify import accuracy_goal
 
     root = folder.parent.parent
     project, inputs, shapes, log = job.project, job.inputs, job.shapes, job.log
@@ -256,7 +257,8 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
     workdir = store.new_workdir(root, folder.name).resolve()
     try:
         ctx = Context(project, target, src.resolve(), workdir, inputs, shapes, log,
-                      lambda: calibrate.feeds(project, target, inputs, shapes, log), job.strict)
+                      lambda: calibrate.feeds(project, target, inputs, shapes, log), job.strict,
+                      lambda: accuracy_goal(job, target))
         started = time.perf_counter()
         try:
             with store.scratch(workdir):

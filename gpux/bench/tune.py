@@ -21,6 +21,11 @@ from gpux.errors import UsageError
 from gpux.plan.lock import LOCK_NAME, SCHEMA, fingerprint
 
 OBJECTIVES = ("latency", "throughput")
+# a candidate that recovers accuracy by leaving layers in fp32 refines the plain one named here: it is measured
+# only when that one failed verification (had it passed, it would be the faster of the two), and only when the
+# budget left covers SLOWER times what that one took (accuracy control validates a model per layer it gives back)
+REFINES: dict[tuple[str, str], str] = {("openvino", "accuracy"): "quantize"}
+SLOWER = 10
 # (precision label, option fields) tried per provider; the precision label is what the table shows
 CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "cpu": [("fp32", {"precision": "fp32", "optimization": "basic"}),
@@ -32,7 +37,8 @@ CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {
                  ("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "throughput"}),
                  ("bf16", {"precision": "fp32", "inference_precision": "bf16", "hint": "latency"}),
                  ("fp16", {"precision": "fp16", "inference_precision": "f32", "hint": "latency"}),
-                 ("int8", {"precision": "int8", "int8_mode": "quantize", "hint": "latency"})],
+                 ("int8", {"precision": "int8", "int8_mode": "quantize", "hint": "latency"}),
+                 ("int8", {"precision": "int8", "int8_mode": "accuracy", "hint": "latency"})],
     "tensorrt": [("fp32", {"precision": "fp32"}), ("fp16", {"precision": "fp16"}), ("int8", {"precision": "int8"})],
 }
 
@@ -57,7 +63,7 @@ class Outcome:
     provider: str
     precision: str
     options: dict[str, Any]
-    status: str = "pending"  # ok | failed verification | unavailable | over budget
+    status: str = "pending"  # ok | failed verification | unavailable | over budget | not needed
     row: dict[str, Any] = field(default_factory=dict)
     why: str = ""
 
@@ -99,10 +105,15 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest, log
     protocol = bench.Protocol(warmup=3, warmup_seconds=min(0.2, req.seconds), runs=20, seconds=req.seconds,
                               concurrency=concurrency, batch=project.config.benchmark.batch or 1)
     deadline = time.monotonic() + req.budget_s
+    spent: dict[int, float] = {}  # seconds each measured candidate took, by id()
     for i, o in enumerate(outcomes, 1):
         if time.monotonic() > deadline:
             o.status, o.why = "over budget", f"not measured: --budget {req.budget_s:g} s spent"
             continue
+        o.status, o.why = _needless(o, outcomes[:i - 1], spent, deadline - time.monotonic())
+        if o.status != "pending":
+            continue
+        started = time.monotonic()
         log(f"tuning {i}/{len(outcomes)}: {o.provider} {o.precision} {_opts(o.options)}")
         candidate = with_options(project, o.provider, **o.options)
         o.row = bench_one(candidate, o.provider, o.precision, Rows(protocol, resolve_shapes(candidate), req.store,
@@ -110,6 +121,23 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest, log
         o.status = o.row["status"] if o.row["status"] in ("ok", "failed verification") else "unavailable"
         if o.status != "ok":
             o.why = str(o.row.get("error") or o.row["status"])
+        spent[id(o)] = time.monotonic() - started
+
+
+def _needless(o: Outcome, done: list[Outcome], spent: dict[int, float], left_s: float) -> tuple[str, str]:
+    """("pending", "") for a candidate to measure, else its status and why it is left out (see REFINES)."""
+    plain_mode = REFINES.get((o.provider, str(o.options.get("int8_mode"))))
+    plain = next((d for d in done if d.provider == o.provider and d.options.get("int8_mode") == plain_mode), None)
+    if plain_mode is None or plain is None:
+        return "pending", ""
+    if plain.status == "ok":
+        return "not needed", f"int8 {plain_mode} passed verification: layers left in fp32 could only be slower"
+    if plain.status != "failed verification":
+        return "unavailable", f"int8 {plain_mode} did not build: {plain.why}"[:200]
+    needed_s = SLOWER * spent.get(id(plain), 0.0)
+    if needed_s > left_s:
+        return "over budget", f"not measured: needs about {needed_s:.0f} s, {left_s:.0f} s of --budget left"
+    return "pending", ""
 
 
 def _opts(options: dict[str, Any]) -> str:

@@ -128,9 +128,11 @@ class OpenVINOOptions(Options):
     precision: Literal["fp32", "fp16", "bf16", "int8"] = _field(
         "fp32", "Precision of the built IR: fp32; fp16 = fp16 weights; bf16 = fp32 weights executed in bf16 "
         "(INFERENCE_PRECISION_HINT=bf16, verified with bf16 tolerances); int8 = NNCF, per int8_mode.")
-    int8_mode: Literal["quantize", "weights"] = _field(
+    int8_mode: Literal["quantize", "weights", "accuracy"] = _field(
         "quantize", "int8 only: 'quantize' = NNCF post-training quantization (uses calibration data), "
-        "'weights' = int8 weight compression only.")
+        "'weights' = int8 weight compression only, 'accuracy' = post-training quantization that keeps the "
+        "declared verify.min_cosine (else the int8 default) on the verification inputs by leaving in fp32 the "
+        "layers that break it (NNCF accuracy control; uses calibration data; builds take several times longer).")
     inference_precision: Literal["auto", "f32", "bf16", "f16"] = _field(
         "auto", "Execution precision (INFERENCE_PRECISION_HINT), part of the artifact's identity and verified "
         "as such; 'auto' follows precision: bf16 for precision bf16, else f32 (not the device default, which "
@@ -143,7 +145,7 @@ class OpenVINOOptions(Options):
     cache: bool = _field(True, "Cache compiled models (CACHE_DIR) in the artifact store.")
     layout: dict[str, Annotated[str, Field(pattern=LAYOUT)]] | None = _field(
         None, "Layout per input name, e.g. {images: NCHW}; letters N, C, D, H, W, T and ?.")
-    calibration: str | None = _field(None, _CALIBRATION + " Used by int8_mode: quantize.", min_length=1)
+    calibration: str | None = _field(None, _CALIBRATION + " Used by int8_mode: quantize and accuracy.", min_length=1)
     calibration_samples: int = _field(16, _SAMPLES, ge=1)
 
     @model_validator(mode="after")
@@ -153,8 +155,11 @@ class OpenVINOOptions(Options):
                              "throughput or cumulative_throughput, or give a stream count")
         self._only_if(("int8_mode", "calibration", "calibration_samples"), self.precision == "int8",
                       "with precision: int8")
-        self._only_if(("calibration", "calibration_samples"), self.int8_mode == "quantize",
-                      "with int8_mode: quantize (weight compression needs no calibration data)")
+        self._only_if(("calibration", "calibration_samples"), self.int8_mode != "weights",
+                      "with int8_mode: quantize or accuracy (weight compression needs no calibration data)")
+        if self.int8_mode == "accuracy" and self.inference_precision in ("bf16", "f16"):
+            raise ValueError(f"int8_mode: accuracy measures accuracy at f32 execution; inference_precision "
+                             f"{self.inference_precision} would run other numbers than it kept (use auto or f32)")
         return self
 
 

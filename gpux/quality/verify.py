@@ -198,6 +198,26 @@ def reference_outputs(job: Job, run: Callable[[dict[str, Any]], list[Any]], feed
                          "inputs (inputs.NAME.range), or real samples (verify.data)") from None
 
 
+@dataclass(frozen=True)
+class Goal:
+    """What verification will hold a build to: its inputs, the FP32 reference's outputs on them, and the
+    cosine it asks for (what accuracy-aware quantization aims at)."""
+
+    feeds: list[dict[str, Any]]
+    reference: list[Any]
+    min_cosine: float
+    data: str
+
+
+def accuracy_goal(job: Job, target: Target) -> Goal:
+    from gpux.quality import calibrate
+
+    feeds, data = (job.samples, "--file") if job.samples else calibrate.verification_feeds(job)
+    _, run = reference(job.project, job.source)
+    wanted = tolerances(execution_precision(target), job.project.config.verify)["min_cosine"]
+    return Goal(feeds, reference_outputs(job, run, feeds, data), float(wanted or 0.0), data)
+
+
 def run_verification(job: Job, step: Step, target: Target, artifact: Any) -> dict[str, Any]:
     """Verify one built artifact on the job's samples (or verify.data, or generated inputs) at the
     precision it executes at; a candidate runtime that cannot run them fails the build (a fallback reason)."""

@@ -87,6 +87,7 @@ class Context:
     log: Log
     calibration: Callable[[], list[dict[str, Any]]]
     strict: bool = False  # precision that did nothing fails instead of warning
+    goal: Callable[[], Any] | None = None  # verification inputs, FP32 outputs and min cosine (accuracy-aware)
 
 
 @dataclass

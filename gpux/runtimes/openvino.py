@@ -15,19 +15,17 @@ compiled model uses.
 from __future__ import annotations
 
 import contextlib
-import io
-import logging
 import os
 import shutil
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpux.errors import BuildFailed, GpuxError, MissingDependency, debugging, error_lines
+from gpux.errors import BuildFailed, GpuxError, MissingDependency, error_lines
 from gpux.optional import require
+from gpux.runtimes.openvino_int8 import compress
 from gpux.runtimes.openvino_options import (
     DeviceMissing,
     compile_properties,
@@ -101,7 +99,12 @@ def build_ir(ctx: Any) -> dict[str, Any]:
                             "precision": opts.precision, "outputs": outputs, "static_shapes": static,
                             "shapes": {p.get_any_name(): str(p.get_partial_shape()) for p in model.inputs},
                             "convert_seconds": round(time.perf_counter() - started, 4)}
-    model = _compress(ctx, model, opts, info)
+    try:
+        model = compress(ctx, model, opts, info)
+    except GpuxError:
+        raise
+    except Exception as exc:  # NNCF's own errors, or an import broken by another package
+        raise BuildFailed(f"NNCF int8 ({opts.int8_mode}) failed: {type(exc).__name__}: {reason(exc)}") from None
     o.save_model(model, str(ctx.workdir / MAIN), compress_to_fp16=opts.precision == "fp16")
     info.update(_precompile(ctx, opts))
     return info
@@ -142,69 +145,6 @@ def _with_layout(model: Any, layouts: Mapping[str, str]) -> Any:
     except Exception as exc:
         raise BuildFailed(f"providers.openvino.layout: {reason(exc)}",
                           hint=f"inputs are {', '.join(p.get_any_name() for p in model.inputs)}") from None
-
-
-def _compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
-    """int8 by NNCF: post-training quantization on calibration feeds, or int8 weight compression."""
-    if opts.precision != "int8":
-        return model
-    feeds = ctx.calibration() if opts.int8_mode == "quantize" else None
-    started = time.perf_counter()
-    try:
-        with nncf_quietly() as nncf:
-            if feeds is None:
-                model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
-            else:
-                model = nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds))
-    except GpuxError:
-        raise
-    except Exception as exc:  # NNCF's own errors, or an import broken by another package
-        raise BuildFailed(f"NNCF int8 ({opts.int8_mode}) failed: {type(exc).__name__}: {reason(exc)}") from None
-    seconds = round(time.perf_counter() - started, 4)
-    info.update(nncf=nncf.__version__, int8_mode=opts.int8_mode, nncf_seconds=seconds)
-    info["quantized_ops"] = quantized_ops(model)
-    from gpux.providers import int8_did_nothing
-
-    info.update(int8_did_nothing(ctx, "" if info["quantized_ops"] else "no operator was quantized"))
-    if feeds is not None:
-        info["calibration_samples"] = len(feeds)
-    ctx.log(f"{ctx.target.id}: NNCF int8 {opts.int8_mode} in {seconds:.2f}s")
-    return model
-
-
-def quantized_ops(model: Any) -> int:
-    """FakeQuantize operations (post-training quantization) plus int8/uint8 weight constants (compression)."""
-    def quantized(op: Any) -> bool:
-        kind = op.get_type_name()
-        return kind == "FakeQuantize" or (kind == "Constant" and op.get_element_type().get_type_name() in ("i8", "u8"))
-
-    return sum(1 for op in model.get_ops() if quantized(op))
-
-
-@contextlib.contextmanager
-def nncf_quietly() -> Iterator[Any]:
-    """NNCF with its logs and progress bars kept off stdout, which `--json` owns (GPUX_DEBUG: on stderr),
-    and torch unimportable unless already loaded: NNCF imports torch whenever it is installed (seconds,
-    and a broken torch breaks NNCF) though an OpenVINO model never needs it."""
-    sink = sys.stderr if debugging() else io.StringIO()
-    block = "torch" not in sys.modules
-    if block:
-        sys.modules["torch"] = None  # type: ignore[assignment]
-    try:
-        with contextlib.redirect_stdout(sink):
-            nncf = require("nncf")
-            handlers = [h for h in logging.getLogger("nncf").handlers if type(h) is logging.StreamHandler]
-            saved = [h.stream for h in handlers]
-            for h in handlers:
-                h.setStream(sink)
-            try:
-                yield nncf
-            finally:
-                for h, stream in zip(handlers, saved, strict=True):
-                    h.setStream(stream)
-    finally:
-        if block and sys.modules.get("torch", 0) is None:
-            del sys.modules["torch"]
 
 
 def _precompile(ctx: Any, opts: Any) -> dict[str, Any]:

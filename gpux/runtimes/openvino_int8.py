@@ -1,0 +1,141 @@
+"""OpenVINO int8 by NNCF: post-training quantization, int8 weight compression, or accuracy-aware quantization
+that keeps the declared cosine by leaving in fp32 the layers that break it.
+
+Accuracy-aware (`int8_mode: accuracy`): nncf.quantize_with_accuracy_control on the calibration feeds, validated
+on the inputs verification will use (verify.data, else the seeded generated ones), the metric being the pooled
+cosine of the outputs against the FP32 reference's (as verification computes it, worst output), allowed to drop
+by 1 - min_cosine less a margin (MARGIN of it) so that the verification after the build passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from gpux.errors import BuildFailed, debugging
+from gpux.optional import require
+
+MARGIN = 0.1  # share of the allowed cosine drop kept back from NNCF
+LAYERS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData", "MatMul")
+NEGLIGIBLE = 1e-5  # as verification: an output whose reference and error stay below this is not judged
+
+
+def compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
+    """int8 by NNCF per `int8_mode`; `info` records what it did and how long it took. NNCF's own errors
+    propagate (the caller words them)."""
+    if opts.precision != "int8":
+        return model
+    mode = opts.int8_mode
+    feeds = None if mode == "weights" else ctx.calibration()
+    extra: dict[str, Any] = {}
+    started = time.perf_counter()
+    with nncf_quietly() as nncf:
+        if feeds is None:
+            model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+        elif mode == "quantize":
+            model = nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds))
+        else:
+            model, extra = _with_accuracy_control(nncf, ctx, model, feeds)
+    seconds = round(time.perf_counter() - started, 4)
+    info.update(nncf=nncf.__version__, int8_mode=mode, nncf_seconds=seconds)
+    info["quantized_ops"] = quantized_ops(model)
+    info.update(extra)
+    from gpux.providers import int8_did_nothing
+
+    info.update(int8_did_nothing(ctx, "" if info["quantized_ops"] else "no operator was quantized"))
+    if feeds is not None:
+        info["calibration_samples"] = len(feeds)
+    ctx.log(f"{ctx.target.id}: NNCF int8 {mode} in {seconds:.2f}s"
+            + (f" ({extra['fp32_layers']} of {extra['fp32_layers'] + extra['int8_layers']} layers left in fp32)"
+               if extra else ""))
+    return model
+
+
+def _with_accuracy_control(nncf: Any, ctx: Any, model: Any, feeds: list[Any]) -> tuple[Any, dict[str, Any]]:
+    """Quantize, then give layers back to fp32 (most harmful first) until the validation cosine holds."""
+    if ctx.goal is None:
+        raise BuildFailed(f"{ctx.target.id}: int8_mode accuracy needs the verification inputs, which this build "
+                          "does not have")
+    goal = ctx.goal()
+    max_drop = max(0.0, (1.0 - goal.min_cosine) * (1.0 - MARGIN))
+    reference = goal.reference
+
+    def validate(compiled: Any, items: Any) -> tuple[float, list[float]]:
+        pairs = [(reference[i], list(compiled(feed).to_tuple())) for i, feed in items]
+        each = [cosine([r], [g]) for r, g in pairs]
+        return cosine([r for r, _ in pairs], [g for _, g in pairs]), each
+
+    validation = nncf.Dataset(list(enumerate(goal.feeds)), lambda item: item[1])
+    quantized = nncf.quantize_with_accuracy_control(
+        model, nncf.Dataset(feeds), validation, validate, max_drop=max_drop, drop_type=nncf.DropType.ABSOLUTE,
+        subset_size=len(feeds))
+    int8, fp32 = layer_precisions(quantized)
+    return quantized, {"int8_layers": int8, "fp32_layers": fp32,
+                       "accuracy_goal": {"min_cosine": goal.min_cosine, "max_drop": round(max_drop, 8),
+                                         "validation": goal.data, "validation_samples": len(goal.feeds)}}
+
+
+def cosine(reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any]]) -> float:
+    """Worst output's cosine, pooled over samples (`reference[i][j]`: sample i, output j), float outputs only."""
+    import numpy as np
+
+    worst = 1.0
+    for j in range(len(reference[0]) if reference else 0):
+        if np.asarray(reference[0][j]).dtype.kind != "f":
+            continue
+        r = np.concatenate([np.asarray(x[j], np.float64).ravel() for x in reference])
+        g = np.concatenate([np.asarray(x[j], np.float64).ravel() for x in got])
+        both = np.isfinite(r) & np.isfinite(g)
+        r, g = r[both], g[both]
+        if not r.size or max(np.abs(r).max(), np.abs(g - r).max()) < NEGLIGIBLE:
+            continue
+        denom = float(np.linalg.norm(r) * np.linalg.norm(g))
+        worst = min(worst, float(r @ g / denom) if denom > 0 else 0.0)
+    return worst
+
+
+def layer_precisions(model: Any) -> tuple[int, int]:
+    """Layers (convolutions, matrix products) with an int8 (FakeQuantize) input, and those without."""
+    layers = [op for op in model.get_ops() if op.get_type_name() in LAYERS]
+    int8 = sum(1 for op in layers if any(v.get_node().get_type_name() == "FakeQuantize" for v in op.input_values()))
+    return int8, len(layers) - int8
+
+
+def quantized_ops(model: Any) -> int:
+    """FakeQuantize operations (post-training quantization) plus int8/uint8 weight constants (compression)."""
+    def quantized(op: Any) -> bool:
+        kind = op.get_type_name()
+        return kind == "FakeQuantize" or (kind == "Constant" and op.get_element_type().get_type_name() in ("i8", "u8"))
+
+    return sum(1 for op in model.get_ops() if quantized(op))
+
+
+@contextlib.contextmanager
+def nncf_quietly() -> Iterator[Any]:
+    """NNCF with its logs and progress bars kept off stdout, which `--json` owns (GPUX_DEBUG: on stderr),
+    and torch unimportable unless already loaded: NNCF imports torch whenever it is installed (seconds,
+    and a broken torch breaks NNCF) though an OpenVINO model never needs it."""
+    sink = sys.stderr if debugging() else io.StringIO()
+    block = "torch" not in sys.modules
+    if block:
+        sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        with contextlib.redirect_stdout(sink):
+            nncf = require("nncf")
+            handlers = [h for h in logging.getLogger("nncf").handlers if type(h) is logging.StreamHandler]
+            saved = [h.stream for h in handlers]
+            for h in handlers:
+                h.setStream(sink)
+            try:
+                yield nncf
+            finally:
+                for h, stream in zip(handlers, saved, strict=True):
+                    h.setStream(stream)
+    finally:
+        if block and sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
