@@ -55,3 +55,29 @@ def test_third_party_providers_register_through_entry_points(monkeypatch: pytest
     finally:
         providers.plugin_providers.cache_clear()
         probe.cache_clear()
+
+
+def test_each_row_and_onnx_runtime_name_the_same_execution_providers() -> None:
+    from gpux.providers.options import EP_NAMES
+    from gpux.runtimes.onnxruntime_options import ort_ep_name
+
+    for name, row in PROVIDERS.items():
+        if row.ep is None:  # not an ONNX Runtime provider by default (openvino, mps)
+            continue
+        assert ort_ep_name(name) == row.ep, name  # the EP its default options open
+        assert set(row.also_accepted) <= set(EP_NAMES.values()), name
+
+
+def test_a_plugin_row_is_selectable_like_a_built_in_one(monkeypatch: pytest.MonkeyPatch, mlp_project) -> None:
+    from gpux.config.load import load_config
+    from gpux.plan.select import select
+
+    ep = metadata.EntryPoint("npu-x", "tests.test_providers:PLUGIN", providers.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(providers.metadata, "entry_points",
+                        lambda group: [ep] if group == providers.ENTRY_POINT_GROUP else [])
+    providers.plugin_providers.cache_clear()
+    try:
+        chain = select(load_config(mlp_project / "gpux.yml"), "npu-x").chain
+    finally:
+        providers.plugin_providers.cache_clear()
+    assert chain == ("npu-x", "cpu")  # its fallback, then cpu, like any explicit request
