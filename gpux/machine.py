@@ -24,6 +24,11 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_identity() -> dict[str, str]:
+    """What keys an artifact compiled for this CPU: its model and architecture."""
+    return {"cpu": cpu_model(), "machine": platform.machine()}
+
+
 @cache
 def cuda_driver() -> Any | None:
     """The CUDA driver library (no CUDA toolkit needed), or None when this machine has none."""

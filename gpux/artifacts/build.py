@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,7 +15,7 @@ from gpux.artifacts import store
 from gpux.config.load import Project
 from gpux.errors import BuildFailed, GpuxError
 from gpux.files import digest_files, locked, store_root
-from gpux.machine import cpu_model, gpu_identity
+from gpux.machine import cpu_identity, gpu_identity
 from gpux.model.io import ModelIO, Tensor, effective_io, load_checked, source_files
 from gpux.optional import installed_ort_distributions, version_of
 from gpux.plan.targets import Target, resolve_shapes, targets
@@ -43,7 +42,7 @@ def device_identity(step: Step, target: Target) -> dict[str, Any]:
         return gpu_identity(int(target.options.get("device_id") or 0))
     if step.device == "torch":
         return resolve("gpux.runtimes.torch_module:device_identity")(target)
-    return {"cpu": cpu_model(), "machine": platform.machine()}
+    return cpu_identity()
 
 
 @dataclass

@@ -17,14 +17,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpux.config import CONFIG_NAMES
 from gpux.files import atomic_write_text
 from gpux.machine import cpu_model, gpu_identity
+from gpux.optional import ORT_DISTRIBUTIONS
 
 ENV = ("GPUX_PROVIDER", "GPUX_STORE", "GPUX_PROBE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
-DISTS = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml", "onnxruntime-rocm",
-         "onnxruntime-migraphx", "openvino", "nncf", "onnx", "torch", "coremltools", "tensorrt", "pydantic")
+DISTS = (*ORT_DISTRIBUTIONS, "openvino", "nncf", "onnx", "torch", "coremltools", "tensorrt", "pydantic")
 DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dri")
-CONFIG_NAMES = ("gpux.yml", "gpux.yaml")
 
 
 def _config(path: str) -> Path | None:

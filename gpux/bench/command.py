@@ -13,11 +13,9 @@ from typing import Any
 from gpux import __version__, report
 from gpux.bench import protocol as bench
 from gpux.config.load import Project
-from gpux.config.schema import PROVIDERS
 from gpux.errors import GpuxError, InputError, VerificationFailed
 from gpux.machine import environment_facts
 from gpux.plan.targets import with_options
-from gpux.providers import PROVIDERS as PROVIDERS_ROWS
 
 # torch runtime rows `--provider all` adds per device for PyTorch sources: (compile, precision)
 TORCH_VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -201,12 +199,11 @@ def synthetic_sizes(project: Project, req: BenchmarkRequest) -> dict[str, int]:
 def every_provider_rows(project: Project, protocol: bench.Protocol, shape_values: dict[str, int],
                         req: BenchmarkRequest, log: Any) -> list[dict[str, Any]]:
     """`--provider all`: a row per provider and precision (unavailable providers included), then the torch rows."""
-    from gpux.providers import PROVIDERS as REGISTRY
-    from gpux.providers import ort_available_eps, probe, runtime_of
+    from gpux.providers import ort_available_eps, probe, registry, runtime_of
 
     rows: list[dict[str, Any]] = []
-    for name in PROVIDERS:
-        if REGISTRY[name].runtime == "torch":
+    for name, row in registry().items():
+        if row.runtime == "torch":
             continue  # PyTorch-only providers (mps): their rows come from torch_rows
         avail = probe(name)
         if not avail.ok:
@@ -216,7 +213,7 @@ def every_provider_rows(project: Project, protocol: bench.Protocol, shape_values
         # a block set to runtime torch gets its ONNX Runtime rows here and its torch rows below
         ort = with_options(project, name, runtime="onnxruntime") if runtime_of(project, name) == "torch" \
             else project
-        for precision in PROVIDERS_ROWS[name].precisions:
+        for precision in row.precisions:
             log(f"benchmarking {name} {precision} ...")
             rows.append(bench_one(with_precision(ort, name, precision), name, precision,
                                   Rows(protocol, shape_values, req.store, req.input_file, log), strict=True))

@@ -36,7 +36,7 @@ def parse_sizes(shapes: tuple[str, ...]) -> dict[str, int] | None:
 
 
 def build_command(req: BuildRequest) -> int:
-    from gpux.artifacts import replay as noop
+    from gpux.artifacts import replay
     from gpux.config import find
 
     if find(req.path):  # checked without importing the config models: a no-op build must stay light
@@ -48,7 +48,7 @@ def build_command(req: BuildRequest) -> int:
     request = {"provider": req.provider, "strict": req.strict, "verify": req.verify, "store": req.store,
                "shapes": req.shapes}
     if not req.force and not req.dry_run:
-        replayed = noop.replay(req.path, request)
+        replayed = replay.replay(req.path, request)
         if replayed is not None:
             report.emit_json(replayed) if req.as_json else report.render_build(replayed)
             return 0
@@ -68,7 +68,7 @@ def build_command(req: BuildRequest) -> int:
         return 0
     log = report.progress(req.as_json)
     name, cannot_run, attempts = choose_builder(project, selection)
-    before, config_sha = noop.snapshot(watched_inputs(project, io)), noop.config_digest(project.path)
+    before, config_sha = replay.snapshot(watched_inputs(project, io)), replay.config_digest(project.path)
     result = build(project, name, force=req.force, verify=req.verify, store_dir=req.store, log=log, io=io,
                    shapes=req.shapes, strict=req.strict)
     remember(project)
@@ -76,7 +76,7 @@ def build_command(req: BuildRequest) -> int:
            "cannot_run": None if cannot_run is None else cannot_run.reason,
            "attempts": [a.to_dict() for a in attempts], "warnings": project.warnings}
     outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
-    noop.record(project, request, doc, before, config_sha, outputs)
+    replay.record(project, request, doc, before, config_sha, outputs)
     report.emit_json(doc) if req.as_json else report.render_build(doc)
     return 0
 

@@ -13,12 +13,12 @@ from gpux.files import digest_files, store_root
 def current_folders(project: Any, io: Any, root: Path) -> set[str]:
     """Artifact folder names the current config, model and environment would build, for every provider."""
     from gpux.artifacts.build import keyed_targets
-    from gpux.config.schema import PROVIDERS
     from gpux.model.io import effective_io, source_files
+    from gpux.providers import registry
 
     inputs, _ = effective_io(project, io)
     digest = digest_files(source_files(project, io), project.root, root / ".hashes.json")
-    return {f"{t.id}-{key[:12]}" for p in PROVIDERS for t, _, key in keyed_targets(project, p, inputs, digest)}
+    return {f"{t.id}-{key[:12]}" for p in registry() for t, _, key in keyed_targets(project, p, inputs, digest)}
 
 
 def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) -> int:

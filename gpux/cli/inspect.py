@@ -23,17 +23,16 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
 
 def describe(target: str, store_dir: str | None) -> tuple[dict[str, Any], list[str]]:
     """The inspect document, and the warnings about this installation (the text report ends with them)."""
-    from gpux.config.load import CONFIG_NAMES
+    from gpux.config import CONFIG_NAMES
     from gpux.config.locate import open_project
-    from gpux.config.schema import PROVIDERS
     from gpux.model.io import effective_io, load_checked, source_files
     from gpux.plan.choice import choose
-    from gpux.providers import ort_conflict_warning, probe_for, runtime_of
+    from gpux.providers import ort_conflict_warning, probe_for, registry, runtime_of
 
     project = open_project(target)
     io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
-    avail = [{**probe_for(project, p).to_dict(), "runtime": runtime_of(project, p)} for p in PROVIDERS]
+    avail = [{**probe_for(project, p).to_dict(), "runtime": runtime_of(project, p)} for p in registry()]
     project, selection, whys = choose(project, None, False, store_dir)
     locked = selection.chain[0] if selection.source == "gpux.lock.json" else None
     chosen = next((p for p in selection.chain if probe_for(project, p).ok), None)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpux.config.load import CONFIG_NAMES, load_config
+from gpux.config import CONFIG_NAMES
+from gpux.config.load import load_config
 from gpux.config.schema import GpuxConfig
 from gpux.errors import ConfigError, ExitCode, GpuxError, Problem
 

@@ -11,13 +11,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpux.config import CONFIG_NAMES, WORKSPACE_NAME
 from gpux.config.migrate import migrate
 from gpux.config.parse import Loc, Marks, Written, parse_yaml
 from gpux.config.problems import describe_errors, show_value
 from gpux.config.schema import GpuxConfig
 from gpux.errors import ConfigError, Problem
-
-CONFIG_NAMES = ("gpux.yml", "gpux.yaml")
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ def find_config(path: str | Path) -> Path:
         for name in CONFIG_NAMES:
             if (p / name).is_file():
                 return p / name
-        if (p / "gpux.workspace.yml").is_file():
+        if (p / WORKSPACE_NAME).is_file():
             raise ConfigError([Problem(str(p), 0, 0, "", "this folder holds a workspace (gpux.workspace.yml), not a "
                                        "gpux.yml: build, run, inspect, serve, use and export triton take it; "
                                        "name one of its models' folders for this command")])

@@ -6,8 +6,9 @@ import contextlib
 import os
 from pathlib import Path
 
+from gpux.config import CONFIG_NAMES
 from gpux.config import known as index
-from gpux.config.load import CONFIG_NAMES, Project, find_config, load_config
+from gpux.config.load import Project, find_config, load_config
 from gpux.config.schema import GpuxConfig, ModelSource
 from gpux.errors import ConfigError, NotFound, Problem
 

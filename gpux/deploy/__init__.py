@@ -1,1 +1,2 @@
-"""Hand-offs to engines that schedule replicas across machines: Triton repositories, KServe, Ray Serve."""
+"""Running models elsewhere: container images (`gpux package`: image, wheel, docker), Triton repositories and
+ensembles, KServe manifests, Ray Serve."""

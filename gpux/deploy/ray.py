@@ -18,8 +18,7 @@ import numpy as np
 from ray import serve
 
 from gpux.config.load import Project
-
-GPU_PROVIDERS = ("tensorrt", "cuda", "rocm")
+from gpux.providers import registry
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,8 @@ class ModelSpec:
 def actor_options(project: Project, provider: str) -> dict[str, Any]:
     """`ray_actor_options` from the provider: a GPU for GPU providers, CPUs otherwise; deploy.ray wins."""
     declared = dict(project.config.deploy.ray.ray_actor_options)
-    derived: dict[str, Any] = {"num_gpus": 1} if provider in GPU_PROVIDERS else {"num_cpus": 1}
+    row = registry().get(provider)
+    derived: dict[str, Any] = {"num_gpus": 1} if row is not None and row.gpu_resource else {"num_cpus": 1}
     return {**derived, **declared}
 
 

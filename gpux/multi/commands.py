@@ -48,7 +48,7 @@ def use_command(provider: str, target: str, store_dir: str | None, as_json: bool
 
 def inspect_workspace(ms: Models, store_dir: str | None, as_json: bool) -> int:
     """The model × provider matrix, the offer, the choice and each model's settings derived from it."""
-    from gpux.config.schema import PROVIDERS
+    from gpux.providers import registry
 
     offer = ms.offer()
     choice = choose(ms, None) if offer.offer else None
@@ -65,7 +65,7 @@ def inspect_workspace(ms: Models, store_dir: str | None, as_json: bool) -> int:
     print(f"workspace {ms.place.name}: models {', '.join(doc['models'])}"
           + (f" (disabled: {', '.join(ms.disabled)})" if ms.disabled else ""))
     rows = [[p, *("yes" if offer.matrix[m][p].ok else f"no: {offer.matrix[m][p].why}" for m in doc["models"])]
-            for p in PROVIDERS]
+            for p in registry()]
     print(report.format_table(["provider", *doc["models"]], rows))
     print(f"\noffer (every enabled model runs it): {', '.join(offer.offer) or 'none'}")
     if choice:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from gpux import files
 from gpux.config.load import Project
-from gpux.config.schema import PROVIDERS
+from gpux.providers import registry
 
 if TYPE_CHECKING:
     from gpux.plan.select import Selection
@@ -41,7 +41,7 @@ def read(place: Place) -> str | None:
         value = json.loads(place.file.read_text(encoding="utf-8")).get("provider")
     except (OSError, ValueError, AttributeError):
         return None
-    return value if value in PROVIDERS else None
+    return value if value in registry() else None
 
 
 def write(place: Place, provider: str | None) -> None:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux.config.load import Project
-from gpux.config.schema import PROVIDERS
 from gpux.errors import ProviderUnavailable, UsageError
+from gpux.providers import registry
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,9 @@ def cell(project: Project, provider: str) -> Cell:
 
 def compute(models: dict[str, Project]) -> Offer:
     """The matrix over `models` (the enabled ones) and their offer, in the order auto prefers."""
-    matrix = {name: {p: cell(project, p) for p in PROVIDERS} for name, project in models.items()}
-    offer = tuple(p for p in PROVIDERS if models and all(row[p].ok for row in matrix.values()))
+    names = registry()
+    matrix = {name: {p: cell(project, p) for p in names} for name, project in models.items()}
+    offer = tuple(p for p in names if models and all(row[p].ok for row in matrix.values()))
     return Offer(matrix, offer)
 
 

@@ -21,7 +21,8 @@ class Target:
     """One artifact to build: what makes it, from what, with which resolved options."""
 
     id: str  # human-readable, also the artifact folder's prefix, e.g. onnx-fp16-basic, openvino-ir-int8-quantize
-    step: str  # optimize | float16 | quantize | openvino-ir | tensorrt-engine | coreml-package
+    step: str  # a kind of artifact (gpux.runtimes.STEPS, or one a registry row adds)
+    # provider: the one that asked, or the runtime whose artifact several providers share (onnxruntime, torch)
     provider: str
     precision: str
     options: dict[str, Any]
@@ -182,9 +183,9 @@ def _onnx_target(project: Project, provider: str, options: dict[str, Any]) -> Ta
 
 def with_options(project: Project, provider: str, **update: Any) -> Project:
     """The same project with fields of `providers.<provider>` replaced (fields it lacks are left alone)."""
-    block = getattr(project.config.providers, provider)
+    block = getattr(project.config.providers, provider, None)  # None: a plugin's row, which has no block
     update = {k: v for k, v in update.items() if hasattr(block, k) and getattr(block, k) != v}
-    if not update:
+    if block is None or not update:
         return project
     providers = project.config.providers.model_copy(update={provider: block.model_copy(update=update)})
     return dataclasses.replace(project, config=project.config.model_copy(update={"providers": providers}))

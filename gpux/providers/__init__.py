@@ -86,10 +86,6 @@ class Provider:
     def option_model(self) -> Any:
         return resolve_name(self.options if ":" in self.options else f"gpux.providers.options:{self.options}")
 
-    def default_options(self) -> Any:
-        """Its option block with every default (a plugin's block is not in gpux.yml's schema)."""
-        return self.option_model()
-
 
 def _rocm_device() -> str | None:
     return None if os.path.exists("/dev/kfd") else "no AMD GPU found (/dev/kfd is missing)"
@@ -262,22 +258,6 @@ def runtime_of(project: Any, name: str) -> str:
     block = getattr(project.config.providers, name, None)
     row = registry().get(name)
     return str(getattr(block, "runtime", None) or (row.runtime if row else "onnxruntime"))
-
-
-def int8_did_nothing(ctx: Any, problem: str) -> dict[str, str]:
-    """An int8 build that changed nothing useful (`problem` says how): a warning and a note in the artifact's
-    info, or a failure under --strict (not remembered as a failing conversion). Empty `problem`: nothing."""
-    if not problem:
-        return {}
-    from gpux.errors import BuildFailed
-
-    message = f"{ctx.target.id}: int8 did nothing useful for this model: {problem}"
-    if getattr(ctx, "strict", False):
-        failed = BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it")
-        failed.conversion = False  # type: ignore[attr-defined]  # --strict only: not remembered as failing
-        raise failed
-    ctx.log(f"warning: {message}")
-    return {"int8_warning": problem}
 
 
 def probe_for(project: Any, name: str) -> Availability:

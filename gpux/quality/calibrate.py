@@ -69,9 +69,11 @@ def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: d
     if path:
         return read_samples(project.root.resolve() / path, inputs)
     n = int(target.options.get("calibration_samples") or 16)
-    block = "cpu" if target.provider == "onnxruntime" else target.provider
+    # an ONNX Runtime int8 artifact serves cpu and TensorRT's int8 engines alike
+    where = ("providers.cpu.calibration (providers.tensorrt.calibration for TensorRT)"
+             if target.provider == "onnxruntime" else f"providers.{target.provider}.calibration")
     log(f"warning: {target.id}: no calibration data declared; calibrating on {n} seeded random inputs "
-        f"(accuracy on real data may differ: set providers.{block}.calibration)")
+        f"(accuracy on real data may differ: set {where})")
     return [synthetic(inputs, shapes, 1000 + i, ranges(project)) for i in range(n)]
 
 

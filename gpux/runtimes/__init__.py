@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gpux.plan.targets import Target
 
 Log = Callable[[str], None]
-__all__ = ["STEPS", "STEP_HINTS", "Context", "Job", "Log", "Step", "resolve", "step_of"]
+__all__ = ["STEPS", "STEP_HINTS", "Context", "Job", "Log", "Step", "int8_did_nothing", "resolve", "step_of"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,22 @@ def step_of(name: str) -> Step:
 
     added = {n: step for row in registry().values() for n, step in row.steps}
     return added[name]
+
+
+def int8_did_nothing(ctx: Any, problem: str) -> dict[str, str]:
+    """An int8 build that changed nothing useful (`problem` says how): a warning and a note in the artifact's
+    info, or a failure under --strict (not remembered as a failing conversion). Empty `problem`: nothing."""
+    if not problem:
+        return {}
+    from gpux.errors import BuildFailed
+
+    message = f"{ctx.target.id}: int8 did nothing useful for this model: {problem}"
+    if getattr(ctx, "strict", False):
+        failed = BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it")
+        failed.conversion = False  # type: ignore[attr-defined]  # --strict only: not remembered as failing
+        raise failed
+    ctx.log(f"warning: {message}")
+    return {"int8_warning": problem}
 
 
 # what to do when a build step's runtime raises, by step

@@ -196,7 +196,7 @@ def int8_effect(ctx: Any, quantized: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"quantized_ops": ops, "size_ratio": round(after / before, 4) if before else None}
     problem = "no operator was quantized" if ops == 0 else \
         f"the int8 model is larger than its source ({after} vs {before} bytes)" if after > before else ""
-    from gpux.providers import int8_did_nothing
+    from gpux.runtimes import int8_did_nothing
 
     return {**out, **int8_did_nothing(ctx, problem)}
 

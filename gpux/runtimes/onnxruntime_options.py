@@ -129,8 +129,10 @@ def _ep_key(provider: str, opts: Options) -> str:
 
 
 def ort_ep_name(provider: str, opts: Options | None = None) -> str:
-    """Exact ONNX Runtime execution-provider name for a gpux provider (for rocm: the EP `opts` choose)."""
-    return EP_NAMES[_ep_key(provider, _check(provider, opts))]
+    """Exact ONNX Runtime execution-provider name for a gpux provider (for rocm: the EP `opts` choose; for a
+    plugin's row: the EP the row names)."""
+    key = _ep_key(provider, _check(provider, opts))
+    return EP_NAMES.get(key) or str(registry()[provider].ep)
 
 
 def ort_provider_options(provider: str, opts: Options, cache_dir: str | None = None) -> dict[str, str]:

@@ -45,7 +45,7 @@ def compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
     info.update(nncf=nncf.__version__, int8_mode=mode, nncf_seconds=seconds)
     info["quantized_ops"] = quantized_ops(model)
     info.update(extra)
-    from gpux.providers import int8_did_nothing
+    from gpux.runtimes import int8_did_nothing
 
     info.update(int8_did_nothing(ctx, "" if info["quantized_ops"] else "no operator was quantized"))
     if feeds is not None:

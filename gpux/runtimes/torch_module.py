@@ -79,11 +79,11 @@ def _torch() -> Any:
 def device_identity(target: Any) -> dict[str, Any]:
     """What keys a torch artifact to a machine: nothing for eager cpu; the CPU for compiled cpu kernels;
     the GPU's name and compute capability (or architecture) for cuda/rocm; the Mac for mps."""
-    from gpux.machine import cpu_model
+    from gpux.machine import cpu_identity
 
     setup = Setup.of(target.options)
     if setup.device == "cpu":
-        return {} if setup.compile == "off" else {"cpu": cpu_model(), "machine": platform.machine()}
+        return {} if setup.compile == "off" else cpu_identity()
     if setup.device == "mps":
         return {"mps": platform.machine(), "macos": platform.mac_ver()[0]}
     try:
