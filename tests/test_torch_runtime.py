@@ -4,6 +4,7 @@ runtime on cuda that this machine lacks falls back to cpu with the probe's reaso
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -207,8 +208,11 @@ def test_channels_last_on_cpu_is_verified(cnn: Path) -> None:
 def test_benchmark_all_adds_torch_rows_per_device(pt2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpux.bench import command as benchmark
     from gpux.bench import protocol as bench
+    from gpux.providers import PROVIDERS
 
-    monkeypatch.setitem(benchmark.TORCH_VARIANTS, "cpu", (("off", "fp32"), ("off", "bf16")))  # no compiles here
+    cpu = PROVIDERS["cpu"]  # no compiles here: eager fp32 and bf16 rows
+    monkeypatch.setitem(PROVIDERS, "cpu", dataclasses.replace(
+        cpu, torch=dataclasses.replace(cpu.torch, variants=(("off", "fp32"), ("off", "bf16")))))
     project = load_config(pt2)
     protocol = bench.Protocol(warmup=1, warmup_seconds=0, runs=5, seconds=0, concurrency=1, batch=1)
     rows = benchmark.torch_rows(project, protocol, {}, store=None, input_file=None, log=lambda _m: None)

@@ -17,15 +17,6 @@ from gpux.errors import GpuxError, InputError, VerificationFailed
 from gpux.machine import environment_facts
 from gpux.plan.targets import with_options
 
-# torch runtime rows `--provider all` adds per device for PyTorch sources: (compile, precision)
-TORCH_VARIANTS: dict[str, tuple[tuple[str, str], ...]] = {
-    "cpu": (("off", "fp32"), ("default", "fp32")),
-    "cuda": (("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp32"), ("reduce-overhead", "fp16"),
-             ("default", "bf16")),
-    "rocm": (("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp16")),
-    "mps": (("off", "fp32"), ("off", "fp16")),
-}
-
 
 def with_torch(project: Project, provider: str, compile_mode: str, precision: str) -> Project:
     """The same project with provider `provider` on runtime torch, in this compile mode and precision."""
@@ -43,7 +34,9 @@ def torch_rows(project: Project, protocol: bench.Protocol, shapes: dict[str, int
     if source_format(project) not in TORCH_FORMATS:
         return []
     rows = []
-    for name, variants in TORCH_VARIANTS.items():
+    from gpux.providers import registry
+
+    for name, variants in ((n, r.torch.variants) for n, r in registry().items() if r.torch):
         avail = probe_for(with_torch(project, name, "off", "fp32"), name)
         if not avail.ok:
             rows.append(bench.result_row(name, "torch", None, bench.Phases(), status="unavailable",

@@ -20,7 +20,7 @@ from gpux import __version__, report
 from gpux.config.load import Project
 from gpux.deploy.wheel import wheel_name, wheel_requirements
 from gpux.errors import UsageError
-from gpux.providers import TORCH_INDEX, TORCH_INDEX_URL
+from gpux.providers import PROVIDERS, TORCH_INDEX_URL
 from gpux.serve.image import ServeImage, serve_requirements
 
 CUDA_BASE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"  # Ubuntu 24.04: Python 3.12 from apt (22.04 has 3.10)
@@ -62,12 +62,19 @@ IMAGES: dict[str, ImageRow] = {
 }  # fmt: skip
 _COMPILED_ON_FIRST_RUN = ("PyTorch compiles for the GPU it runs on: the first run builds the artifact (and "
                          f"its Inductor cache) in the container; mount a volume at {STORE_DIR} to keep it")
+
+
+def _torch_index(provider: str) -> str | None:
+    torch = PROVIDERS[provider].torch
+    return torch.index if torch else None
+
+
 # providers set to `runtime: torch`: PyTorch from its own wheel index (the builds with that backend's libraries)
 TORCH_IMAGES: dict[str, ImageRow] = {
     "cpu": ImageRow("python:3.11-slim", (), host_build="cpu", image_build="cpu",
-                    torch_index=TORCH_INDEX["cpu"]),
-    "cuda": ImageRow("python:3.11-slim", (), gpus=True, torch_index=TORCH_INDEX["cuda"], note=_COMPILED_ON_FIRST_RUN),
-    "rocm": ImageRow("python:3.11-slim", (), devices=("/dev/kfd", "/dev/dri"), torch_index=TORCH_INDEX["rocm"],
+                    torch_index=_torch_index("cpu")),
+    "cuda": ImageRow("python:3.11-slim", (), gpus=True, torch_index=_torch_index("cuda"), note=_COMPILED_ON_FIRST_RUN),
+    "rocm": ImageRow("python:3.11-slim", (), devices=("/dev/kfd", "/dev/dri"), torch_index=_torch_index("rocm"),
                      note=_COMPILED_ON_FIRST_RUN),
 }
 REFUSED = {

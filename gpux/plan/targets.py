@@ -53,7 +53,7 @@ def targets(project: Project, provider: str, inputs: dict[str, Any] | None = Non
     if fmt not in TORCH_FORMATS:
         return _targets(project, provider, inputs)
     row = registry().get(provider)
-    if row is not None and row.torch_device and runtime_of(project, provider) == "torch":
+    if row is not None and row.torch is not None and runtime_of(project, provider) == "torch":
         return [torch_target(project, provider, fmt)]
     if provider == "coreml":  # coremltools converts PyTorch directly into an ML Program package
         o = project.config.providers.coreml
@@ -77,7 +77,8 @@ def torch_target(project: Project, provider: str, fmt: str) -> Target:
     t = block.torch
     from gpux.providers import PROVIDERS
 
-    compiles = PROVIDERS[provider].torch_compiles  # compile: auto means torch.compile there, eager elsewhere
+    torch = PROVIDERS[provider].torch
+    compiles = torch is not None and torch.compiles  # compile: auto means torch.compile there, eager elsewhere
     mode = t.compile if t.compile != "auto" else ("default" if compiles else "off")
     opts = {**t.model_dump(mode="json"), "compile": mode, "device": provider,
             "device_id": int(getattr(block, "device_id", 0) or 0), "source_format": fmt}

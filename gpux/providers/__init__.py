@@ -58,6 +58,17 @@ class Runner:
 
 
 @dataclass(frozen=True)
+class TorchDevice:
+    """How PyTorch reaches a provider's device (`runtime: torch`)."""
+
+    type: str  # torch.device type (ROCm builds call HIP "cuda")
+    build: str = ""  # the PyTorch build it needs: CUDA | ROCm ("": any)
+    index: str | None = None  # its wheels at download.pytorch.org/whl/<index> (None: PyPI's own)
+    compiles: bool = False  # `compile: auto` means torch.compile here (eager elsewhere)
+    variants: tuple[tuple[str, str], ...] = ()  # (compile, precision) rows `run --benchmark -p all` adds
+
+
+@dataclass(frozen=True)
 class Provider:
     """One row of the registry: every fact gpux keeps about one provider. Plugins add rows through the
     `gpux.providers` entry-point group; a row names its code as 'module:attribute', imported only when used."""
@@ -74,8 +85,7 @@ class Provider:
     fallback: tuple[str, ...] = ()  # what an explicit request for it falls back to, before cpu
     ort_package: str = ""  # the ONNX Runtime distribution that carries its EP (for the fix line)
     also_accepted: tuple[str, ...] = ()  # other EPs that serve it
-    torch_device: bool = False  # PyTorch itself runs on it (`runtime: torch`)
-    torch_compiles: bool = False  # with runtime torch, `compile: auto` means torch.compile here
+    torch: TorchDevice | None = None  # PyTorch itself runs on it (`runtime: torch`): how
     precisions: tuple[str, ...] = ("fp32",)  # what `run --benchmark -p all` measures
     targets: str = "gpux.plan.targets:onnx_targets"  # (project, provider, inputs) -> the artifacts it needs
     steps: tuple[tuple[str, Any], ...] = ()  # kinds of artifact its runtime adds: (name, gpux.runtimes.Step)
@@ -100,22 +110,28 @@ PROVIDERS: dict[str, Provider] = {
                  targets="gpux.plan.targets:tensorrt_targets", gpu_resource="nvidia.com/gpu"),
         Provider("cuda", "onnxruntime", "CUDAExecutionProvider", "cuda", ("linux", "win32"),
                  cuda_device_problem, "NVIDIA GPU", options="CUDAOptions", ort_package="onnxruntime-gpu",
-                 torch_device=True, torch_compiles=True, gpu_resource="nvidia.com/gpu"),
+                 gpu_resource="nvidia.com/gpu",
+                 torch=TorchDevice("cuda", "CUDA", "cu128", compiles=True, variants=(
+                     ("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp32"), ("reduce-overhead", "fp16"),
+                     ("default", "bf16")))),
         Provider("rocm", "onnxruntime", "MIGraphXExecutionProvider", "", ("linux",), _rocm_device, "AMD GPU",
                  options="ROCmOptions", also_accepted=("MIGraphXExecutionProvider", "ROCMExecutionProvider"),
                  ort_package="onnxruntime-migraphx or onnxruntime-rocm from AMD's package index (not on PyPI)",
-                 torch_device=True, torch_compiles=True, gpu_resource="amd.com/gpu"),
+                 gpu_resource="amd.com/gpu",
+                 torch=TorchDevice("cuda", "ROCm", "rocm6.4", compiles=True, variants=(
+                     ("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp16")))),
         Provider("coreml", "onnxruntime", "CoreMLExecutionProvider", "coreml", ("darwin",), None,
                  "Apple Neural Engine / GPU", options="CoreMLOptions", ort_package="onnxruntime (macOS wheel)"),
         Provider("mps", "torch", None, "torch", ("darwin",), None, "Apple GPU (Metal)", options="MPSOptions",
-                 torch_device=True),
+                 torch=TorchDevice("mps", variants=(("off", "fp32"), ("off", "fp16")))),
         Provider("directml", "onnxruntime", "DmlExecutionProvider", "directml", ("win32",), None,
                  "DirectX 12 GPU", options="DirectMLOptions", ort_package="onnxruntime-directml"),
         Provider("openvino", "openvino", None, "openvino", ("linux", "win32", "darwin"), None,
                  "Intel CPU / GPU / NPU", options="OpenVINOOptions", precisions=("fp32", "fp16", "int8"),
                  targets="gpux.plan.targets:openvino_targets"),
         Provider("cpu", "onnxruntime", "CPUExecutionProvider", "cpu", ("linux", "win32", "darwin"), None,
-                 "any CPU", builtin=True, options="CPUOptions", ort_package="onnxruntime", torch_device=True,
+                 "any CPU", builtin=True, options="CPUOptions", ort_package="onnxruntime",
+                 torch=TorchDevice("cpu", index="cpu", variants=(("off", "fp32"), ("default", "fp32"))),
                  precisions=("fp32", "fp16", "int8"), targets="gpux.plan.targets:cpu_targets"),
     )
 }  # fmt: skip
@@ -197,14 +213,12 @@ def probe(name: str) -> Availability:
         return Availability(name, "import failed", f"probe failed: {type(exc).__name__}: {exc}", None)
 
 
-# provider -> PyTorch wheel index (download.pytorch.org/whl/<index>) of the builds that have its device
-TORCH_INDEX = {"cpu": "cpu", "cuda": "cu128", "rocm": "rocm6.4", "mps": None}
-TORCH_INDEX_URL = "https://download.pytorch.org/whl/"
-TORCH_BUILDS = {"cuda": "CUDA", "rocm": "ROCm"}
+TORCH_INDEX_URL = "https://download.pytorch.org/whl/"  # + a row's torch.index: the builds with its device
 
 
 def _torch_fix(provider: str) -> str:
-    index = TORCH_INDEX.get(provider)
+    torch = PROVIDERS[provider].torch
+    index = torch.index if torch else None
     return f"pip install torch --index-url {TORCH_INDEX_URL}{index}" if index else "pip install torch"
 
 
@@ -234,9 +248,10 @@ def _torch_device(torch: Any, provider: str, device_id: int) -> Availability:
             Availability(provider, "no device", f"PyTorch {version} sees no Metal (MPS) device", None)
     hip, cuda = torch.version.hip, torch.version.cuda
     built = "ROCm" if hip else "CUDA" if cuda else "CPU-only"
-    if built != TORCH_BUILDS[provider]:
+    needs = PROVIDERS[provider].torch.build  # type: ignore[union-attr]  # only rows with a torch device get here
+    if built != needs:
         return Availability(provider, "not installed", f"this PyTorch ({version}) is a {built} build; {provider} "
-                            f"needs a {TORCH_BUILDS[provider]} build", _torch_fix(provider))
+                            f"needs a {needs} build", _torch_fix(provider))
     if check and not torch.cuda.is_available():
         return Availability(provider, "no device", f"PyTorch {version} ({built} {hip or cuda}) sees no GPU",
                             f"run on a machine with {PROVIDERS[provider].hardware}")

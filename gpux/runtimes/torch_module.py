@@ -30,7 +30,6 @@ from gpux.optional import require
 
 CACHE = "inductor"
 MAIN = {"torchscript": "model.pt", "torch_export": "model.pt2"}
-DEVICE_TYPE = {"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "mps": "mps"}  # ROCm builds call HIP "cuda"
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 Feeds = dict[str, Any]
 _BUILT: dict[str, Opened] = {}  # artifact main (in its build folder) -> the module compiled there, for verify
@@ -56,7 +55,9 @@ class Setup:
 
     @property
     def torch_device(self) -> str:
-        kind = DEVICE_TYPE[self.device]
+        from gpux.providers import PROVIDERS
+
+        kind = PROVIDERS[self.device].torch.type  # type: ignore[union-attr]  # planned for torch devices only
         return f"{kind}:{self.device_id}" if kind == "cuda" else kind
 
     def describe(self) -> str:
