@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux.errors import BuildFailed, first_line
-from gpux.optional import is_installed, require
+from gpux.optional import require
 
 MAIN = "model.onnx"
 EXPORTER = "torchscript"
@@ -310,25 +310,9 @@ def _restore_inputs(model: Any, names: Sequence[str], tensors: Mapping[str, Any]
     return missing
 
 
-@cache
 def ort_ir_limit() -> int | None:
     """The newest ONNX IR version the installed ONNX Runtime loads (None: no ONNX Runtime here)."""
-    if not is_installed("onnxruntime"):
-        return None
-    onnx = require("onnx")
-    import onnxruntime
-    from onnx import TensorProto, helper
+    from gpux.model.compat import ort_limits
 
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-    so = onnxruntime.SessionOptions()
-    so.log_severity_level = 4
-    for version in range(onnx.IR_VERSION, 6, -1):
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=version)
-        try:
-            onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        except Exception:  # "Unsupported model IR version"
-            continue
-        return version
-    return None
+    limits = ort_limits()
+    return limits[0] if limits else None
