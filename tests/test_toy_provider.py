@@ -72,3 +72,19 @@ def test_every_list_of_providers_has_the_toy(toy: Provider, mlp_project: Path) -
     built = build(project, "toy", verify=False)
     current = current_folders(project, load_checked(project), store_root(project.root))
     assert built.final.artifact.dir.name in current  # a prune keeps it
+
+
+def test_a_provider_on_an_onnx_runtime_ep_is_its_row_alone(monkeypatch: pytest.MonkeyPatch, mlp_project: Path) -> None:
+    """A new ONNX Runtime execution provider needs no runtime module: the row names its EP (here the CPU EP
+    under another name, the one EP every build has)."""
+    row = Provider("my-ep", "onnxruntime", "CPUExecutionProvider", "", ("linux", "win32", "darwin"), builtin=True)
+    monkeypatch.setitem(providers.PROVIDERS, "my-ep", row)
+    providers.probe.cache_clear()
+    try:
+        session = load(mlp_project, provider="my-ep", strict=True)
+    finally:
+        providers.probe.cache_clear()
+    feeds = {"x": np.ones((2, 8), np.float32)}
+    want = load(mlp_project, provider="cpu", strict=True).run(feeds)
+    np.testing.assert_allclose(session.run(feeds)["probs"], want["probs"], rtol=1e-6)
+    assert session.provider == "my-ep" and session.used == "CPUExecutionProvider" and not session.fell_back

@@ -208,18 +208,20 @@ def verify_runner(artifact: Path, target: Any) -> Any:
 
 def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     """A session on the provider's EP; `dropped` says so when ONNX Runtime silently fell back to CPU."""
+    from gpux.providers import registry
     from gpux.runtimes import onnxruntime_options as o
 
-    opts = getattr(project.config.providers, provider)
+    # a plugin's row has no gpux.yml block: its option model's defaults
+    opts = getattr(project.config.providers, provider, None) or registry()[provider].option_model()
     ep = o.ort_ep_name(provider, opts)
     cache = artifact.dir.parent / "cache" / provider
-    ep_opts = o.ort_provider_options(provider, opts, str(cache)) if provider != "cpu" else {}
+    ep_opts = o.ort_provider_options(provider, opts, str(cache))
     if any(k.endswith(("cache_path", "CacheDirectory", "cache_dir")) for k in ep_opts):
         cache.mkdir(parents=True, exist_ok=True)
-    settings = dict(o.DIRECTML_SESSION_SETTINGS) if provider == "directml" else {}
+    settings = dict(o.SESSION_SETTINGS.get(provider, {}))
     if "execution_mode" in settings:
         settings["execution_mode"] = getattr(ort().ExecutionMode, settings["execution_mode"])
-    level = opts.optimization if provider == "cpu" else "basic"
+    level = getattr(opts, "optimization", "basic")  # cpu's block sets it; the other EPs load at basic
     device = ("cuda", int(opts.device_id)) if getattr(opts, "io_binding", False) else None
     return open_session_runner(artifact.main, ep, ep_opts, project.config.runtime.threads, settings, level,
                                device)

@@ -15,6 +15,8 @@ from gpux.providers.options import EP_NAMES, Options, ROCmOptions, TensorRTOptio
 
 # onnxruntime.SessionOptions attribute -> value DirectML requires (execution_mode: ExecutionMode member name).
 DIRECTML_SESSION_SETTINGS: dict[str, Any] = {"enable_mem_pattern": False, "execution_mode": "ORT_SEQUENTIAL"}
+# provider -> onnxruntime.SessionOptions settings its EP requires
+SESSION_SETTINGS: dict[str, dict[str, Any]] = {"directml": DIRECTML_SESSION_SETTINGS}
 # CPUOptions.optimization -> onnxruntime.GraphOptimizationLevel member name.
 ORT_GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
                           "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
@@ -143,7 +145,7 @@ def ort_provider_options(provider: str, opts: Options, cache_dir: str | None = N
     """
     opts = _check(provider, opts)
     key = _ep_key(provider, opts)
-    out = {name: value for field, name, convert in ORT_TABLES[key]
+    out = {name: value for field, name, convert in ORT_TABLES.get(key, ())  # a plugin's EP: no known options
            if (value := convert(getattr(opts, field))) is not None}
     if isinstance(opts, TensorRTOptions):
         out.update(TRT_PRECISION[opts.precision])
