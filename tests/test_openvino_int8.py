@@ -18,8 +18,7 @@ from gpux.bench.tune import Outcome, _needless
 from gpux.config.load import load_config
 from gpux.errors import VerificationFailed
 from gpux.providers.options import OpenVINOOptions
-from gpux.quality.verify import DEFAULTS, compare
-from gpux.runtimes.openvino_int8 import cosine
+from gpux.quality.verify import DEFAULTS, compare, pooled_cosine
 
 from .conftest import gpux as cli
 
@@ -81,7 +80,7 @@ def test_the_cosine_accuracy_control_aims_at_is_the_one_verification_reports() -
     got = [[a + 0.1 * rng.standard_normal(a.shape) for a in sample] for sample in ref]
     tol = {"atol": None, "rtol": None, "min_within": None, "min_cosine": None, "min_top1": None}
     verified = compare(["a", "b"], ref, got, "int8", tol)
-    assert cosine(ref, got) == pytest.approx(min(o["cosine"] for o in verified.outputs.values()), abs=1e-12)
+    assert pooled_cosine(ref, got) == pytest.approx(min(o["cosine"] for o in verified.outputs.values()), abs=1e-12)
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -109,6 +109,34 @@ def compare(names: Sequence[str], reference: Sequence[Sequence[Any]], got: Seque
     return Verification(not failures, precision, tol, outputs, failures, len(reference))
 
 
+def _cosine(r: Any, g: Any, max_abs: float) -> float:
+    """Cosine similarity of two finite float64 vectors (both zero: 1 when they agree)."""
+    import numpy as np
+
+    denom = float(np.linalg.norm(r) * np.linalg.norm(g))
+    return float(r @ g / denom) if denom > 0 else (1.0 if max_abs == 0 else 0.0)
+
+
+def pooled_cosine(reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any]]) -> float:
+    """The worst float output's cosine, pooled over samples as `compare` computes it (`reference[i][j]`: sample
+    i, output j); outputs whose reference and error stay below NEGLIGIBLE are not judged."""
+    import numpy as np
+
+    worst = 1.0
+    for j in range(len(reference[0]) if reference else 0):
+        if np.asarray(reference[0][j]).dtype.kind != "f":
+            continue
+        r = np.concatenate([np.asarray(x[j], np.float64).ravel() for x in reference])
+        g = np.concatenate([np.asarray(x[j], np.float64).ravel() for x in got])
+        both = np.isfinite(r) & np.isfinite(g)
+        r, g = r[both], g[both]
+        max_abs = float(np.abs(g - r).max()) if r.size else 0.0
+        if not r.size or max(float(np.abs(r).max()), max_abs) < NEGLIGIBLE:
+            continue
+        worst = min(worst, _cosine(r, g, max_abs))
+    return worst
+
+
 def _dense(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | None]) -> tuple[dict, list[str]]:
     """Metrics of one numeric output; NaN/inf in the same places with the same values count as agreement."""
     import numpy as np
@@ -128,8 +156,7 @@ def _dense(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | Non
     max_abs = float(diff.max()) if diff.size else 0.0
     scale = float(np.abs(r).max()) if r.size else 0.0
     max_rel = max_abs / scale if scale > 0 else max_abs
-    denom = float(np.linalg.norm(r) * np.linalg.norm(g))
-    cosine = float(r @ g / denom) if denom > 0 else (1.0 if max_abs == 0 else 0.0)
+    cosine = _cosine(r, g, max_abs)
     within = 1.0
     if tol["atol"] is not None and r.size:
         within = float(np.count_nonzero(diff <= tol["atol"] + (tol["rtol"] or 0.0) * np.abs(r)) / r.size)
@@ -207,6 +234,11 @@ class Goal:
     reference: list[Any]
     min_cosine: float
     data: str
+
+    def cosine(self, got: Sequence[Sequence[Any]], samples: Sequence[int] | None = None) -> float:
+        """How verification would score `got` (the outputs on `samples` of the feeds, default all)."""
+        reference = self.reference if samples is None else [self.reference[i] for i in samples]
+        return pooled_cosine(reference, got)
 
 
 def accuracy_goal(job: Job, target: Target) -> Goal:
