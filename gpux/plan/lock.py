@@ -24,9 +24,10 @@ def fingerprint(project: Project) -> dict[str, Any]:
     from gpux.optional import version_of
 
     files = source_files(project, load_checked(project))
+    host = environment_facts()
     memo = store_root(project.root) / ".hashes.json"  # the build's memo: a large model is not read again
-    return {"cpu": environment_facts()["cpu_model"], "machine": platform.machine(),
-            "os": platform.system(), "cores": environment_facts()["available_cpus"],
+    return {"cpu": host["cpu_model"], "machine": platform.machine(),
+            "os": platform.system(), "cores": host["available_cpus"],
             "gpux": __version__,
             "runtimes": {p: version_of(p) for p in ("onnxruntime", "openvino", "nncf", "torch", "tensorrt")},
             "config_sha256": hashlib.sha256(project.path.read_bytes()).hexdigest(),

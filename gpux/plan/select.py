@@ -35,10 +35,11 @@ def parse_request(value: str, source: str) -> tuple[str, ...]:
         raise UsageError(f"{source}: {value!r} has an empty provider name; expected e.g. cuda,cpu")
     if "auto" in names and len(names) > 1:
         raise UsageError(f"{source}: 'auto' stands alone; list providers instead, e.g. cuda,openvino,cpu")
+    known = (*registry(), "auto")
     for n in names:
-        if n not in (*registry(), "auto"):
-            raise UsageError(f"{source}: unknown provider {n!r}{did_you_mean(n, (*registry(), 'auto'))}; "
-                             f"expected one of auto, {', '.join(registry())}")
+        if n not in known:
+            raise UsageError(f"{source}: unknown provider {n!r}{did_you_mean(n, known)}; "
+                             f"expected one of auto, {', '.join(known[:-1])}")
     return names or ("auto",)
 
 

@@ -46,13 +46,16 @@ def resolve_shapes(project: Project, shapes: dict[str, int] | None = None) -> di
 def targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
     """The targets that provider `provider` needs, in build order (`inputs`: the model's Tensors, which
     fix TensorRT's shape profiles). A PyTorch source is first exported to ONNX, which the rest consume."""
+    from pkgutil import resolve_name
+
     from gpux.formats import TORCH_FORMATS, source_format
     from gpux.providers import registry, runtime_of
 
+    row = registry().get(provider)
+    plan = resolve_name(row.targets) if row else onnx_targets  # what its row plans (ONNX Runtime's artifact)
     fmt = source_format(project)
     if fmt not in TORCH_FORMATS:
-        return _targets(project, provider, inputs)
-    row = registry().get(provider)
+        return list(plan(project, provider, inputs))
     if row is not None and row.torch is not None and runtime_of(project, provider) == "torch":
         return [torch_target(project, provider, fmt)]
     if provider == "coreml":  # coremltools converts PyTorch directly into an ML Program package
@@ -63,7 +66,7 @@ def targets(project: Project, provider: str, inputs: dict[str, Any] | None = Non
     export = Target("onnx-export", "torch-export", "torch", "fp32",
                     {"opset": EXPORT_OPSET, "source_format": fmt})
     out = [export]
-    for t in _targets(project, provider, inputs):
+    for t in plan(project, provider, inputs):
         out.append(replace(t, consumes=export.id) if t.consumes == "source" else t)
     return out
 
@@ -73,11 +76,11 @@ EXPORT_OPSET = 17  # pinned: the ONNX opset PyTorch sources are exported at
 
 def torch_target(project: Project, provider: str, fmt: str) -> Target:
     """PyTorch runs the source on `provider`'s device: `compile: auto` resolved, the device index recorded."""
+    from gpux.providers import registry
+
     block = getattr(project.config.providers, provider)
     t = block.torch
-    from gpux.providers import PROVIDERS
-
-    torch = PROVIDERS[provider].torch
+    torch = registry()[provider].torch
     compiles = torch is not None and torch.compiles  # compile: auto means torch.compile there, eager elsewhere
     mode = t.compile if t.compile != "auto" else ("default" if compiles else "off")
     opts = {**t.model_dump(mode="json"), "compile": mode, "device": provider,
@@ -115,17 +118,6 @@ def tensorrt_targets(project: Project, provider: str, inputs: dict[str, Any] | N
     opts["profile_shapes"] = trt_profiles(project, t, inputs or {})
     return [base, Target(f"tensorrt-engine-{t.precision}", "tensorrt-engine", provider, t.precision, opts,
                          consumes=base.id)]
-
-
-def _targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
-    """What the provider's registry row plans (ONNX Runtime's portable artifact unless it says otherwise)."""
-    from pkgutil import resolve_name
-
-    from gpux.providers import registry
-
-    row = registry().get(provider)
-    plan = resolve_name(row.targets) if row else onnx_targets
-    return list(plan(project, provider, inputs))
 
 
 def trt_profiles(project: Project, t: Any, inputs: dict[str, Any]) -> dict[str, str]:

@@ -191,7 +191,7 @@ def _probe_openvino(p: Provider) -> Availability:
 @cache
 def probe(name: str) -> Availability:
     """Is provider `name` usable here? Cheap, cached, never raises."""
-    p = PROVIDERS.get(name) or plugin_providers().get(name)
+    p = registry().get(name)
     if p is None:
         return Availability(name, "not installed", f"unknown provider {name!r}", None)
     try:
@@ -217,7 +217,7 @@ TORCH_INDEX_URL = "https://download.pytorch.org/whl/"  # + a row's torch.index: 
 
 
 def _torch_fix(provider: str) -> str:
-    torch = PROVIDERS[provider].torch
+    torch = registry()[provider].torch
     index = torch.index if torch else None
     return f"pip install torch --index-url {TORCH_INDEX_URL}{index}" if index else "pip install torch"
 
@@ -248,13 +248,13 @@ def _torch_device(torch: Any, provider: str, device_id: int) -> Availability:
             Availability(provider, "no device", f"PyTorch {version} sees no Metal (MPS) device", None)
     hip, cuda = torch.version.hip, torch.version.cuda
     built = "ROCm" if hip else "CUDA" if cuda else "CPU-only"
-    needs = PROVIDERS[provider].torch.build  # type: ignore[union-attr]  # only rows with a torch device get here
+    needs = registry()[provider].torch.build  # type: ignore[union-attr]  # only rows with a torch device get here
     if built != needs:
         return Availability(provider, "not installed", f"this PyTorch ({version}) is a {built} build; {provider} "
                             f"needs a {needs} build", _torch_fix(provider))
     if check and not torch.cuda.is_available():
         return Availability(provider, "no device", f"PyTorch {version} ({built} {hip or cuda}) sees no GPU",
-                            f"run on a machine with {PROVIDERS[provider].hardware}")
+                            f"run on a machine with {registry()[provider].hardware}")
     count = torch.cuda.device_count() if check else device_id + 1
     if device_id >= count:
         return Availability(provider, "no device", f"device_id {device_id}, but PyTorch sees {count} GPU(s)",
@@ -287,7 +287,7 @@ def probe_for(project: Any, name: str) -> Availability:
     if source_format(project) not in TORCH_FORMATS:
         return Availability(name, "no device", f"runtime torch runs PyTorch sources; {project.source.name} is "
                             "ONNX", "use another provider for ONNX models (coreml on Apple hardware)")
-    row = PROVIDERS[name]
+    row = registry()[name]
     if not sys.platform.startswith(row.platforms):
         return probe(name)
     return probe_torch(name, int(getattr(getattr(project.config.providers, name), "device_id", 0) or 0))

@@ -62,7 +62,7 @@ class Fallback:
     log: Callable[[str], None] = lambda _m: None
     samples: list[dict[str, Any]] | None = None  # inputs in hand: verify new artifacts on them
     attempts: list[Attempt] = field(default_factory=list)
-    pending: list[str] = field(default_factory=list)
+    pending: list[str] = field(init=False)  # the selection's chain, tried from the front
 
     def __post_init__(self) -> None:
         self.pending = list(self.selection.chain)

@@ -55,9 +55,9 @@ class Setup:
 
     @property
     def torch_device(self) -> str:
-        from gpux.providers import PROVIDERS
+        from gpux.providers import registry
 
-        kind = PROVIDERS[self.device].torch.type  # type: ignore[union-attr]  # planned for torch devices only
+        kind = registry()[self.device].torch.type  # type: ignore[union-attr]  # planned for torch devices only
         return f"{kind}:{self.device_id}" if kind == "cuda" else kind
 
     def describe(self) -> str:
