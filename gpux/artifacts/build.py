@@ -13,7 +13,7 @@ from typing import Any
 from gpux import __version__
 from gpux.artifacts import store
 from gpux.config.load import Project
-from gpux.errors import BuildFailed, GpuxError
+from gpux.errors import BuildFailed, DataError, GpuxError, VerificationFailed
 from gpux.files import digest_files, locked, store_root
 from gpux.machine import cpu_identity, gpu_identity
 from gpux.model.io import ModelIO, Tensor, effective_io, load_checked, source_files
@@ -79,10 +79,10 @@ class BuildResult:
 def build(project: Project, provider: str, *, force: bool = False, verify: bool = True,
           store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
           io: ModelIO | None = None, full_check: bool = False, for_run: bool = False,
-          samples: list[dict[str, Any]] | None = None, strict: bool = False) -> BuildResult:
+          strict: bool = False) -> BuildResult:
     """Build (or find in the cache) every target provider `provider` needs. `full_check` re-hashes cached
-    artifacts (what `run` does before loading) instead of trusting their recorded size and mtime;
-    `samples` (the user's inputs in hand) verify new artifacts instead of generated data."""
+    artifacts (what `run` does before loading) instead of trusting their recorded size and mtime. `strict`
+    refuses an artifact that is not verified (lossy on generated data only, or built with --no-verify)."""
     log = log or (lambda _msg: None)
     io = io or load_checked(project, store_dir)
     root = store_root(project.root, store_dir)
@@ -93,18 +93,18 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
     source_digest = digest_files(files, project.source.parent, root / ".hashes.json")
     inputs, _ = effective_io(project, io)
     shapes = resolve_shapes(project, shapes)
-    job = Job(project, inputs, shapes, verify, log, _usable_source(project, io, root, log), samples, strict,
-              force)
+    job = Job(project, inputs, shapes, verify, log, _usable_source(project, io, root, log), strict, force)
     result = BuildResult(project, provider)
     for target, parts, key in keyed_targets(project, provider, inputs, source_digest, shapes):
         folder = root / project.name / f"{target.id}-{key[:12]}"
         src = job.source if not result.results else result.final.artifact.main
         started = time.perf_counter()
-        art, reason = (None, "--force") if force else _cached(folder, key, full_check, verify)
+        art, reason = (None, "--force") if force else _cached(folder, key, full_check, verify and not for_run)
         cached = art is not None
         if art is None:
             with locked(root / ".locks" / f"{project.name}-{folder.name}.lock"):
-                art, reason2 = (None, reason) if force else _cached(folder, key, full_check, verify)
+                art, reason2 = (None, reason) if force else _cached(folder, key, full_check,
+                                                                   verify and not for_run)
                 if art is None and for_run and not project.config.runtime.build_on_run:
                     raise NeedsBuild(project, target, parts, root, provider)
                 if art is None:
@@ -119,7 +119,27 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
         r = TargetResult(target, key, art, cached, time.perf_counter() - started, "" if cached else reason)
         log(f"{target.id}: {'cached' if cached else 'built'} → {art.dir}")
         result.results.append(r)
+    _refuse_unverified(project, result, strict, log)
     return result
+
+
+def _refuse_unverified(project: Project, result: BuildResult, strict: bool, log: Log) -> None:
+    """An artifact that is not verified is refused under --strict, and said otherwise (a fresh one's
+    verification already said it)."""
+    from gpux.quality.verify import UNVERIFIED_FIX
+
+    for r in result.results:
+        v = r.artifact.manifest.get("verification") or {}
+        why = {"unverified": "unverified: an int8 artifact checked on generated data only",
+               "--no-verify": "not verified: built with --no-verify"}.get(v.get("status") or v.get("skipped") or "")
+        if why is None:
+            continue
+        fix = UNVERIFIED_FIX if v.get("status") == "unverified" else \
+            f"gpux build {project.root if project.path.is_file() else project.source} verifies it"
+        if strict:
+            raise VerificationFailed(f"{r.target.id} for {project.name!r} is {why}; --strict refuses it", hint=fix)
+        if r.cached:
+            log(f"warning: {r.target.id}: {why} ({fix})")
 
 
 class NeedsBuild(BuildFailed):
@@ -196,6 +216,7 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
         "inputs": {n: t.to_dict() for n, t in inputs.items()},
         "calibration": _calibration_digest(project, target),
         "verify": project.config.verify.model_dump(mode="json"),
+        "verify_data": _data_digest(project, project.config.verify.data, "verify"),
         "shapes": {"sizes": resolve_shapes(project, shapes),
                    "ranges": {d: r.model_dump() for d, r in project.config.shapes.items() if not isinstance(r, int)}}
         if step.shapes else None,
@@ -205,13 +226,17 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
 
 
 def _calibration_digest(project: Project, target: Target) -> str | None:
-    path = target.options.get("calibration")
+    return _data_digest(project, target.options.get("calibration"), "calibration")
+
+
+def _data_digest(project: Project, path: str | None, what: str) -> str | None:
+    """The digest of declared sample data (a file or a folder), part of the key: new data, a new verdict."""
     if not path:
         return None
     p = project.root / path
     files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
     if not files or not all(f.is_file() for f in files):
-        raise BuildFailed(f"{project.path}: calibration data not found: {p}")
+        raise DataError(f"{project.path}: {what} data not found: {p}")
     return digest_files(files, project.root)
 
 
@@ -220,13 +245,19 @@ def _build_remembering(job: Job, target: Target, parts: dict[str, Any], key: str
     """Build into `folder` (<store>/<model>/<target>-<key>), remembering a failure for this exact key so later
     runs skip it at once (--force retries)."""
     name, root = job.project.name, folder.parent.parent
-    known = None if job.force else store.recall_failure(root, name, folder.name, key)
+    checked = key + ":verified"  # a verification failure holds only for builds that verify
+    known = None if job.force else store.recall_failure(root, name, folder.name, key) or \
+        (store.recall_failure(root, name, folder.name, checked) if job.verify else None)
     if known is not None:
-        raise BuildFailed(f"{known['message']} (remembered from an earlier build of this model with these "
-                          f"runtime versions; --force retries)", hint=known.get("hint"))
+        error = VerificationFailed if known.get("key") == checked else BuildFailed
+        raise error(f"{known['message']} (remembered from an earlier build of this model with these runtime "
+                    f"versions and data; --force retries)", hint=known.get("hint"))
     job.log(f"building {target.id} ({why})")
     try:
         return _build_one(job, target, parts, key, src, folder)
+    except VerificationFailed as exc:  # its key covers the data's digest and the thresholds
+        store.remember_failure(root, name, folder.name, checked, exc.message, exc.hint)
+        raise
     except BuildFailed as exc:
         if getattr(exc, "conversion", False):  # the runtime's conversion itself, not verification on some data
             store.remember_failure(root, name, folder.name, key, exc.message, exc.hint)
@@ -293,7 +324,8 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
 
             manifest["verification"] = run_verification(job, step, target, workdir / manifest["main"])
         else:
-            manifest["verification"] = {"skipped": "--no-verify" if not job.verify else "verify.enabled: false"}
+            manifest["verification"] = {"status": "skipped",
+                                        "skipped": "--no-verify" if not job.verify else "verify.enabled: false"}
         return store.publish(workdir, folder, manifest)
     finally:
         if workdir.exists():

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpux.config.load import Project
-from gpux.errors import BuildFailed, GpuxError
+from gpux.errors import DataError, GpuxError
 from gpux.model.inputs import cast_all, load_file, synthetic
 from gpux.model.io import Tensor
 from gpux.plan.targets import Target
@@ -17,13 +18,88 @@ def ranges(project: Project) -> dict[str, tuple[float, float]]:
     return {n: s.range for n, s in (project.config.inputs or {}).items() if s.range is not None}
 
 
-def verification_feeds(job: Any) -> tuple[list[dict[str, Any]], str]:
-    """Declared real samples (`verify.data`) when given, else seeded generated inputs; and which it was."""
+@dataclass(frozen=True)
+class Data:
+    """The inputs a verification runs on: where they came from, whether they stand for real use
+    (representative), and their digest (a verdict is a function of the artifact, this and the thresholds)."""
+
+    feeds: list[dict[str, Any]]
+    source: str  # verify.data | calibration hold-out | generated (+ what was held out or dropped)
+    representative: bool
+    digest: str
+
+
+def verification_data(job: Any, target: Target) -> Data:
+    """verify.data when declared (less any sample the target is calibrated on), else a hold-out of the
+    target's calibration data, else seeded generated inputs (not representative)."""
     project = job.project
     v = project.config.verify
+    declared = _declared_calibration(project, target, job.inputs)
     if v.data:
-        return read_samples(project.root / v.data, job.inputs), "verify.data"
-    return [synthetic(job.inputs, job.shapes, v.seed + i, ranges(project)) for i in range(v.samples)], "generated"
+        feeds = read_samples(project.root / v.data, job.inputs)
+        seen = {feed_digest(f) for f in declared}
+        kept = [f for f in feeds if feed_digest(f) not in seen]
+        if kept:
+            note = f" ({len(feeds) - len(kept)} also in the calibration data left out)" if len(kept) < len(feeds) \
+                else ""
+            return _data(kept, "verify.data" + note, True)
+    if declared:
+        _, held = split(declared)
+        if held:
+            return _data(held, f"calibration hold-out ({len(held)} of {len(declared)} samples, not calibrated on)",
+                         True)
+        return _data(declared, "calibration data (the same samples it was calibrated on)", False)
+    feeds = [synthetic(job.inputs, job.shapes, v.seed + i, ranges(project)) for i in range(v.samples)]
+    return _data(feeds, "generated", False)
+
+
+def calibration_samples(project: Project, target: Target, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
+    """The declared calibration samples quantization may use: all of them when verify.data brings samples of
+    its own, else all but the hold-out verification judges on."""
+    declared = _declared_calibration(project, target, inputs)
+    v = project.config.verify
+    if declared and v.data:
+        seen = {feed_digest(f) for f in declared}
+        if any(feed_digest(f) not in seen for f in read_samples(project.root / v.data, inputs)):
+            return declared
+    return split(declared)[0]
+
+
+def _data(feeds: list[dict[str, Any]], source: str, representative: bool) -> Data:
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in feeds:
+        h.update(feed_digest(f).encode())
+    return Data(feeds, source, representative, h.hexdigest())
+
+
+def feed_digest(feed: dict[str, Any]) -> str:
+    """A digest of one sample: its input names, dtypes, shapes and bytes."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for name in sorted(feed):
+        a = np.ascontiguousarray(feed[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def split(samples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Calibration samples and the hold-out verification judges on: every 4th sample (the last when there are
+    2 or 3); a single sample cannot be split."""
+    if len(samples) < 2:
+        return samples, []
+    held = set(range(3, len(samples), 4)) or {len(samples) - 1}
+    return ([s for i, s in enumerate(samples) if i not in held], [s for i, s in enumerate(samples) if i in held])
+
+
+def _declared_calibration(project: Project, target: Target, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
+    path = target.options.get("calibration")
+    return read_samples(project.root.resolve() / path, inputs) if path else []
 
 
 RETRY_SIZE = 64  # undeclared non-leading symbolic dims on the second try (images, sequences, audio)
@@ -64,10 +140,11 @@ def describe_generated(job: Any) -> str:
 
 def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: dict[str, int],
           log: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Calibration feeds for quantization: `calibration:` files, else seeded random inputs (with a warning)."""
-    path = target.options.get("calibration")
-    if path:
-        return read_samples(project.root.resolve() / path, inputs)
+    """Calibration feeds for quantization: `calibration:` files (less the hold-out verification judges on when
+    verify.data is not declared), else seeded random inputs (with a warning)."""
+    declared = calibration_samples(project, target, inputs)
+    if declared:
+        return declared
     n = int(target.options.get("calibration_samples") or 16)
     # an ONNX Runtime int8 artifact serves cpu and TensorRT's int8 engines alike
     where = ("providers.cpu.calibration (providers.tensorrt.calibration for TensorRT)"
@@ -83,13 +160,13 @@ def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
     files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy", ".json")) if path.is_dir() \
         else [path]
     if not files:
-        raise BuildFailed(f"{path}: no .npz/.npy/.json sample files found")
+        raise DataError(f"{path}: no .npz/.npy/.json sample files found")
     out: list[dict[str, Any]] = []
     for f in files:
         try:
             raw = _load_raw(f, inputs)
         except GpuxError as exc:
-            raise BuildFailed(exc.message) from None
+            raise DataError(exc.message, hint=exc.hint) from None
         ranks = {n: len(inputs[n].shape or ()) for n in raw if n in inputs}
         stacked = all(getattr(raw[n], "ndim", 0) == ranks[n] + 1 for n in ranks) and bool(ranks)
         if stacked:
@@ -108,10 +185,10 @@ def _load_raw(f: Path, inputs: dict[str, Tensor]) -> dict[str, Any]:
     try:
         data = np.load(f, allow_pickle=False)
     except Exception as exc:
-        raise BuildFailed(f"{f}: cannot read samples: {exc}") from None
+        raise DataError(f"{f}: cannot read samples: {exc}") from None
     if hasattr(data, "files"):
         with data:
             return {k: data[k] for k in data.files}
     if len(inputs) != 1:
-        raise BuildFailed(f"{f}: a .npy holds one array but the model has inputs {', '.join(inputs)}")
+        raise DataError(f"{f}: a .npy holds one array but the model has inputs {', '.join(inputs)}")
     return {next(iter(inputs)): data}

@@ -60,8 +60,9 @@ class Fallback:
     force: bool = False
     verify: bool = True
     log: Callable[[str], None] = lambda _m: None
-    samples: list[dict[str, Any]] | None = None  # inputs in hand: verify new artifacts on them
+    strict: bool = False  # --strict: refuse an artifact that is not verified too
     attempts: list[Attempt] = field(default_factory=list)
+    reserve: Opened | None = None  # an unverified artifact auto selection opens only when nothing verified does
     pending: list[str] = field(init=False)  # the selection's chain, tried from the front
 
     def __post_init__(self) -> None:
@@ -86,8 +87,19 @@ class Fallback:
                 self.fail(provider, "probe", avail.reason, avail.fix)
                 continue
             opened = self._open(provider)
-            if opened is not None:
-                return opened
+            if opened is None:
+                continue
+            if self.selection.source == "auto" and self.pending and unverified(opened.build):
+                self.fail(provider, "build", f"{unverified(opened.build)}; trying the next provider")
+                self._keep(opened)
+                continue
+            if self.reserve is not None:
+                self._keep(None)
+            return opened
+        if self.reserve is not None:
+            opened, self.reserve = self.reserve, None
+            self.attempts = [a for a in self.attempts if a.provider != opened.provider]
+            return opened
         tried = "; ".join(a.line() for a in self.attempts) or "nothing to try"
         tried_here = [a for a in self.attempts if a.stage != "probe"]
         if tried_here and all(a.stage == "build" for a in tried_here):  # providers were there; the model failed
@@ -99,7 +111,7 @@ class Fallback:
         started = time.perf_counter()
         try:
             result = build(self.project, provider, force=self.force, verify=self.verify, store_dir=self.store_dir,
-                           log=self.log, io=self.io, full_check=True, for_run=True, samples=self.samples)
+                           log=self.log, io=self.io, full_check=True, for_run=True, strict=self.strict)
         except (ModelError, InputError):
             raise  # the model itself, or the inputs in hand: no other provider helps
         except GpuxError as exc:
@@ -119,6 +131,23 @@ class Fallback:
         if "compile_s" in runner.details:  # torch.compile's first call, done while opening
             timings["compile_s"] = runner.details["compile_s"]
         return Opened(provider, runner, result, timings)
+
+
+    def _keep(self, opened: Opened | None) -> None:
+        """Hold `opened` in reserve (the first unverified one only), closing what is not kept."""
+        if opened is not None and self.reserve is None:
+            self.reserve = opened
+        elif opened is not None:
+            opened.runner.close()
+        elif self.reserve is not None:
+            self.reserve.runner.close()
+            self.reserve = None
+
+
+def unverified(result: BuildResult) -> str:
+    """Why the artifact a build ends on is not verified ("" when it is)."""
+    v = result.final.artifact.manifest.get("verification") or {}
+    return "its artifact is unverified (int8 on generated data only)" if v.get("status") == "unverified" else ""
 
 
 def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:

@@ -163,10 +163,9 @@ class Session:
 
 def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, *, strict: bool = False,
          store_dir: str | Path | None = None, force: bool = False, verify: bool = True,
-         log: Callable[[str], None] | None = None, placement: bool = False,
-         samples: list[dict[str, Any]] | None = None) -> Session:
-    """Open a project dir, gpux.yml, model name or .onnx file on the best working provider; `samples`
-    (inputs in hand) verify any artifact built on the way instead of generated data."""
+         log: Callable[[str], None] | None = None, placement: bool = False) -> Session:
+    """Open a project dir, gpux.yml, model name or .onnx file on the best working provider (`strict`: that
+    provider only, and only a verified artifact)."""
     project = target if isinstance(target, Project) else open_project(str(target))
     io = load_checked(project, store_dir)
     warnings = list(project.warnings)
@@ -179,7 +178,7 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
 
     project, selection, why = choose(project, provider, strict, store_dir)
     warnings += why
-    fallback = Fallback(project, io, selection, store_dir, force, verify, log or (lambda _m: None), samples)
+    fallback = Fallback(project, io, selection, store_dir, force, verify, log or (lambda _m: None), strict)
     return Session(fallback, fallback.next(), warnings=warnings, placement=placement)
 
 

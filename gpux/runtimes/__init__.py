@@ -116,6 +116,5 @@ class Job:
     verify: bool
     log: Log
     source: Path  # the model the first target reads and the FP32 reference runs (IR-lowered copy if needed)
-    samples: list[dict[str, Any]] | None = None  # verification inputs given by the caller (run --file)
     strict: bool = False
     force: bool = False  # rebuild, and retry conversions remembered as failing

@@ -1,0 +1,315 @@
+"""How close an artifact's outputs are to the FP32 reference's, per output kind: every numeric output by max-abs,
+the fraction within tolerance, cosine and its worst slice along the channel axis (a block of channels that
+collapses fails even when the whole tensor agrees); class scores also by top-1, top-5 and confident top-1
+agreement; probability distributions also by their sums."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# Default thresholds per execution precision; `verify:` overrides them for every output, `verify.outputs.NAME`
+# for one. None: not judged. Top-k metrics apply to class scores only, sums to probability distributions only.
+KEYS = ("atol", "rtol", "min_within", "min_cosine", "min_slice_cosine", "min_top1", "min_top5",
+        "min_top1_confident", "max_sum_error")
+_FP32 = (1e-4, 1e-3, 0.999, 0.9999, None, 1.0, 1.0, 1.0, 1e-3)
+_FP16 = (None, None, None, 0.999, 0.99, 0.9, 0.99, 0.99, 5e-3)
+DEFAULTS: dict[str, dict[str, float | None]] = {
+    "fp32": dict(zip(KEYS, _FP32, strict=True)),
+    "fp16": dict(zip(KEYS, _FP16, strict=True)),
+    "best": dict(zip(KEYS, _FP16, strict=True)),
+    "bf16": dict(zip(KEYS, (None, None, None, 0.995, 0.98, 0.9, 0.99, 0.98, 0.02), strict=True)),
+    "int8": dict(zip(KEYS, (None, None, None, 0.98, 0.9, 0.9, 0.99, 0.98, 0.05), strict=True)),
+}
+LOSSY = frozenset({"int8"})  # precisions verified only on representative data (else "unverified")
+NEGLIGIBLE = 1e-5  # an output (or slice) whose reference and error both stay below this is not judged by cosine
+MIN_SLICE_VALUES = 16  # slices smaller than this (pooled over samples) are too noisy to judge alone
+CONFIDENT = 0.5  # a reference row is confident when its top probability reaches this
+
+
+def tolerances(precision: str, *overrides: Any) -> dict[str, float | None]:
+    """The thresholds at `precision`, each override (a `verify:` block, then a `verify.outputs.NAME` block)
+    replacing the values it sets."""
+    tol = dict(DEFAULTS.get(precision, DEFAULTS["fp32"]))
+    for block in overrides:
+        for key in KEYS:
+            value = getattr(block, key, None)
+            if value is not None:
+                tol[key] = value
+    if tol["atol"] is None and tol["rtol"] is not None:
+        tol["atol"] = 0.0
+    if tol["rtol"] is None and tol["atol"] is not None:
+        tol["rtol"] = 0.0
+    if tol["atol"] is not None and tol["min_within"] is None:
+        tol["min_within"] = 1.0
+    return tol
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one output is judged: its thresholds, its kind (auto, dense, scores, distribution) and the axis its
+    slices are taken along (None: the smallest non-batch axis of an output of rank 3 or more)."""
+
+    tol: dict[str, float | None]
+    kind: str = "auto"
+    axis: int | None = None
+
+
+@dataclass
+class Verification:
+    passed: bool
+    precision: str
+    tolerances: dict[str, float | None]
+    outputs: dict[str, dict[str, Any]]
+    failures: list[str]
+    samples: int
+    data: str = "generated"  # where the inputs came from: verify.data, calibration hold-out, generated
+    shapes: dict[str, int] | None = None  # sizes generated inputs gave symbolic dims
+    status: str = "verified"  # verified | unverified (lossy, generated data only)
+    extra: dict[str, Any] = field(default_factory=dict)  # data digest, hold-out split, notes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "passed": self.passed, "precision": self.precision,
+                "tolerances": self.tolerances, "samples": self.samples, "data": self.data, "shapes": self.shapes,
+                "outputs": self.outputs, "failures": self.failures, **self.extra}
+
+    def summary(self) -> str:
+        return summary(self.to_dict())
+
+
+def summary(v: Mapping[str, Any]) -> str:
+    """One line of a verification record: verdict, precision, the worst of each metric, the data."""
+    outs = list((v.get("outputs") or {}).values())
+    parts = [f"max-abs {max((o['max_abs'] for o in outs), default=0.0):.3g}",
+             f"cosine {min((o['cosine'] for o in outs), default=1.0):.6f}"]
+    for key, label, fmt in (("slice_cosine", "worst slice", ".4f"), ("top1", "top-1", ".0%"),
+                            ("top5", "top-5", ".0%"), ("top1_confident", "confident top-1", ".0%"),
+                            ("sum_error", "sum error", ".3g")):
+        values = [o[key] for o in outs if o.get(key) is not None]
+        if values:
+            worst = max(values) if key == "sum_error" else min(values)
+            parts.append(f"{label} {worst:{fmt}}")
+    n = v.get("samples", 0)
+    parts.append(f"{n} {v.get('data', 'generated')} sample{'s' if n != 1 else ''}")
+    status = v.get("status") or ("verified" if v.get("passed") else "failed")
+    verdict = {"verified": "passed", "unverified": "unverified"}.get(status, "FAILED") if v.get("passed") else \
+        ("unverified, and it FAILED" if status == "unverified" else "FAILED")
+    return f"{verdict} at {v.get('precision')} (" + ", ".join(parts) + ")"
+
+
+def compare(names: Sequence[str], reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any]],
+            precision: str, tol: dict[str, float | None], classes: set[str] | None = None,
+            rules: Mapping[str, Rule] | None = None) -> Verification:
+    """`reference[i][j]`: sample i, output j. Metrics pooled over samples; `rules` override `tol` per output and
+    say its kind (default: outputs in `classes` are class scores, rows that sum to 1 are distributions)."""
+    import numpy as np
+
+    outputs: dict[str, dict[str, Any]] = {}
+    failures: list[str] = []
+    for j, name in enumerate(names):
+        ref = [np.asarray(r[j]) for r in reference]
+        out = [np.asarray(g[j]) for g in got]
+        if any(a.shape != b.shape for a, b in zip(ref, out, strict=True)):
+            failures.append(f"{name}: shape {out[0].shape} differs from the reference {ref[0].shape}")
+            continue
+        if ref[0].dtype.kind not in "fiub":
+            equal = all(np.array_equal(a, b) for a, b in zip(ref, out, strict=True))
+            outputs[name] = {"kind": "exact", "max_abs": 0.0, "max_rel": 0.0, "cosine": 1.0 if equal else 0.0}
+            if not equal:
+                failures.append(f"{name}: values differ from the reference")
+            continue
+        rule = (rules or {}).get(name) or Rule(tol)
+        kind = output_kind(ref, rule.kind, name in (classes or set()))
+        metrics, problems = _dense(name, ref, out, rule.tol)
+        metrics["kind"] = kind
+        problems += _slices(name, ref, out, rule, metrics)
+        if kind in ("scores", "distribution"):
+            problems += _scores(name, ref, out, rule.tol, kind, metrics)
+        outputs[name] = metrics
+        failures += problems
+    return Verification(not failures, precision, tol, outputs, failures, len(reference))
+
+
+def output_kind(ref: list[Any], declared: str, named: bool) -> str:
+    """dense, scores (declared, or named in classifications/labels) or distribution (rows of non-negative values
+    that sum to 1 along the last axis, as a softmax writes them)."""
+    import numpy as np
+
+    if declared != "auto":
+        return declared
+    a = ref[0]
+    if a.dtype.kind == "f" and a.ndim >= 1 and a.shape[-1] >= 2 and a.size:
+        rows = np.concatenate([np.asarray(x, np.float64).reshape(-1, a.shape[-1]) for x in ref])
+        if np.isfinite(rows).all() and rows.min() >= -1e-6 and np.abs(rows.sum(-1) - 1).max() <= 1e-3:
+            return "distribution"
+    return "scores" if named else "dense"
+
+
+def _cosine(r: Any, g: Any, max_abs: float) -> float:
+    """Cosine similarity of two finite float64 vectors (both zero: 1 when they agree)."""
+    import numpy as np
+
+    denom = float(np.linalg.norm(r) * np.linalg.norm(g))
+    return float(r @ g / denom) if denom > 0 else (1.0 if max_abs == 0 else 0.0)
+
+
+def pooled_cosine(reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any]]) -> float:
+    """The worst float output's cosine, pooled over samples as `compare` computes it (`reference[i][j]`: sample
+    i, output j); outputs whose reference and error stay below NEGLIGIBLE are not judged."""
+    import numpy as np
+
+    worst = 1.0
+    for j in range(len(reference[0]) if reference else 0):
+        if np.asarray(reference[0][j]).dtype.kind != "f":
+            continue
+        r = np.concatenate([np.asarray(x[j], np.float64).ravel() for x in reference])
+        g = np.concatenate([np.asarray(x[j], np.float64).ravel() for x in got])
+        both = np.isfinite(r) & np.isfinite(g)
+        r, g = r[both], g[both]
+        max_abs = float(np.abs(g - r).max()) if r.size else 0.0
+        if not r.size or max(float(np.abs(r).max()), max_abs) < NEGLIGIBLE:
+            continue
+        worst = min(worst, _cosine(r, g, max_abs))
+    return worst
+
+
+def _dense(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | None]) -> tuple[dict, list[str]]:
+    """Metrics of one numeric output; NaN/inf in the same places with the same values count as agreement."""
+    import numpy as np
+
+    r = np.concatenate([a.astype(np.float64).ravel() for a in ref])
+    g = np.concatenate([b.astype(np.float64).ravel() for b in out])
+    finite_r, finite_g = np.isfinite(r), np.isfinite(g)
+    same_special = ~finite_r & ~finite_g & ((np.isnan(r) & np.isnan(g)) | (r == g))
+    problems = []
+    mismatched = int(np.count_nonzero((finite_r != finite_g) | (~finite_r & ~finite_g & ~same_special)))
+    if mismatched:
+        problems.append(f"{name}: {mismatched} of {r.size} values are NaN/inf in only one of reference and "
+                        f"artifact")
+    both = finite_r & finite_g
+    r, g = r[both], g[both]
+    diff = np.abs(g - r)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(r).max()) if r.size else 0.0
+    max_rel = max_abs / scale if scale > 0 else max_abs
+    cosine = _cosine(r, g, max_abs)
+    within = 1.0
+    if tol["atol"] is not None and r.size:
+        within = float(np.count_nonzero(diff <= tol["atol"] + (tol["rtol"] or 0.0) * np.abs(r)) / r.size)
+        if tol["min_within"] is not None and within < tol["min_within"]:
+            bad = r.size - round(within * r.size)
+            problems.append(f"{name}: {bad} of {r.size} values outside atol {tol['atol']:g} + rtol "
+                            f"{tol['rtol']:g}·|ref| (within {within:.2%} < min_within {tol['min_within']:.2%}; "
+                            f"max-abs {max_abs:.3g})")
+    negligible = scale < NEGLIGIBLE and max_abs < NEGLIGIBLE  # cosine of rounding noise means nothing
+    if tol["min_cosine"] is not None and cosine < tol["min_cosine"] and not negligible:
+        problems.append(f"{name}: cosine {cosine:.6f} < min_cosine {tol['min_cosine']}")
+    return {"max_abs": max_abs, "max_rel": max_rel, "cosine": cosine, "within": within}, problems
+
+
+def slice_axis(shape: tuple[int, ...], declared: int | None) -> int | None:
+    """The axis slices are taken along: the declared one, else the smallest axis after the first (ties: the
+    earlier) of an output of rank 3 or more, with at least 2 entries."""
+    if declared is not None:
+        return declared % len(shape) if shape else None
+    if len(shape) < 3:
+        return None
+    sizes = [(n, i) for i, n in enumerate(shape) if i > 0 and n >= 2]
+    return min(sizes)[1] if sizes else None
+
+
+def _slices(name: str, ref: list[Any], out: list[Any], rule: Rule, metrics: dict[str, Any]) -> list[str]:
+    """The worst slice's cosine along the channel axis (pooled over samples), and which slices fall short."""
+    import numpy as np
+
+    axis = slice_axis(ref[0].shape, rule.axis)
+    if axis is None:
+        return []
+    n = ref[0].shape[axis]
+
+    def rows(arrays: list[Any]) -> Any:
+        return np.concatenate([np.moveaxis(a.astype(np.float64), axis, 0).reshape(n, -1) for a in arrays], axis=1)
+
+    r, g = rows(ref), rows(out)
+    if r.shape[1] < MIN_SLICE_VALUES:
+        return []
+    cosines = []
+    for i in range(n):
+        both = np.isfinite(r[i]) & np.isfinite(g[i])
+        ri, gi = r[i][both], g[i][both]
+        max_abs = float(np.abs(gi - ri).max()) if ri.size else 0.0
+        if not ri.size or max(float(np.abs(ri).max()), max_abs) < NEGLIGIBLE:
+            continue
+        cosines.append((_cosine(ri, gi, max_abs), i))
+    if not cosines:
+        return []
+    worst, where = min(cosines)
+    metrics.update(slice_axis=axis, slice_cosine=worst, worst_slice=where)
+    floor = rule.tol.get("min_slice_cosine")
+    if floor is None:
+        return []
+    below = sorted(i for c, i in cosines if c < floor)
+    metrics["slices_below"] = len(below)
+    if not below:
+        return []
+    return [f"{name}: {len(below)} of {n} slices along axis {axis} have cosine < min_slice_cosine {floor} "
+            f"(indices {spans(below)}; worst {worst:.4f} at {where}): a block of channels the whole-tensor cosine "
+            f"hides"]
+
+
+def spans(indices: list[int]) -> str:
+    """Sorted indices as runs: [1, 2, 3, 7] -> '1..3, 7' (at most 6 runs shown)."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(f"{a}..{b}" if b > a else str(a) for a, b in runs[:6])
+    return text + (f", … ({len(runs) - 6} more runs)" if len(runs) > 6 else "")
+
+
+def _scores(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | None], kind: str,
+            metrics: dict[str, Any]) -> list[str]:
+    """Class-score agreement along the last axis: top-1, the reference's top-1 within the artifact's top-5,
+    top-1 where the reference is confident; a distribution's rows must still sum to 1."""
+    import numpy as np
+
+    k = ref[0].shape[-1] if ref[0].ndim else 0
+    if k < 2 or not ref[0].size:
+        return []
+    r = np.concatenate([a.astype(np.float64).reshape(-1, k) for a in ref])
+    g = np.concatenate([b.astype(np.float64).reshape(-1, k) for b in out])
+    g = np.where(np.isfinite(g), g, -np.inf)
+    best = r.argmax(-1)
+    agree = best == g.argmax(-1)
+    metrics["top1"] = float(agree.mean())
+    if k > 5:
+        top5 = np.argpartition(-g, 5, axis=-1)[:, :5]
+        metrics["top5"] = float((top5 == best[:, None]).any(-1).mean())
+    probs = r if kind == "distribution" else _softmax(r)
+    confident = probs.max(-1) >= CONFIDENT
+    metrics["confident_rows"] = int(confident.sum())
+    if confident.any():
+        metrics["top1_confident"] = float(agree[confident].mean())
+    if kind == "distribution":
+        metrics["sum_error"] = float(np.nan_to_num(np.abs(g.sum(-1) - 1), nan=np.inf, posinf=np.inf).max())
+    problems = []
+    for key, label in (("top1", "top-1 agreement"), ("top5", "top-5 agreement (reference top-1 in top-5)"),
+                       ("top1_confident", "top-1 agreement where the reference is confident")):
+        floor, value = tol.get(f"min_{key}"), metrics.get(key)
+        if floor is not None and value is not None and value < floor:
+            problems.append(f"{name}: {label} {value:.1%} < min_{key} {floor:.0%} ({len(r)} rows)")
+    floor = tol.get("max_sum_error")
+    if kind == "distribution" and floor is not None and metrics["sum_error"] > floor:
+        problems.append(f"{name}: probabilities no longer sum to 1 (off by up to {metrics['sum_error']:.3g} > "
+                        f"max_sum_error {floor:g})")
+    return problems
+
+
+def _softmax(x: Any) -> Any:
+    import numpy as np
+
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
