@@ -39,8 +39,9 @@ class ModelIO:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelIO:
-        def tensors(items: list[dict[str, Any]]) -> tuple[Tensor, ...]:
-            return tuple(Tensor(t["name"], t["dtype"], None if t["shape"] is None else tuple(t["shape"]))
+        def tensors(items: list[dict[str, Any]]) -> tuple[Tensor, ...]:  # memos may hold -1 dims (dynamic)
+            return tuple(Tensor(t["name"], t["dtype"], None if t["shape"] is None else
+                                tuple(None if isinstance(d, int) and d < 0 else d for d in t["shape"]))
                          for t in items)
 
         return cls(tensors(d["inputs"]), tensors(d["outputs"]), d["opset"], d["ir_version"], d["producer"],
@@ -66,7 +67,7 @@ def _tensor(value_info: Any) -> Tensor:
         return Tensor(value_info.name, dtype, None)
     dims: list[Dim] = []
     for d in t.shape.dim:
-        if d.HasField("dim_value"):  # 0 is a static size too
+        if d.HasField("dim_value") and d.dim_value >= 0:  # 0 is a static size too; -1 (exporters) is dynamic
             dims.append(int(d.dim_value))
         else:
             dims.append(d.dim_param or None)
