@@ -12,6 +12,7 @@ from typing import Any
 
 from gpux.config import CONFIG_NAMES
 from gpux.config.load import load_config
+from gpux.config.locate import open_project
 from gpux.config.schema import GpuxConfig
 from gpux.errors import ConfigError, ExitCode, GpuxError, Problem
 
@@ -124,7 +125,8 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
             return Result(path, sorted(exc.problems, key=lambda p: (p.line, p.col)))
         return Result(path)
     try:
-        project = load_config(path, require_model=check_model)
+        project = open_project(str(path)) if path.suffix.lower() == ".onnx" else \
+            load_config(path, require_model=check_model)
         if check_model:
             from gpux.model.io import compat_check, load_checked
 
@@ -155,8 +157,9 @@ def declared_io_problems(project: Any) -> None:
     try:
         io = read_io(project.source)
     except (WireError, OSError) as exc:
-        raise ConfigError([project.problem(("model", "source"), f"{project.source.name}: not a readable ONNX "
-                                           f"model ({exc})")]) from None
+        named = "" if project.implied else f"{project.source.name}: "
+        raise ConfigError([project.problem(("model", "source"), f"{named}not a readable ONNX model ({exc})")]) \
+            from None
     problems = check_declared(project, io)
     if problems:
         raise ConfigError(problems)

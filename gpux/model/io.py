@@ -222,8 +222,8 @@ def load_checked(project: Project, store_dir: str | Path | None = None) -> Model
     io = read_io(project.source, store_root(project.root, store_dir) / ".model-io.json")
     model_problems = [*io.problems, *compat_check(io).problems]
     if model_problems:
-        raise ConfigError([project.problem(("model", "source"), f"{project.source.name}: {m}")
-                           for m in model_problems])
+        named = "" if project.implied else f"{project.source.name}: "  # else the problem names the model
+        raise ConfigError([project.problem(("model", "source"), named + m) for m in model_problems])
     problems = check_declared(project, io)
     missing = [f for f in io.external_data if not (project.source.parent / f).is_file()]
     if missing:
