@@ -39,7 +39,8 @@ class GpuxError(Exception):
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem in a config file, located to its line and column."""
+    """One problem in a config file, located to its line and column: `FILE:LINE:COL FIELD: message`, else
+    `FILE:LINE:COL: message` or `FILE: message`."""
 
     file: str
     line: int
@@ -49,7 +50,7 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}:{self.col}" if self.line else self.file
-        return f"{where} {self.field}: {self.message}" if self.field else f"{where} {self.message}"
+        return f"{where} {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
 
 
 class ConfigError(GpuxError):

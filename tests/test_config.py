@@ -22,39 +22,39 @@ V1_KEYS = "schema_version, name, version, description, model, inputs, outputs, s
 INVALID: list[tuple[str, str, list[str]]] = [
     # YAML itself
     ("yaml-syntax", "name: [m\nmodel: {source: model.onnx}\n",
-     ["gpux.yml:2:6 YAML syntax: expected ',' or ']', but got ':' (parsing a flow sequence started at line 1)"]),
+     ["gpux.yml:2:6: YAML syntax: expected ',' or ']', but got ':' (parsing a flow sequence started at line 1)"]),
     ("tab-indent", "name: m\nmodel:\n\tsource: model.onnx\n",
-     ["gpux.yml:3:1 YAML syntax: tab character; indent with spaces"]),
+     ["gpux.yml:3:1: YAML syntax: tab character; indent with spaces"]),
     ("bad-indentation", "name: m\nmodel:\n  source: model.onnx\n format: onnx\n",
-     ["gpux.yml:4:2 YAML syntax: this key is indented unlike the keys above it (parsing a block mapping started "
+     ["gpux.yml:4:2: YAML syntax: this key is indented unlike the keys above it (parsing a block mapping started "
       "at line 1)"]),
     ("unclosed-brace", "name: m\nmodel: {source: model.onnx\n",
-     ["gpux.yml:3:1 YAML syntax: expected ',' or '}', but got the end of the file (parsing a flow mapping started "
+     ["gpux.yml:3:1: YAML syntax: expected ',' or '}', but got the end of the file (parsing a flow mapping started "
       "at line 2)"]),
     ("unquoted-special-character", "name: @m\nmodel: {source: model.onnx}\n",
-     ["gpux.yml:1:7 YAML syntax: '@' cannot start a plain value; quote the value"]),
+     ["gpux.yml:1:7: YAML syntax: '@' cannot start a plain value; quote the value"]),
     ("python-tag", "name: !!python/object:os.system m\nmodel: {source: model.onnx}\n",
-     ["gpux.yml:1:7 YAML: tag !!python/object:os.system is not allowed (gpux.yml is loaded safely: plain "
+     ["gpux.yml:1:7: YAML: tag !!python/object:os.system is not allowed (gpux.yml is loaded safely: plain "
       "mappings, lists, strings and numbers only)"]),
     ("python-apply-tag", "name: m\nmodel: !!python/object/apply:os.system [echo hi]\n",
-     ["gpux.yml:2:8 YAML: tag !!python/object/apply:os.system is not allowed (gpux.yml is loaded safely: plain "
+     ["gpux.yml:2:8: YAML: tag !!python/object/apply:os.system is not allowed (gpux.yml is loaded safely: plain "
       "mappings, lists, strings and numbers only)"]),
     ("custom-tag", BASE + "description: !include readme.md\n",
-     ["gpux.yml:3:14 YAML: tag !include is not allowed (gpux.yml is loaded safely: plain mappings, lists, "
+     ["gpux.yml:3:14: YAML: tag !include is not allowed (gpux.yml is loaded safely: plain mappings, lists, "
       "strings and numbers only)"]),
     ("two-documents", BASE + "---\nname: n\n",
-     ["gpux.yml:3:1 YAML syntax: a second document ('---'); a gpux.yml holds one"]),
+     ["gpux.yml:3:1: YAML syntax: a second document ('---'); a gpux.yml holds one"]),
     ("duplicate-key", BASE + "name: n\nrutime: {}\n",
      ["gpux.yml:3:1 name: duplicate key (first at line 1); remove one",
       "gpux.yml:4:1 rutime: unknown field (did you mean 'runtime'?)"]),
     ("top-level-list", "- name: m\n  model: {source: model.onnx}\n",
-     ["gpux.yml:1:1 expected a mapping of keys (name:, model:, ...), got a list"]),
+     ["gpux.yml:1:1: expected a mapping of keys (name:, model:, ...), got a list"]),
     ("top-level-scalar", "resnet50\n",
-     ["gpux.yml:1:1 expected a mapping of keys (name:, model:, ...), got 'resnet50'"]),
+     ["gpux.yml:1:1: expected a mapping of keys (name:, model:, ...), got 'resnet50'"]),
     ("empty-file", "",
-     ["gpux.yml:1:1 no settings in this file; a gpux.yml needs at least name: and model: {source: ...}"]),
+     ["gpux.yml:1:1: no settings in this file; a gpux.yml needs at least name: and model: {source: ...}"]),
     ("comments-only", "# name: m\n# model: {source: model.onnx}\n",
-     ["gpux.yml:1:1 no settings in this file; a gpux.yml needs at least name: and model: {source: ...}"]),
+     ["gpux.yml:1:1: no settings in this file; a gpux.yml needs at least name: and model: {source: ...}"]),
     # name, version, schema_version
     ("missing-name", "# a model\nmodel: {source: model.onnx}\n",
      ["gpux.yml:2:1 name: required field is missing: model name used by `gpux run NAME`"]),
@@ -317,7 +317,7 @@ def test_not_utf8(project: Path) -> None:
     Path("gpux.yml").write_bytes(b"name: \xff\xfe\n")
     with pytest.raises(ConfigError) as caught:
         load_config("gpux.yml")
-    assert caught.value.lines()[0].startswith("gpux.yml cannot read: 'utf-8' codec can't decode")
+    assert caught.value.lines()[0].startswith("gpux.yml: cannot read: 'utf-8' codec can't decode")
 
 
 # Through the real CLI: exit 3, the same lines on stderr, never a traceback.

@@ -62,8 +62,8 @@ def test_paths_that_name_no_config(tree: Path, capsys: pytest.CaptureFixture[str
     (tree / "empty").mkdir()
     code, out, err = run(capsys, "nope.yml", "zz*/gpux.yml", "empty", "a")
     assert code == ExitCode.CONFIG
-    assert err.splitlines() == ["error: nope.yml file not found", "error: zz*/gpux.yml no file matches this pattern",
-                                "error: empty no gpux.yml in this folder or below"]
+    assert err.splitlines() == ["error: nope.yml: file not found", "error: zz*/gpux.yml: no file matches this pattern",
+                                "error: empty: no gpux.yml in this folder or below"]
     assert out.splitlines() == ["ok: a/gpux.yml", "1 valid, 3 invalid"]
 
 

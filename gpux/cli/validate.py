@@ -12,10 +12,12 @@ from typing import Any
 
 from gpux.config import CONFIG_NAMES
 from gpux.config.load import load_config
+from gpux.config.locate import open_project
 from gpux.config.schema import GpuxConfig
-from gpux.errors import ConfigError, ExitCode, GpuxError, Problem
+from gpux.errors import ConfigError, ExitCode, GpuxError, Problem, UsageError
 
 SCHEMA_ID = "https://gpux.dev/schemas/gpux.schema.json"
+SCHEMA_FILE = "schemas/gpux.schema.json"  # the checked-in schema, relative to the repository root
 SKIP_DIRS = {"node_modules", "__pycache__", "site-packages"}  # and every hidden folder (.git, .venv, .gpux)
 
 
@@ -27,24 +29,35 @@ def schema_text() -> str:
 
 
 def schema_command(output: str | None, check: bool) -> None:
-    """`gpux schema`: print the JSON Schema, write it to `output`, or (--check) fail if `output` differs."""
+    """`gpux schema`: print the JSON Schema, write it to `output`, or (--check) fail if `output` (default: the
+    checked-in schemas/gpux.schema.json under the current folder) differs."""
     import click
 
     text = schema_text()
+    if check:
+        check_schema(output, text)
+        click.echo(f"{output or SCHEMA_FILE} is up to date")
+        return
     if output is None:
         click.echo(text, nl=False)
         return
     p = Path(output)
-    if check:
-        if not p.is_file():
-            raise GpuxError(f"{output} does not exist", hint="write it with `make schema` (gpux schema -o FILE)")
-        if p.read_text(encoding="utf-8") != text:
-            raise GpuxError(f"{output} is out of date with the config models", hint="run `make schema`")
-        click.echo(f"{output} is up to date")
-        return
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(text, encoding="utf-8")
     click.echo(f"wrote {output}")
+
+
+def check_schema(output: str | None, text: str) -> None:
+    """Raise unless the schema file (`output`, else SCHEMA_FILE in the current folder) holds `text`."""
+    if output is None and not Path(SCHEMA_FILE).is_file():
+        raise UsageError(f"--check compares with {SCHEMA_FILE}, which is not in this folder",
+                         hint="run it in the repository root, or pass -o FILE")
+    name = output or SCHEMA_FILE
+    p = Path(name)
+    if not p.is_file():
+        raise GpuxError(f"{name}: does not exist", hint="write it with `make schema` (gpux schema -o FILE)")
+    if p.read_text(encoding="utf-8") != text:
+        raise GpuxError(f"{name}: out of date with the config models", hint="run `make schema`")
 
 
 @dataclass
@@ -124,7 +137,8 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
             return Result(path, sorted(exc.problems, key=lambda p: (p.line, p.col)))
         return Result(path)
     try:
-        project = load_config(path, require_model=check_model)
+        project = open_project(str(path)) if path.suffix.lower() == ".onnx" else \
+            load_config(path, require_model=check_model)
         if check_model:
             from gpux.model.io import compat_check, load_checked
 
@@ -155,8 +169,9 @@ def declared_io_problems(project: Any) -> None:
     try:
         io = read_io(project.source)
     except (WireError, OSError) as exc:
-        raise ConfigError([project.problem(("model", "source"), f"{project.source.name}: not a readable ONNX "
-                                           f"model ({exc})")]) from None
+        named = "" if project.implied else f"{project.source.name}: "
+        raise ConfigError([project.problem(("model", "source"), f"{named}not a readable ONNX model ({exc})")]) \
+            from None
     problems = check_declared(project, io)
     if problems:
         raise ConfigError(problems)

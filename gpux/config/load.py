@@ -5,6 +5,7 @@ Every problem is reported at once (ConfigError), located at file:line:col as the
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,12 @@ from gpux.errors import ConfigError, Problem
 
 @dataclass(frozen=True)
 class Project:
-    """A loaded gpux.yml: the validated config plus where it lives."""
+    """A loaded gpux.yml: the validated config plus where it lives.
+
+    `path` is made absolute here, so `root`, `source` and every path the config names (read as `root / value`)
+    mean the same file whatever the working directory is later (builds run in a scratch folder). `shown` is
+    the file as the user named it, for messages; `implied`: no gpux.yml exists (a plain model file, `shown`),
+    so problems name that file, without a line or a field."""
 
     path: Path
     config: GpuxConfig
@@ -30,6 +36,12 @@ class Project:
     # where v1 fields that an earlier-format file was mapped to are written in that file (see migrate.py)
     aliases: dict[Loc, Loc] = field(default_factory=dict, repr=False)
     notes: list[Problem] = field(default_factory=list, repr=False)  # the warnings, located
+    shown: str = ""
+    implied: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shown", self.shown or str(self.path))
+        object.__setattr__(self, "path", Path(os.path.abspath(self.path)))
 
     @property
     def root(self) -> Path:
@@ -45,7 +57,9 @@ class Project:
 
     def problem(self, loc: tuple[str, ...], message: str, key: bool = False, as_written: bool = False) -> Problem:
         """A Problem at the v1 field `loc` (or at `loc` as the file writes it), named and located as written."""
-        return Written(self.path, self.marks, self.aliases).problem(loc, message, key, as_written)
+        if self.implied:
+            return Problem(self.shown, 0, 0, "", message)
+        return Written(Path(self.shown), self.marks, self.aliases).problem(loc, message, key, as_written)
 
 
 def find_config(path: str | Path) -> Path:

@@ -22,8 +22,9 @@ def bare_model(path: Path) -> Project:
     """A project for a plain .onnx file: I/O read from the model, defaults everywhere."""
     name = "".join(c if c.isalnum() or c in "._-" else "-" for c in path.stem) or "model"
     config = GpuxConfig(name=name, model=ModelSource(source=path.name))
-    # not a real gpux.yml: nothing (name index, no-op record) may mistake it for one
-    return Project(path=path.resolve().with_name(path.name + ".gpux.yml"), config=config)
+    # not a real gpux.yml: nothing (name index, no-op record) may mistake it for one; problems name the model
+    return Project(path=path.resolve().with_name(path.name + ".gpux.yml"), config=config, shown=str(path),
+                   implied=True)
 
 
 def open_project(target: str) -> Project:

@@ -39,8 +39,9 @@ class ModelIO:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelIO:
-        def tensors(items: list[dict[str, Any]]) -> tuple[Tensor, ...]:
-            return tuple(Tensor(t["name"], t["dtype"], None if t["shape"] is None else tuple(t["shape"]))
+        def tensors(items: list[dict[str, Any]]) -> tuple[Tensor, ...]:  # memos may hold -1 dims (dynamic)
+            return tuple(Tensor(t["name"], t["dtype"], None if t["shape"] is None else
+                                tuple(None if isinstance(d, int) and d < 0 else d for d in t["shape"]))
                          for t in items)
 
         return cls(tensors(d["inputs"]), tensors(d["outputs"]), d["opset"], d["ir_version"], d["producer"],
@@ -66,7 +67,7 @@ def _tensor(value_info: Any) -> Tensor:
         return Tensor(value_info.name, dtype, None)
     dims: list[Dim] = []
     for d in t.shape.dim:
-        if d.HasField("dim_value"):  # 0 is a static size too
+        if d.HasField("dim_value") and d.dim_value >= 0:  # 0 is a static size too; -1 (exporters) is dynamic
             dims.append(int(d.dim_value))
         else:
             dims.append(d.dim_param or None)
@@ -221,8 +222,8 @@ def load_checked(project: Project, store_dir: str | Path | None = None) -> Model
     io = read_io(project.source, store_root(project.root, store_dir) / ".model-io.json")
     model_problems = [*io.problems, *compat_check(io).problems]
     if model_problems:
-        raise ConfigError([project.problem(("model", "source"), f"{project.source.name}: {m}")
-                           for m in model_problems])
+        named = "" if project.implied else f"{project.source.name}: "  # else the problem names the model
+        raise ConfigError([project.problem(("model", "source"), named + m) for m in model_problems])
     problems = check_declared(project, io)
     missing = [f for f in io.external_data if not (project.source.parent / f).is_file()]
     if missing:

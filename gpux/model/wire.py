@@ -14,6 +14,7 @@ from gpux.model.io import Dim, ModelIO, Tensor
 MODEL_GRAPH, MODEL_IR = 7, 1
 GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_OUTPUT = 5, 11, 12
 TENSOR_NAME = 8
+INT64_SIGN, UINT64 = 1 << 63, 1 << 64
 
 
 class WireError(ValueError):
@@ -80,11 +81,17 @@ def _tensor(value_info: memoryview) -> Tensor:
         value: Dim = None
         for n, v in fields(dim):
             if n == 1 and isinstance(v, int):
-                value = v
+                value = _dim_value(v)
             elif n == 2 and isinstance(v, memoryview):
                 value = bytes(v).decode("utf-8", "replace") or None
         dims.append(value)
     return Tensor(name, ONNX_DTYPES.get(elem, f"onnx-type-{elem}"), tuple(dims))
+
+
+def _dim_value(raw: int) -> Dim:
+    """A dim_value as the int64 it encodes; a negative one (exporters write -1) is an unnamed dynamic dim."""
+    value = raw - UINT64 if raw >= INT64_SIGN else raw
+    return None if value < 0 else value
 
 
 def read_io(path: Path) -> ModelIO:
@@ -92,12 +99,13 @@ def read_io(path: Path) -> ModelIO:
     with open(path, "rb") as f:
         if not f.seek(0, 2):
             raise WireError("empty file")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            view = memoryview(mm)
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm, memoryview(mm) as view:
             try:
                 return _read(view)
-            finally:
-                view.release()
+            except (WireError, IndexError, ValueError) as exc:
+                # raised again outside: the traceback holds slices of the map, which then could not close
+                reason = str(exc) or type(exc).__name__
+    raise WireError(reason)
 
 
 def _read(buf: memoryview) -> ModelIO:

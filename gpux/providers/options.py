@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ByteSize, ConfigDict, Field, model_validator
 
 DIM_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _DEVICE = r"(?:CPU|GPU(?:\.\d+)?|NPU)"
@@ -24,6 +24,20 @@ COREML_TARGETS: dict[str, int] = {
     **{f"macOS{v}": v + 3 for v in range(11, 16)},
 }
 COREML_BITS = {"palettize": (1, 2, 3, 4, 6, 8), "linear_quantize": (4, 8)}
+
+
+def yaml_switch(off: str, on: str | None = None) -> BeforeValidator:
+    """A mode field's names for YAML 1.1's booleans: `compile: off` (also no, false) reaches pydantic as False,
+    `on` (yes, true) as True; they read as the field's `off` mode and its `on` mode, if it has one."""
+
+    def mode(value: Any) -> Any:
+        if isinstance(value, bool):
+            return off if not value else on if on is not None else value
+        return value
+
+    return BeforeValidator(mode)
+
+
 CoreMLTarget = Annotated[str, Field(json_schema_extra={"enum": list(COREML_TARGETS)})]
 Arena = Literal["next_power_of_two", "same_as_requested"]
 
@@ -59,8 +73,10 @@ _RUNTIME = ("'onnxruntime' runs the ONNX artifact through ONNX Runtime; 'torch' 
 class TorchOptions(Options):
     """PyTorch as the runtime (`runtime: torch`): eager or torch.compile on the provider's device."""
 
-    compile: Literal["auto", "off", "default", "reduce-overhead", "max-autotune"] = _field(
-        "auto", "torch.compile mode, or off (eager). 'auto' = default on cuda and rocm, off on cpu and mps.")
+    compile: Annotated[Literal["auto", "off", "default", "reduce-overhead", "max-autotune"],
+                       yaml_switch("off", "default")] = _field(
+        "auto", "torch.compile mode, or off (eager; on = default). 'auto' = default on cuda and rocm, off on cpu "
+        "and mps.")
     precision: Literal["fp32", "fp16", "bf16"] = _field(
         "fp32", "dtype the model's weights and float inputs are cast to (outputs come back as float32).")
     channels_last: bool = _field(False, "Convert the model and 4-D inputs to the channels_last memory format.")
@@ -89,9 +105,9 @@ class CPUOptions(Options):
 
     runtime: Literal["onnxruntime", "torch"] = _field("onnxruntime", _RUNTIME)
 
-    optimization: Literal["disabled", "basic", "extended", "all"] = _field(
-        "basic", "ONNX Runtime graph optimization level; 'basic' stays portable, 'extended' and 'all' "
-        "write ONNX Runtime-specific operators.")
+    optimization: Annotated[Literal["disabled", "basic", "extended", "all"], yaml_switch("disabled")] = _field(
+        "basic", "ONNX Runtime graph optimization level (off = disabled); 'basic' stays portable, 'extended' "
+        "and 'all' write ONNX Runtime-specific operators.")
     precision: Literal["fp32", "fp16", "int8"] = _field("fp32", "Precision of the built model.")
     quantization: Literal["dynamic", "static"] = _field(
         "dynamic", "int8 only: 'dynamic' quantizes activations at run time; 'static' uses calibration data.")
@@ -270,8 +286,8 @@ class CoreMLOptions(Options):
     minimum_deployment_target: CoreMLTarget | None = _field(
         None, "Native builds: oldest OS to support, as coremltools names it (iOS16, macOS13, ...).")
     compute_precision: Literal["fp16", "fp32"] = _field("fp16", "Native builds: precision of intermediates.")
-    compression: Literal["none", "palettize", "linear_quantize", "prune"] = _field(
-        "none", "Native builds: coremltools post-training weight compression.")
+    compression: Annotated[Literal["none", "palettize", "linear_quantize", "prune"], yaml_switch("none")] = _field(
+        "none", "Native builds: coremltools post-training weight compression (off = none).")
     compression_bits: int | None = _field(
         None, "Bits per weight: palettize 1/2/3/4/6/8, linear_quantize 4/8; unset = coremltools default.")
 
