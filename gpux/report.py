@@ -12,10 +12,15 @@ if TYPE_CHECKING:
     from gpux.config.load import Project
 
 
+EMITTED = False  # a command printed its document: a failure after it adds none (gpux.cli.failure)
+
+
 def emit_json(doc: Any) -> None:
     """One strict JSON document on stdout (NaN and infinities become null)."""
+    global EMITTED
     sys.stdout.write(json.dumps(_finite(json.loads(json.dumps(doc, default=_default))), indent=2,
                                 allow_nan=False) + "\n")
+    EMITTED = True
 
 
 def _finite(value: Any) -> Any:
@@ -49,6 +54,12 @@ def absent(attempt: dict[str, Any], source: str) -> bool:
 def attempt_line(a: dict[str, Any]) -> str:
     fix = f" → {a['fix']}" if a.get("fix") else ""
     return f"skipped {a['provider']} ({a['stage']}): {a['reason']}{fix}"
+
+
+def fallback_warnings(attempts: list[dict[str, Any]], source: str) -> list[str]:
+    """One `skipped PROVIDER (stage): reason → fix` line per provider asked for and passed over: the
+    warnings of a fallback (with `auto`, providers simply absent from this machine are none)."""
+    return [attempt_line(a) for a in attempts if not a["ok"] and not absent(a, source)]
 
 
 def absent_note(attempts: list[dict[str, Any]], source: str) -> str:
@@ -108,7 +119,7 @@ def info(msg: str) -> None:
 def provider_lines(report: dict[str, Any]) -> list[str]:
     """requested → used, then one line per skipped provider with its reason and fix."""
     source = report["request_source"]
-    lines = [attempt_line(a) for a in report["attempts"] if not a["ok"] and not absent(a, source)]
+    lines = fallback_warnings(report["attempts"], source)
     pl = report.get("placement")
     if pl:
         nodes = ", ".join(f"{ep} {n}" for ep, n in pl["nodes"].items())
@@ -243,20 +254,29 @@ def artifacts_table(arts: list[dict[str, Any]]) -> str:
     return format_table(["artifact", "state", "size", "verification", "path"], rows)
 
 
+def build_warnings(doc: dict[str, Any]) -> list[str]:
+    """A build document's warnings, then each provider asked for and passed over, a build for a provider
+    that cannot run here, and which provider was built instead of the one asked for (each said once)."""
+    source = doc["requested"]["source"]
+    said = list(doc.get("warnings") or [])
+    more = fallback_warnings(doc.get("attempts") or [], source)
+    if doc.get("cannot_run"):
+        more.append(f"built for {doc['provider']}, which cannot run on this machine: {doc['cannot_run']}")
+    if fallback_warnings(doc.get("attempts") or [], source):
+        more.append(f"built for {doc['provider']} instead of {doc['requested']['chain'][0]}")
+    return said + [w for w in more if w not in said]
+
+
 def render_build(doc: dict[str, Any]) -> None:
     """`gpux build`'s human report: warnings and skipped providers on stderr, one line per target."""
-    for w in doc.get("warnings") or []:
+    for w in build_warnings(doc):
         warn(w)
     source = doc["requested"]["source"]
     attempts = doc.get("attempts") or []
-    missed = [a for a in attempts if not absent(a, source)]
-    for a in attempts if VERBOSE else missed:
-        (warn if a in missed else info)(attempt_line(a))
-    if doc.get("cannot_run"):
-        warn(f"built for {doc['provider']}, which cannot run on this machine: {doc['cannot_run']}")
-    if missed:
-        warn(f"built for {doc['provider']} instead of {doc['requested']['chain'][0]}")
-    elif source == "auto":
+    for a in attempts if VERBOSE else []:
+        if absent(a, source):
+            info(attempt_line(a))
+    if source == "auto" and not fallback_warnings(attempts, source):
         info(f"provider: auto → {doc['provider']}{absent_note(attempts, source)}")
     for t in doc["targets"]:
         v = t.get("verification") or {}

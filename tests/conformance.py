@@ -1,7 +1,8 @@
 """ONNX's own backend node tests, regenerated from the installed onnx's case code, run through gpux.
 
 Each case's model is written to a project folder with its inputs declared as `verify.data` (the implicit build
-is verified on them), run with gpux.load, then compared with onnx's expected outputs at the case's tolerance. Every case ends in one class:
+is verified on them), run with gpux.load, then compared with onnx's expected outputs at the case's tolerance.
+Every case ends in one class:
 
   pass      ran on the asked provider, outputs equal the expected ones
   fallback  ran, on another provider after the asked one failed (the reason is recorded)

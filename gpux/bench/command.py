@@ -85,7 +85,7 @@ def bench_one(project: Project, provider: str | None, precision: str | None, row
 
     label = precision or "-"
     try:
-        session = load(project, provider, strict=strict, store_dir=store, log=log)
+        session = load(project, provider, strict=strict, store_dir=store, log=log, provider_source="--provider")
     except VerificationFailed as exc:
         return bench.result_row(provider or "auto", label, None, bench.Phases(), status="failed verification",
                                 error=" ".join(x.strip() for x in exc.message.splitlines() if x.strip()))
@@ -113,7 +113,7 @@ def bench_one(project: Project, provider: str | None, precision: str | None, row
         return bench.result_row(
             session.provider, precision or (art.manifest["target"]["precision"] if art else "-"), stats, phases,
             status=status, latencies_s=m.latencies_s, requested=provider or "auto", runs_on=session.used,
-            attempts=info["attempts"], artifact=str(art.main) if art else None,
+            request_source=info["request_source"], attempts=info["attempts"], artifact=str(art.main) if art else None,
             artifact_size=art.size() if art else None,
             artifact_sha256=art.manifest["files"][art.manifest["main"]]["sha256"] if art else None,
             accuracy={"min_cosine": min((o["cosine"] for o in outputs.values()), default=None),
@@ -158,6 +158,7 @@ def benchmark_command(req: BenchmarkRequest) -> int:
         rows = [bench_one(project, req.provider, None, Rows(protocol, shape_values, req.store, req.input_file, log),
                           strict=req.strict)]
     doc = bench.make_document(rows, environment(project, protocol))
+    doc["warnings"] = row_warnings(rows, hide_unavailable=req.provider == "all")
     code = 0 if base is None else gate(doc, base, req)
     if req.as_json:
         report.emit_json(doc)
@@ -232,20 +233,16 @@ def gate(doc: dict[str, Any], base: dict[str, Any], req: BenchmarkRequest) -> in
 def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_providers: bool) -> None:
     """The table on stdout; on stderr, what went wrong per row, one line for the providers not on this
     machine (with -p all), and the baseline gate: each regression an error, the rest one line."""
-    absent = [r for r in rows if all_providers and r["status"] == "unavailable" and not report.VERBOSE]
+    hide = all_providers and not report.VERBOSE
+    absent = [r for r in rows if hide and r["status"] == "unavailable"]
     print(report.results_table([r for r in rows if r not in absent]))
     if absent:
         report.info(f"not on this machine: {', '.join(r['provider'] for r in absent)} (-v says why)")
+    for w in row_warnings(rows, hide_unavailable=hide):
+        report.warn(w)
     for row in rows:
-        label = f"{row['provider']} {row['precision']}"
-        source = "auto" if row.get("requested") == "auto" else "--provider"
-        for a in row.get("attempts") or []:
-            if not a["ok"] and not report.absent(a, source):
-                report.warn(f"{label}: {report.attempt_line(a)}")
         for w in (row.get("stats") or {}).get("warnings", []):
-            report.info(f"{label}: {w}")
-        if row.get("error") and row not in absent:
-            report.warn(f"{label}: {row['status']}: {row['error']}")
+            report.info(f"{row['provider']} {row['precision']}: {w}")
     if gate is None:
         return
     for r in gate["regressions"]:
@@ -255,6 +252,20 @@ def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_provider
     if not gate["regressions"]:
         report.info(f"baseline {gate['file']}: no regression beyond {gate['max_regression_pct']:g}% "
                     f"({len(gate['notes'])} notes; -v shows them)")
+
+
+def row_warnings(rows: list[dict[str, Any]], hide_unavailable: bool) -> list[str]:
+    """Per row, each provider asked for and passed over (a fallback) and what stopped the row, as
+    `PROVIDER PRECISION: ...` lines: the text output's warnings and the JSON document's `warnings`.
+    `hide_unavailable`: rows of providers not on this machine (`-p all`) are no warning."""
+    out: list[str] = []
+    for row in rows:
+        label = f"{row['provider']} {row['precision']}"
+        source = row.get("request_source") or ("auto" if row.get("requested") == "auto" else "--provider")
+        out += [f"{label}: {line}" for line in report.fallback_warnings(row.get("attempts") or [], source)]
+        if row.get("error") and not (hide_unavailable and row["status"] == "unavailable"):
+            out.append(f"{label}: {row['status']}: {row['error']}")
+    return out
 
 
 def load_baseline(path: str) -> dict[str, Any]:

@@ -75,6 +75,7 @@ def build_command(req: BuildRequest) -> int:
     doc = {**result.to_dict(), "requested": selection.to_dict(),
            "cannot_run": None if cannot_run is None else cannot_run.reason,
            "attempts": [a.to_dict() for a in attempts], "warnings": project.warnings}
+    doc["warnings"] = report.build_warnings(doc)  # the fallback included: --json says what the text says
     outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
     replay.record(project, request, doc, before, config_sha, outputs)
     report.emit_json(doc) if req.as_json else report.render_build(doc)

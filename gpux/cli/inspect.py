@@ -22,7 +22,8 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
 
 
 def describe(target: str, store_dir: str | None) -> tuple[dict[str, Any], list[str]]:
-    """The inspect document, and the warnings about this installation (the text report ends with them)."""
+    """The inspect document, and its warnings (the text report ends with them): this installation, the
+    choice (a reset `gpux use`, a lock measured elsewhere) and the providers asked for that a run would skip."""
     from gpux.config import CONFIG_NAMES
     from gpux.config.locate import open_project
     from gpux.model.io import effective_io, load_checked, source_files
@@ -38,17 +39,29 @@ def describe(target: str, store_dir: str | None) -> tuple[dict[str, Any], list[s
     chosen = next((p for p in selection.chain if probe_for(project, p).ok), None)
     arts = artifact_rows(project, io, store_dir)
     size = sum(f.stat().st_size for f in source_files(project, io))
-    warnings = [w for w in [ort_conflict_warning()] if w]
+    warnings = [w for w in [ort_conflict_warning()] if w] + whys + would_skip(project, selection, chosen)
     bare = project.path.name not in CONFIG_NAMES  # a plain model file: no gpux.yml exists
     doc = {"name": project.name, "version": project.config.version, "config": None if bare else str(project.path),
            "source": str(project.source), "size": size, "opset": io.opset, "ir_version": io.ir_version,
            "producer": io.producer, "inputs": [t.to_dict() for t in inputs.values()],
            "outputs": [t.to_dict() for t in outputs.values()], "selection": selection.to_dict(),
            "would_run_on": chosen, "providers": avail, "artifacts": arts,
-           "warnings": warnings + whys,
+           "warnings": warnings,
            "lock": {"provider": locked, "options": getattr(project.config.providers, locked).model_dump(mode="json")}
            if locked else None, **offer_of(project, store_dir)}
     return doc, warnings
+
+
+def would_skip(project: Any, selection: Any, chosen: str | None) -> list[str]:
+    """The providers asked for (not auto) that a run would pass over before `chosen`, each as the
+    `skipped PROVIDER (probe): reason → fix` line `gpux run` warns with."""
+    from gpux.providers import probe_for
+
+    if selection.source == "auto":
+        return []
+    passed = selection.chain[:selection.chain.index(chosen)] if chosen else selection.chain
+    attempts = [{"provider": p, "stage": "probe", "ok": False, **probe_for(project, p).to_dict()} for p in passed]
+    return report.fallback_warnings(attempts, selection.source)
 
 
 def artifact_rows(project: Any, io: Any, store_dir: str | None) -> list[dict[str, Any]]:

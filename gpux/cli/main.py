@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sys
-import traceback
 from typing import Any
 
 import click
 
 from gpux import __version__
-from gpux.errors import ExitCode, GpuxError, debugging
+from gpux.errors import ExitCode, debugging
 from gpux.providers import PROVIDERS
 
 PROVIDER_HELP = f"auto, one of {', '.join(PROVIDERS)}, or a comma list"
@@ -367,28 +366,18 @@ _add_common(cli)
 
 
 def main(argv: list[str] | None = None) -> None:
-    debug = debugging() or "--debug" in (argv or sys.argv[1:])
+    """Run the CLI; an error ends it with its exit code (gpux.cli.failure: stderr, and a JSON document with
+    --json)."""
+    from gpux import report
+
+    report.EMITTED = False
+    args = sys.argv[1:] if argv is None else list(argv)
+    debug = debugging() or "--debug" in args
     try:
-        cli.main(args=argv, prog_name="gpux", standalone_mode=False)
-    except GpuxError as exc:
-        if debug:
-            traceback.print_exc()
-        for line in exc.lines():
-            click.echo(f"error: {line}", err=True)
-        sys.exit(int(exc.exit_code))
-    except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(int(ExitCode.INTERRUPTED))
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(int(ExitCode.INTERRUPTED))
+        cli.main(args=args, prog_name="gpux", standalone_mode=False)
     except SystemExit:
         raise
-    except BaseException:
-        traceback.print_exc()
-        click.echo(f"error: internal error in gpux {__version__}: please report it with the traceback above",
-                   err=True)
-        sys.exit(int(ExitCode.INTERNAL))
+    except BaseException as exc:
+        from gpux.cli.failure import exit_with
+
+        exit_with(exc, args, debug)

@@ -73,7 +73,7 @@ def run_once(project: Any, req: RunRequest) -> int:
         load_file(req.input_file or "", inputs)
     with holding(project.name, project.root, req.store, "gpux run"), \
             load(project, req.provider, strict=req.strict, store_dir=req.store, log=report.progress(req.as_json),
-                 placement=req.placement) as session:
+                 placement=req.placement, provider_source="--provider") as session:
         values = session.run_feeds(feeds)
         outputs = dict(zip(session.output_names, values, strict=True))
         info = session.report()

@@ -183,7 +183,9 @@ def validate_paths(paths: list[str], fmt: str, check_model: bool, model: bool = 
     bad = sum(1 for r in results if not r.valid)
     if fmt == "json":
         doc = {"valid": bad == 0, "checked": len(results), "invalid": bad, "files": [r.to_dict() for r in results]}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        from gpux.report import emit_json
+
+        emit_json(doc)
     else:
         for r in results:
             for w in r.warnings:

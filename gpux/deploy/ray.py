@@ -57,7 +57,8 @@ class ModelReplica:
     def __init__(self, spec: ModelSpec) -> None:
         from gpux.run.session import load
 
-        self.session = load(spec.config, provider=spec.provider, strict=spec.strict, store_dir=spec.store)
+        self.session = load(spec.config, provider=spec.provider, strict=spec.strict, store_dir=spec.store,
+                            provider_source="--provider")
         settings = self.session.project.config.serve
         tensors = [*self.session.inputs.values(), *self.session.outputs.values()]
         self.batching = settings.max_batch_size > 0 and all(t.shape and not isinstance(t.shape[0], int)

@@ -110,7 +110,7 @@ def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log:
         for step in ms.workspace.config.pipeline:
             if step.model not in sessions:
                 sessions[step.model] = load(ms.models[step.model], choice.provider, strict=True,
-                                            store_dir=store_dir, log=log)
+                                            store_dir=store_dir, log=log, provider_source="workspace")
         plan = wire(ms, {n: (s.inputs, s.outputs) for n, s in sessions.items()})
     except BaseException:
         for s in sessions.values():

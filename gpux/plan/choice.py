@@ -72,9 +72,9 @@ def settle(place: Place, models: dict[str, Project]) -> tuple[str | None, str | 
 
 
 def choose(project: Project, provider: str | None, strict: bool = False,
-           store_dir: str | Path | None = None) -> tuple[Project, Selection, list[str]]:
+           store_dir: str | Path | None = None, given_by: str = "--provider") -> tuple[Project, Selection, list[str]]:
     """(project with tuned options where the lock applies, its Selection, warnings): the one place a single
-    project's provider is chosen."""
+    project's provider is chosen; `given_by` says where `provider` came from (see select)."""
     from gpux.plan.lock import apply_lock
     from gpux.plan.select import ENV_PROVIDER, select
 
@@ -87,7 +87,7 @@ def choose(project: Project, provider: str | None, strict: bool = False,
     if saved is None:
         project, locked, why = apply_lock(project, provider)
         warnings += [why] if why else []
-    return project, select(project, provider, strict, locked, saved), warnings
+    return project, select(project, provider, strict, locked, saved, given_by), warnings
 
 
 __all__ = ["Place", "choose", "read", "settle", "write"]

@@ -20,7 +20,7 @@ class Selection:
     """The ordered providers to try and where that order came from."""
 
     chain: tuple[str, ...]
-    source: str  # --provider | GPUX_PROVIDER | gpux use | runtime.backend | gpux.lock.json | auto
+    source: str  # --provider | argument | GPUX_PROVIDER | gpux use | runtime.backend | gpux.lock.json | auto
     strict: bool
     notes: tuple[str, ...] = field(default=())
 
@@ -44,17 +44,19 @@ def parse_request(value: str, source: str) -> tuple[str, ...]:
 
 
 def select(project: Project, provider: str | None = None, strict: bool = False,
-           locked: str | None = None, saved: str | None = None) -> Selection:
+           locked: str | None = None, saved: str | None = None, given_by: str = "--provider") -> Selection:
     """Precedence: --provider > GPUX_PROVIDER > the provider `gpux use` saved (`saved`, see choice.py) >
     runtime.backend > the provider `gpux tune` locked for this machine (`locked`) > auto. A command's
-    --provider is never remembered: the next command selects afresh."""
+    --provider is never remembered: the next command selects afresh. `given_by` names where `provider`
+    came from (the source recorded and named in errors): `--provider` on the command line, `argument` for
+    `gpux.load(provider=...)`."""
     cfg = project.config
     names = registry()
     strict = strict or not cfg.runtime.fallback
     supported = cfg.runtime.supported
     notes: list[str] = []
     if provider:
-        request, source = parse_request(provider, "--provider"), "--provider"
+        request, source = parse_request(provider, given_by), given_by
     elif os.environ.get(ENV_PROVIDER):
         request, source = parse_request(os.environ[ENV_PROVIDER], ENV_PROVIDER), ENV_PROVIDER
     elif saved:

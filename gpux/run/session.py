@@ -132,12 +132,17 @@ class Session:
         return any(not a.ok and not (auto and a.stage == "probe") for a in self.attempts)
 
     def report(self) -> dict[str, Any]:
-        auto = self.selection.source == "auto"
-        return {"requested": ["auto"] if auto else list(self.selection.chain[:1]),
-                "request_source": self.selection.source, "chain": list(self.selection.chain),
+        """What ran and why: `warnings` holds the session's warnings, then one `skipped ...` line per provider
+        asked for and passed over (what the text output warns about a fallback)."""
+        from gpux.report import fallback_warnings
+
+        source = self.selection.source
+        attempts = [a.to_dict() for a in self.attempts]
+        return {"requested": ["auto"] if source == "auto" else list(self.selection.chain[:1]),
+                "request_source": source, "chain": list(self.selection.chain),
                 "provider": self.provider, "runs_on": self.used if self._runner else None,
-                "fell_back": self.fell_back,
-                "attempts": [a.to_dict() for a in self.attempts], "warnings": self.warnings,
+                "fell_back": self.fell_back, "attempts": attempts,
+                "warnings": [*self.warnings, *fallback_warnings(attempts, source)],
                 "placement": self.placement, "phases": {k: round(v, 4) for k, v in self.timings.items()},
                 "runtime": self.runner.details if self._runner else None, **self._precision()}
 
@@ -163,9 +168,11 @@ class Session:
 
 def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, *, strict: bool = False,
          store_dir: str | Path | None = None, force: bool = False, verify: bool = True,
-         log: Callable[[str], None] | None = None, placement: bool = False) -> Session:
+         log: Callable[[str], None] | None = None, placement: bool = False,
+         provider_source: str = "argument") -> Session:
     """Open a project dir, gpux.yml, model name or .onnx file on the best working provider (`strict`: that
-    provider only, and only a verified artifact)."""
+    provider only, and only a verified artifact). `provider_source` is what the report calls a given `provider`
+    (`request_source`): `argument` here, `--provider` from the CLI."""
     project = target if isinstance(target, Project) else open_project(str(target))
     io = load_checked(project, store_dir)
     warnings = list(project.warnings)
@@ -176,7 +183,7 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
         warnings.append(conflict)
     from gpux.plan.choice import choose
 
-    project, selection, why = choose(project, provider, strict, store_dir)
+    project, selection, why = choose(project, provider, strict, store_dir, provider_source)
     warnings += why
     fallback = Fallback(project, io, selection, store_dir, force, verify, log or (lambda _m: None), strict)
     return Session(fallback, fallback.next(), warnings=warnings, placement=placement)

@@ -51,13 +51,14 @@ def optimize(src: Path, dst: Path, level: str) -> None:
         ort().InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
 
 
-def to_float16(src: Path, dst: Path) -> None:
-    """ONNX Runtime's float16 conversion; inputs and outputs keep their float32 types."""
+def to_float16(src: Path, dst: Path, log: Callable[[str], None] | None = None) -> None:
+    """ONNX Runtime's float16 conversion; inputs and outputs keep their float32 types (its own output to `log`)."""
     onnx = require("onnx")
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     model = onnx.load(str(src))
-    model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=False)
+    with quiet_stderr(log, "onnxruntime.float16"):
+        model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=False)
     save_model(model, dst)
 
 
@@ -68,22 +69,24 @@ def save_model(model: Any, dst: Path) -> None:
 
 
 def quantize(src: Path, dst: Path, mode: str, per_channel: bool,
-             calibration: Sequence[dict[str, Any]] | None = None) -> None:
-    """ONNX Runtime's int8 quantization: dynamic (weights) or static QDQ calibrated on `calibration`."""
+             calibration: Sequence[dict[str, Any]] | None = None, log: Callable[[str], None] | None = None) -> None:
+    """ONNX Runtime's int8 quantization: dynamic (weights) or static QDQ calibrated on `calibration`. The
+    quantizer's own warnings, logs and prints go to `log` (shown with -v), not to the terminal."""
     q = require("onnxruntime.quantization", "cpu")
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     pre = dst.with_name(dst.stem + ".pre.onnx")
-    try:
-        quant_pre_process(str(src), str(pre), skip_symbolic_shape=False)
-    except Exception:  # pre-processing is an optimisation; quantize the source as it is
-        pre = src
-    if mode == "dynamic":
-        q.quantize_dynamic(str(pre), str(dst), weight_type=q.QuantType.QInt8, per_channel=per_channel)
-    else:
-        reader = _Reader(list(calibration or []))
-        q.quantize_static(str(pre), str(dst), reader, quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
-                          activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+    with quiet_stderr(log, "onnxruntime.quantization"):
+        try:
+            quant_pre_process(str(src), str(pre), skip_symbolic_shape=False)
+        except Exception:  # pre-processing is an optimisation; quantize the source as it is
+            pre = src
+        if mode == "dynamic":
+            q.quantize_dynamic(str(pre), str(dst), weight_type=q.QuantType.QInt8, per_channel=per_channel)
+        else:
+            reader = _Reader(list(calibration or []))
+            q.quantize_static(str(pre), str(dst), reader, quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
+                              activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
     if pre != src:
         for p in (pre, pre.with_name(pre.name + ".data")):
             p.unlink(missing_ok=True)
@@ -131,24 +134,75 @@ def create_session(model: Path, ep: str, ep_options: dict[str, str] | None, *, i
 
 
 @contextlib.contextmanager
-def quiet_stderr() -> Iterator[None]:
-    """Silence native libraries writing to fd 2 (ORT's EP load errors are reported by gpux itself)."""
+def quiet_stderr(log: Callable[[str], None] | None = None, label: str = "onnxruntime") -> Iterator[None]:
+    """Keep third-party output off the terminal and off stdout (which --json owns) for the duration: what
+    native libraries write to fds 1 and 2 (ORT's EP load errors are reported by gpux itself), Python's
+    print, logging records and warnings. With `log` (a build's progress log: shown with -v) each of those
+    lines goes there as `[label] line`; without, it is dropped. GPUX_DEBUG leaves everything where it was."""
     if debugging():
         yield
         return
+    lines: list[str] = []
     try:
-        saved = os.dup(2)
+        with _fds_captured(lines), _python_captured(lines):
+            yield
+    finally:
+        said = log or (lambda _msg: None)
+        for line in lines:
+            if line.strip():
+                said(f"[{label}] {line.rstrip()}")
+
+
+@contextlib.contextmanager
+def _fds_captured(lines: list[str]) -> Iterator[None]:
+    """Fds 1 and 2 into a temporary file; its lines are added to `lines` afterwards."""
+    import sys
+    import tempfile
+
+    try:
+        saved = [os.dup(1), os.dup(2)]
     except OSError:
         yield
         return
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    with tempfile.TemporaryFile() as sink:
+        try:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
+            yield
+        finally:
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
+            sink.seek(0)
+            lines += sink.read().decode(errors="replace").splitlines()
+
+
+@contextlib.contextmanager
+def _python_captured(lines: list[str]) -> Iterator[None]:
+    """sys.stdout/stderr, the root logger's records (its handlers set aside, so that a library's
+    logging.warning() configures nothing) and warnings, into `lines`."""
+    import io
+    import logging
+    import warnings
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+    root = logging.getLogger()
+    handlers, root.handlers = root.handlers, [Collect()]
+    text = io.StringIO()
     try:
-        os.dup2(devnull, 2)
-        yield
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(text), \
+                contextlib.redirect_stderr(text):
+            yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
+        root.handlers = handlers
+        lines += text.getvalue().splitlines()
+        lines += [f"{w.category.__name__}: {w.message}" for w in caught]
 
 
 def build_onnx(ctx: Any) -> dict[str, Any]:
@@ -159,12 +213,12 @@ def build_onnx(ctx: Any) -> dict[str, Any]:
     src = ctx.src
     if target.step == "float16":
         src = ctx.workdir / "fp16.onnx"
-        to_float16(ctx.src, src)
+        to_float16(ctx.src, src, ctx.log)
     elif target.step == "quantize":
         src = ctx.workdir / "int8.onnx"
         mode = opts.get("quantization", "dynamic")
         quantize(ctx.src, src, mode, bool(opts.get("per_channel")),
-                 ctx.calibration() if mode == "static" else None)
+                 ctx.calibration() if mode == "static" else None, ctx.log)
     info: dict[str, Any] = {"main": dst.name, "optimization": opts.get("optimization", "basic")}
     if target.step == "quantize":
         info.update(int8_effect(ctx, src))

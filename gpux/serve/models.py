@@ -130,7 +130,9 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     else:
         provider = request.fixed.get(model.name, request.provider)
         strict = request.strict or model.name in request.fixed
-        sessions = [load(model.project, provider=provider, strict=strict, store_dir=request.store)
+        given_by = "workspace" if model.name in request.fixed else "--provider"
+        sessions = [load(model.project, provider=provider, strict=strict, store_dir=request.store,
+                         provider_source=given_by)
                     for _ in range(settings.instances)]
         first = sessions[0]
         model.inputs, model.outputs = dict(first.inputs), dict(first.outputs)
