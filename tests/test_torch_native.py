@@ -1,6 +1,6 @@
 """PyTorch run natively from the command line: `gpux run` compiling on first use (no `gpux build` before it),
-compiling that fails on this machine running eager with one line saying why, and the torch_native example
-built from inside its folder and run by name."""
+compiling that fails on this machine running eager with one line saying why, `gpux tune` trying the torch
+runtime's own options, and the torch_native example built from inside its folder and run by name."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from gpux.bench.tune import TuneRequest, candidates
+from gpux.config.load import load_config
+from gpux.plan.lock import LOCK_NAME
 
 from .conftest import ROOT
 from .conftest import gpux as cli
@@ -63,6 +67,30 @@ def test_compiling_that_fails_here_runs_eager_with_one_line(tmp_path: Path) -> N
     again, err = run_json(project, x, tmp_path, env)
     assert again["runs_on"] == "PyTorch cpu fp32 eager" and "torch.compile" not in err
     assert again["runtime"]["compile_failed"] == doc["runtime"]["compile_failed"]
+
+
+@pytest.mark.slow
+def test_tune_with_runtime_torch_tries_and_locks_torch_options_only(tmp_path: Path) -> None:
+    """ONNX Runtime's optimization levels (an error with `runtime: torch`) are no candidates: the cpu row's torch
+    variants are, and the lock holds one that `run` applies."""
+    project = with_providers(make_mlp_project(tmp_path / "mlp", "tune-torch"), "  cpu: {runtime: torch}\n")
+    rows = candidates(load_config(project), TuneRequest(str(project), providers=("cpu",)))
+    assert [(o.precision, o.options) for o in rows] == [
+        ("fp32", {"torch": {"compile": "off", "precision": "fp32"}}),
+        ("fp32", {"torch": {"compile": "default", "precision": "fp32"}})]
+    r = cli("tune", str(project), "--providers", "cpu", "--seconds", "0.2")
+    assert r.returncode == 0, r.stderr
+    assert "torch.compile=off, torch.precision=fp32" in r.stdout  # a nested block's fields, one by one
+    lock = json.loads((project / LOCK_NAME).read_text())
+    assert [(c["options"], c["status"]) for c in lock["candidates"]] == [(o.options, "ok") for o in rows]
+    assert lock["choice"]["provider"] == "cpu" and lock["choice"]["options"] in [o.options for o in rows]
+    mode = lock["choice"]["options"]["torch"]["compile"]
+    x = {"x": np.linspace(-1, 1, 12, dtype=np.float32).reshape(1, 12).tolist()}
+    ran = cli("run", str(project), "--input", json.dumps(x), "--json")
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
+    assert doc["request_source"] == LOCK_NAME
+    assert doc["runs_on"] == f"PyTorch cpu fp32 {'eager' if mode == 'off' else mode}"  # the locked torch options
 
 
 # ---- examples/torch_native --------------------------------------------------------------------------

@@ -26,7 +26,8 @@ OBJECTIVES = ("latency", "throughput")
 # budget left covers SLOWER times what that one took (accuracy control validates a model per layer it gives back)
 REFINES: dict[tuple[str, str], str] = {("openvino", "accuracy"): "quantize"}
 SLOWER = 10
-# (precision label, option fields) tried per provider; the precision label is what the table shows
+# (precision label, option fields) tried per provider on its own runtime (see option_rows for runtime: torch);
+# the precision label is what the table shows
 CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "cpu": [("fp32", {"precision": "fp32", "optimization": "basic"}),
             ("fp32", {"precision": "fp32", "optimization": "all"}),
@@ -80,17 +81,31 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1e3
 
 
+def option_rows(project: Project, provider: str) -> list[tuple[str, dict[str, Any]]]:
+    """(precision label, option fields) tune tries on `provider`, in the runtime the project runs it with:
+    ONNX Runtime's, OpenVINO's or TensorRT's fields (CANDIDATES), or with `runtime: torch` the `torch:` block's
+    compile mode and precision (the registry row's variants); fields of another runtime are never candidates."""
+    from gpux.providers import registry, runtime_of
+
+    if runtime_of(project, provider) != "torch":
+        return CANDIDATES.get(provider, [])
+    row = registry().get(provider)
+    variants = row.torch.variants if row is not None and row.torch is not None else ()
+    return [(precision, {"torch": {"compile": mode, "precision": precision}}) for mode, precision in variants]
+
+
 def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
-    from gpux.providers import probe
+    from gpux.providers import probe_for, registry
 
     supported = project.config.runtime.supported
     out = []
-    for provider, rows in CANDIDATES.items():
+    for provider in dict.fromkeys([*CANDIDATES, *registry()]):
         if req.providers is not None and provider not in req.providers:
             continue
-        if (supported and provider not in supported) or not probe(provider).ok:
+        rows = [(label, opts) for label, opts in option_rows(project, provider) if label in req.precisions]
+        if not rows or (supported and provider not in supported) or not probe_for(project, provider).ok:
             continue
-        out += [Outcome(provider, label, opts) for label, opts in rows if label in req.precisions]
+        out += [Outcome(provider, label, opts) for label, opts in rows]
     if not out:
         raise UsageError("no candidate to tune: none of the asked providers and precisions is available here",
                          hint="see `gpux inspect` for what this machine has")
@@ -140,8 +155,10 @@ def _needless(o: Outcome, done: list[Outcome], spent: dict[int, float], left_s: 
     return "pending", ""
 
 
-def _opts(options: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in options.items())
+def _opts(options: dict[str, Any], prefix: str = "") -> str:
+    """`precision=fp32, optimization=all`; a nested block's fields as `torch.compile=default`."""
+    return ", ".join(_opts(v, f"{prefix}{k}.") if isinstance(v, dict) else f"{prefix}{k}={v}"
+                     for k, v in options.items())
 
 
 def choose(outcomes: list[Outcome], objective: str) -> Outcome | None:
