@@ -4,9 +4,10 @@ the lock followed only on the machine, runtimes, config and model it was measure
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from gpux.bench.tune import Outcome, choose
+from gpux.bench.tune import Outcome, choose, why_cell
 from gpux.plan.lock import LOCK_NAME
 
 from .conftest import gpux as cli
@@ -47,10 +48,12 @@ def test_a_candidate_failing_its_tolerance_is_out_and_says_by_how_much(mlp_proje
     assert r.returncode == 0, r.stderr
     lock = json.loads(r.stdout)
     failed = [c for c in lock["candidates"] if c["precision"] == "int8"]
-    assert failed and all(c["status"] == "failed verification" and "cosine" in c["why"] for c in failed)
+    whole = r"probs: cosine 0\.\d{6} < min_cosine 0\.9999999"  # the failing metric, value and bound
+    assert failed and all(c["status"] == "failed verification" and re.fullmatch(whole, c["why"]) for c in failed)
     assert lock["choice"]["options"]["precision"] == "fp32"
     none = cli("tune", str(mlp_project), *QUICK, "--precisions", "int8")
     assert none.returncode == 1 and "nothing locked" in none.stderr and "failed verification" in none.stdout
+    assert len(re.findall(whole, none.stdout)) == 2, none.stdout  # in the table too, for dynamic and static int8
     assert json.loads((mlp_project / LOCK_NAME).read_text())["choice"]["options"]["precision"] == "fp32", \
         "the earlier lock stays"
 
@@ -66,6 +69,15 @@ def test_choose_never_takes_a_failed_candidate_however_fast() -> None:
     assert choose([failed, slow, fast], "throughput") is fast
     assert "2.00× slower" in slow.why
     assert choose([failed], "latency") is None
+
+
+def test_why_cell_keeps_short_reasons_whole_and_cuts_long_ones_at_a_word() -> None:
+    metric = "probs: cosine 0.973100 < min_cosine 0.98"
+    assert why_cell(metric) == metric
+    long = "; ".join(f"out{i}: 3 of 8 values outside atol 0.0001 + rtol 0.001·|ref| (within 62.50%)" for i in range(4))
+    cell = why_cell(long)
+    assert len(cell) <= 120 and cell.endswith(" …") and long.startswith(cell[:-2])
+    assert long[len(cell) - 2] == " ", "cut between words"
 
 
 def test_a_lock_from_another_machine_is_not_trusted_silently(mlp_project: Path) -> None:

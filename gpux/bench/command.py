@@ -86,9 +86,10 @@ def bench_one(project: Project, provider: str | None, precision: str | None, row
     label = precision or "-"
     try:
         session = load(project, provider, strict=strict, store_dir=store, log=log)
-    except VerificationFailed as exc:
+    except VerificationFailed as exc:  # a headline, then one line per failing metric
+        lines = [x.strip() for x in exc.message.splitlines() if x.strip()]
         return bench.result_row(provider or "auto", label, None, bench.Phases(), status="failed verification",
-                                error=" ".join(x.strip() for x in exc.message.splitlines() if x.strip()))
+                                error=" ".join(lines), failures=lines[1:])
     except GpuxError as exc:
         return bench.result_row(provider or "auto", label, None, bench.Phases(), status="unavailable",
                                 error=exc.message)

@@ -9,6 +9,7 @@ and select as usual.
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ OBJECTIVES = ("latency", "throughput")
 # budget left covers SLOWER times what that one took (accuracy control validates a model per layer it gives back)
 REFINES: dict[tuple[str, str], str] = {("openvino", "accuracy"): "quantize"}
 SLOWER = 10
+WHY_WIDTH = 120  # the table's why column, cut at a word; the JSON keeps the whole text
 # (precision label, option fields) tried per provider on its own runtime (see option_rows for runtime: torch);
 # the precision label is what the table shows
 CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -135,8 +137,19 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest, log
                                                                    None, log), strict=True)
         o.status = o.row["status"] if o.row["status"] in ("ok", "failed verification") else "unavailable"
         if o.status != "ok":
-            o.why = str(o.row.get("error") or o.row["status"])
+            o.why = why_out(o.row)
         spent[id(o)] = time.monotonic() - started
+
+
+def why_out(row: dict[str, Any]) -> str:
+    """Why a measured candidate is out: each failing metric of its verification whole (`probs: cosine 0.973100
+    < min_cosine 0.98`), else its error."""
+    return "; ".join(row.get("failures") or ()) or str(row.get("error") or row["status"])
+
+
+def why_cell(why: str, width: int = WHY_WIDTH) -> str:
+    """`why` for the table: whole when it fits, else cut at a word boundary."""
+    return textwrap.shorten(why, width, placeholder=" …")
 
 
 def _needless(o: Outcome, done: list[Outcome], spent: dict[int, float], left_s: float) -> tuple[str, str]:
@@ -148,7 +161,7 @@ def _needless(o: Outcome, done: list[Outcome], spent: dict[int, float], left_s: 
     if plain.status == "ok":
         return "not needed", f"int8 {plain_mode} passed verification: layers left in fp32 could only be slower"
     if plain.status != "failed verification":
-        return "unavailable", f"int8 {plain_mode} did not build: {plain.why}"[:200]
+        return "unavailable", f"int8 {plain_mode} did not build: {plain.why}"
     needed_s = SLOWER * spent.get(id(plain), 0.0)
     if needed_s > left_s:
         return "over budget", f"not measured: needs about {needed_s:.0f} s, {left_s:.0f} s of --budget left"
@@ -211,7 +224,7 @@ def render(lock: dict[str, Any]) -> None:
                      "-" if c["p99_ms"] is None else f"{c['p99_ms']:.4f}",
                      "-" if c["throughput"] is None else f"{c['throughput']:.1f}",
                      "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
-                     report.format_size(c["size"]) if c.get("size") else "-", c["why"][:90]])
+                     report.format_size(c["size"]) if c.get("size") else "-", why_cell(c["why"])])
     print(report.format_table(["provider", "precision", "options", "status", "p50 ms", "p99 ms", "per s",
                                "cosine", "size", "why"], rows))
     choice = lock["choice"]
