@@ -115,13 +115,22 @@ def bench_one(project: Project, provider: str | None, precision: str | None, row
             session.provider, precision or (art.manifest["target"]["precision"] if art else "-"), stats, phases,
             status=status, latencies_s=m.latencies_s, requested=provider or "auto", runs_on=session.used,
             attempts=info["attempts"], artifact=str(art.main) if art else None,
-            artifact_size=art.size() if art else None,
+            artifact_size=art.size() if art else None, verification_status=verification_status(verification),
             artifact_sha256=art.manifest["files"][art.manifest["main"]]["sha256"] if art else None,
             accuracy={"min_cosine": min((o["cosine"] for o in outputs.values()), default=None),
                       "max_abs": max((o["max_abs"] for o in outputs.values()), default=None)} if outputs else None,
             options=session.runner.details, versions=art.manifest["key_parts"]["versions"] if art else None,
             shapes={n: list(getattr(v, "shape", ())) for n, v in feeds.items()},
         )
+
+
+def verification_status(verification: dict[str, Any] | None) -> str:
+    """verified | unverified (a lossy artifact checked on generated data only) | skipped, as the manifest's
+    verification says; a manifest from before its `status` key is verified when it passed."""
+    v = verification or {}
+    if "status" in v:
+        return str(v["status"])
+    return "verified" if v.get("passed") else "skipped"
 
 
 @dataclass(frozen=True)

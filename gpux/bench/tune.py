@@ -28,6 +28,7 @@ OBJECTIVES = ("latency", "throughput")
 REFINES: dict[tuple[str, str], str] = {("openvino", "accuracy"): "quantize"}
 SLOWER = 10
 WHY_WIDTH = 120  # the table's why column, cut at a word; the JSON keeps the whole text
+UNVERIFIED = "unverified (generated data only; declare verify.data or calibration data)"
 # (precision label, option fields) tried per provider on its own runtime (see option_rows for runtime: torch);
 # the precision label is what the table shows
 CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -57,6 +58,7 @@ class TuneRequest:
     concurrency: int | None = None  # throughput objective: parallel requests (default 4)
     store: str | None = None
     as_json: bool = False
+    allow_unverified: bool = False  # a lossy candidate verified on generated data only may be locked
 
 
 @dataclass
@@ -66,14 +68,15 @@ class Outcome:
     provider: str
     precision: str
     options: dict[str, Any]
-    status: str = "pending"  # ok | failed verification | unavailable | over budget | not needed
+    status: str = "pending"  # ok | failed verification | unverified | unavailable | over budget | not needed
     row: dict[str, Any] = field(default_factory=dict)
     why: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         stats = self.row.get("stats") or {}
         return {"provider": self.provider, "precision": self.precision, "options": self.options,
-                "status": self.status, "why": self.why, "p50_ms": _ms(stats.get("p50")),
+                "status": self.status, "why": self.why, "verification": self.row.get("verification_status"),
+                "p50_ms": _ms(stats.get("p50")),
                 "p99_ms": _ms(stats.get("p99")), "throughput": stats.get("throughput"),
                 "accuracy": self.row.get("accuracy"), "size": self.row.get("artifact_size"),
                 "build_s": (self.row.get("phases") or {}).get("build_s"), "error": self.row.get("error")}
@@ -174,8 +177,12 @@ def _opts(options: dict[str, Any], prefix: str = "") -> str:
                      for k, v in options.items())
 
 
-def choose(outcomes: list[Outcome], objective: str) -> Outcome | None:
-    """The fastest candidate that passed verification and ran (None: none did); each row says why not."""
+def choose(outcomes: list[Outcome], objective: str, allow_unverified: bool = False) -> Outcome | None:
+    """The fastest candidate that passed verification and ran (None: none did); each row says why not. One
+    verified on generated data only (a lossy artifact: "unverified") is listed, not chosen, unless allowed."""
+    for o in outcomes:
+        if o.status == "ok" and o.row.get("verification_status") == "unverified" and not allow_unverified:
+            o.status, o.why = "unverified", UNVERIFIED
     ok = [o for o in outcomes if o.status == "ok"]
     if not ok:
         return None
@@ -204,7 +211,7 @@ def tune(req: TuneRequest) -> dict[str, Any]:
     outcomes = candidates(project, req)
     started = time.monotonic()
     measure_all(project, outcomes, req, report.progress(req.as_json))
-    best = choose(outcomes, req.objective)
+    best = choose(outcomes, req.objective, req.allow_unverified)
     lock = {"schema": SCHEMA, "name": project.name, "objective": req.objective,
             "choice": None if best is None else {"provider": best.provider, "precision": best.precision,
                                                  "options": best.options},
@@ -229,6 +236,8 @@ def render(lock: dict[str, Any]) -> None:
                                "cosine", "size", "why"], rows))
     choice = lock["choice"]
     if choice is None:
-        report.error("no candidate passed verification and ran: nothing locked (each row says why)")
+        more = "; --allow-unverified may lock an unverified one" if any(
+            c["status"] == "unverified" for c in lock["candidates"]) else ""
+        report.error(f"no candidate passed verification and ran: nothing locked (each row says why{more})")
     else:
         report.info(f"locked {choice['provider']} {choice['precision']} ({_opts(choice['options'])}) in {LOCK_NAME}")
