@@ -184,7 +184,8 @@ def test_coreml_package_from_cli_has_the_requested_precision(projects: dict[str,
     assert info["outputs"][0]["dtype"] == "FLOAT32"  # fp16 compute, float32 results as declared
     assert info["spec_target"] == "iOS16" and info["size"] == target["size"]
     if sys.platform != "darwin":
-        assert manifest["verification"] == {"status": "skipped", "skipped": "Core ML prediction needs macOS; this is linux"}
+        assert manifest["verification"] == {"status": "skipped",
+                                            "skipped": "Core ML prediction needs macOS; this is linux"}
         text = cli("build", str(project), "--provider", "coreml")
         assert text.returncode == 0 and "cannot run on this machine" in text.stderr
         assert f"coreml-package-{precision}: cached" in text.stdout

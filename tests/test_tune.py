@@ -4,9 +4,11 @@ the lock followed only on the machine, runtimes, config and model it was measure
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from gpux.bench.tune import Outcome, choose
+from gpux.bench.command import verification_status
+from gpux.bench.tune import UNVERIFIED, Outcome, choose, why_cell
 from gpux.plan.lock import LOCK_NAME
 
 from .conftest import gpux as cli
@@ -27,10 +29,10 @@ def test_tune_locks_the_fastest_verified_candidate_and_run_follows_it(mlp_projec
     assert r.returncode == 0, r.stderr
     lock = json.loads(r.stdout)
     assert json.loads((mlp_project / LOCK_NAME).read_text())["choice"] == lock["choice"]
-    ok = [c for c in lock["candidates"] if c["status"] == "ok"]
-    assert {c["precision"] for c in ok} == {"fp32", "int8"}
-    assert all(c["accuracy"]["min_cosine"] > 0.98 and c["p50_ms"] > 0 for c in ok)
-    fastest = min(ok, key=lambda c: c["p50_ms"])
+    measured = [c for c in lock["candidates"] if c["status"] in ("ok", "unverified")]  # int8 on generated data
+    assert {c["precision"] for c in measured} == {"fp32", "int8"}
+    assert all(c["accuracy"]["min_cosine"] > 0.98 and c["p50_ms"] > 0 for c in measured)
+    fastest = min((c for c in measured if c["status"] == "ok"), key=lambda c: c["p50_ms"])
     assert lock["choice"]["options"] == fastest["options"] and fastest["why"].startswith("chosen")
     run = json.loads(cli("run", str(mlp_project), "--input", X, "--json").stdout)
     assert run["request_source"] == LOCK_NAME and run["provider"] == "cpu"
@@ -42,15 +44,20 @@ def test_tune_locks_the_fastest_verified_candidate_and_run_follows_it(mlp_projec
 
 
 def test_a_candidate_failing_its_tolerance_is_out_and_says_by_how_much(mlp_project: Path) -> None:
-    auto(mlp_project, "verify: {min_cosine: 0.9999999}\n")  # int8 cannot meet it; fp32 does
+    import numpy as np
+
+    np.savez(mlp_project / "real.npz", x=np.random.default_rng(2).standard_normal((8, 1, 8)).astype(np.float32))
+    auto(mlp_project, "verify: {min_cosine: 0.9999999, data: real.npz}\n")  # int8 cannot meet it; fp32 does
     r = cli("tune", str(mlp_project), *QUICK, "--precisions", "fp32,int8", "--json")
     assert r.returncode == 0, r.stderr
     lock = json.loads(r.stdout)
     failed = [c for c in lock["candidates"] if c["precision"] == "int8"]
-    assert failed and all(c["status"] == "failed verification" and "cosine" in c["why"] for c in failed)
+    whole = r"probs: cosine 0\.\d{6} < min_cosine 0\.9999999"  # the failing metric, value and bound
+    assert failed and all(c["status"] == "failed verification" and re.fullmatch(whole, c["why"]) for c in failed)
     assert lock["choice"]["options"]["precision"] == "fp32"
     none = cli("tune", str(mlp_project), *QUICK, "--precisions", "int8")
     assert none.returncode == 1 and "nothing locked" in none.stderr and "failed verification" in none.stdout
+    assert len(re.findall(whole, none.stdout)) == 2, none.stdout  # in the table too, for dynamic and static int8
     assert json.loads((mlp_project / LOCK_NAME).read_text())["choice"]["options"]["precision"] == "fp32", \
         "the earlier lock stays"
 
@@ -66,6 +73,58 @@ def test_choose_never_takes_a_failed_candidate_however_fast() -> None:
     assert choose([failed, slow, fast], "throughput") is fast
     assert "2.00× slower" in slow.why
     assert choose([failed], "latency") is None
+
+
+def test_why_cell_keeps_short_reasons_whole_and_cuts_long_ones_at_a_word() -> None:
+    metric = "probs: cosine 0.973100 < min_cosine 0.98"
+    assert why_cell(metric) == metric
+    long = "; ".join(f"out{i}: 3 of 8 values outside atol 0.0001 + rtol 0.001·|ref| (within 62.50%)" for i in range(4))
+    cell = why_cell(long)
+    assert len(cell) <= 120 and cell.endswith(" …") and long.startswith(cell[:-2])
+    assert long[len(cell) - 2] == " ", "cut between words"
+
+
+def outcome(precision: str, p50: float, verification: str = "verified") -> Outcome:
+    return Outcome("cpu", precision, {"precision": precision}, "ok",
+                   {"stats": {"p50": p50, "throughput": 1 / p50}, "verification_status": verification})
+
+
+def test_an_unverified_candidate_is_listed_not_chosen_unless_allowed() -> None:
+    fast_int8, fp32 = outcome("int8", 0.001, "unverified"), outcome("fp32", 0.004)
+    assert choose([fast_int8, fp32], "latency") is fp32
+    assert (fast_int8.status, fast_int8.why) == ("unverified", UNVERIFIED)
+    allowed = outcome("int8", 0.001, "unverified")
+    assert choose([allowed, outcome("fp32", 0.004)], "latency", allow_unverified=True) is allowed
+    assert allowed.status == "ok"
+    assert choose([outcome("int8", 0.001, "unverified")], "throughput") is None
+
+
+def test_verification_status_of_old_and_new_manifests() -> None:
+    assert verification_status({"passed": True, "outputs": {}}) == "verified"  # before the status key
+    assert verification_status({"passed": True, "status": "unverified"}) == "unverified"
+    assert verification_status({"skipped": "--no-verify"}) == "skipped"
+    assert verification_status(None) == "skipped"
+
+
+def test_tune_locks_an_unverified_artifact_only_when_asked(mlp_project: Path) -> None:
+    auto(mlp_project)
+    assert cli("tune", str(mlp_project), *QUICK, "--precisions", "int8", "--allow-unverified").returncode == 0
+    manifests = list((mlp_project / ".gpux" / "tiny-mlp").glob("onnx-int8-*/manifest.json"))
+    assert len(manifests) == 2
+    for m in manifests:  # as a build verified on generated data only records it
+        doc = json.loads(m.read_text())
+        doc["verification"]["status"] = "unverified"
+        m.write_text(json.dumps(doc))
+    (mlp_project / LOCK_NAME).unlink()
+    r = cli("tune", str(mlp_project), *QUICK, "--precisions", "int8", "--json")
+    assert r.returncode == 1 and not (mlp_project / LOCK_NAME).exists()
+    rows = json.loads(r.stdout)["candidates"]
+    assert [(c["status"], c["why"], c["verification"]) for c in rows] == [("unverified", UNVERIFIED, "unverified")] * 2
+    table = cli("tune", str(mlp_project), *QUICK, "--precisions", "int8")
+    assert "--allow-unverified" in table.stderr and "generated data only" in table.stdout
+    allowed = cli("tune", str(mlp_project), *QUICK, "--precisions", "int8", "--allow-unverified", "--json")
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads((mlp_project / LOCK_NAME).read_text())["choice"]["precision"] == "int8"
 
 
 def test_a_lock_from_another_machine_is_not_trusted_silently(mlp_project: Path) -> None:

@@ -46,7 +46,7 @@ def torch_rows(project: Project, protocol: bench.Protocol, shapes: dict[str, int
             label = f"{precision} (torch {'eager' if mode == 'off' else mode})"
             log(f"benchmarking {name} {label} ...")
             rows.append(bench_one(with_torch(project, name, mode, precision), name, label,
-                                  Rows(protocol, shapes, store, input_file, log), strict=True))
+                                  Rows(protocol, shapes, store, input_file, log), pinned=True))
     return rows
 
 
@@ -76,8 +76,9 @@ class Rows:
 
 
 def bench_one(project: Project, provider: str | None, precision: str | None, rows: Rows, *,
-              strict: bool) -> dict[str, Any]:
-    """One row: open (build or cache hit, load), first inference, warm-up, measurement."""
+              strict: bool = False, pinned: bool = False) -> dict[str, Any]:
+    """One row: open (build or cache hit, load), first inference, warm-up, measurement. `pinned`: this provider
+    only (a row of a table), an unverified artifact measured and marked; `strict`: the user's --strict."""
     protocol, shapes, store, input_file, log = rows.protocol, rows.shapes, rows.store, rows.input_file, rows.log
     from gpux.model.inputs import load_file, symbolic_values, synthetic
     from gpux.quality.calibrate import ranges
@@ -85,10 +86,12 @@ def bench_one(project: Project, provider: str | None, precision: str | None, row
 
     label = precision or "-"
     try:
-        session = load(project, provider, strict=strict, store_dir=store, log=log, provider_source="--provider")
-    except VerificationFailed as exc:
+        session = load(project, provider, strict=strict or pinned, store_dir=store, log=log,
+                       provider_source="--provider", verified_only=strict)
+    except VerificationFailed as exc:  # a headline, then one line per failing metric
+        lines = [x.strip() for x in exc.message.splitlines() if x.strip()]
         return bench.result_row(provider or "auto", label, None, bench.Phases(), status="failed verification",
-                                error=" ".join(x.strip() for x in exc.message.splitlines() if x.strip()))
+                                error=" ".join(lines), failures=lines[1:])
     except GpuxError as exc:
         return bench.result_row(provider or "auto", label, None, bench.Phases(), status="unavailable",
                                 error=exc.message)
@@ -114,13 +117,22 @@ def bench_one(project: Project, provider: str | None, precision: str | None, row
             session.provider, precision or (art.manifest["target"]["precision"] if art else "-"), stats, phases,
             status=status, latencies_s=m.latencies_s, requested=provider or "auto", runs_on=session.used,
             request_source=info["request_source"], attempts=info["attempts"], artifact=str(art.main) if art else None,
-            artifact_size=art.size() if art else None,
+            artifact_size=art.size() if art else None, verification_status=verification_status(verification),
             artifact_sha256=art.manifest["files"][art.manifest["main"]]["sha256"] if art else None,
             accuracy={"min_cosine": min((o["cosine"] for o in outputs.values()), default=None),
                       "max_abs": max((o["max_abs"] for o in outputs.values()), default=None)} if outputs else None,
             options=session.runner.details, versions=art.manifest["key_parts"]["versions"] if art else None,
             shapes={n: list(getattr(v, "shape", ())) for n, v in feeds.items()},
         )
+
+
+def verification_status(verification: dict[str, Any] | None) -> str:
+    """verified | unverified (a lossy artifact checked on generated data only) | skipped, as the manifest's
+    verification says; a manifest from before its `status` key is verified when it passed."""
+    v = verification or {}
+    if "status" in v:
+        return str(v["status"])
+    return "verified" if v.get("passed") else "skipped"
 
 
 @dataclass(frozen=True)
@@ -210,11 +222,11 @@ def every_provider_rows(project: Project, protocol: bench.Protocol, shape_values
         for precision in row.precisions:
             log(f"benchmarking {name} {precision} ...")
             rows.append(bench_one(with_precision(ort, name, precision), name, precision,
-                                  Rows(protocol, shape_values, req.store, req.input_file, log), strict=True))
+                                  Rows(protocol, shape_values, req.store, req.input_file, log), pinned=True))
         if name == "openvino" and "OpenVINOExecutionProvider" in (ort_available_eps() or ()):
             log("benchmarking openvino through ONNX Runtime's OpenVINO EP ...")
             rows.append(bench_one(with_options(project, name, runtime="onnxruntime"), name, "fp32 (onnxruntime EP)",
-                                  Rows(protocol, shape_values, req.store, req.input_file, log), strict=True))
+                                  Rows(protocol, shape_values, req.store, req.input_file, log), pinned=True))
     return rows + torch_rows(project, protocol, shape_values, store=req.store, input_file=req.input_file, log=log)
 
 

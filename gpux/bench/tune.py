@@ -9,6 +9,7 @@ and select as usual.
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,10 @@ OBJECTIVES = ("latency", "throughput")
 # budget left covers SLOWER times what that one took (accuracy control validates a model per layer it gives back)
 REFINES: dict[tuple[str, str], str] = {("openvino", "accuracy"): "quantize"}
 SLOWER = 10
-# (precision label, option fields) tried per provider; the precision label is what the table shows
+WHY_WIDTH = 120  # the table's why column, cut at a word; the JSON keeps the whole text
+UNVERIFIED = "unverified (generated data only; declare verify.data or calibration data)"
+# (precision label, option fields) tried per provider on its own runtime (see option_rows for runtime: torch);
+# the precision label is what the table shows
 CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "cpu": [("fp32", {"precision": "fp32", "optimization": "basic"}),
             ("fp32", {"precision": "fp32", "optimization": "all"}),
@@ -54,6 +58,7 @@ class TuneRequest:
     concurrency: int | None = None  # throughput objective: parallel requests (default 4)
     store: str | None = None
     as_json: bool = False
+    allow_unverified: bool = False  # a lossy candidate verified on generated data only may be locked
 
 
 @dataclass
@@ -63,14 +68,15 @@ class Outcome:
     provider: str
     precision: str
     options: dict[str, Any]
-    status: str = "pending"  # ok | failed verification | unavailable | over budget | not needed
+    status: str = "pending"  # ok | failed verification | unverified | unavailable | over budget | not needed
     row: dict[str, Any] = field(default_factory=dict)
     why: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         stats = self.row.get("stats") or {}
         return {"provider": self.provider, "precision": self.precision, "options": self.options,
-                "status": self.status, "why": self.why, "p50_ms": _ms(stats.get("p50")),
+                "status": self.status, "why": self.why, "verification": self.row.get("verification_status"),
+                "p50_ms": _ms(stats.get("p50")),
                 "p99_ms": _ms(stats.get("p99")), "throughput": stats.get("throughput"),
                 "accuracy": self.row.get("accuracy"), "size": self.row.get("artifact_size"),
                 "build_s": (self.row.get("phases") or {}).get("build_s"), "error": self.row.get("error")}
@@ -80,17 +86,31 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1e3
 
 
+def option_rows(project: Project, provider: str) -> list[tuple[str, dict[str, Any]]]:
+    """(precision label, option fields) tune tries on `provider`, in the runtime the project runs it with:
+    ONNX Runtime's, OpenVINO's or TensorRT's fields (CANDIDATES), or with `runtime: torch` the `torch:` block's
+    compile mode and precision (the registry row's variants); fields of another runtime are never candidates."""
+    from gpux.providers import registry, runtime_of
+
+    if runtime_of(project, provider) != "torch":
+        return CANDIDATES.get(provider, [])
+    row = registry().get(provider)
+    variants = row.torch.variants if row is not None and row.torch is not None else ()
+    return [(precision, {"torch": {"compile": mode, "precision": precision}}) for mode, precision in variants]
+
+
 def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
-    from gpux.providers import probe
+    from gpux.providers import probe_for, registry
 
     supported = project.config.runtime.supported
     out = []
-    for provider, rows in CANDIDATES.items():
+    for provider in dict.fromkeys([*CANDIDATES, *registry()]):
         if req.providers is not None and provider not in req.providers:
             continue
-        if (supported and provider not in supported) or not probe(provider).ok:
+        rows = [(label, opts) for label, opts in option_rows(project, provider) if label in req.precisions]
+        if not rows or (supported and provider not in supported) or not probe_for(project, provider).ok:
             continue
-        out += [Outcome(provider, label, opts) for label, opts in rows if label in req.precisions]
+        out += [Outcome(provider, label, opts) for label, opts in rows]
     if not out:
         raise UsageError("no candidate to tune: none of the asked providers and precisions is available here",
                          hint="see `gpux inspect` for what this machine has")
@@ -117,11 +137,22 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest, log
         log(f"tuning {i}/{len(outcomes)}: {o.provider} {o.precision} {_opts(o.options)}")
         candidate = with_options(project, o.provider, **o.options)
         o.row = bench_one(candidate, o.provider, o.precision, Rows(protocol, resolve_shapes(candidate), req.store,
-                                                                   None, log), strict=True)
+                                                                   None, log), pinned=True)
         o.status = o.row["status"] if o.row["status"] in ("ok", "failed verification") else "unavailable"
         if o.status != "ok":
-            o.why = str(o.row.get("error") or o.row["status"])
+            o.why = why_out(o.row)
         spent[id(o)] = time.monotonic() - started
+
+
+def why_out(row: dict[str, Any]) -> str:
+    """Why a measured candidate is out: each failing metric of its verification whole (`probs: cosine 0.973100
+    < min_cosine 0.98`), else its error."""
+    return "; ".join(row.get("failures") or ()) or str(row.get("error") or row["status"])
+
+
+def why_cell(why: str, width: int = WHY_WIDTH) -> str:
+    """`why` for the table: whole when it fits, else cut at a word boundary."""
+    return textwrap.shorten(why, width, placeholder=" …")
 
 
 def _needless(o: Outcome, done: list[Outcome], spent: dict[int, float], left_s: float) -> tuple[str, str]:
@@ -133,19 +164,25 @@ def _needless(o: Outcome, done: list[Outcome], spent: dict[int, float], left_s: 
     if plain.status == "ok":
         return "not needed", f"int8 {plain_mode} passed verification: layers left in fp32 could only be slower"
     if plain.status != "failed verification":
-        return "unavailable", f"int8 {plain_mode} did not build: {plain.why}"[:200]
+        return "unavailable", f"int8 {plain_mode} did not build: {plain.why}"
     needed_s = SLOWER * spent.get(id(plain), 0.0)
     if needed_s > left_s:
         return "over budget", f"not measured: needs about {needed_s:.0f} s, {left_s:.0f} s of --budget left"
     return "pending", ""
 
 
-def _opts(options: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in options.items())
+def _opts(options: dict[str, Any], prefix: str = "") -> str:
+    """`precision=fp32, optimization=all`; a nested block's fields as `torch.compile=default`."""
+    return ", ".join(_opts(v, f"{prefix}{k}.") if isinstance(v, dict) else f"{prefix}{k}={v}"
+                     for k, v in options.items())
 
 
-def choose(outcomes: list[Outcome], objective: str) -> Outcome | None:
-    """The fastest candidate that passed verification and ran (None: none did); each row says why not."""
+def choose(outcomes: list[Outcome], objective: str, allow_unverified: bool = False) -> Outcome | None:
+    """The fastest candidate that passed verification and ran (None: none did); each row says why not. One
+    verified on generated data only (a lossy artifact: "unverified") is listed, not chosen, unless allowed."""
+    for o in outcomes:
+        if o.status == "ok" and o.row.get("verification_status") == "unverified" and not allow_unverified:
+            o.status, o.why = "unverified", UNVERIFIED
     ok = [o for o in outcomes if o.status == "ok"]
     if not ok:
         return None
@@ -174,7 +211,7 @@ def tune(req: TuneRequest) -> dict[str, Any]:
     outcomes = candidates(project, req)
     started = time.monotonic()
     measure_all(project, outcomes, req, report.progress(req.as_json))
-    best = choose(outcomes, req.objective)
+    best = choose(outcomes, req.objective, req.allow_unverified)
     lock = {"schema": SCHEMA, "name": project.name, "objective": req.objective,
             "choice": None if best is None else {"provider": best.provider, "precision": best.precision,
                                                  "options": best.options},
@@ -194,11 +231,13 @@ def render(lock: dict[str, Any]) -> None:
                      "-" if c["p99_ms"] is None else f"{c['p99_ms']:.4f}",
                      "-" if c["throughput"] is None else f"{c['throughput']:.1f}",
                      "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
-                     report.format_size(c["size"]) if c.get("size") else "-", c["why"][:90]])
+                     report.format_size(c["size"]) if c.get("size") else "-", why_cell(c["why"])])
     print(report.format_table(["provider", "precision", "options", "status", "p50 ms", "p99 ms", "per s",
                                "cosine", "size", "why"], rows))
     choice = lock["choice"]
     if choice is None:
-        report.error("no candidate passed verification and ran: nothing locked (each row says why)")
+        more = "; --allow-unverified may lock an unverified one" if any(
+            c["status"] == "unverified" for c in lock["candidates"]) else ""
+        report.error(f"no candidate passed verification and ran: nothing locked (each row says why{more})")
     else:
         report.info(f"locked {choice['provider']} {choice['precision']} ({_opts(choice['options'])}) in {LOCK_NAME}")

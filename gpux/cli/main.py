@@ -288,6 +288,8 @@ def deploy_ray(targets: tuple[str, ...], address: str | None, host: str, port: i
               help="Seconds for the whole search; candidates past it are listed, not measured.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None,
               help="Parallel requests for --objective throughput (default 4).")
+@click.option("--allow-unverified", is_flag=True,
+              help="Let a lossy candidate verified on generated data only (no verify.data) be locked.")
 @STORE
 @JSON
 def tune(target: str, precisions: str, providers: str | None, **kwargs: Any) -> None:

@@ -175,10 +175,18 @@ def _onnx_target(project: Project, provider: str, options: dict[str, Any]) -> Ta
 
 
 def with_options(project: Project, provider: str, **update: Any) -> Project:
-    """The same project with fields of `providers.<provider>` replaced (fields it lacks are left alone)."""
+    """The same project with fields of `providers.<provider>` replaced (fields it lacks are left alone); a
+    mapping given for a nested block (`torch:`) replaces that block's fields it names."""
     block = getattr(project.config.providers, provider, None)  # None: a plugin's row, which has no block
-    update = {k: v for k, v in update.items() if hasattr(block, k) and getattr(block, k) != v}
+    update = {k: _merged(getattr(block, k), v) for k, v in update.items() if hasattr(block, k)}
+    update = {k: v for k, v in update.items() if getattr(block, k) != v}
     if block is None or not update:
         return project
     providers = project.config.providers.model_copy(update={provider: block.model_copy(update=update)})
     return dataclasses.replace(project, config=project.config.model_copy(update={"providers": providers}))
+
+
+def _merged(current: Any, value: Any) -> Any:
+    if isinstance(value, dict) and hasattr(current, "model_copy"):
+        return current.model_copy(update=value)
+    return value

@@ -169,10 +169,10 @@ class Session:
 def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, *, strict: bool = False,
          store_dir: str | Path | None = None, force: bool = False, verify: bool = True,
          log: Callable[[str], None] | None = None, placement: bool = False,
-         provider_source: str = "argument") -> Session:
+         provider_source: str = "argument", verified_only: bool | None = None) -> Session:
     """Open a project dir, gpux.yml, model name or .onnx file on the best working provider (`strict`: that
-    provider only, and only a verified artifact). `provider_source` is what the report calls a given `provider`
-    (`request_source`): `argument` here, `--provider` from the CLI."""
+    provider only, and only a verified artifact unless `verified_only` says otherwise). `provider_source` is
+    what the report calls a given `provider` (`request_source`): `argument` here, `--provider` from the CLI."""
     project = target if isinstance(target, Project) else open_project(str(target))
     io = load_checked(project, store_dir)
     warnings = list(project.warnings)
@@ -185,7 +185,8 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
 
     project, selection, why = choose(project, provider, strict, store_dir, provider_source)
     warnings += why
-    fallback = Fallback(project, io, selection, store_dir, force, verify, log or (lambda _m: None), strict)
+    fallback = Fallback(project, io, selection, store_dir, force, verify, log or (lambda _m: None),
+                        strict if verified_only is None else verified_only)
     return Session(fallback, fallback.next(), warnings=warnings, placement=placement)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import shutil
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
@@ -51,13 +52,27 @@ def _quiet_warnings() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def system_temp() -> Iterator[None]:
+    """The system's temp dir while torch's compiler stack is imported and runs. Inductor and Dynamo fix
+    process-wide folders from the temp dir when first imported (precompiled headers, the Dynamo cache,
+    TORCHINDUCTOR_CACHE_DIR); a build step runs with the temp dir in its scratch folder, deleted after the
+    step, and a later compile in the same process (verification on other sizes, `run`) would point at it."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = None
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
 # ---- loading and running ---------------------------------------------------------------------------
 def load(path: str | Path, fmt: str) -> Any:
     """The source as a callable module on the CPU, in inference mode: TorchScript via `torch.jit.load`,
     a torch.export program (.pt2) via `torch.export.load(...).module()`."""
     torch = _torch()
     try:
-        with _quiet_warnings():  # torch 2.13 marks torch.jit deprecated
+        with _quiet_warnings(), system_temp():  # torch 2.13 marks torch.jit deprecated; .pt2 imports Dynamo
             if fmt == "torch_export":
                 return torch.export.load(str(path)).module()  # inference form already: refuses .eval()
             module = torch.jit.load(str(path), map_location="cpu")
@@ -72,7 +87,7 @@ def load(path: str | Path, fmt: str) -> Any:
 def load_program(path: str | Path) -> Any:
     """A torch.export program in the ATen dialect (what converters such as coremltools take)."""
     torch = _torch()
-    with _quiet_warnings():
+    with _quiet_warnings(), system_temp():
         return torch.export.load(str(path)).run_decompositions({})
 
 

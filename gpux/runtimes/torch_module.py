@@ -18,6 +18,7 @@ dtype reported. Float outputs come back as float32.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import shutil
 import time
@@ -209,12 +210,37 @@ def open_module(path: Path, setup: Setup, project: Any, cache_dir: Path | None, 
         args, _, _ = pt.example_inputs(module, inputs, shapes, names)
         module = _to_program(module, args)
         details["converted"] = "TorchScript -> torch.export program (torch._export.converter)"
-    compiled = torch.compile(_place(module, setup), **_compile_kwargs(setup))
-    run = _call(compiled, setup, names)
+    placed = _place(module, setup)
+    compiled = _call(torch.compile(placed, **_compile_kwargs(setup)), setup, names)
+    run = _eager_on_failure(compiled, _call(placed, setup, names), details, log)
     log(f"compiling with torch.compile ({setup.compile}) on {setup.torch_device}")
     outputs, seconds, cache = _first_call(run, example, cache_dir)
-    details.update(compile_s=round(seconds, 4), compile_cache=cache)
+    if "compile_failed" not in details:  # eager after all: nothing compiled to time
+        details.update(compile_s=round(seconds, 4), compile_cache=cache)
     return Opened(run, declared or pt.output_names(None, len(outputs)), details)
+
+
+def _eager_on_failure(compiled: Callable[[Feeds], list[Any]], eager: Callable[[Feeds], list[Any]],
+                      details: dict[str, Any], log: Callable[[str], None]) -> Callable[[Feeds], list[Any]]:
+    """`compiled`, switched to `eager` for good the first time Inductor cannot compile (no C++ compiler, a
+    kernel the compiler rejects): one warning line with the reason, kept in `details` as `compile_failed`."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    from gpux.errors import first_line
+
+    current = [compiled]
+
+    def run(feeds: Feeds) -> list[Any]:
+        try:
+            return current[0](feeds)
+        except BackendCompilerFailed as exc:
+            reason = first_line(exc)
+            log(f"warning: torch.compile ({details['compile']}) failed here, running eager instead: {reason}")
+            details.update(compile="off", compile_failed=reason)
+            current[0] = eager
+            return eager(feeds)
+
+    return run
 
 
 def _first_call(run: Callable[[Feeds], list[Any]], feeds: Feeds,
@@ -241,16 +267,23 @@ def _first_call(run: Callable[[Feeds], list[Any]], feeds: Feeds,
 def build_module(ctx: Any) -> dict[str, Any]:
     """The torch artifact: the source copied in; compiled setups also keep the Inductor cache of the compile
     done here (at the resolved input sizes), so `run` starts warm."""
+    from gpux.runtimes.torch_export import system_temp
+
     torch = _torch()
     setup = Setup.of(ctx.target.options)
     main = ctx.workdir / MAIN[setup.fmt]
     shutil.copyfile(ctx.src, main)
-    info: dict[str, Any] = {"main": main.name, "torch": torch.__version__, "runs_on": setup.describe()}
     cache = ctx.workdir / CACHE
-    opened = open_module(main, setup, ctx.project, cache, ctx.log)
+    with system_temp():  # Inductor's process-wide folders must outlive this step's scratch folder
+        opened = open_module(main, setup, ctx.project, cache, ctx.log)
+    info: dict[str, Any] = {"main": main.name, "torch": torch.__version__, "runs_on": _runs_on(setup, opened)}
     _BUILT.clear()  # one build at a time: what an unverified build left is not kept alive
     _BUILT[str(main)] = opened
     if setup.compile == "off":
+        return info
+    if "compile_failed" in opened.details:  # runs eager, as verified; `run` does not try again
+        info["compile_failed"] = opened.details["compile_failed"]
+        shutil.rmtree(cache, ignore_errors=True)
         return info
     files = [p for p in cache.rglob("*") if p.is_file()]
     for lock in (p for p in files if p.suffix == ".lock"):
@@ -278,6 +311,9 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     from gpux.providers import Runner
 
     setup = Setup.of(artifact.manifest["target"]["options"])
+    failed = artifact.manifest["info"].get("compile_failed")
+    if failed:  # compiling failed where this artifact was built (and the build said so): eager, as verified
+        setup = dataclasses.replace(setup, compile="off")
     cache = None
     if (artifact.dir / CACHE).is_dir():
         cache = artifact.dir.parent / "cache" / artifact.dir.name / CACHE
@@ -287,6 +323,21 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
             shutil.copytree(artifact.dir / CACHE, tmp)
             tmp.replace(cache)
     started = time.perf_counter()
-    opened = open_module(artifact.main, setup, project, cache, lambda _m: None)
+    opened = open_module(artifact.main, setup, project, cache, _warnings_only)
     opened.details["open_s"] = round(time.perf_counter() - started, 4)
-    return Runner(opened.run, opened.names, setup.describe(), details=opened.details)
+    if failed:
+        opened.details["compile_failed"] = failed
+    return Runner(opened.run, opened.names, _runs_on(setup, opened), details=opened.details)
+
+
+def _runs_on(setup: Setup, opened: Opened) -> str:
+    """What executes: eager where compiling failed here."""
+    return dataclasses.replace(setup, compile=opened.details["compile"]).describe()
+
+
+def _warnings_only(msg: str) -> None:
+    """Opening for `run` or `serve` is quiet but for a warning (compiling failed, running eager)."""
+    from gpux import report
+
+    if msg.startswith("warning: "):
+        report.info(msg)
