@@ -137,6 +137,8 @@ def provider_lines(report: dict[str, Any]) -> list[str]:
         at = f" at {report['precision']}"
         if report.get("execution_precision") not in (None, report["precision"]):
             at += f" (executes {report['execution_precision']})"
+        status = (report.get("verification") or {}).get("status")
+        at += {"unverified": ", UNVERIFIED", "skipped": ", not verified"}.get(status or "", "")
     lines.append(f"provider: requested {requested} ({source}) → ran {report['provider']}"
                  f" [{report['runs_on']}]{at}{absent_note(report['attempts'], source)}")
     return lines
@@ -240,17 +242,32 @@ def providers_table(avail: list[dict[str, Any]]) -> str:
     return format_table(["provider", "status", "detail"], rows)
 
 
+def verdict(v: dict[str, Any] | None, short: bool = False) -> str:
+    """A verification record in a few words: verified / UNVERIFIED / skipped, at which precision, the worst
+    cosine (and top-1 where judged), on which data."""
+    v = v or {}
+    if "skipped" in v:
+        return "skipped" if short else f"verify skipped: {v['skipped']}"
+    if not v:
+        return "-"
+    status = v.get("status") or ("verified" if v.get("passed") else "failed")
+    word = {"verified": "verified", "unverified": "UNVERIFIED"}.get(status, status)
+    outs = list((v.get("outputs") or {}).values())
+    parts = [f"cosine {min((o['cosine'] for o in outs), default=1.0):.6f}"]
+    top1 = [o["top1"] for o in outs if o.get("top1") is not None]
+    if top1:
+        parts.append(f"top-1 {min(top1):.0%}")
+    data = v.get("data", "generated")
+    if status == "unverified":
+        parts.append("generated data only" if data == "generated" else data)
+    elif not short:
+        parts.append(f"{v.get('samples')} {data} samples")
+    return f"{word} at {v.get('precision')} ({', '.join(parts)})"
+
+
 def artifacts_table(arts: list[dict[str, Any]]) -> str:
-    rows = []
-    for a in arts:
-        v = a.get("verification") or {}
-        ver = "skipped" if "skipped" in v else ("passed" if v.get("passed") else "failed" if v else "-")
-        if v.get("precision"):
-            ver += f" at {v['precision']}"
-        if v.get("outputs"):
-            cos = min(o["cosine"] for o in v["outputs"].values())
-            ver += f" cos={cos:.6f}"
-        rows.append([a["id"], a["state"], format_size(a["size"]), ver, a["path"]])
+    rows = [[a["id"], a["state"], format_size(a["size"]), verdict(a.get("verification"), short=True), a["path"]]
+            for a in arts]
     return format_table(["artifact", "state", "size", "verification", "path"], rows)
 
 
@@ -279,9 +296,6 @@ def render_build(doc: dict[str, Any]) -> None:
     if source == "auto" and not fallback_warnings(attempts, source):
         info(f"provider: auto → {doc['provider']}{absent_note(attempts, source)}")
     for t in doc["targets"]:
-        v = t.get("verification") or {}
-        ver = f"verify skipped: {v['skipped']}" if "skipped" in v else \
-            f"verified at {v.get('precision')} (cosine {min(o['cosine'] for o in v['outputs'].values()):.6f}, " \
-            f"{v.get('samples')} {v.get('data', 'generated')} samples)" if v.get("outputs") else ""
+        ver = verdict(t.get("verification"))
         state = "cached" if t["cached"] else f"built in {t['seconds']:.2f}s"
         print(f"{t['target']['id']}: {state}, {format_size(t['size'])}, {ver} → {t['path']}")

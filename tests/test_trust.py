@@ -43,7 +43,7 @@ def test_collapsed_class_scores_fail_by_slice_though_the_whole_tensor_agrees() -
 
 def test_a_declared_axis_and_per_output_thresholds_override_the_defaults() -> None:
     rng = np.random.default_rng(1)
-    ref = [rng.standard_normal((1, 64, 8)).astype(np.float32)]
+    ref = [rng.standard_normal((1, 64, 32)).astype(np.float32)]
     got = [ref[0].copy()]
     got[0][:, :, 3] *= -1  # one column along the last axis flipped
     loose = tolerances("int8")
@@ -83,7 +83,7 @@ providers:
 
 
 def test_int8_on_generated_data_is_unverified_said_everywhere_and_refused_under_strict(tmp_path: Path) -> None:
-    make_mlp(tmp_path / "model.onnx")
+    make_mlp(tmp_path / "model.onnx", features=64, hidden=256)  # big enough for int8 to shrink it
     write(tmp_path / "gpux.yml", INT8_MLP)
     r = cli("build", str(tmp_path), "-p", "cpu", "--json")
     assert r.returncode == 0, r.stderr
@@ -91,19 +91,22 @@ def test_int8_on_generated_data_is_unverified_said_everywhere_and_refused_under_
     assert v["status"] == "unverified" and v["data"] == "generated" and v["representative"] is False
     assert "unverified" in r.stderr and "verify.data" in r.stderr
     r = cli("build", str(tmp_path), "-p", "cpu")
-    assert r.returncode == 0 and "unverified" in r.stdout + r.stderr  # a cached one says it too
+    assert r.returncode == 0 and "unverified" in (r.stdout + r.stderr).lower()  # a cached one says it too
     r = cli("build", str(tmp_path), "-p", "cpu", "--strict")
     assert r.returncode == 1 and "unverified" in r.stderr and "--strict refuses" in r.stderr
     assert "Traceback" not in r.stderr
-    feed = json.dumps({"x": [[0.5] * 8]})
+    feed = json.dumps({"x": [[0.5] * 64]})
+    r = cli("run", str(tmp_path), "-p", "cpu", "--json", "--input", feed)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["verification"]["status"] == "unverified" and "unverified" in r.stderr
     r = cli("run", str(tmp_path), "-p", "cpu", "--strict", "--input", feed)
     assert r.returncode == 1 and "unverified" in r.stderr
     r = cli("inspect", str(tmp_path))
-    assert "unverified" in r.stdout
+    assert "UNVERIFIED at int8" in r.stdout
 
     # real inputs declared: the same artifact kind is now verified, a new verdict for new data
-    np.savez(tmp_path / "real.npz", x=np.random.default_rng(5).standard_normal((8, 1, 8)).astype(np.float32))
-    write(tmp_path / "gpux.yml", INT8_MLP + "verify: {data: real.npz}\n")
+    np.savez(tmp_path / "real.npz", x=np.random.default_rng(5).standard_normal((8, 1, 64)).astype(np.float32))
+    write(tmp_path / "gpux.yml", INT8_MLP + "verify: {data: real.npz, min_top1: 0.5, min_top1_confident: 0.5}\n")
     r = cli("build", str(tmp_path), "-p", "cpu", "--strict", "--json")
     assert r.returncode == 0, r.stderr
     v = json.loads(r.stdout)["targets"][-1]["verification"]
@@ -158,6 +161,19 @@ def test_run_with_a_file_in_hand_never_turns_a_failed_build_into_a_verified_one(
     assert not list((folder / ".gpux" / "wide").glob("onnx-int8-static-basic-*/manifest.json"))
 
 
+def test_run_uses_an_artifact_built_with_no_verify_and_says_so(mlp_project: Path) -> None:
+    assert cli("build", str(mlp_project), "--no-verify").returncode == 0
+    feed = json.dumps({"x": [[0.5] * 8]})
+    r = cli("run", str(mlp_project), "--json", "--input", feed)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["verification"]["skipped"] == "--no-verify" and "--no-verify" in r.stderr
+    r = cli("run", str(mlp_project), "--strict", "--input", feed)
+    assert r.returncode == 1 and "--strict refuses" in r.stderr and "gpux build" in r.stderr
+    assert cli("build", str(mlp_project)).returncode == 0, "build verifies it"
+    r = cli("run", str(mlp_project), "--strict", "--json", "--input", feed)
+    assert r.returncode == 0 and json.loads(r.stdout)["verification"]["status"] == "verified"
+
+
 def test_declared_output_shapes_are_checked_against_what_the_model_returns(tmp_path: Path) -> None:
     make_mlp(tmp_path / "model.onnx")
     write(tmp_path / "gpux.yml", "name: mlp\nmodel: {source: model.onnx}\noutputs:\n"
@@ -192,19 +208,19 @@ inputs:
   x: {{dtype: float32, shape: [batch, 3, 224, 224]}}
 outputs:
   logits: {{dtype: float32, shape: [batch, 1000]}}
-providers:
-  cpu: {{precision: {precision}, quantization: static, calibration: crops.npz}}
-verify: {{classifications: [logits]}}
+{rest}
 """
+INT8_CPU = "providers:\n  cpu: {precision: int8, quantization: static, calibration: crops.npz}\n" \
+           "verify: {classifications: [logits]}"
 
 
 @pytest.mark.slow
 def test_trained_classifier_int8_that_flips_real_photos_fails_on_held_out_crops(mobilenet: Path) -> None:
-    write(mobilenet / "gpux.yml", CLASSIFIER.format(precision="int8"))
+    write(mobilenet / "gpux.yml", CLASSIFIER.format(rest=INT8_CPU))
     r = cli("build", str(mobilenet), "-p", "cpu", "--json")
     assert r.returncode == 1, r.stderr
     assert "calibration hold-out (11 of 44" in r.stderr and "top-1 agreement" in r.stderr
-    write(mobilenet / "gpux.yml", CLASSIFIER.format(precision="fp32"))
+    write(mobilenet / "gpux.yml", CLASSIFIER.format(rest="verify: {classifications: [logits], data: crops.npz}"))
     for provider in ("cpu", "openvino"):
         r = cli("build", str(mobilenet), "-p", provider, "--json")
         assert r.returncode == 0, r.stderr

@@ -131,7 +131,8 @@ def _refuse_unverified(project: Project, result: BuildResult, strict: bool, log:
     for r in result.results:
         v = r.artifact.manifest.get("verification") or {}
         why = {"unverified": "unverified: an int8 artifact checked on generated data only",
-               "--no-verify": "not verified: built with --no-verify"}.get(v.get("status") or v.get("skipped") or "")
+               "--no-verify": "not verified: built with --no-verify"}.get(
+            "--no-verify" if v.get("skipped") == "--no-verify" else v.get("status") or "")
         if why is None:
             continue
         fix = UNVERIFIED_FIX if v.get("status") == "unverified" else \

@@ -147,12 +147,16 @@ class Session:
                 "runtime": self.runner.details if self._runner else None, **self._precision()}
 
     def _precision(self) -> dict[str, Any]:
-        """The artifact's precision and what the runtime executes at (OpenVINO reports its hint)."""
+        """The artifact's precision, what the runtime executes at (OpenVINO reports its hint) and whether it was
+        verified (on which data)."""
         if self.build is None or self._runner is None:
             return {}
         precision = self.build.final.target.precision
+        v = self.build.final.artifact.manifest.get("verification") or {}
         return {"precision": precision,
-                "execution_precision": self._runner.details.get("inference_precision") or precision}
+                "execution_precision": self._runner.details.get("inference_precision") or precision,
+                "verification": {"status": v.get("status") or ("skipped" if "skipped" in v else "verified"),
+                                 "data": v.get("data"), "skipped": v.get("skipped")}}
 
     def close(self) -> None:
         if self._runner is not None:
