@@ -19,8 +19,8 @@ DEFAULTS: dict[str, dict[str, float | None]] = {
     "fp32": dict(zip(KEYS, _FP32, strict=True)),
     "fp16": dict(zip(KEYS, _FP16, strict=True)),
     "best": dict(zip(KEYS, _FP16, strict=True)),
-    "bf16": dict(zip(KEYS, (None, None, None, 0.995, 0.98, 0.9, 0.99, 0.98, 0.02), strict=True)),
-    "int8": dict(zip(KEYS, (None, None, None, 0.98, 0.9, 0.9, 0.99, 0.98, 0.05), strict=True)),
+    "bf16": dict(zip(KEYS, (None, None, None, 0.995, 0.98, 0.9, 0.99, 0.99, 0.02), strict=True)),
+    "int8": dict(zip(KEYS, (None, None, None, 0.98, 0.9, 0.9, 0.99, 0.99, 0.05), strict=True)),
 }
 LOSSY = frozenset({"int8"})  # precisions verified only on representative data (else "unverified")
 NEGLIGIBLE = 1e-5  # an output (or slice) whose reference and error both stay below this is not judged by cosine
