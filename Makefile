@@ -69,4 +69,4 @@ bench: install
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) examples/*/.gpux examples/*/*.onnx examples/*/*.onnx.data examples/*/*.pt examples/*/*.pt2
+	rm -rf $(VENV) examples/*/.gpux examples/*/*.onnx examples/*/*.onnx.data examples/*/*.pt examples/*/*.pt2 examples/*/crops.npz

