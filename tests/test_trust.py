@@ -182,6 +182,18 @@ def test_declared_output_shapes_are_checked_against_what_the_model_returns(tmp_p
     assert r.returncode == 3 and "outputs.probs.shape" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_verify_names_only_outputs_the_model_declares(tmp_path: Path) -> None:
+    make_mlp(tmp_path / "model.onnx")
+    write(tmp_path / "gpux.yml", "name: mlp\nmodel: {source: model.onnx}\noutputs:\n"
+                                 "  probs: {dtype: float32, shape: [batch, 4]}\nverify:\n  outputs:\n"
+                                 "    prob: {axis: 1}\n")
+    r = cli("validate", str(tmp_path / "gpux.yml"))
+    assert r.returncode == 3 and "gpux.yml:7:11 verify.outputs.prob: 'prob' is not an output" in r.stderr, r.stderr
+    write(tmp_path / "gpux.yml", "name: mlp\nmodel: {source: model.onnx}\nverify: {classifications: [logits]}\n")
+    r = cli("build", str(tmp_path), "-p", "cpu")  # outputs read from the model: checked at verification
+    assert r.returncode == 3 and "'logits'" in r.stderr and "outputs: probs" in r.stderr, r.stderr
+
+
 def test_calibration_and_verification_never_share_samples(tmp_path: Path) -> None:
     from gpux.quality.calibrate import calibration_samples, feed_digest, split
 

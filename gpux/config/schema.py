@@ -340,3 +340,16 @@ class GpuxConfig(Strict):
     package: Package = Field(default_factory=Package, description="Container image settings.")
     serve: Serve = Field(default_factory=Serve, description="Settings of `gpux serve`.")
     deploy: Deploy = Field(default_factory=Deploy, description="Scale-out on other engines (Ray Serve).")
+
+    @model_validator(mode="after")
+    def _verify_names_outputs(self) -> GpuxConfig:
+        if self.outputs is None:
+            return self
+        named = [("outputs", n) for n in self.verify.outputs] + \
+            [("classifications", i) for i in range(len(self.verify.classifications or ()))]
+        for where, key in named:
+            name = key if isinstance(key, str) else (self.verify.classifications or [])[key]
+            if name not in self.outputs:
+                raise _fail(f"{name!r} is not an output (outputs: {', '.join(self.outputs)})", "verify", where, key)
+        return self
+
