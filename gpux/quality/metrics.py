@@ -46,14 +46,26 @@ def tolerances(precision: str, *overrides: Any) -> dict[str, float | None]:
     return tol
 
 
+CLASS_METRICS_ONLY = ("min_cosine", "min_slice_cosine")  # not judged by default on class scores below fp32
+
+
 @dataclass(frozen=True)
 class Rule:
-    """How one output is judged: its thresholds, its kind (auto, dense, scores, distribution) and the axis its
-    slices are taken along (None: the smallest non-batch axis of an output of rank 3 or more)."""
+    """How one output is judged: its thresholds, its kind (auto, dense, scores, distribution), the axis its
+    slices are taken along (None: the smallest non-batch axis of an output of rank 3 or more) and which
+    thresholds the user set (the others are defaults)."""
 
     tol: dict[str, float | None]
     kind: str = "auto"
     axis: int | None = None
+    user: frozenset[str] = frozenset()
+
+    def for_kind(self, kind: str, precision: str) -> dict[str, float | None]:
+        """Class scores below fp32 are judged by what a user sees (top-1, top-5, confident top-1, sums), not
+        by the cosine of logits, unless a cosine threshold was set."""
+        if kind not in ("scores", "distribution") or precision == "fp32":
+            return self.tol
+        return {k: (None if k in CLASS_METRICS_ONLY and k not in self.user else v) for k, v in self.tol.items()}
 
 
 @dataclass
@@ -119,13 +131,14 @@ def compare(names: Sequence[str], reference: Sequence[Sequence[Any]], got: Seque
             if not equal:
                 failures.append(f"{name}: values differ from the reference")
             continue
-        rule = (rules or {}).get(name) or Rule(tol)
+        rule = (rules or {}).get(name) or Rule(tol, user=frozenset(KEYS))
         kind = output_kind(ref, rule.kind, name in (classes or set()))
-        metrics, problems = _dense(name, ref, out, rule.tol)
+        judged = rule.for_kind(kind, precision)
+        metrics, problems = _dense(name, ref, out, judged)
         metrics["kind"] = kind
-        problems += _slices(name, ref, out, rule, metrics)
+        problems += _slices(name, ref, out, Rule(judged, rule.kind, rule.axis), metrics)
         if kind in ("scores", "distribution"):
-            problems += _scores(name, ref, out, rule.tol, kind, metrics)
+            problems += _scores(name, ref, out, judged, kind, metrics)
         outputs[name] = metrics
         failures += problems
     return Verification(not failures, precision, tol, outputs, failures, len(reference))

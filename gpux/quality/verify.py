@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpux.config.load import Project
 from gpux.errors import BuildFailed, GpuxError, ModelError, VerificationFailed, error_lines, first_line
-from gpux.quality.metrics import LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
+from gpux.quality.metrics import KEYS, LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
 
 if TYPE_CHECKING:
     from gpux.plan.targets import Target
@@ -38,8 +38,9 @@ def rules(project: Project, precision: str, names: Sequence[str]) -> dict[str, R
     out = {}
     for name in names:
         check = v.outputs.get(name)
+        user = frozenset(k for k in KEYS for block in (v, check) if getattr(block, k, None) is not None)
         out[name] = Rule(tolerances(precision, v, check), check.kind if check else "auto",
-                         check.axis if check else None)
+                         check.axis if check else None, user)
     return out
 
 
