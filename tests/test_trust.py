@@ -105,7 +105,7 @@ def test_int8_on_generated_data_is_unverified_said_everywhere_and_refused_under_
     assert "UNVERIFIED at int8" in r.stdout
 
     # real inputs declared: the same artifact kind is now verified, a new verdict for new data
-    np.savez(tmp_path / "real.npz", x=np.random.default_rng(5).standard_normal((8, 1, 64)).astype(np.float32))
+    np.savez(tmp_path / "real.npz", x=np.random.default_rng(5).standard_normal((12, 1, 64)).astype(np.float32))
     write(tmp_path / "gpux.yml", INT8_MLP + "verify: {data: real.npz, min_top1: 0.5, min_top1_confident: 0.5}\n")
     r = cli("build", str(tmp_path), "-p", "cpu", "--strict", "--json")
     assert r.returncode == 0, r.stderr
@@ -192,6 +192,18 @@ def test_verify_names_only_outputs_the_model_declares(tmp_path: Path) -> None:
     write(tmp_path / "gpux.yml", "name: mlp\nmodel: {source: model.onnx}\nverify: {classifications: [logits]}\n")
     r = cli("build", str(tmp_path), "-p", "cpu")  # outputs read from the model: checked at verification
     assert r.returncode == 3 and "'logits'" in r.stderr and "outputs: probs" in r.stderr, r.stderr
+
+
+def test_int8_passing_on_too_few_real_samples_is_unverified(tmp_path: Path) -> None:
+    make_mlp(tmp_path / "model.onnx", features=64, hidden=256)
+    np.savez(tmp_path / "real.npz", x=np.random.default_rng(5).standard_normal((4, 1, 64)).astype(np.float32))
+    write(tmp_path / "gpux.yml", INT8_MLP + "verify: {data: real.npz, min_cosine: 0.5, min_top1: 0.5, "
+                                            "min_top1_confident: 0.5}\n")
+    r = cli("build", str(tmp_path), "-p", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)["targets"][-1]["verification"]
+    assert v["status"] == "unverified" and v["representative"] and v["rows"] == 4
+    assert "only 4 real samples" in r.stderr and "at least 10" in r.stderr
 
 
 def test_calibration_and_verification_never_share_samples(tmp_path: Path) -> None:

@@ -130,7 +130,7 @@ def _refuse_unverified(project: Project, result: BuildResult, strict: bool, log:
 
     for r in result.results:
         v = r.artifact.manifest.get("verification") or {}
-        why = {"unverified": "unverified: an int8 artifact checked on generated data only",
+        why = {"unverified": f"unverified: {v.get('unverified') or 'an int8 artifact checked on generated data'}",
                "--no-verify": "not verified: built with --no-verify"}.get(
             "--no-verify" if v.get("skipped") == "--no-verify" else v.get("status") or "")
         if why is None:

@@ -27,6 +27,7 @@ class Data:
     source: str  # verify.data | calibration hold-out | generated (+ what was held out or dropped)
     representative: bool
     digest: str
+    rows: int  # samples, counting each row of a batch (the leading dim of the first input of rank >= 2)
 
 
 def verification_data(job: Any, target: Target) -> Data:
@@ -71,7 +72,13 @@ def _data(feeds: list[dict[str, Any]], source: str, representative: bool) -> Dat
     h = hashlib.sha256()
     for f in feeds:
         h.update(feed_digest(f).encode())
-    return Data(feeds, source, representative, h.hexdigest())
+    return Data(feeds, source, representative, h.hexdigest(), sum(_rows(f) for f in feeds))
+
+
+def _rows(feed: dict[str, Any]) -> int:
+    first = next(iter(feed.values()), None)
+    shape: tuple[int, ...] = tuple(getattr(first, "shape", ()))
+    return int(shape[0]) if len(shape) >= 2 else 1
 
 
 def feed_digest(feed: dict[str, Any]) -> str:

@@ -195,29 +195,43 @@ def _reference_on_data(job: Job, target: Target) -> tuple[list[str], Data, list[
 
 
 def verdict(job: Job, target: Target, result: Verification, data: Data) -> dict[str, Any]:
-    """The record kept in the manifest: verified, unverified (lossy on generated data only: a warning, and its
-    failures shown) or, on representative data or at a precision generated data can judge, a failure."""
-    result.data, result.extra = data.source, {"data_digest": data.digest, "representative": data.representative}
+    """The record kept in the manifest: verified; unverified (lossy, on generated data only or on too few real
+    samples to tell its floor: a warning, and its failures shown); or, on representative data or at a precision
+    generated data can judge, a failure."""
+    result.data, result.extra = data.source, {"data_digest": data.digest, "representative": data.representative,
+                                              "rows": data.rows}
     if not data.representative:
         result.shapes = dict(job.shapes)
-    lossy = result.precision in LOSSY
-    result.status = "unverified" if lossy and not data.representative else "verified"
+    why = unverified_why(result, data)
+    result.status = "unverified" if why else "verified"
     job.log(f"verify {target.id}: {result.summary()}")
-    if not result.passed and result.status == "verified":
+    if not result.passed and (result.status == "verified" or data.representative):
         lines = "\n".join(f"  {f}" for f in result.failures)
         raise VerificationFailed(
             f"{target.id} failed verification against the FP32 reference on {data.source} inputs:\n{lines}",
             hint="loosen verify: thresholds in gpux.yml (verify.outputs.NAME for one output), choose another "
                  "precision, or build with --no-verify",
         )
-    if result.status == "unverified":
+    if why:
+        result.extra["unverified"] = why
         seen = f"; on generated data it failed: {'; '.join(result.failures)}" if result.failures else ""
-        job.log(f"warning: {target.id}: {UNVERIFIED}{seen} ({UNVERIFIED_FIX})")
+        job.log(f"warning: {target.id}: unverified: {why}{seen} ({UNVERIFIED_FIX})")
     return result.to_dict()
 
 
-UNVERIFIED = "unverified: an int8 artifact checked on generated data only"
-UNVERIFIED_FIX = "declare real inputs in verify.data or calibration data to verify it"
+MIN_ROWS = 10  # real samples (rows of a batch) a lossy verdict needs: fewer cannot tell 90 % agreement from 100 %
+UNVERIFIED_FIX = f"declare at least {MIN_ROWS} real inputs in verify.data or calibration data to verify it"
+
+
+def unverified_why(result: Verification, data: Data) -> str:
+    """Why a lossy artifact cannot be called verified on this data ("" when it can, or is not lossy)."""
+    if result.precision not in LOSSY:
+        return ""
+    if not data.representative:
+        return "an int8 artifact checked on generated data only"
+    if data.rows < MIN_ROWS:
+        return f"an int8 artifact checked on only {data.rows} real sample{'s' if data.rows != 1 else ''}"
+    return ""
 
 
 def check_output_shapes(job: Job, names: Sequence[str], feeds: list[dict[str, Any]], outputs: list[Any]) -> None:
