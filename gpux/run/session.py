@@ -16,7 +16,6 @@ from gpux.model.io import Tensor, effective_io, load_checked
 from gpux.providers import Runner
 from gpux.run.fallback import Attempt, Fallback, Opened
 
-
 SIGNATURES = 256  # input signatures run(dict) remembers as checked (varying shapes beyond it are cast each call)
 
 
