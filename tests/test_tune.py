@@ -33,7 +33,9 @@ def test_tune_locks_the_fastest_verified_candidate_and_run_follows_it(mlp_projec
     assert {c["precision"] for c in measured} == {"fp32", "int8"}
     assert all(c["accuracy"]["min_cosine"] > 0.98 and c["p50_ms"] > 0 for c in measured)
     fastest = min((c for c in measured if c["status"] == "ok"), key=lambda c: c["p50_ms"])
-    assert lock["choice"]["options"] == fastest["options"] and fastest["why"].startswith("chosen")
+    chosen = next(c for c in measured if c["why"].startswith("chosen"))
+    assert lock["choice"]["options"] == chosen["options"]
+    assert chosen is fastest or "within noise of the fastest" in chosen["why"], chosen["why"]
     run = json.loads(cli("run", str(mlp_project), "--input", X, "--json").stdout)
     assert run["request_source"] == LOCK_NAME and run["provider"] == "cpu"
     forced = json.loads(cli("run", str(mlp_project), "-p", "openvino", "--input", X, "--json").stdout)

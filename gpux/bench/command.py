@@ -79,14 +79,37 @@ def bench_one(project: Project, provider: str | None, precision: str | None, row
               strict: bool = False, pinned: bool = False) -> dict[str, Any]:
     """One row: open (build or cache hit, load), first inference, warm-up, measurement. `pinned`: this provider
     only (a row of a table), an unverified artifact measured and marked; `strict`: the user's --strict."""
-    protocol, shapes, store, input_file, log = rows.protocol, rows.shapes, rows.store, rows.input_file, rows.log
-    from gpux.model.inputs import load_file, symbolic_values, synthetic
+    opened = open_one(project, provider, precision, rows, strict=strict, pinned=pinned)
+    if isinstance(opened, dict):
+        return opened
+    protocol = rows.protocol
+    with opened.session:
+        calls = opened.session.runner.bind(opened.feeds, protocol.concurrency)
+        m = bench.measure(calls if protocol.concurrency > 1 else calls[0], protocol)
+        return measured_row(opened, m, protocol.concurrency)
+
+
+@dataclass
+class OpenedRow:
+    """A session opened for a row, the inputs it is measured on and what the row says before its timings."""
+
+    session: Any
+    feeds: dict[str, Any]
+    requested: str | None
+    precision: str | None
+    first_s: float
+
+
+def open_one(project: Project, provider: str | None, precision: str | None, rows: Rows, *,
+             strict: bool = False, pinned: bool = False) -> OpenedRow | dict[str, Any]:
+    """Open (build or cache hit, load) and run once; a row saying why when it cannot (see bench_one)."""
+    from gpux.model.inputs import load_file, synthetic
     from gpux.quality.calibrate import ranges
     from gpux.run.session import load
 
     label = precision or "-"
     try:
-        session = load(project, provider, strict=strict or pinned, store_dir=store, log=log,
+        session = load(project, provider, strict=strict or pinned, store_dir=rows.store, log=rows.log,
                        provider_source="--provider", verified_only=strict)
     except VerificationFailed as exc:  # a headline, then one line per failing metric
         lines = [x.strip() for x in exc.message.splitlines() if x.strip()]
@@ -95,35 +118,59 @@ def bench_one(project: Project, provider: str | None, precision: str | None, row
     except GpuxError as exc:
         return bench.result_row(provider or "auto", label, None, bench.Phases(), status="unavailable",
                                 error=exc.message)
-    with session:
-        feeds = load_file(input_file, session.inputs) if input_file else \
-            synthetic(session.inputs, shapes, 0, ranges(project))
+    try:
+        feeds = load_file(rows.input_file, session.inputs) if rows.input_file else \
+            synthetic(session.inputs, rows.shapes, 0, ranges(project))
         started = time.perf_counter()
         session.run_feeds(feeds)
-        first = time.perf_counter() - started
-        calls = session.runner.bind(feeds, protocol.concurrency)
-        m = bench.measure(calls if protocol.concurrency > 1 else calls[0], protocol)
-        batch = next((v for k, v in symbolic_values(feeds, session.inputs).items() if k == "batch"), 1)
-        stats = bench.summarize(m.latencies_s, m.wall_s, batch=batch, concurrency=protocol.concurrency)
-        phases = bench.Phases(build_s=session.timings.get("build_s"), load_s=session.timings.get("load_s"),
-                              first_inference_s=first, warmup_s=m.warmup_s, measure_s=m.wall_s,
-                              compile_s=session.timings.get("compile_s"))
-        info = session.report()
-        art = session.build.final.artifact if session.build else None
-        status = f"fell back to {session.provider}" if session.fell_back else "ok"
-        verification = (art.manifest.get("verification") or {}) if art else {}
-        outputs = verification.get("outputs") or {}
-        return bench.result_row(
-            session.provider, precision or (art.manifest["target"]["precision"] if art else "-"), stats, phases,
-            status=status, latencies_s=m.latencies_s, requested=provider or "auto", runs_on=session.used,
-            request_source=info["request_source"], attempts=info["attempts"], artifact=str(art.main) if art else None,
-            artifact_size=art.size() if art else None, verification_status=verification_status(verification),
-            artifact_sha256=art.manifest["files"][art.manifest["main"]]["sha256"] if art else None,
-            accuracy={"min_cosine": min((o["cosine"] for o in outputs.values()), default=None),
-                      "max_abs": max((o["max_abs"] for o in outputs.values()), default=None)} if outputs else None,
-            options=session.runner.details, versions=art.manifest["key_parts"]["versions"] if art else None,
-            shapes={n: list(getattr(v, "shape", ())) for n, v in feeds.items()},
-        )
+    except BaseException:
+        session.close()
+        raise
+    return OpenedRow(session, feeds, provider, precision, time.perf_counter() - started)
+
+
+def measured_row(opened: OpenedRow, m: bench.Measurement, concurrency: int) -> dict[str, Any]:
+    """The row of an opened session measured as `m` says."""
+    from gpux.model.inputs import symbolic_values
+
+    session, feeds, provider, precision = opened.session, opened.feeds, opened.requested, opened.precision
+    batch = next((v for k, v in symbolic_values(feeds, session.inputs).items() if k == "batch"), 1)
+    stats = bench.summarize(m.latencies_s, m.wall_s, batch=batch, concurrency=concurrency)
+    phases = bench.Phases(build_s=session.timings.get("build_s"), load_s=session.timings.get("load_s"),
+                          first_inference_s=opened.first_s, warmup_s=m.warmup_s, measure_s=m.wall_s,
+                          compile_s=session.timings.get("compile_s"))
+    info = session.report()
+    art = session.build.final.artifact if session.build else None
+    status = f"fell back to {session.provider}" if session.fell_back else "ok"
+    verification = (art.manifest.get("verification") or {}) if art else {}
+    return bench.result_row(
+        session.provider, precision or (art.manifest["target"]["precision"] if art else "-"), stats, phases,
+        status=status, latencies_s=m.latencies_s, requested=provider or "auto", runs_on=session.used,
+        request_source=info["request_source"], attempts=info["attempts"], artifact=str(art.main) if art else None,
+        artifact_size=art.size() if art else None, verification_status=verification_status(verification),
+        artifact_sha256=art.manifest["files"][art.manifest["main"]]["sha256"] if art else None,
+        accuracy=accuracy_of(verification), options=session.runner.details,
+        versions=art.manifest["key_parts"]["versions"] if art else None,
+        shapes={n: list(getattr(v, "shape", ())) for n, v in feeds.items()},
+    )
+
+
+def accuracy_of(verification: dict[str, Any]) -> dict[str, Any] | None:
+    """Every accuracy figure of a verification record: the worst value of each metric over the outputs
+    (cosine, max-abs, worst slice, top-1, top-5, confident top-1), the record per output, its verdict, the data
+    it was judged on and the thresholds; None when nothing was compared."""
+    outputs = verification.get("outputs") or {}
+    if not outputs:
+        return None
+
+    def worst(key: str, pick: Any = min) -> Any:
+        return pick((o[key] for o in outputs.values() if o.get(key) is not None), default=None)
+
+    return {"min_cosine": worst("cosine"), "max_abs": worst("max_abs", max), "slice_cosine": worst("slice_cosine"),
+            "top1": worst("top1"), "top5": worst("top5"), "top1_confident": worst("top1_confident"),
+            "status": verification_status(verification), "data": verification.get("data"),
+            "samples": verification.get("samples"), "representative": verification.get("representative"),
+            "tolerances": verification.get("tolerances"), "outputs": outputs}
 
 
 def verification_status(verification: dict[str, Any] | None) -> str:

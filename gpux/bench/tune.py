@@ -13,6 +13,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpux import report
@@ -76,8 +77,10 @@ class Outcome:
         stats = self.row.get("stats") or {}
         return {"provider": self.provider, "precision": self.precision, "options": self.options,
                 "status": self.status, "why": self.why, "verification": self.row.get("verification_status"),
-                "p50_ms": _ms(stats.get("p50")),
-                "p99_ms": _ms(stats.get("p99")), "throughput": stats.get("throughput"),
+                "p50_ms": _ms(stats.get("p50")), "p99_ms": _ms(stats.get("p99")), "throughput": stats.get("throughput"),
+                "median_ci_ms": [_ms(v) for v in stats["median_ci"]] if stats.get("median_ci") else None,
+                "round_scores": self.row.get("round_scores"), "vs_plain_ort": self.row.get("vs_plain_ort"),
+                "artifact": Path(self.row["artifact"]).parent.name if self.row.get("artifact") else None,
                 "accuracy": self.row.get("accuracy"), "size": self.row.get("artifact_size"),
                 "build_s": (self.row.get("phases") or {}).get("build_s"), "error": self.row.get("error")}
 
@@ -117,15 +120,57 @@ def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
     return out
 
 
-def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest, log: Callable[[str], None]) -> None:
-    from gpux.bench.command import Rows, bench_one
-    from gpux.plan.targets import resolve_shapes, with_options
+def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
+                log: Callable[[str], None]) -> dict[str, Any] | None:
+    """Open every candidate (built and verified), then measure the survivors and a plain ONNX Runtime session
+    interleaved in rounds (gpux.bench.rounds). The baseline's figures (None: no ONNX source to run plainly)."""
+    from gpux.bench import rounds
+    from gpux.bench.command import measured_row
 
     concurrency = (req.concurrency or 4) if req.objective == "throughput" else 1
     protocol = bench.Protocol(warmup=3, warmup_seconds=min(0.2, req.seconds), runs=20, seconds=req.seconds,
                               concurrency=concurrency, batch=project.config.benchmark.batch or 1)
     deadline = time.monotonic() + req.budget_s
-    spent: dict[int, float] = {}  # seconds each measured candidate took, by id()
+    opened: list[tuple[Outcome, Any]] = []
+    base: dict[str, Any] | None = None
+    try:
+        open_all(project, outcomes, req, protocol, deadline, log, opened)
+        if not opened:
+            return None
+
+        def one(calls: list[Any]) -> Any:
+            return calls if concurrency > 1 else calls[0]
+
+        entries = [rounds.Entry(one(p.session.runner.bind(p.feeds, concurrency))) for _, p in opened]
+        plain, base = baseline_entry(project, opened[0][1].feeds, concurrency)
+        every = entries + ([rounds.Entry(one(plain[0]), keep=plain[1])] if plain else [])
+        log(f"measuring {len(entries)} candidates{' and a plain ONNX Runtime session' if plain else ''} "
+            f"interleaved in {rounds.ROUNDS} rounds ...")
+        done = rounds.measure_rounds(every, protocol, req.seconds, req.objective, deadline)
+        if plain and base is not None:
+            base.update(baseline_figures(every[-1], concurrency, req.objective), rounds=done)
+        for (o, prepared), e in zip(opened, entries, strict=True):
+            o.row = measured_row(prepared, e.measurement(), concurrency)
+            o.row["round_scores"] = e.scores
+            o.status = "ok" if o.row["status"] == "ok" else "unavailable"
+            if plain and base is not None:
+                key = "p50" if req.objective == "latency" else "throughput"
+                o.row["vs_plain_ort"] = rounds.speedup(base[key], every[-1].scores, o.row["stats"][key], e.scores,
+                                                       req.objective)
+    finally:
+        for _, prepared in opened:
+            prepared.session.close()
+    return base
+
+
+def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protocol: bench.Protocol,
+             deadline: float, log: Callable[[str], None], opened: list[tuple[Outcome, Any]]) -> None:
+    """Build, verify and open each candidate in turn (REFINES and the budget may leave some out); the opened
+    ones are appended to `opened`, the others' rows say why."""
+    from gpux.bench.command import Rows, open_one
+    from gpux.plan.targets import fitted_options, resolve_shapes, with_options
+
+    spent: dict[int, float] = {}  # seconds each opened candidate took, by id()
     for i, o in enumerate(outcomes, 1):
         if time.monotonic() > deadline:
             o.status, o.why = "over budget", f"not measured: --budget {req.budget_s:g} s spent"
@@ -135,13 +180,43 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest, log
             continue
         started = time.monotonic()
         log(f"tuning {i}/{len(outcomes)}: {o.provider} {o.precision} {_opts(o.options)}")
-        candidate = with_options(project, o.provider, **o.options)
-        o.row = bench_one(candidate, o.provider, o.precision, Rows(protocol, resolve_shapes(candidate), req.store,
-                                                                   None, log), pinned=True)
-        o.status = o.row["status"] if o.row["status"] in ("ok", "failed verification") else "unavailable"
-        if o.status != "ok":
-            o.why = why_out(o.row)
+        candidate = with_options(project, o.provider, **fitted_options(project, o.provider, o.options))
+        got = open_one(candidate, o.provider, o.precision, Rows(protocol, resolve_shapes(candidate), req.store,
+                                                               None, log), pinned=True)
         spent[id(o)] = time.monotonic() - started
+        if isinstance(got, dict):
+            o.row = got
+            o.status = got["status"] if got["status"] == "failed verification" else "unavailable"
+            o.why = why_out(got)
+        else:
+            o.status = "ok"
+            opened.append((o, got))
+
+
+def baseline_entry(project: Project, feeds: dict[str, Any],
+                   concurrency: int) -> tuple[tuple[list[Any], Any] | None, dict[str, Any]]:
+    """The plain ONNX Runtime session on the source model ((calls, session), None where it cannot run: a source
+    that is not ONNX, inputs it does not take) and the lock's record of it, saying why not."""
+    from gpux.bench import rounds
+    from gpux.formats import source_format
+
+    record: dict[str, Any] = {"what": rounds.BASELINE, "source": str(project.source)}
+    if source_format(project) != "onnx":
+        return None, {**record, "error": f"the source is {source_format(project)}, not ONNX: no plain session"}
+    try:
+        return rounds.plain_session(project.source, feeds, concurrency), record
+    except Exception as exc:
+        return None, {**record, "error": f"a plain ONNX Runtime session failed: {str(exc).splitlines()[0][:200]}"}
+
+
+def baseline_figures(entry: Any, concurrency: int, objective: str) -> dict[str, Any]:
+    """The baseline's figures for the lock (its p50 and throughput in seconds and per second, as rows' stats)."""
+    from gpux.bench import rounds
+
+    s = bench.summarize(entry.latencies_s, entry.wall_s, concurrency=concurrency)
+    return {"p50": s.p50, "throughput": s.throughput, "p50_ms": _ms(s.p50), "p99_ms": _ms(s.p99),
+            "median_ci_ms": [_ms(s.median_ci[0]), _ms(s.median_ci[1])],
+            "round_spread": rounds.spread(entry.scores, objective)}
 
 
 def why_out(row: dict[str, Any]) -> str:
@@ -177,9 +252,16 @@ def _opts(options: dict[str, Any], prefix: str = "") -> str:
                      for k, v in options.items())
 
 
+PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3}  # ties within noise go to the lower rank
+
+
 def choose(outcomes: list[Outcome], objective: str, allow_unverified: bool = False) -> Outcome | None:
     """The fastest candidate that passed verification and ran (None: none did); each row says why not. One
-    verified on generated data only (a lossy artifact: "unverified") is listed, not chosen, unless allowed."""
+    verified on generated data only (a lossy artifact: "unverified") is listed, not chosen, unless allowed. A
+    candidate within noise of the fastest (not faster in every round) ties with it, and ties go to the higher
+    precision, then to the simpler candidate (earlier in the list)."""
+    from gpux.bench import rounds
+
     for o in outcomes:
         if o.status == "ok" and o.row.get("verification_status") == "unverified" and not allow_unverified:
             o.status, o.why = "unverified", UNVERIFIED
@@ -189,19 +271,41 @@ def choose(outcomes: list[Outcome], objective: str, allow_unverified: bool = Fal
 
     def score(o: Outcome) -> float:
         s = o.row["stats"]
-        return s["p50"] if objective == "latency" else -s["throughput"]
+        return float(s["p50"] if objective == "latency" else -s["throughput"])
 
-    best = min(ok, key=score)
+    def beats(a: Outcome, b: Outcome) -> bool:
+        ra, rb = a.row.get("round_scores"), b.row.get("round_scores")
+        return rounds.clearly_faster(ra, rb, objective) if ra and rb else score(a) < score(b)
+
+    fastest = min(ok, key=score)
+    tied = [o for o in ok if not beats(fastest, o)]
+    best = min(tied, key=lambda o: (PRECISION_RANK.get(o.precision, 0), outcomes.index(o)))
     for o in ok:
-        if o is best:
-            o.why = "chosen: fastest verified for " + objective
-        else:
-            ratio = score(o) / score(best) if objective == "latency" else score(best) / score(o)
-            o.why = f"{ratio:.2f}× slower than the chosen one" if ratio >= 1 else "not the fastest"
+        o.why = _why(o, best, fastest, objective, beats(best, o), score)
     return best
 
 
+def _why(o: Outcome, best: Outcome, fastest: Outcome, objective: str, slower: bool,
+         score: Callable[[Outcome], float]) -> str:
+    from gpux.bench import rounds
+
+    def noise(a: Outcome, b: Outcome) -> str:  # how many times faster a was than b, per round
+        r = rounds.ratios(b.row.get("round_scores") or [], a.row.get("round_scores") or [], objective)
+        return f" ({min(r):.2f}–{max(r):.2f}× per round)" if r else ""
+
+    if o is best and o is fastest:
+        return "chosen: fastest verified for " + objective
+    if o is best:
+        return (f"chosen: within noise of the fastest ({fastest.provider} {fastest.precision}"
+                f"{noise(fastest, o)}), {'higher precision' if o.precision != fastest.precision else 'simpler'}")
+    ratio = score(o) / score(best) if objective == "latency" else score(best) / score(o)
+    if slower:
+        return f"{ratio:.2f}× slower than the chosen one"
+    return f"within noise of the chosen one{noise(o, best)}; chosen for precision or simplicity"
+
+
 def tune(req: TuneRequest) -> dict[str, Any]:
+    from gpux.bench import rounds
     from gpux.config.locate import open_project
     from gpux.files import atomic_write_text
 
@@ -210,16 +314,23 @@ def tune(req: TuneRequest) -> dict[str, Any]:
     project = open_project(req.target)
     outcomes = candidates(project, req)
     started = time.monotonic()
-    measure_all(project, outcomes, req, report.progress(req.as_json))
+    baseline = measure_all(project, outcomes, req, report.progress(req.as_json))
     best = choose(outcomes, req.objective, req.allow_unverified)
-    lock = {"schema": SCHEMA, "name": project.name, "objective": req.objective,
+    lock = {"schema": SCHEMA, "name": project.name, "objective": req.objective, "baseline": baseline,
+            "measured": {"rounds": rounds.ROUNDS, "pause_s": rounds.PAUSE_S, "seconds_each": req.seconds},
             "choice": None if best is None else {"provider": best.provider, "precision": best.precision,
                                                  "options": best.options},
             "figures": None if best is None else best.to_dict(), "fingerprint": fingerprint(project),
             "tuned_in_s": round(time.monotonic() - started, 1), "candidates": [o.to_dict() for o in outcomes]}
-    if best is not None:  # with no survivor, an earlier lock stays as it was
+    if best is not None:  # with no survivor, an earlier lock stays as it was (run follows it as tune built it:
+        # plan.lock.apply_lock drops the same declared fields the choice's options reject)
         atomic_write_text(project.root / LOCK_NAME, json.dumps(lock, indent=1) + "\n")
     return lock
+
+
+def vs_cell(vs: dict[str, Any] | None) -> str:
+    """`2.31× (2.10–2.52)`: the speedup over plain ONNX Runtime and its per-round range."""
+    return "-" if not vs else f"{vs['speedup']:.2f}× ({vs['low']:.2f}–{vs['high']:.2f})"
 
 
 def render(lock: dict[str, Any]) -> None:
@@ -229,15 +340,25 @@ def render(lock: dict[str, Any]) -> None:
         rows.append([c["provider"], c["precision"], _opts(c["options"]), c["status"],
                      "-" if c["p50_ms"] is None else f"{c['p50_ms']:.4f}",
                      "-" if c["p99_ms"] is None else f"{c['p99_ms']:.4f}",
-                     "-" if c["throughput"] is None else f"{c['throughput']:.1f}",
+                     "-" if c["throughput"] is None else f"{c['throughput']:.1f}", vs_cell(c.get("vs_plain_ort")),
                      "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
                      report.format_size(c["size"]) if c.get("size") else "-", why_cell(c["why"])])
     print(report.format_table(["provider", "precision", "options", "status", "p50 ms", "p99 ms", "per s",
-                               "cosine", "size", "why"], rows))
+                               "vs plain ORT", "cosine", "size", "why"], rows))
+    base = lock.get("baseline") or {}
+    if base.get("error"):
+        report.warn(f"no speedups: {base['error']}")
+    elif base.get("p50_ms") is not None:
+        report.info(f"plain ONNX Runtime (default session on the source model): p50 {base['p50_ms']:.4f} ms, "
+                    f"{base['throughput']:.1f} per s; measured interleaved with the candidates in "
+                    f"{base.get('rounds')} rounds (noise: the least and greatest ratio of a round)")
     choice = lock["choice"]
     if choice is None:
         more = "; --allow-unverified may lock an unverified one" if any(
             c["status"] == "unverified" for c in lock["candidates"]) else ""
         report.error(f"no candidate passed verification and ran: nothing locked (each row says why{more})")
     else:
-        report.info(f"locked {choice['provider']} {choice['precision']} ({_opts(choice['options'])}) in {LOCK_NAME}")
+        vs = (lock.get("figures") or {}).get("vs_plain_ort")
+        told = f", {vs_cell(vs)} plain ONNX Runtime" if vs else ""
+        report.info(f"locked {choice['provider']} {choice['precision']} ({_opts(choice['options'])}{told}) in "
+                    f"{LOCK_NAME}")

@@ -34,10 +34,13 @@ def describe(target: str, store_dir: str | None) -> tuple[dict[str, Any], list[s
     io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
     avail = [{**probe_for(project, p).to_dict(), "runtime": runtime_of(project, p)} for p in registry()]
+    from gpux.plan.lock import LOCK_NAME, read_lock
+
+    tuned = read_lock(project)[0]
     project, selection, whys = choose(project, None, False, store_dir)
-    locked = selection.chain[0] if selection.source == "gpux.lock.json" else None
+    locked = selection.chain[0] if selection.source == LOCK_NAME else None
     chosen = next((p for p in selection.chain if probe_for(project, p).ok), None)
-    arts = artifact_rows(project, io, store_dir)
+    arts = artifact_rows(project, io, store_dir, set(tuned.artifacts) if tuned and locked else set())
     size = sum(f.stat().st_size for f in source_files(project, io))
     warnings = [w for w in [ort_conflict_warning()] if w] + whys + would_skip(project, selection, chosen)
     bare = project.path.name not in CONFIG_NAMES  # a plain model file: no gpux.yml exists
@@ -47,8 +50,8 @@ def describe(target: str, store_dir: str | None) -> tuple[dict[str, Any], list[s
            "outputs": [t.to_dict() for t in outputs.values()], "selection": selection.to_dict(),
            "would_run_on": chosen, "providers": avail, "artifacts": arts,
            "warnings": warnings,
-           "lock": {"provider": locked, "options": getattr(project.config.providers, locked).model_dump(mode="json")}
-           if locked else None, **offer_of(project, store_dir)}
+           "lock": {"provider": locked, "options": getattr(project.config.providers, locked).model_dump(mode="json"),
+                    "figures": tuned.figures if tuned else None} if locked else None, **offer_of(project, store_dir)}
     return doc, warnings
 
 
@@ -64,9 +67,9 @@ def would_skip(project: Any, selection: Any, chosen: str | None) -> list[str]:
     return report.fallback_warnings(attempts, selection.source)
 
 
-def artifact_rows(project: Any, io: Any, store_dir: str | None) -> list[dict[str, Any]]:
-    """One row per artifact built for the project: current, stale (another config, model or environment)
-    or damaged."""
+def artifact_rows(project: Any, io: Any, store_dir: str | None, tuned: set[str] | None = None) -> list[dict[str, Any]]:
+    """One row per artifact built for the project: current (what a run would use), tuned (a candidate the lock
+    measured and did not choose), stale (another config, model or environment) or damaged."""
     from gpux.artifacts import store
     from gpux.cli.cache import current_folders
 
@@ -75,7 +78,8 @@ def artifact_rows(project: Any, io: Any, store_dir: str | None) -> list[dict[str
     arts = []
     for a in store.artifacts(root, project.name):
         problem = store.check(a, full=False)
-        state = "damaged" if problem else ("current" if a.dir.name in current else "stale")
+        state = "damaged" if problem else "current" if a.dir.name in current else \
+            "tuned" if a.dir.name in (tuned or ()) else "stale"
         arts.append({"id": a.id, "state": state, "problem": problem, "size": a.size(), "path": str(a.main),
                      "built_at": a.manifest.get("built_at"), "verification": a.manifest.get("verification"),
                      "versions": a.manifest["key_parts"].get("versions"),
@@ -97,7 +101,9 @@ def render(doc: dict[str, Any], warnings: list[str]) -> None:
             shape = "?" if dims is None else shape_text(dims)
             print(f"  {t['name']}: {t['dtype']} {shape}")
     if doc["lock"]:
-        print(f"tuned: {doc['lock']['provider']} locked in gpux.lock.json for this machine")
+        vs = (doc["lock"].get("figures") or {}).get("vs_plain_ort")
+        told = f" ({vs['speedup']:.2f}× plain ONNX Runtime, {vs['low']:.2f}–{vs['high']:.2f} per round)" if vs else ""
+        print(f"tuned: {doc['lock']['provider']} locked in gpux.lock.json for this machine{told}")
     print(f"offer: {', '.join(doc['offer']) or 'none'}; saved with `gpux use`: {doc['saved'] or 'nothing'}")
     chosen = doc["would_run_on"]
     print(f"\nproviders (order {', '.join(doc['selection']['chain'])}; would run on {chosen or 'none'}):")

@@ -39,6 +39,8 @@ def fingerprint(project: Project) -> dict[str, Any]:
 class Locked:
     provider: str
     options: dict[str, Any]
+    artifacts: tuple[str, ...] = ()  # the folders of every candidate measured (the choice's among them)
+    figures: dict[str, Any] | None = None  # the choice's row
 
 
 def read_lock(project: Project) -> tuple[Locked | None, str | None]:
@@ -58,7 +60,8 @@ def read_lock(project: Project) -> tuple[Locked | None, str | None]:
     if differs:
         return None, (f"{LOCK_NAME} was measured with another {', '.join(differs)}; selecting as usual "
                       f"(run `gpux tune` here to measure this one)")
-    return Locked(choice["provider"], dict(choice.get("options") or {})), None
+    arts = tuple(c["artifact"] for c in doc.get("candidates") or () if isinstance(c, dict) and c.get("artifact"))
+    return Locked(choice["provider"], dict(choice.get("options") or {}), arts, doc.get("figures")), None
 
 
 def apply_lock(project: Project, provider: str | None) -> tuple[Project, str | None, str | None]:
@@ -66,11 +69,12 @@ def apply_lock(project: Project, provider: str | None) -> tuple[Project, str | N
     import os
 
     from gpux.plan.select import ENV_PROVIDER
-    from gpux.plan.targets import with_options
+    from gpux.plan.targets import fitted_options, with_options
 
     if provider or os.environ.get(ENV_PROVIDER) or project.config.runtime.backend != ("auto",):
         return project, None, None
     locked, why = read_lock(project)
     if locked is None:
         return project, None, why
-    return with_options(project, locked.provider, **locked.options), locked.provider, None
+    options = fitted_options(project, locked.provider, locked.options)  # as tune built it
+    return with_options(project, locked.provider, **options), locked.provider, None

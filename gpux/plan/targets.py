@@ -186,6 +186,29 @@ def with_options(project: Project, provider: str, **update: Any) -> Project:
     return dataclasses.replace(project, config=project.config.model_copy(update={"providers": providers}))
 
 
+def fitted_options(project: Project, provider: str, options: dict[str, Any]) -> dict[str, Any]:
+    """`options` plus, at their defaults, the declared fields of `providers.<provider>` its option model rejects
+    beside them (calibration beside precision fp32: the int8-only fields), found by validating each declared
+    field with `options`, not from a list; what `gpux tune` builds each candidate with and the lock is run with."""
+    from pydantic import ValidationError
+
+    block = getattr(project.config.providers, provider, None)
+    if block is None:
+        return dict(options)
+    cls = type(block)
+    flat = {k: v for k, v in options.items() if not isinstance(v, dict)}
+    reset = {}
+    for name, f in cls.model_fields.items():
+        value, default = getattr(block, name), f.get_default(call_default_factory=True)
+        if name in options or value == default:
+            continue
+        try:
+            cls.model_validate({**flat, name: value})
+        except ValidationError:
+            reset[name] = default
+    return {**options, **reset}
+
+
 def _merged(current: Any, value: Any) -> Any:
     if isinstance(value, dict) and hasattr(current, "model_copy"):
         return current.model_copy(update=value)

@@ -163,7 +163,8 @@ def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: d
 
 def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
     """A file (.npz/.npy/.json) or a folder of them. An array with one more axis than the input is a
-    stack of samples along axis 0."""
+    stack of samples along axis 0; an array of the input's own rank is one sample (a batch); any other rank is a
+    DataError naming the file, the input, its declared shape and the array's."""
     files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy", ".json")) if path.is_dir() \
         else [path]
     if not files:
@@ -174,7 +175,8 @@ def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
             raw = _load_raw(f, inputs)
         except GpuxError as exc:
             raise DataError(exc.message, hint=exc.hint) from None
-        ranks = {n: len(inputs[n].shape or ()) for n in raw if n in inputs}
+        ranks = {n: len(inputs[n].shape or ()) for n in raw if n in inputs and inputs[n].shape is not None}
+        _check_ranks(f, raw, ranks, inputs)
         stacked = all(getattr(raw[n], "ndim", 0) == ranks[n] + 1 for n in ranks) and bool(ranks)
         if stacked:
             count = min(raw[n].shape[0] for n in ranks)
@@ -182,6 +184,18 @@ def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
         else:
             out.append(cast_all(raw, inputs, str(f)))
     return out
+
+
+def _check_ranks(f: Path, raw: dict[str, Any], ranks: dict[str, int], inputs: dict[str, Tensor]) -> None:
+    from gpux.model.io import shape_text
+
+    for n, rank in ranks.items():
+        ndim = getattr(raw[n], "ndim", None)
+        if ndim is not None and ndim not in (rank, rank + 1):
+            shape = list(raw[n].shape)
+            raise DataError(f"{f}: array {n!r} has shape {shape}, which fits input {n!r} "
+                            f"{shape_text(inputs[n].shape or ())} neither as one sample (rank {rank}) nor as a "
+                            f"stack of samples (rank {rank + 1})")
 
 
 def _load_raw(f: Path, inputs: dict[str, Tensor]) -> dict[str, Any]:

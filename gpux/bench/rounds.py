@@ -1,0 +1,102 @@
+"""Candidates measured side by side: every survivor and a plain ONNX Runtime session on the source model
+(default options, what a user would otherwise run) take turns in rounds, each a short slice in rotated order
+with a pause between them (ONNX Runtime's worker threads spin a while after a run and would slow the next one).
+A candidate's speedup is the plain session's median over its own; the per-round ratios bound it (the noise),
+and one candidate is faster than another only when it was faster in every round."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpux.bench import protocol as bench
+
+ROUNDS = 5
+PAUSE_S = 0.05  # between two slices: long enough for ONNX Runtime's spinning threads to go idle
+FIRST_WARMUP_S = 0.2  # a slice's warm-up in the first round (caches, allocator); later rounds re-warm briefly
+WARMUP_S = 0.02
+BASELINE = "onnxruntime.InferenceSession(source, providers=['CPUExecutionProvider']), default options"
+
+
+@dataclass
+class Entry:
+    """One thing measured in the rounds: its call (or one per worker) and what each round gave."""
+
+    call: bench.Infer | list[bench.Infer]
+    latencies_s: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+    warmup_s: float = 0.0
+    scores: list[float] = field(default_factory=list)  # per round: median latency (s) or throughput (per s)
+    keep: Any = None  # what must stay alive while it is measured (the plain session)
+
+    def measurement(self) -> bench.Measurement:
+        return bench.Measurement(self.latencies_s, self.wall_s, 0, self.warmup_s)
+
+
+def plain_session(source: Path, feeds: dict[str, Any], concurrency: int) -> tuple[list[bench.Infer], Any]:
+    """The baseline: a default InferenceSession on the source model, timed through the same native run call as
+    the candidates (so the comparison is of engines, not of Python wrappers). (calls, session)."""
+    import functools
+
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    sess.run(names, feeds)  # the inputs fit, with ONNX Runtime's own checks
+    return [functools.partial(sess._sess.run, names, feeds, None)] * concurrency, sess
+
+
+def measure_rounds(entries: Sequence[Entry], protocol: bench.Protocol, seconds: float, objective: str,
+                   deadline: float, *, rounds: int = ROUNDS, pause_s: float = PAUSE_S,
+                   sleep: Callable[[float], None] = time.sleep) -> int:
+    """Measure every entry for `seconds` in all, split over `rounds` rounds, in rotated order, pausing
+    between slices; stop after the round in progress once `deadline` (time.monotonic) passes. The rounds run."""
+    done = 0
+    for r in range(rounds):
+        if done and time.monotonic() > deadline:
+            break
+        warm = min(FIRST_WARMUP_S if r == 0 else WARMUP_S, seconds)
+        p = bench.Protocol(warmup=3 if r == 0 else 1, warmup_seconds=warm, runs=max(1, protocol.runs // rounds),
+                           seconds=seconds / rounds, concurrency=protocol.concurrency, batch=protocol.batch)
+        for k in range(len(entries)):
+            e = entries[(k + r) % len(entries)]
+            sleep(pause_s)
+            m = bench.measure(e.call, p)
+            e.latencies_s += m.latencies_s
+            e.wall_s += m.wall_s
+            e.warmup_s += m.warmup_s
+            e.scores.append(statistics.median(m.latencies_s) if objective == "latency"
+                            else len(m.latencies_s) * protocol.batch / m.wall_s)
+        done += 1
+    return done
+
+
+def ratios(base: Sequence[float], other: Sequence[float], objective: str) -> list[float]:
+    """Per round, how many times faster `other` was than `base` (>1: faster)."""
+    return [b / o if objective == "latency" else o / b for b, o in zip(base, other, strict=False) if b > 0 and o > 0]
+
+
+def speedup(base: float, base_scores: Sequence[float], value: float, scores: Sequence[float],
+            objective: str) -> dict[str, Any]:
+    """Speedup over the baseline (its median latency over the candidate's, or the candidate's throughput over
+    its) and its noise: the least and greatest ratio of a round."""
+    x = base / value if objective == "latency" else value / base
+    per_round = ratios(base_scores, scores, objective) or [x]
+    return {"speedup": round(x, 4), "low": round(min(per_round), 4), "high": round(max(per_round), 4),
+            "rounds": len(per_round)}
+
+
+def clearly_faster(a: Sequence[float], b: Sequence[float], objective: str) -> bool:
+    """`a` beat `b` in every round (round scores); with no rounds, never."""
+    r = ratios(b, a, objective)
+    return bool(r) and min(r) > 1.0
+
+
+def spread(scores: Sequence[float], objective: str) -> list[float]:
+    """The least and greatest round score, in ms for latency."""
+    scale = 1e3 if objective == "latency" else 1.0
+    return [round(min(scores) * scale, 6), round(max(scores) * scale, 6)] if scores else []
