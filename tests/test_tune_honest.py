@@ -132,7 +132,7 @@ def test_tune_by_a_relative_path_builds_every_candidate_with_declared_calibratio
     proj = tmp_path / "proj" / "x"
     proj.mkdir(parents=True)
     make_mlp(proj / "model.onnx")
-    np.savez(proj / "cal.npz", x=np.random.default_rng(1).standard_normal((12, 1, 8)).astype(np.float32))
+    np.savez(proj / "cal.npz", x=np.random.default_rng(1).standard_normal((40, 1, 8)).astype(np.float32))
     (proj / "gpux.yml").write_text(MLP_YML.format(name="rel").replace("backend: cpu", "backend: auto") +
                                    "providers:\n  openvino: {precision: int8, calibration: cal.npz}\n")
     r = cli("tune", "proj/x", "--providers", "openvino", "--precisions", "fp32,bf16,int8", "--seconds", "0.1",

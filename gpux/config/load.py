@@ -142,8 +142,8 @@ def check_files(written: Written, data: dict[str, Any], require_model: bool = Tr
                 out.append(written.problem((kind, str(name), "labels"), f"labels file not found: {labels}"))
     verify = data.get("verify")
     sample = verify.get("data") if isinstance(verify, dict) else None
-    if isinstance(sample, str) and sample and not (root / sample).is_file():
-        out.append(written.problem(("verify", "data"), f"file not found: {sample}"))
+    if isinstance(sample, str) and sample and not (root / sample).exists():  # a file or a folder of samples
+        (out if require_model else notes).append(written.problem(("verify", "data"), f"file not found: {sample}"))
     return out, notes
 
 
