@@ -29,7 +29,8 @@ OBJECTIVES = ("latency", "throughput")
 REFINES: dict[tuple[str, str], str] = {("openvino", "accuracy"): "quantize"}
 SLOWER = 10
 WHY_WIDTH = 120  # the table's why column, cut at a word; the JSON keeps the whole text
-UNVERIFIED = "unverified (int8 on generated data only, or on under 10 real samples; declare verify.data or calibration data)"
+UNVERIFIED = ("unverified (int8 on generated data only, or on under 10 real samples; declare verify.data or "
+              "calibration data)")
 # (precision label, option fields) tried per provider on its own runtime (see option_rows for runtime: torch);
 # the precision label is what the table shows
 CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {

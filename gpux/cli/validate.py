@@ -153,7 +153,8 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
         return Result(path, [Problem(str(path), 0, 0, "", "; ".join(exc.lines()))])
     notes = list(project.notes)
     if not model:  # --no-model: the config alone, for models fetched later; their absence is expected
-        notes = [n for n in notes if n.field not in ("model.source", "verify.data") or "file not found" not in n.message]
+        generated = ("model.source", "verify.data")
+        notes = [n for n in notes if n.field not in generated or "file not found" not in n.message]
     return Result(path, warnings=notes)
 
 
