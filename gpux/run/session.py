@@ -50,6 +50,13 @@ class Session:
         feeds = cast_all({**(inputs or {}), **named}, self.inputs, "inputs")
         return dict(zip(self.output_names, self.run_feeds(feeds), strict=True))
 
+    def predict(self, x: Any) -> Any:
+        """Answers for an image (path, bytes, PIL image, HxWxC uint8 array) or a list of them, through gpux.yml's
+        preprocess and postprocess (docs/answers.md); a dict of tensors answers each batch row (a list)."""
+        from gpux.answers.steps import predict
+
+        return predict(self, x)
+
     def run_feeds(self, feeds: dict[str, Any]) -> list[Any]:
         """Run prepared feeds; the first inference that fails moves on to the next provider."""
         assert self._runner is not None
