@@ -46,6 +46,14 @@ class Steps:
 
         if isinstance(item, dict):
             return cast_all(item, self.inputs, "inputs"), None
+        input_name, steps, tensor = self.image_input(name)
+        if hasattr(item, "__array_interface__") and tensor.shape and getattr(item, "ndim", 0) == len(tensor.shape):
+            return cast_all({input_name: item}, self.inputs, "inputs"), None
+        array, placement = image_tensor(item, steps, tensor.dtype, name)
+        return {input_name: array}, placement
+
+    def image_input(self, name: str) -> tuple[str, ImageSteps, Tensor]:
+        """The one input images go to (an InputError naming `name` where the model has none or several)."""
         if not self.images:
             raise InputError(f"{name}: {self.project.name} declares no preprocess for its inputs, so it takes "
                              "tensors only", hint="add preprocess: {image: ...} to its image input (docs/answers.md)"
@@ -54,10 +62,7 @@ class Steps:
             raise InputError(f"{name}: an image answers a model of one input; {self.project.name} takes "
                              f"{', '.join(self.inputs)}", hint="pass a dict of tensors")
         (input_name, (steps, tensor)), = self.images.items()
-        if hasattr(item, "__array_interface__") and tensor.shape and getattr(item, "ndim", 0) == len(tensor.shape):
-            return cast_all({input_name: item}, self.inputs, "inputs"), None
-        array, placement = image_tensor(item, steps, tensor.dtype, name)
-        return {input_name: array}, placement
+        return input_name, steps, tensor
 
     def answers(self, outputs: dict[str, Any], placement: Placement | None, row: int = 0) -> dict[str, Any]:
         """Each output's answer for one batch row; outputs without postprocess stay arrays."""
@@ -93,8 +98,9 @@ def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] |
     classes = size - (4 if spec.boxes is not None else 0)
     if len(labels) == classes:
         return []
-    return [project.problem(("outputs", name, "labels"), f"{len(labels)} labels for {classes} classes "
-                            f"({name} is {list(shape)})")]
+    where = "its last axis" if axis == -1 else f"axis {axis}, less 4 box coordinates,"
+    return [project.problem(("outputs", name, "labels"), f"{len(labels)} labels for {classes} classes ({name} has "
+                            f"{size} on {where} in the model)")]
 
 
 def describe(item: Any) -> str:

@@ -13,6 +13,7 @@ def answer_files(project: Any, req: Any) -> int:
     """Files are found before anything is built or loaded; a file that cannot be read stops the run (exit 2)."""
     from gpux.answers.steps import Steps, image_files
     from gpux.errors import UsageError
+    from gpux.model.io import effective_io, load_checked
     from gpux.run.inuse import holding
     from gpux.run.session import load
 
@@ -21,10 +22,12 @@ def answer_files(project: Any, req: Any) -> int:
     if given:
         raise UsageError(f"{', '.join(given)} and image files both given; pass one kind of input")
     files = image_files(req.files)
+    inputs, outputs = effective_io(project, load_checked(project, req.store))
+    steps = Steps.of(project, inputs, outputs)  # what the model's real shapes say of the steps, before any build
+    steps.image_input(files[0])
     with holding(project.name, project.root, req.store, "gpux run"), \
             load(project, req.provider, strict=req.strict, store_dir=req.store, log=report.progress(req.as_json),
                  placement=req.placement, provider_source="--provider") as session:
-        steps = Steps.of(session.project, session.inputs, session.outputs)
         if not req.as_json:
             for w in session.warnings:
                 report.warn(w)
