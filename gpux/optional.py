@@ -21,6 +21,7 @@ EXTRAS = {
     "coremltools": "coreml",
     "torch": "torch",
     "docker": "docker",
+    "PIL": "images",
 }
 
 # every distribution that installs the `onnxruntime` module

@@ -18,6 +18,7 @@ ROOMS = [
     ("config",),  # gpux.yml → Project
     ("report",),  # rendering shared by every command
     ("model",),  # a model file's facts, feeds cast to it
+    ("answers",),  # declared pre- and post-processing: images in, answers out
     ("plan",),  # providers to try, targets, the offer, the saved choice and the tune lock
     ("runtimes",),  # per backend: build an artifact, open a runner
     ("quality",),  # calibration, verification

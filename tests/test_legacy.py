@@ -144,8 +144,8 @@ def test_every_documented_block_loads_or_is_dropped_with_a_note(folder: Path) ->
         "`gpux run --benchmark`, then remove it",
         "gpux.yml:24:1 serving: ignored: gpux.yml v1 configures `gpux serve` in a serve: block (host, http_port, "
         "grpc_port, max_batch_size; docs/serve.md); move the settings there, then remove it",
-        "gpux.yml:30:1 preprocessing: ignored: gpux.yml v1 has no preprocessing block; prepare inputs before "
-        "`gpux run`, then remove it",
+        "gpux.yml:30:1 preprocessing: ignored: gpux.yml v1 declares image pre-processing per input "
+        "(inputs.NAME.preprocess; docs/answers.md); move the settings there, then remove it",
         "gpux.yml:33:1 metadata: ignored: gpux.yml v1 has no metadata block; say what the model is in "
         "description:, then remove it",
     ]

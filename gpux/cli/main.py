@@ -103,6 +103,7 @@ def build(no_verify: bool, shapes: tuple[str, ...], **kwargs: Any) -> None:
 
 @cli.command()
 @click.argument("target", default=".")
+@click.argument("files", nargs=-1, type=click.Path())
 @click.option("--input", "-i", "input_json", default=None, help="Inputs as JSON: '{\"x\": [[1.0, 2.0]]}'.")
 @click.option("--file", "-f", "input_file", type=click.Path(dir_okay=False), default=None,
               help="Inputs from .json, .npy (single input) or .npz (one array per input).")
@@ -124,7 +125,11 @@ def build(no_verify: bool, shapes: tuple[str, ...], **kwargs: Any) -> None:
 @click.option("--max-regression", type=float, default=10.0, show_default=True,
               help="Percent a figure may regress against --baseline before exit 1.")
 def run(target: str, **kwargs: Any) -> None:
-    """Run a model (name, project folder, gpux.yml or .onnx) on the best working provider."""
+    """Run a model (name, project folder, gpux.yml or .onnx) on the best working provider.
+
+    FILES (images, or folders of them) are answered through the model's declared preprocess and postprocess:
+    one answer per file (one JSON line each with --json).
+    """
     from gpux.cli.run import RunRequest, run_command
 
     sys.exit(run_command(RunRequest(target, **kwargs)))

@@ -14,6 +14,7 @@ class RunRequest:
     """What `gpux run` was asked for (the click options, by name); the benchmark's own ones included."""
 
     target: str = "."
+    files: tuple[str, ...] = ()
     input_json: str | None = None
     input_file: str | None = None
     output: str | None = None
@@ -40,9 +41,17 @@ def run_command(req: RunRequest) -> int:
     from gpux.run.inuse import holding
 
     ws = workspace_of(req.target, req.store)
+    if ws is not None and req.files:
+        from gpux.errors import UsageError
+
+        raise UsageError("files are answered by one model; name its folder, not the workspace")
     if ws is not None:
         return run_workspace(ws, {k: v for k, v in dataclasses.asdict(req).items() if k != "target"})
     project = open_project(req.target)
+    if req.files:
+        from gpux.cli.answer import answer_files
+
+        return answer_files(project, req)
     if req.benchmark:
         from gpux.bench.command import BenchmarkRequest, benchmark_command
 

@@ -19,8 +19,8 @@ Note = tuple[Loc, str]
 DROPPED = {
     "serving": "ignored: gpux.yml v1 configures `gpux serve` in a serve: block (host, http_port, grpc_port, "
                "max_batch_size; docs/serve.md); move the settings there, then remove it",
-    "preprocessing": "ignored: gpux.yml v1 has no preprocessing block; prepare inputs before `gpux run`, "
-                     "then remove it",
+    "preprocessing": "ignored: gpux.yml v1 declares image pre-processing per input (inputs.NAME.preprocess; "
+                     "docs/answers.md); move the settings there, then remove it",
     "metadata": "ignored: gpux.yml v1 has no metadata block; say what the model is in description:, "
                 "then remove it",
 }

@@ -18,6 +18,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from gpux.config.problems import NAME_RE, did_you_mean, show_value
+from gpux.config.steps import Postprocess, Preprocess, check_image_shape, check_labels
 from gpux.providers import PROVIDERS as BUILT_IN
 from gpux.providers import options as opts
 
@@ -147,6 +148,32 @@ class TensorSpec(Strict):
         None, description="[low, high) of values for synthetic inputs (integer inputs: token ids, classes)."
     )
     description: str | None = Field(None, description="What this tensor holds.")
+
+
+class InputSpec(TensorSpec):
+    preprocess: Preprocess | None = Field(
+        None, description="How a file (an image) becomes this tensor, for `gpux run NAME FILE` and "
+        "Session.predict (docs/answers.md).")
+
+    @model_validator(mode="after")
+    def _fits_shape(self) -> InputSpec:
+        wrong = check_image_shape(self.preprocess.image, self.shape) if self.preprocess and self.shape else None
+        if wrong:
+            raise _fail(wrong[0], "preprocess", *wrong[1])
+        return self
+
+
+class OutputSpec(TensorSpec):
+    postprocess: Postprocess | None = Field(
+        None, description="How this output becomes answers (classes with scores, boxes); none: the tensor as is "
+        "(docs/answers.md).")
+
+    @model_validator(mode="after")
+    def _labels_fit(self) -> OutputSpec:
+        wrong = check_labels(self.labels, self.shape, self.postprocess) if isinstance(self.labels, list) else None
+        if wrong:
+            raise _fail(wrong, "labels")
+        return self
 
 
 class Threads(Strict):
@@ -326,8 +353,8 @@ class GpuxConfig(Strict):
     version: Version = Field("0.0.0", description="The model's version, e.g. 1.0.0.")
     description: str | None = Field(None, description="What the model does.")
     model: ModelSource = Field(description="Where the model comes from.")
-    inputs: dict[str, TensorSpec] | None = Field(None, description="Inputs; read from the model when omitted.")
-    outputs: dict[str, TensorSpec] | None = Field(None, description="Outputs; read from the model when omitted.")
+    inputs: dict[str, InputSpec] | None = Field(None, description="Inputs; read from the model when omitted.")
+    outputs: dict[str, OutputSpec] | None = Field(None, description="Outputs; read from the model when omitted.")
     shapes: dict[Annotated[str, Field(pattern=opts.DIM_NAME)], Annotated[int, Field(ge=0)] | opts.ProfileRange] = \
         Field(default_factory=dict, description=(
             "Sizes of symbolic dims, declared once: an int, or {min, opt, max}. Verification, calibration and "
@@ -351,5 +378,17 @@ class GpuxConfig(Strict):
             name = key if isinstance(key, str) else (self.verify.classifications or [])[key]
             if name not in self.outputs:
                 raise _fail(f"{name!r} is not an output (outputs: {', '.join(self.outputs)})", "verify", where, key)
+        return self
+
+    @model_validator(mode="after")
+    def _boxes_name_an_image(self) -> GpuxConfig:
+        images = [n for n, s in (self.inputs or {}).items() if s.preprocess is not None]
+        for name, spec in (self.outputs or {}).items():
+            boxes = spec.postprocess.boxes if spec.postprocess else None
+            if boxes is None or (boxes.image in images if boxes.image else len(images) <= 1):
+                continue
+            where = ("outputs", name, "postprocess", "boxes") + (("image",) if boxes.image else ())
+            raise _fail(f"{boxes.image!r} is not an image input (inputs with preprocess: {', '.join(images) or 'none'})"
+                        if boxes.image else f"several image inputs ({', '.join(images)}): name one as image:", *where)
         return self
 

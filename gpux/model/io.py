@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,7 +179,7 @@ def shape_text(shape: tuple[Dim, ...]) -> str:
 def effective_io(project: Project, io: ModelIO) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """The interface gpux uses: declared names/shapes where given (they name dynamic dims), else the model's."""
 
-    def merge(declared: dict[str, TensorSpec] | None, actual: tuple[Tensor, ...]) -> dict[str, Tensor]:
+    def merge(declared: Mapping[str, TensorSpec] | None, actual: tuple[Tensor, ...]) -> dict[str, Tensor]:
         out = {}
         for t in actual:
             spec = (declared or {}).get(t.name)
@@ -198,7 +199,7 @@ def declared_io(project: Project) -> ModelIO:
     if not cfg.inputs or any(s.shape is None for s in cfg.inputs.values()):
         raise ConfigError([project.problem(("inputs",), "a PyTorch source needs every input declared with "
                                            "dtype and shape (ints or dim names) to be exported", key=True)])
-    def tensors(specs: dict[str, TensorSpec] | None) -> tuple[Tensor, ...]:
+    def tensors(specs: Mapping[str, TensorSpec] | None) -> tuple[Tensor, ...]:
         return tuple(Tensor(n, s.dtype, tuple(s.shape) if s.shape else None) for n, s in (specs or {}).items())
 
     return ModelIO(tensors(cfg.inputs), tensors(cfg.outputs), producer=source_format(project))

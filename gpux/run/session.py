@@ -69,6 +69,13 @@ class Session:
             self._native = self.runner.fast or self.runner.run
         return result
 
+    def predict(self, x: Any) -> Any:
+        """Answers for an image (path, bytes, PIL image, HxWxC uint8 array) or a list of them, through gpux.yml's
+        preprocess and postprocess (docs/answers.md); a dict of tensors answers each batch row (a list)."""
+        from gpux.answers.steps import predict
+
+        return predict(self, x)
+
     def run_feeds(self, feeds: dict[str, Any]) -> list[Any]:
         """Run prepared feeds; the first inference that fails moves on to the next provider."""
         assert self._runner is not None

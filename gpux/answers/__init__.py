@@ -1,0 +1,2 @@
+"""Real inputs in, answers out: an input's declared `preprocess` (images decoded, resized, normalized) and an
+output's `postprocess` (softmax/sigmoid, top-k labels, detector boxes). docs/answers.md."""
