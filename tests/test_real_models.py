@@ -120,3 +120,17 @@ def test_detector_and_dense_map_build_with_a_default_config(dist: str, member: s
         got = np.array(json.loads(r.stdout)["outputs"][out]["data"], np.float32)
         # f32 execution on OpenVINO: boxes in pixels agree with ONNX Runtime to well under a pixel
         np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-2)
+
+
+def test_paddle_exported_recognizer_quantizes_to_int8(tmp_path: Path) -> None:
+    """PP-OCR's recognizer keeps its weights as Constant nodes that ONNX Runtime's quantizer refuses until they
+    are folded; its symbolic shape inference fails on this model, so pre-processing runs without it."""
+    wheel_member("rapidocr-onnxruntime", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+                 tmp_path / "model.onnx")
+    write(tmp_path / "gpux.yml", "name: rec\nmodel: {source: model.onnx}\ninputs:\n"
+                                 "  x: {dtype: float32, shape: [batch, 3, 48, 320]}\n"
+                                 "providers:\n  cpu: {precision: int8}\n")
+    r = cli("build", str(tmp_path), "-p", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    target = json.loads(r.stdout)["targets"][-1]
+    assert target["target"]["id"] == "onnx-int8-dynamic-basic" and target["verification"]["status"] == "unverified"

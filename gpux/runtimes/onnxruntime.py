@@ -77,10 +77,7 @@ def quantize(src: Path, dst: Path, mode: str, per_channel: bool,
 
     pre = dst.with_name(dst.stem + ".pre.onnx")
     with quiet_stderr(log, "onnxruntime.quantization"):
-        try:
-            quant_pre_process(str(src), str(pre), skip_symbolic_shape=False)
-        except Exception:  # pre-processing is an optimisation; quantize the source as it is
-            pre = src
+        pre = _pre_processed(quant_pre_process, src, pre)
         if mode == "dynamic":
             q.quantize_dynamic(str(pre), str(dst), weight_type=q.QuantType.QInt8, per_channel=per_channel)
         else:
@@ -90,6 +87,19 @@ def quantize(src: Path, dst: Path, mode: str, per_channel: bool,
     if pre != src:
         for p in (pre, pre.with_name(pre.name + ".data")):
             p.unlink(missing_ok=True)
+
+
+def _pre_processed(quant_pre_process: Any, src: Path, dst: Path) -> Path:
+    """ONNX Runtime's pre-processing before quantization (shape inference, constant folding of weights that
+    exporters such as Paddle's write as Constant nodes): with symbolic shape inference, else without it (it fails
+    on some exported models), else the source as it is."""
+    for skip in (False, True):
+        try:
+            quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip)
+            return dst
+        except Exception:  # an optimisation: try the next way
+            continue
+    return src
 
 
 class _Reader:
