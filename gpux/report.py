@@ -259,7 +259,8 @@ def verdict(v: dict[str, Any] | None, short: bool = False) -> str:
         parts.append(f"top-1 {min(top1):.0%}")
     data = v.get("data", "generated")
     if status == "unverified":
-        parts.append("generated data only" if data == "generated" else f"only {v.get('rows')} real samples")
+        parts.append("generated data only" if data == "generated" else "calibration samples only"
+                     if not v.get("representative") else f"only {v.get('rows')} real samples")
     elif not short:
         parts.append(f"{v.get('samples')} {data} samples")
     return f"{word} at {v.get('precision')} ({', '.join(parts)})"

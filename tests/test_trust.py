@@ -267,3 +267,58 @@ def test_trained_detector_whose_class_scores_collapse_under_int8_fails(tmp_path:
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)["targets"][-1]["verification"]["outputs"]["output0"]
     assert out["slice_axis"] == 1 and out["slice_cosine"] > 0.999
+
+
+# ---- edges ----------------------------------------------------------------------------------------------------------
+def defaults(precision: str = "int8") -> Rule:
+    return Rule(tolerances(precision))  # as verify.rules builds it when nothing is set: no user thresholds
+
+
+def test_a_named_output_without_a_class_axis_is_judged_as_dense_values() -> None:
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0, 1, (64, 1)).astype(np.float32)  # a binary sigmoid [batch, 1], declared a classification
+    v = compare(["prob"], [[p]], [[1 - p]], "fp16", tolerances("fp16"), classes={"prob"}, rules={"prob": defaults()})
+    assert v.outputs["prob"]["kind"] == "dense" and not v.passed and "cosine" in v.failures[0]
+
+
+def test_samples_of_different_shapes_compare_without_crashing() -> None:
+    rng = np.random.default_rng(4)
+    ref = [[rng.standard_normal((1, n, 32)).astype(np.float32)] for n in (3, 5)]
+    v = compare(["seq"], ref, [[r[0].copy()] for r in ref], "int8", tolerances("int8"), rules={"seq": defaults()})
+    assert v.passed and "slice_axis" not in v.outputs["seq"]
+
+
+def test_identical_non_finite_class_scores_agree() -> None:
+    logits = np.array([[np.nan, 1, 2], [0, 5, 1], [np.inf, 1, 2]], np.float32)
+    v = compare(["logits"], [[logits]], [[logits.copy()]], "int8", tolerances("int8"), classes={"logits"},
+                rules={"logits": defaults()})
+    assert v.passed and v.outputs["logits"]["top1"] == 1.0
+
+
+def test_rows_count_the_batch_axis_only_where_the_model_has_one() -> None:
+    from gpux.model.io import Tensor
+    from gpux.quality.calibrate import _data
+
+    batched = {"x": Tensor("x", "float32", ("batch", 3, 8, 8))}
+    fixed = {"x": Tensor("x", "float32", (3, 8, 8))}
+    assert _data([{"x": np.zeros((4, 3, 8, 8), np.float32)}] * 3, "verify.data", True, batched).rows == 12
+    assert _data([{"x": np.zeros((3, 8, 8), np.float32)}] * 3, "verify.data", True, fixed).rows == 3
+
+
+def test_labels_and_generated_ranges_are_part_of_the_verdicts_key(mlp_project: Path) -> None:
+    from gpux.artifacts.build import keyed_targets
+    from gpux.config.load import load_config
+    from gpux.model.io import effective_io, load_checked
+
+    def key() -> str:
+        project = load_config(mlp_project)
+        inputs, _ = effective_io(project, load_checked(project))
+        return keyed_targets(project, "cpu", inputs, "src")[-1][2]
+
+    labeled = key()
+    yml = mlp_project / "gpux.yml"
+    yml.write_text(yml.read_text().replace(", labels: [cat, dog, fox, owl]", ""))
+    unlabeled = key()
+    yml.write_text(yml.read_text().replace("x: {dtype: float32, shape: [batch, 8]}",
+                                           "x: {dtype: float32, shape: [batch, 8], range: [0, 1]}"))
+    assert len({labeled, unlabeled, key()}) == 3

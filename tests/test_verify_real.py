@@ -40,10 +40,13 @@ def test_dense_outputs_are_not_judged_by_top1_and_classifications_are() -> None:
     tol = tolerances("fp32", load_config_stub())
     v = compare(["map"], [[ref]], [[got]], "fp32", tol)
     assert v.passed and v.outputs["map"].get("top1") is None and v.outputs["map"]["within"] == 1.0
-    scores = np.array([[0.5, 0.5 + 1e-7, 0.1]], np.float32)
-    swapped = np.array([[0.5 + 1e-7, 0.5, 0.1]], np.float32)
+    scores = np.array([[0.5, 0.52, 0.1]], np.float32)
+    swapped = np.array([[0.52, 0.5, 0.1]], np.float32)
     v = compare(["probs"], [[scores]], [[swapped]], "fp32", tol, classes={"probs"})
     assert not v.passed and v.outputs["probs"]["top1"] == 0.0
+    tied = np.array([[0.5, 0.5 + 1e-7, 0.1]], np.float32)  # a reference tie has no top-1 to agree with
+    v = compare(["probs"], [[tied]], [[tied[:, [1, 0, 2]]]], "fp32", tol, classes={"probs"})
+    assert v.passed and "top1" not in v.outputs["probs"]
 
 
 def load_config_stub():

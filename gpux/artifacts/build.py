@@ -218,12 +218,24 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
         "calibration": _calibration_digest(project, target),
         "verify": project.config.verify.model_dump(mode="json"),
         "verify_data": _data_digest(project, project.config.verify.data, "verify"),
+        "judged": _judged(project, shapes),
         "shapes": {"sizes": resolve_shapes(project, shapes),
                    "ranges": {d: r.model_dump() for d, r in project.config.shapes.items() if not isinstance(r, int)}}
         if step.shapes else None,
         "versions": runtime_versions(step.packages),
         "device": device_identity(step, target),
     }
+
+
+def _judged(project: Project, shapes: dict[str, int] | None) -> dict[str, Any]:
+    """What else a verdict depends on: which outputs are labeled class scores, and what generated inputs look
+    like (value ranges, sizes of symbolic dims) when no real data is declared."""
+    from gpux.quality.calibrate import ranges
+
+    labeled = sorted(n for n, spec in (project.config.outputs or {}).items() if spec.labels is not None)
+    generated = None if project.config.verify.data else {"ranges": ranges(project),
+                                                         "sizes": resolve_shapes(project, shapes)}
+    return {"labeled": labeled, "generated": generated}
 
 
 def _calibration_digest(project: Project, target: Target) -> str | None:

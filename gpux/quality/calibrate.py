@@ -27,7 +27,7 @@ class Data:
     source: str  # verify.data | calibration hold-out | generated (+ what was held out or dropped)
     representative: bool
     digest: str
-    rows: int  # samples, counting each row of a batch (the leading dim of the first input of rank >= 2)
+    rows: int  # samples, counting each row of a batch (the leading dim of an input whose first dim is symbolic)
 
 
 def verification_data(job: Any, target: Target) -> Data:
@@ -43,15 +43,15 @@ def verification_data(job: Any, target: Target) -> Data:
         if kept:
             note = f" ({len(feeds) - len(kept)} also in the calibration data left out)" if len(kept) < len(feeds) \
                 else ""
-            return _data(kept, "verify.data" + note, True)
+            return _data(kept, "verify.data" + note, True, job.inputs)
     if declared:
         _, held = split(declared)
         if held:
             return _data(held, f"calibration hold-out ({len(held)} of {len(declared)} samples, not calibrated on)",
-                         True)
-        return _data(declared, "calibration data (the same samples it was calibrated on)", False)
+                         True, job.inputs)
+        return _data(declared, "calibration data (the same samples it was calibrated on)", False, job.inputs)
     feeds = [synthetic(job.inputs, job.shapes, v.seed + i, ranges(project)) for i in range(v.samples)]
-    return _data(feeds, "generated", False)
+    return _data(feeds, "generated", False, job.inputs)
 
 
 def calibration_samples(project: Project, target: Target, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
@@ -66,19 +66,20 @@ def calibration_samples(project: Project, target: Target, inputs: dict[str, Tens
     return split(declared)[0]
 
 
-def _data(feeds: list[dict[str, Any]], source: str, representative: bool) -> Data:
+def _data(feeds: list[dict[str, Any]], source: str, representative: bool, inputs: dict[str, Tensor]) -> Data:
     import hashlib
 
     h = hashlib.sha256()
     for f in feeds:
         h.update(feed_digest(f).encode())
-    return Data(feeds, source, representative, h.hexdigest(), sum(_rows(f) for f in feeds))
+    batched = next((n for n, t in inputs.items() if t.shape and not isinstance(t.shape[0], int)), None)
+    return Data(feeds, source, representative, h.hexdigest(), sum(_rows(f, batched) for f in feeds))
 
 
-def _rows(feed: dict[str, Any]) -> int:
-    first = next(iter(feed.values()), None)
-    shape: tuple[int, ...] = tuple(getattr(first, "shape", ()))
-    return int(shape[0]) if len(shape) >= 2 else 1
+def _rows(feed: dict[str, Any], batched: str | None) -> int:
+    """Rows in one sample: the size of the first input's leading dim when it is symbolic (a batch), else 1."""
+    shape: tuple[int, ...] = tuple(getattr(feed.get(batched or ""), "shape", ()))
+    return int(shape[0]) if shape else 1
 
 
 def feed_digest(feed: dict[str, Any]) -> str:

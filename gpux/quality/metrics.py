@@ -22,10 +22,12 @@ DEFAULTS: dict[str, dict[str, float | None]] = {
     "bf16": dict(zip(KEYS, (None, None, None, 0.995, 0.98, 0.9, 0.99, 0.99, 0.02), strict=True)),
     "int8": dict(zip(KEYS, (None, None, None, 0.98, 0.9, 0.9, 0.99, 0.99, 0.05), strict=True)),
 }
-LOSSY = frozenset({"int8"})  # precisions verified only on representative data (else "unverified")
+LOSSY = frozenset({"int8", "best"})  # verified only on representative data (else "unverified"); TensorRT's best
+# may pick int8 kernels
 NEGLIGIBLE = 1e-5  # an output (or slice) whose reference and error both stay below this is not judged by cosine
 MIN_SLICE_VALUES = 16  # slices smaller than this (pooled over samples) are too noisy to judge alone
 CONFIDENT = 0.5  # a reference row is confident when its top probability reaches this
+TIE = 1e-4  # a reference row whose top two differ by less (relative) has no top-1 to agree with
 
 
 def tolerances(precision: str, *overrides: Any) -> dict[str, float | None]:
@@ -149,13 +151,14 @@ def output_kind(ref: list[Any], declared: str, named: bool) -> str:
     that sum to 1 along the last axis, as a softmax writes them)."""
     import numpy as np
 
-    if declared != "auto":
-        return declared
     a = ref[0]
-    if a.dtype.kind == "f" and a.ndim >= 1 and a.shape[-1] >= 2 and a.size:
-        rows = np.concatenate([np.asarray(x, np.float64).reshape(-1, a.shape[-1]) for x in ref])
-        if np.isfinite(rows).all() and rows.min() >= -1e-6 and np.abs(rows.sum(-1) - 1).max() <= 1e-3:
-            return "distribution"
+    classes = a.dtype.kind == "f" and a.ndim >= 1 and a.shape[-1] >= 2 and a.size > 0 and \
+        len({x.shape[-1] for x in ref}) == 1  # top-k needs a class axis the samples share
+    if declared != "auto" or not classes:
+        return declared if declared != "auto" and (classes or declared == "dense") else "dense"
+    rows = np.concatenate([np.asarray(x, np.float64).reshape(-1, a.shape[-1]) for x in ref])
+    if np.isfinite(rows).all() and rows.min() >= -1e-6 and np.abs(rows.sum(-1) - 1).max() <= 1e-3:
+        return "distribution"
     return "scores" if named else "dense"
 
 
@@ -237,8 +240,8 @@ def _slices(name: str, ref: list[Any], out: list[Any], rule: Rule, metrics: dict
     import numpy as np
 
     axis = slice_axis(ref[0].shape, rule.axis)
-    if axis is None:
-        return []
+    if axis is None or len({x.shape for x in ref}) > 1 or not ref[0].shape[axis]:
+        return []  # samples of different shapes have no common slices
     n = ref[0].shape[axis]
 
     def rows(arrays: list[Any]) -> Any:
@@ -294,7 +297,13 @@ def _scores(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | No
         return []
     r = np.concatenate([a.astype(np.float64).reshape(-1, k) for a in ref])
     g = np.concatenate([b.astype(np.float64).reshape(-1, k) for b in out])
-    g = np.where(np.isfinite(g), g, -np.inf)
+    r, g = np.where(np.isfinite(r), r, -np.inf), np.where(np.isfinite(g), g, -np.inf)
+    top2 = -np.sort(-r, axis=-1)[:, :2]
+    # rows the reference cannot rank (every value non-finite, or its top two tied) count neither way
+    ranked = np.isfinite(top2[:, 0]) & (top2[:, 0] - top2[:, 1] > TIE * np.maximum(np.abs(top2[:, 0]), 1.0))
+    if not ranked.any():
+        return []
+    r, g = r[ranked], g[ranked]
     best = r.argmax(-1)
     agree = best == g.argmax(-1)
     metrics["top1"] = float(agree.mean())

@@ -227,10 +227,12 @@ def unverified_why(result: Verification, data: Data) -> str:
     """Why a lossy artifact cannot be called verified on this data ("" when it can, or is not lossy)."""
     if result.precision not in LOSSY:
         return ""
+    if data.source != "generated" and not data.representative:
+        return f"an {result.precision} artifact checked on the samples it was calibrated on (nothing held out)"
     if not data.representative:
-        return "an int8 artifact checked on generated data only"
+        return f"an {result.precision} artifact checked on generated data only"
     if data.rows < MIN_ROWS:
-        return f"an int8 artifact checked on only {data.rows} real sample{'s' if data.rows != 1 else ''}"
+        return f"an {result.precision} artifact checked on only {data.rows} real sample{'s' if data.rows != 1 else ''}"
     return ""
 
 

@@ -79,7 +79,24 @@ class Fallback:
                                       f"(--strict or runtime.fallback: false)", hint=fix)
 
     def next(self) -> Opened:
-        """The next provider that probes, builds and opens; ProviderUnavailable when none is left."""
+        """The next provider that probes, builds and opens; ProviderUnavailable when none is left. Under auto
+        selection an unverified artifact is held in reserve while a later provider may give a verified one."""
+        try:
+            opened = self._next_verified()
+        except BaseException:
+            self._keep(None)
+            raise
+        if opened is not None:
+            return opened
+        tried = "; ".join(a.line() for a in self.attempts) or "nothing to try"
+        tried_here = [a for a in self.attempts if a.stage != "probe"]
+        if tried_here and all(a.stage == "build" for a in tried_here):  # providers were there; the model failed
+            raise ProviderUnavailable(f"{self.project.name!r} cannot run on any provider here (a model or runtime "
+                                      f"limit, not a missing provider): {tried}")
+        raise ProviderUnavailable(f"no provider could run {self.project.name!r}: {tried}")
+
+    def _next_verified(self) -> Opened | None:
+        passing_over = self.selection.source == "auto" and not self.selection.strict
         while self.pending:
             provider = self.pending.pop(0)
             avail = probe_for(self.project, provider)
@@ -89,23 +106,18 @@ class Fallback:
             opened = self._open(provider)
             if opened is None:
                 continue
-            if self.selection.source == "auto" and self.pending and unverified(opened.build):
-                self.fail(provider, "build", f"{unverified(opened.build)}; trying the next provider")
-                self._keep(opened)
+            why = unverified(opened.build) if passing_over else ""
+            if why and (self.pending or self.reserve is not None):
+                self.attempts.append(Attempt(provider, "build", False, f"{why}; a verified one is preferred"))
+                self._keep(opened)  # the first unverified one is kept, a later one closed
                 continue
-            if self.reserve is not None:
-                self._keep(None)
+            self._keep(None)
             return opened
-        if self.reserve is not None:
-            opened, self.reserve = self.reserve, None
-            self.attempts = [a for a in self.attempts if a.provider != opened.provider]
-            return opened
-        tried = "; ".join(a.line() for a in self.attempts) or "nothing to try"
-        tried_here = [a for a in self.attempts if a.stage != "probe"]
-        if tried_here and all(a.stage == "build" for a in tried_here):  # providers were there; the model failed
-            raise ProviderUnavailable(f"{self.project.name!r} cannot run on any provider here (a model or runtime "
-                                      f"limit, not a missing provider): {tried}")
-        raise ProviderUnavailable(f"no provider could run {self.project.name!r}: {tried}")
+        if self.reserve is None:
+            return None
+        opened, self.reserve = self.reserve, None
+        self.attempts = [a for a in self.attempts if a.provider != opened.provider]
+        return opened
 
     def _open(self, provider: str) -> Opened | None:
         started = time.perf_counter()
