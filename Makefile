@@ -29,6 +29,8 @@ demo: install
 	$(BIN)/gpux run mlp --provider cpu --input "$$($(BIN)/python examples/mlp/sample_input.py)"
 	$(BIN)/gpux run mlp --provider openvino --benchmark --runs 200 --duration 1
 	$(BIN)/gpux inspect mlp
+	$(BIN)/python examples/mobilenet_v2/make_model.py   # a trained MobileNetV2 and real photo crops, from installed wheels
+	$(BIN)/gpux run examples/mobilenet_v2 "$$($(BIN)/python -c 'import skimage, pathlib; print(pathlib.Path(skimage.__file__).parent / "data" / "chelsea.png")')"
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -111,9 +112,11 @@ def export(path: Path) -> Path:
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.onnx.export(mobilenet_v2(), (torch.zeros(1, 3, 224, 224),), str(path), input_names=["x"],
-                      output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
-                      opset_version=17, dynamo=False)
+    with warnings.catch_warnings():  # the TorchScript exporter is deprecated; it needs no onnxscript
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(mobilenet_v2(), (torch.zeros(1, 3, 224, 224),), str(path), input_names=["x"],
+                          output_names=["logits"], dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+                          opset_version=17, dynamo=False)
     return path
 
 
