@@ -5,6 +5,7 @@ where its package is missing."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -13,33 +14,24 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png", "hubble_deep_field.jpg",
-          "immunohistochemistry.png", "retina.jpg", "horse.png", "page.png", "camera.png", "brick.png")
 
 
 def package_file(package: str, *parts: str) -> Path:
-    """A file shipped inside an installed package; skips when the package is not installed."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip(f"{package} is not installed (make install puts it in the venv)")
-    path = Path(next(iter(spec.submodule_search_locations))).joinpath(*parts)
-    if not path.is_file():
-        pytest.skip(f"{path} is missing from the installed {package}")
-    return path
+    """A file shipped inside an installed package (the mobilenet_v2 example's lookup); skips when it is missing."""
+    make = _example("mobilenet_v2")
+    try:
+        return make.package_file(package, *parts)
+    except make.Missing as exc:
+        pytest.skip(str(exc))
 
 
 def photos() -> list[Any]:
-    """The real photos of skimage.data that ship in its wheel, as HxWx3 uint8 RGB."""
-    from PIL import Image
-
-    out = []
-    for name in PHOTOS:
-        spec = importlib.util.find_spec("skimage")
-        if spec is None or not spec.submodule_search_locations:
-            pytest.skip("scikit-image is not installed (make install puts it in the venv)")
-        path = Path(next(iter(spec.submodule_search_locations))) / "data" / name
-        if path.is_file():
-            out.append(np.asarray(Image.open(path).convert("RGB")))
+    """The real photos of skimage.data that ship in its wheel (the mobilenet_v2 example's), as HxWx3 uint8 RGB."""
+    make = _example("mobilenet_v2")
+    try:
+        out = make.photos()
+    except make.Missing as exc:
+        pytest.skip(str(exc))
     if len(out) < 6:
         pytest.skip("too few of skimage's photos are installed")
     return out
@@ -77,7 +69,9 @@ def mobilenet_v2_onnx(path: Path) -> Path:
         pytest.skip(str(exc))
 
 
+@functools.cache
 def _example(name: str) -> Any:
+    """An example's make_model.py as a module (loaded once)."""
     spec = importlib.util.spec_from_file_location(f"example_{name}", ROOT / "examples" / name / "make_model.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

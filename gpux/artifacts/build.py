@@ -130,13 +130,13 @@ def _refuse_unverified(project: Project, result: BuildResult, strict: bool, log:
 
     for r in result.results:
         v = r.artifact.manifest.get("verification") or {}
-        why = {"unverified": f"unverified: {v.get('unverified') or 'an int8 artifact checked on generated data'}",
-               "--no-verify": "not verified: built with --no-verify"}.get(
-            "--no-verify" if v.get("skipped") == "--no-verify" else v.get("status") or "")
-        if why is None:
+        if v.get("status") == "unverified":
+            why, fix = f"unverified: {v.get('unverified')}", UNVERIFIED_FIX
+        elif v.get("skipped") == "--no-verify":
+            why = "not verified: built with --no-verify"
+            fix = f"gpux build {project.root if project.path.is_file() else project.source} verifies it"
+        else:
             continue
-        fix = UNVERIFIED_FIX if v.get("status") == "unverified" else \
-            f"gpux build {project.root if project.path.is_file() else project.source} verifies it"
         if strict:
             raise VerificationFailed(f"{r.target.id} for {project.name!r} is {why}; --strict refuses it", hint=fix)
         if r.cached:

@@ -33,37 +33,44 @@ class Data:
 def verification_data(job: Any, target: Target) -> Data:
     """verify.data when declared (less any sample the target is calibrated on), else a hold-out of the
     target's calibration data, else seeded generated inputs (not representative)."""
-    project = job.project
-    v = project.config.verify
-    declared = _declared_calibration(project, target, job.inputs)
-    if v.data:
-        feeds = read_samples(project.root / v.data, job.inputs)
-        seen = {feed_digest(f) for f in declared}
-        kept = [f for f in feeds if feed_digest(f) not in seen]
-        if kept:
-            note = f" ({len(feeds) - len(kept)} also in the calibration data left out)" if len(kept) < len(feeds) \
-                else ""
-            return _data(kept, "verify.data" + note, True, job.inputs)
-    if declared:
-        _, held = split(declared)
-        if held:
-            return _data(held, f"calibration hold-out ({len(held)} of {len(declared)} samples, not calibrated on)",
-                         True, job.inputs)
-        return _data(declared, "calibration data (the same samples it was calibrated on)", False, job.inputs)
-    feeds = [synthetic(job.inputs, job.shapes, v.seed + i, ranges(project)) for i in range(v.samples)]
-    return _data(feeds, "generated", False, job.inputs)
+    _, judged, source, representative = declared_samples(job.project, target, job.inputs)
+    if judged:
+        return _data(judged, source, representative, job.inputs)
+    return _data(generated(job), "generated", False, job.inputs)
+
+
+def generated(job: Any) -> list[dict[str, Any]]:
+    """`verify.samples` seeded inputs of the job's shapes and declared value ranges."""
+    v = job.project.config.verify
+    return [synthetic(job.inputs, job.shapes, v.seed + i, ranges(job.project)) for i in range(v.samples)]
 
 
 def calibration_samples(project: Project, target: Target, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
     """The declared calibration samples quantization may use: all of them when verify.data brings samples of
     its own, else all but the hold-out verification judges on."""
-    declared = _declared_calibration(project, target, inputs)
+    return declared_samples(project, target, inputs)[0]
+
+
+def declared_samples(project: Project, target: Target, inputs: dict[str, Tensor]) \
+        -> tuple[list[dict[str, Any]], list[dict[str, Any]], str, bool]:
+    """The one split of declared data: the calibration samples quantization may use, the samples verification
+    judges (none: it generates its own), where those come from, and whether they are representative."""
+    path = target.options.get("calibration")
+    declared = read_samples(project.root.resolve() / path, inputs) if path else []
     v = project.config.verify
-    if declared and v.data:
+    if v.data:
+        feeds = read_samples(project.root / v.data, inputs)
         seen = {feed_digest(f) for f in declared}
-        if any(feed_digest(f) not in seen for f in read_samples(project.root / v.data, inputs)):
-            return declared
-    return split(declared)[0]
+        kept = [f for f in feeds if feed_digest(f) not in seen]
+        if kept:
+            note = f" ({len(feeds) - len(kept)} also in the calibration data left out)" if len(kept) < len(feeds) \
+                else ""
+            return declared, kept, "verify.data" + note, True
+    calibration, held = split(declared)
+    if held:
+        return calibration, held, f"calibration hold-out ({len(held)} of {len(declared)} samples, not calibrated " \
+            "on)", True
+    return declared, declared, "calibration data (the same samples it was calibrated on)", False
 
 
 def _data(feeds: list[dict[str, Any]], source: str, representative: bool, inputs: dict[str, Tensor]) -> Data:
@@ -103,11 +110,6 @@ def split(samples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dic
         return samples, []
     held = set(range(3, len(samples), 4)) or {len(samples) - 1}
     return ([s for i, s in enumerate(samples) if i not in held], [s for i, s in enumerate(samples) if i in held])
-
-
-def _declared_calibration(project: Project, target: Target, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
-    path = target.options.get("calibration")
-    return read_samples(project.root.resolve() / path, inputs) if path else []
 
 
 RETRY_SIZE = 64  # undeclared non-leading symbolic dims on the second try (images, sequences, audio)

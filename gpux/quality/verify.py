@@ -30,8 +30,7 @@ def classifications(project: Project) -> set[str]:
 def rules(project: Project, precision: str, names: Sequence[str]) -> dict[str, Rule]:
     """Each output's thresholds (verify:, then verify.outputs.NAME), kind and channel axis."""
     v = project.config.verify
-    unknown = sorted(set(v.outputs) | set(v.classifications or ())) and \
-        sorted((set(v.outputs) | set(v.classifications or ())) - set(names))
+    unknown = sorted((set(v.outputs) | set(v.classifications or ())) - set(names))
     if unknown:
         raise ModelError(f"{project.path}: verify names output {unknown[0]!r}, which the model does not have "
                          f"(outputs: {', '.join(names)})")
@@ -115,16 +114,12 @@ class Goal:
 def accuracy_goal(job: Job, target: Target) -> Goal:
     """What accuracy-aware quantization validates on: the declared calibration samples, else seeded generated
     inputs; never the samples verification judges on, so passing its own validation is not the verdict."""
-    from gpux.model.inputs import synthetic
     from gpux.quality import calibrate
 
     feeds = calibrate.calibration_samples(job.project, target, job.inputs)
     data = "calibration"
     if not feeds:
-        v = job.project.config.verify
-        feeds = [synthetic(job.inputs, job.shapes, v.seed + i, calibrate.ranges(job.project))
-                 for i in range(v.samples)]
-        data = "generated"
+        feeds, data = calibrate.generated(job), "generated"
     _, run = reference(job.project, job.source)
     wanted = tolerances(execution_precision(target), job.project.config.verify)["min_cosine"]
     return Goal(feeds, reference_outputs(job, run, feeds, data), float(wanted or 0.0), data)

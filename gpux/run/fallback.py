@@ -159,8 +159,7 @@ class Fallback:
 def unverified(result: BuildResult) -> str:
     """Why the artifact a build ends on is not verified ("" when it is)."""
     v = result.final.artifact.manifest.get("verification") or {}
-    return f"its artifact is unverified ({v.get('unverified') or 'int8 on generated data only'})" \
-        if v.get("status") == "unverified" else ""
+    return f"its artifact is unverified ({v.get('unverified')})" if v.get("status") == "unverified" else ""
 
 
 def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:
