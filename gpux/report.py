@@ -262,7 +262,7 @@ def verdict(v: dict[str, Any] | None, short: bool = False) -> str:
         parts.append("generated data only" if data == "generated" else "calibration samples only"
                      if not v.get("representative") else f"only {v.get('rows')} real samples")
     elif not short:
-        parts.append(f"{v.get('samples')} {data} samples")
+        parts.append(f"{v.get('samples')} samples: {data}")
     return f"{word} at {v.get('precision')} ({', '.join(parts)})"
 
 

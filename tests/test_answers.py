@@ -35,7 +35,8 @@ def mobilenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("mobilenet_v2")
     mobilenet_v2_onnx(folder / "model.onnx")
     np.savez(folder / "crops.npz", x=imagenet_crops()[:, None])
-    shutil.copy(ROOT / "examples" / "mobilenet_v2" / "gpux.yml", folder)
+    for name in ("gpux.yml", "imagenet_labels.txt"):
+        shutil.copy(ROOT / "examples" / "mobilenet_v2" / name, folder)
     return folder
 
 
@@ -64,14 +65,14 @@ def test_classifier_answers_a_cat_photo_and_a_folder(mobilenet: Path, tmp_path: 
     assert [Path(x["file"]).name for x in lines] == ["chelsea.png", "astronaut.png", "cat.png"]
     cat = lines[0]["answers"]["logits"]
     assert len(cat) == 5 and cat[0]["index"] in CATS, cat
-    assert cat[0]["label"] == str(cat[0]["index"])  # no labels declared: the class index
+    assert cat[0]["label"] in ("tabby", "tiger cat", "Persian cat", "Siamese cat", "Egyptian cat"), cat
     scores = [a["score"] for a in cat]
     assert scores == sorted(scores, reverse=True) and 0.3 < sum(scores) <= 1 + 1e-5  # softmax probabilities
     assert lines[2]["answers"] == lines[0]["answers"]
     assert lines[1]["answers"]["logits"][0]["index"] not in CATS
     text = gpux("run", str(mobilenet), str(photo("chelsea.png")), "-p", "openvino")
     assert text.returncode == 0, text.stderr
-    assert f"logits: {cat[0]['index']} {cat[0]['score']:.4f}" in text.stdout
+    assert f"logits: {cat[0]['label']} {cat[0]['score']:.4f}" in text.stdout
 
 
 def test_image_steps_match_the_hand_written_torchvision_path() -> None:

@@ -145,3 +145,18 @@ def test_cli_writes_several_models_and_refuses_providers_triton_lacks(tmp_path: 
     assert r.returncode == 2 and "cannot package directml" in r.stderr
     r = cli("export", "triton", str(a), "-o", str(tmp_path / "repo2"), "-p", "rocm")
     assert r.returncode == 2 and "Triton has no backend" in r.stderr
+
+
+def test_declared_steps_are_named_as_not_carried(tmp_path: Path) -> None:
+    """A project with postprocess exports its tensors and says which declared steps Triton lacks."""
+    proj = tmp_path / "p"
+    proj.mkdir()
+    make_mlp(proj / "model.onnx")
+    text = MLP_YML.format(name="steps").replace("labels: [", "postprocess: {{softmax: true, topk: 3}}, labels: [")
+    (proj / "gpux.yml").write_text(text.replace("{{", "{").replace("}}", "}"))
+    r = cli("export", "triton", str(proj), "-o", str(tmp_path / "repo"), "-p", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    [model] = json.loads(r.stdout)["models"]
+    assert model["not_carried"] == ["outputs.probs.postprocess"]
+    r = cli("export", "triton", str(proj), "-o", str(tmp_path / "repo"), "-p", "cpu")
+    assert r.returncode == 0 and "outputs.probs.postprocess declared in gpux.yml are not carried" in r.stderr

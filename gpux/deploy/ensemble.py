@@ -69,6 +69,10 @@ def triton_command(targets: list[str], repo: str, provider: str | None, version:
     if as_json:
         report.emit_json({"repository": repo, "models": [e.to_dict() for e in done]})
         return 0
+    for e in (e for e in done if e.not_carried):
+        report.warn(f"{e.name}: the Triton model takes and gives tensors; {', '.join(e.not_carried)} declared in "
+                    "gpux.yml are not carried into the repository: clients must pre- and post-process themselves, "
+                    "or serve it with `gpux serve`, which runs them (docs/deploy.md)")
     for e in done:
         print(f"{e.name}: {e.provider} → {e.folder}/{e.version}/{', '.join(e.files)} + config.pbtxt")
     return 0

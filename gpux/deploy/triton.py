@@ -224,6 +224,7 @@ class Exported:
     version: int
     files: list[str]
     config: dict[str, Any]
+    not_carried: list[str] = dataclasses.field(default_factory=list)  # declared steps Triton does not run
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "folder": str(self.folder)}
@@ -296,4 +297,12 @@ def export(project: Project, provider: str, repo: Path, version: int = 1, store_
     problems = check(cfg, folder, ranks)
     if problems:
         raise UsageError(f"{folder}: " + "; ".join(problems))
-    return Exported(cfg["name"], provider, folder, version, [n for _, n in files], cfg)
+    return Exported(cfg["name"], provider, folder, version, [n for _, n in files], cfg, declared_steps(project))
+
+
+def declared_steps(project: Project) -> list[str]:
+    """The pre/post-processing gpux.yml declares (`inputs.x.preprocess`, ...): a Triton repository serves the
+    model's tensors only, so clients run these steps themselves (or `gpux serve` runs them)."""
+    cfg = project.config
+    return [f"inputs.{n}.preprocess" for n, t in (cfg.inputs or {}).items() if t.preprocess is not None] + \
+        [f"outputs.{n}.postprocess" for n, t in (cfg.outputs or {}).items() if t.postprocess is not None]
