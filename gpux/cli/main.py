@@ -8,16 +8,9 @@ from typing import Any
 import click
 
 from gpux import __version__
+from gpux.cli.groups import GROUPS
+from gpux.cli.options import JSON, PROVIDER, STORE, STRICT
 from gpux.errors import ExitCode, debugging
-from gpux.providers import PROVIDERS
-
-PROVIDER_HELP = f"auto, one of {', '.join(PROVIDERS)}, or a comma list"
-JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
-STORE = click.option("--store", type=click.Path(file_okay=False), default=None,
-                     help="Artifact store (default: .gpux/ beside gpux.yml, or $GPUX_STORE).")
-PROVIDER = click.option("--provider", "-p", default=None, help=f"Provider: {PROVIDER_HELP}. "
-                        "Overrides $GPUX_PROVIDER, `gpux use` and runtime.backend.")
-STRICT = click.option("--strict", is_flag=True, help="Never fall back: exit 4 if the provider cannot run.")
 
 
 def _verbose(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -147,6 +140,20 @@ def inspect(target: str, store: str | None, as_json: bool) -> None:
 
 
 @cli.command()
+@click.argument("model", required=False)
+@click.option("--folder", default=".", show_default=True, help="Where to look for the model when none is named.")
+@click.option("--force", is_flag=True, help="Replace an existing gpux.yml.")
+@click.option("--input", "declared", multiple=True, metavar="NAME=DTYPE[DIMS]",
+              help="A TorchScript module's input, e.g. image=float32[batch,3,32,32] (it records none).")
+@JSON
+def init(model: str | None, folder: str, force: bool, declared: tuple[str, ...], as_json: bool) -> None:
+    """Write a commented gpux.yml beside MODEL (.onnx, TorchScript, .pt2), its I/O read from the model."""
+    from gpux.cli.init import init_command
+
+    sys.exit(init_command(model, folder, force, as_json, declared))
+
+
+@cli.command()
 @click.argument("path", default=".")
 @click.option("--provider", "-p", default=None,
               help="Provider the image runs: cpu, openvino, cuda, tensorrt or rocm (default: $GPUX_PROVIDER, "
@@ -206,80 +213,6 @@ def serve(targets: tuple[str, ...], host: str | None, port: int | None, grpc_por
                                         api_key, not no_access_log, overrides)))
 
 
-@cli.group()
-def export() -> None:
-    """Hand built, verified artifacts to other serving engines."""
-
-
-@export.command("triton")
-@click.argument("targets", nargs=-1, required=True)
-@click.option("--output", "-o", "repo", type=click.Path(file_okay=False), required=True,
-              help="The model repository folder (created; each model's folder is replaced whole).")
-@click.option("--provider", "-p", default=None,
-              help="cpu, openvino, cuda or tensorrt (default: $GPUX_PROVIDER, `gpux use`, runtime.backend, else cpu).")
-@click.option("--version", "model_version", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Triton version folder the artifact goes in.")
-@STORE
-@JSON
-def export_triton(targets: tuple[str, ...], repo: str, provider: str | None, model_version: int,
-                  store: str | None, as_json: bool) -> None:
-    """Write a Triton model repository: config.pbtxt + the artifact per model (batching from serve:); a
-    workspace adds its pipeline as an ensemble."""
-    from gpux.deploy.ensemble import triton_command
-
-    sys.exit(triton_command(list(targets), repo, provider, model_version, store, as_json))
-
-
-@export.command("kserve")
-@click.argument("target", default=".")
-@click.option("--provider", "-p", default=None,
-              help="Provider the image runs (default: $GPUX_PROVIDER, runtime.backend, else cpu).")
-@click.option("--image", default=None, help="Image built by `gpux package --serve` (default: its default tag).")
-@click.option("--cpu", default="1", show_default=True, help="CPU request and limit.")
-@click.option("--memory", default="2Gi", show_default=True, help="Memory request and limit.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write to a file.")
-def export_kserve(target: str, provider: str | None, image: str | None, cpu: str, memory: str,
-                  output: str | None) -> None:
-    """Write a KServe InferenceService (protocol v2) that runs the `gpux package --serve` image."""
-    from pathlib import Path
-
-    from gpux.config.locate import open_project
-    from gpux.deploy.image import choose_provider, default_tag
-    from gpux.deploy.kserve import write
-
-    project = open_project(target)
-    name = choose_provider(project, provider)
-    text = write(project, name, image or default_tag(project, name), cpu=cpu, memory=memory)
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        Path(output).write_text(text, encoding="utf-8")
-
-
-@cli.group()
-def deploy() -> None:
-    """Run models on an engine that schedules replicas across machines."""
-
-
-@deploy.command("ray")
-@click.argument("targets", nargs=-1, required=True)
-@click.option("--address", default=None, help="A running Ray cluster (e.g. ray://head:10001 or auto); the "
-              "application stays there after gpux exits. Default: a local Ray, served until Ctrl-C / SIGTERM.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address Ray Serve's HTTP proxy binds.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP port.")
-@PROVIDER
-@STRICT
-@click.option("--api-key", envvar="GPUX_API_KEY", default=None, help="Require this bearer token ($GPUX_API_KEY).")
-@STORE
-def deploy_ray(targets: tuple[str, ...], address: str | None, host: str, port: int, provider: str | None,
-               strict: bool, api_key: str | None, store: str | None) -> None:
-    """Deploy one Ray Serve application: a deployment per model (deploy.ray: replicas, autoscaling), behind
-    the Open Inference Protocol over HTTP."""
-    from gpux.deploy.launch import RayLaunch, launch
-
-    sys.exit(launch(RayLaunch(list(targets), address, host, port, provider, strict, api_key, store)))
-
-
 @cli.command()
 @click.argument("target", default=".")
 @click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True,
@@ -321,44 +254,8 @@ def use(provider: str, target: str, store: str | None, as_json: bool) -> None:
 
     sys.exit(use_command(provider, target, store, as_json))
 
-
-@cli.group()
-def cache() -> None:
-    """Manage the artifact store."""
-
-
-@cache.command("ls")
-@click.argument("path", default=".")
-@STORE
-@JSON
-def cache_ls(path: str, store: str | None, as_json: bool) -> None:
-    """List built artifacts."""
-    from gpux.cli.cache import cache_command
-
-    sys.exit(cache_command("ls", path, store, as_json))
-
-
-@cache.command("verify")
-@click.argument("path", default=".")
-@STORE
-@JSON
-def cache_verify(path: str, store: str | None, as_json: bool) -> None:
-    """Re-hash every artifact against its manifest; exit 1 if any is damaged."""
-    from gpux.cli.cache import cache_command
-
-    sys.exit(cache_command("verify", path, store, as_json))
-
-
-@cache.command("prune")
-@click.argument("path", default=".")
-@click.option("--all", "everything", is_flag=True, help="Remove every artifact, not only stale ones.")
-@STORE
-@JSON
-def cache_prune(path: str, everything: bool, store: str | None, as_json: bool) -> None:
-    """Remove damaged, superseded and half-built artifacts."""
-    from gpux.cli.cache import cache_command
-
-    sys.exit(cache_command("prune-all" if everything else "prune", path, store, as_json))
+for group in GROUPS:
+    cli.add_command(group)
 
 
 def _add_common(group: click.Group) -> None:

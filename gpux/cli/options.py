@@ -1,0 +1,15 @@
+"""Options several command modules share (click only: `gpux --help` imports nothing heavier)."""
+
+from __future__ import annotations
+
+import click
+
+from gpux.providers import PROVIDERS
+
+PROVIDER_HELP = f"auto, one of {', '.join(PROVIDERS)}, or a comma list"
+JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+STORE = click.option("--store", type=click.Path(file_okay=False), default=None,
+                     help="Artifact store (default: .gpux/ beside gpux.yml, or $GPUX_STORE).")
+PROVIDER = click.option("--provider", "-p", default=None, help=f"Provider: {PROVIDER_HELP}. "
+                        "Overrides $GPUX_PROVIDER, `gpux use` and runtime.backend.")
+STRICT = click.option("--strict", is_flag=True, help="Never fall back: exit 4 if the provider cannot run.")
