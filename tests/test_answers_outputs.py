@@ -134,6 +134,7 @@ def test_ctc_collapses_repeats_drops_blanks_and_scores_the_kept_steps() -> None:
     probs[1, 1] = 0.5  # a repeated step is not kept: it does not count in the score
     assert ctc_greedy(probs, texts, 0, -1, (False, False)) == {"text": "hello", "score": pytest.approx(0.9)}
     assert ctc_greedy(steps(0, 0, 0), texts, 0, -1, (False, False)) == {"text": "", "score": 0.0}
+    assert Ctc(charset=[0, 1, 2]).texts(Ctc(charset=[0, 1, 2]).charset) == ["", "0", "1", "2"]  # YAML's bare digits
     # the blank last (-1), a space appended after the charset, [classes, time] (axis 1), logits through softmax
     last = Ctc(charset=["a", "b"], blank=-1, space=True, axis=1)
     texts = last.texts(["a", "b"])

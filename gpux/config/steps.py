@@ -157,10 +157,21 @@ class Boxes(Strict):
                               "through (default: the only image input).")
 
 
+def _texts(value: Any) -> Any:
+    """Digits written bare in a YAML list ([0, 1, 2]) are the characters they spell."""
+    if isinstance(value, list):
+        return [str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+    return value
+
+
+Charset = Annotated[list[str] | str, BeforeValidator(_texts), WithJsonSchema(
+    {"anyOf": [{"type": "array", "items": {"type": ["string", "integer"]}}, {"type": "string"}]})]
+
+
 class Ctc(Strict):
-    charset: list[str] | str = Field(description="The text of every class but the blank, in class order: a list, "
-                                     "or a UTF-8 file (relative to gpux.yml) with one per line, nothing stripped "
-                                     "but the line break (a line holding one space is a space).")
+    charset: Charset = Field(description="The text of every class but the blank, in class order: a list, or a UTF-8 "
+                             "file (relative to gpux.yml) with one per line, nothing stripped but the line break (a "
+                             "line holding one space is a space).")
     blank: int = Field(0, description="Index of the blank class; negative counts from the end (-1: the last).")
     space: bool = Field(False, description="A space is the last class, after the charset (PaddleOCR's "
                         "use_space_char: its dictionaries leave it out).")
