@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpux.answers.post import decode_yolov8, softmax, topk
+from gpux.answers.post import decode_boxes, softmax, topk
 from gpux.answers.pre import image_tensor
 from gpux.config.steps import Boxes, ImageSteps
 
@@ -163,12 +163,12 @@ def test_nms_keeps_the_best_box_per_object_and_class() -> None:
     # columns: anchors; rows: cx, cy, w, h, score of class 0, score of class 1
     pred = np.array([[50, 52, 50, 200], [50, 50, 50, 200], [40, 40, 40, 30], [40, 40, 40, 30],
                      [0.9, 0.8, 0.1, 0.2], [0.0, 0.1, 0.7, 0.1]], np.float32)
-    boxes, scores, classes = decode_yolov8(pred, Boxes(score=0.25, iou=0.45))
+    boxes, scores, classes = decode_boxes(pred, Boxes(score=0.25, iou=0.45))
     assert classes.tolist() == [0, 1]  # the overlapping class-0 box is suppressed, class 1's overlap is not
     np.testing.assert_allclose(scores, [0.9, 0.7])
     np.testing.assert_allclose(boxes[0], [30, 30, 70, 70])
-    assert decode_yolov8(pred, Boxes(score=0.25, iou=0.95))[2].tolist() == [0, 0, 1]
-    assert decode_yolov8(pred, Boxes(score=0.95))[0].shape == (0, 4)
+    assert decode_boxes(pred, Boxes(score=0.25, iou=0.95))[2].tolist() == [0, 0, 1]
+    assert decode_boxes(pred, Boxes(score=0.95))[0].shape == (0, 4)
     best = topk(softmax(np.array([1.0, 3.0, 2.0])), 2, ["a", "b", "c"])
     assert [(a["label"], a["index"]) for a in best] == [("b", 1), ("c", 2)]
     assert best[0]["score"] == pytest.approx(np.exp(3) / np.exp([1, 2, 3]).sum())

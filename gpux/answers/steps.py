@@ -13,7 +13,7 @@ from typing import Any
 
 from gpux.answers.pre import IMAGE_SUFFIXES, Placement, image_tensor
 from gpux.config.load import Project
-from gpux.config.steps import ImageSteps, Postprocess, classes_axis
+from gpux.config.steps import ImageSteps, Postprocess, class_misfit, classes_axis
 from gpux.errors import ConfigError, InputError
 from gpux.model.io import Tensor
 
@@ -32,8 +32,8 @@ class Steps:
         cfg = project.config
         images = {n: (s.preprocess.image, inputs[n]) for n, s in (cfg.inputs or {}).items()
                   if s.preprocess is not None and n in inputs}
-        post = {n: (s.postprocess, labels_of(project, n)) for n, s in (cfg.outputs or {}).items()
-                if s.postprocess is not None and n in outputs}
+        post = {n: (s.postprocess, _texts(project, n, s.postprocess) or labels_of(project, n))
+                for n, s in (cfg.outputs or {}).items() if s.postprocess is not None and n in outputs}
         problems = [p for n, (spec, labels) in post.items() for p in _misfits(project, n, spec, labels, outputs[n])]
         if problems:
             raise ConfigError(problems)
@@ -66,41 +66,55 @@ class Steps:
 
     def answers(self, outputs: dict[str, Any], placement: Placement | None, row: int = 0) -> dict[str, Any]:
         """Each output's answer for one batch row; outputs without postprocess stay arrays."""
-        from gpux.answers.post import activate, box_answers, decode_yolov8, topk
+        from gpux.answers.post import answer
 
         out: dict[str, Any] = {}
         for name, arr in outputs.items():
             spec, labels = self.post.get(name, (None, None))
-            if spec is None:
-                out[name] = arr[row]
-            elif spec.boxes is not None:
-                boxes, scores, classes = decode_yolov8(arr[row], spec.boxes, (spec.softmax, spec.sigmoid))
-                boxes = placement.to_original(boxes) if placement is not None else boxes
-                out[name] = box_answers(boxes, scores, classes, labels)
-            elif spec.topk is not None:
-                out[name] = topk(activate(arr[row], spec.softmax, spec.sigmoid), spec.topk, labels)
-            else:
-                out[name] = activate(arr[row], spec.softmax, spec.sigmoid)
+            out[name] = arr[row] if spec is None else answer(arr[row], spec, labels, placement)
         return out
 
 
+def _texts(project: Project, name: str, spec: Postprocess) -> list[str] | None:
+    """A ctc output's text per class index (the charset, read from its file, with the blank and the space)."""
+    if spec.ctc is None:
+        return None
+    charset = spec.ctc.charset
+    if isinstance(charset, str):
+        try:
+            text = (project.root / charset).read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError([project.problem(("outputs", name, "postprocess", "ctc", "charset"),
+                                               f"cannot read the charset file {charset}: {exc}")]) from None
+        charset = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
+    return spec.ctc.texts(charset)
+
+
 def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
-    """Problems of an output's postprocess against its real shape: the box layout, the number of labels."""
+    """Problems of an output's postprocess against its real shape: the box layout or the ctc rank, the number of
+    labels (or charset entries)."""
+    from gpux.config.steps import BOX_LAYOUTS
+
     shape, axis = real.shape, classes_axis(spec)
-    at = ("outputs", name, "postprocess")
-    if spec.boxes is not None and shape is not None and (len(shape) != 3 or (isinstance(shape[1], int)
-                                                                             and shape[1] < 5)):
-        return [project.problem((*at, "boxes"), f"yolov8 boxes come as [batch, 4 + classes, anchors]; {name} is "
-                                f"{list(shape)}")]
-    size = shape[axis] if shape and len(shape) >= (3 if axis == 1 else 1) else None
-    if labels is None or shape is None or not isinstance(size, int):
+    layout = BOX_LAYOUTS[spec.boxes.layout] if spec.boxes is not None else None
+    if shape is not None and (layout is not None or spec.ctc is not None):
+        channels = shape[axis] if len(shape) == 3 else None
+        least = layout.coords + 1 if layout is not None else 1
+        if len(shape) != 3 or (isinstance(channels, int) and channels < least):
+            key, said = (("boxes", f"{spec.boxes.layout} boxes come as {layout.shape}") if spec.boxes and layout
+                         else ("ctc", "ctc decodes [batch, time, classes] (or [batch, classes, time] with axis: 1)"))
+            return [project.problem(("outputs", name, "postprocess", key), f"{said}; {name} is {list(shape)}")]
+    size = shape[axis] if shape and len(shape) >= (3 if axis != -1 or spec.ctc else 1) else None
+    if labels is None or shape is None:
         return []
-    classes = size - (4 if spec.boxes is not None else 0)
-    if len(labels) == classes:
+    entries = len(labels) - (spec.ctc.classes(0) if spec.ctc is not None else 0)
+    wrong = class_misfit(size, entries, spec)
+    if wrong is None:
         return []
-    where = "its last axis" if axis == -1 else f"axis {axis}, less 4 box coordinates,"
-    return [project.problem(("outputs", name, "labels"), f"{len(labels)} labels for {classes} classes ({name} has "
-                            f"{size} on {where} in the model)")]
+    where = "its last axis" if axis == -1 else f"axis {axis}"
+    where += (", less 4 box coordinates" + (" and the objectness," if layout.objectness else ",")) if layout else ""
+    at = ("outputs", name) + (("postprocess", "ctc", "charset") if spec.ctc is not None else ("labels",))
+    return [project.problem(at, f"{wrong} ({name} has {size} on {where} in the model)")]
 
 
 def describe(item: Any) -> str:

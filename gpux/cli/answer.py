@@ -25,6 +25,7 @@ def answer_files(project: Any, req: Any) -> int:
     inputs, outputs = effective_io(project, load_checked(project, req.store))
     steps = Steps.of(project, inputs, outputs)  # what the model's real shapes say of the steps, before any build
     steps.image_input(files[0])
+    saved = _save_paths(project, steps, files, req.save)
     with holding(project.name, project.root, req.store, "gpux run"), \
             load(project, req.provider, strict=req.strict, store_dir=req.store, log=report.progress(req.as_json),
                  placement=req.placement, provider_source="--provider") as session:
@@ -37,11 +38,29 @@ def answer_files(project: Any, req: Any) -> int:
             feeds, placement = steps.feeds(file, file)
             outputs = dict(zip(session.output_names, session.run_feeds(feeds), strict=True))
             answers = {k: _plain(v) for k, v in steps.answers(outputs, placement).items()}
+            doc = {"file": file, "provider": session.provider, "answers": answers}
+            if saved:
+                from gpux.answers.draw import save_drawn
+
+                doc["saved"] = str(save_drawn(file, answers, saved[file]))
             if req.as_json:
-                print(json.dumps({"file": file, "provider": session.provider, "answers": answers}), flush=True)
+                print(json.dumps(doc), flush=True)
             else:
-                print(format_answers(file, answers), flush=True)
+                print(format_answers(file, answers) + (f"\n  saved: {doc['saved']}" if saved else ""), flush=True)
     return 0
+
+
+def _save_paths(project: Any, steps: Any, files: list[str], folder: str | None) -> dict[str, Any]:
+    """Where --save writes each file's drawing; refused where no output answers anything to draw."""
+    from gpux.answers.draw import save_paths
+    from gpux.errors import UsageError
+
+    if not folder:
+        return {}
+    if not steps.post:
+        raise UsageError(f"--save {folder}: {project.name} declares no postprocess for its outputs, so there is "
+                         "nothing to draw", hint="declare postprocess: (boxes, topk or ctc; docs/answers.md)")
+    return dict(zip(files, save_paths(files, folder), strict=True))
 
 
 def _plain(value: Any) -> Any:
@@ -49,12 +68,14 @@ def _plain(value: Any) -> Any:
 
 
 def format_answers(file: str, answers: dict[str, Any]) -> str:
-    """`file: output: label score, ...`; boxes one per line; a passthrough output by its shape."""
+    """`file: output: label score, ...`; boxes one per line; text quoted; a passthrough output by its shape."""
     lines = [f"{file}:"]
     for name, answer in answers.items():
         if isinstance(answer, list) and answer and isinstance(answer[0], dict) and "box" in answer[0]:
             lines.append(f"  {name}: {len(answer)} box{'es' if len(answer) != 1 else ''}")
             lines += [f"    {a['label']} {a['score']:.3f} [{', '.join(f'{v:.0f}' for v in a['box'])}]" for a in answer]
+        elif isinstance(answer, dict) and "text" in answer:
+            lines.append(f"  {name}: {json.dumps(answer['text'], ensure_ascii=False)} {answer['score']:.4f}")
         elif isinstance(answer, list) and answer and isinstance(answer[0], dict):
             lines.append(f"  {name}: " + ", ".join(f"{a['label']} {a['score']:.4f}" for a in answer))
         elif isinstance(answer, list) and not answer:

@@ -106,6 +106,9 @@ def build(no_verify: bool, shapes: tuple[str, ...], **kwargs: Any) -> None:
 @STORE
 @JSON
 @click.option("--placement", is_flag=True, help="Report which execution provider ran each node (ONNX Runtime).")
+@click.option("--save", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="With FILES: write each image with its answers drawn (boxes and labels; a class or text in a "
+                   "band below) into DIR, under the file's name.")
 @click.option("--benchmark", is_flag=True, help="Measure latency and throughput instead of printing outputs.")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Least measured runs.")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Least warm-up runs.")
@@ -121,7 +124,7 @@ def run(target: str, **kwargs: Any) -> None:
     """Run a model (name, project folder, gpux.yml or .onnx) on the best working provider.
 
     FILES (images, or folders of them) are answered through the model's declared preprocess and postprocess:
-    one answer per file (one JSON line each with --json).
+    one answer per file (one JSON line each with --json); --save DIR draws them on the images.
     """
     from gpux.cli.run import RunRequest, run_command
 

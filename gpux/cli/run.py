@@ -23,6 +23,7 @@ class RunRequest:
     store: str | None = None
     as_json: bool = False
     placement: bool = False
+    save: str | None = None
     benchmark: bool = False
     runs: int | None = None
     warmup: int | None = None
@@ -40,6 +41,10 @@ def run_command(req: RunRequest) -> int:
     from gpux.multi.commands import run_workspace, workspace_of
     from gpux.run.inuse import holding
 
+    if req.save and not req.files:
+        from gpux.errors import UsageError
+
+        raise UsageError(f"--save {req.save} draws the answers of image files; pass FILES (gpux run NAME FILE...)")
     ws = workspace_of(req.target, req.store)
     if ws is not None and req.files:
         from gpux.errors import UsageError

@@ -140,11 +140,22 @@ def check_files(written: Written, data: dict[str, Any], require_model: bool = Tr
             labels = spec.get("labels") if isinstance(spec, dict) else None
             if isinstance(labels, str) and labels and not (root / labels).is_file():
                 out.append(written.problem((kind, str(name), "labels"), f"labels file not found: {labels}"))
+            charset = _dig(spec, "postprocess", "ctc", "charset")
+            if isinstance(charset, str) and charset and not (root / charset).is_file():  # often generated, as models
+                at = (kind, str(name), "postprocess", "ctc", "charset")
+                (out if require_model else notes).append(written.problem(at, f"file not found: {charset}"))
     verify = data.get("verify")
     sample = verify.get("data") if isinstance(verify, dict) else None
     if isinstance(sample, str) and sample and not (root / sample).exists():  # a file or a folder of samples
         (out if require_model else notes).append(written.problem(("verify", "data"), f"file not found: {sample}"))
     return out, notes
+
+
+def _dig(data: Any, *keys: str) -> Any:
+    """data[k1][k2]... of the raw mapping, None where a level is missing or not a mapping."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
 
 
 def check_torch_runtime(written: Written, data: dict[str, Any]) -> list[Problem]:

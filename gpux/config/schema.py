@@ -170,9 +170,9 @@ class OutputSpec(TensorSpec):
 
     @model_validator(mode="after")
     def _labels_fit(self) -> OutputSpec:
-        wrong = check_labels(self.labels, self.shape, self.postprocess) if isinstance(self.labels, list) else None
+        wrong = check_labels(self.labels, self.shape, self.postprocess)
         if wrong:
-            raise _fail(wrong, "labels")
+            raise _fail(wrong[0], *wrong[1])
         return self
 
 

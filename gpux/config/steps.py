@@ -6,6 +6,7 @@ session is opened (gpux.answers)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
@@ -119,15 +120,73 @@ class Preprocess(Strict):
                               "Pillow, turned upright by its EXIF orientation, resized and normalized.")
 
 
+@dataclass(frozen=True)
+class BoxLayout:
+    """Where a detector's output row keeps its boxes: channels on axis 1 of `[batch, channels, anchors]` or axis 2
+    of `[batch, anchors, channels]`; channels are cx, cy, w, h (input pixels), an objectness score where
+    `objectness` (a box's score is objectness x class score), then one score per class."""
+
+    channels_axis: int
+    objectness: bool
+    shape: str  # as docs and messages write it
+
+    @property
+    def coords(self) -> int:
+        """Channels before the class scores."""
+        return 5 if self.objectness else 4
+
+
+BoxLayoutName = Literal["yolov8", "yolov5", "yolox"]
+BOX_LAYOUTS = {
+    "yolov8": BoxLayout(1, False, "[batch, 4 + classes, anchors]"),  # ultralytics YOLOv8/v11 export
+    "yolov5": BoxLayout(2, True, "[batch, anchors, 5 + classes]"),  # YOLOv5 export.py (sigmoid in the model)
+    "yolox": BoxLayout(2, True, "[batch, anchors, 5 + classes]"),  # YOLOX export_onnx.py --decode_in_inference
+}
+
+
 class Boxes(Strict):
-    layout: Literal["yolov8"] = Field("yolov8", description="yolov8: [batch, 4 + classes, anchors], boxes as cx, "
-                                      "cy, w, h in input pixels, then one score per class.")
-    score: float = Field(0.25, ge=0, le=1, description="Least class score a box is kept at.")
+    layout: BoxLayoutName = Field("yolov8", description="How the output holds its boxes (cx, cy, w, h in input "
+                                  "pixels): yolov8 [batch, 4 + classes, anchors], class scores only; yolov5 and "
+                                  "yolox (exported with --decode_in_inference) [batch, anchors, 5 + classes], an "
+                                  "objectness score before the class scores (score = objectness x class score).")
+    score: float = Field(0.25, ge=0, le=1, description="Least score a box is kept at.")
     iou: float = Field(0.45, ge=0, le=1, description="Boxes of one class overlapping more than this (IoU) are "
                        "suppressed, the best kept.")
     max: int = Field(300, ge=1, description="Most boxes answered per image, best first.")
     image: str | None = Field(None, description="The image input whose resize/letterbox the boxes are mapped back "
                               "through (default: the only image input).")
+
+
+def _texts(value: Any) -> Any:
+    """Digits written bare in a YAML list ([0, 1, 2]) are the characters they spell."""
+    if isinstance(value, list):
+        return [str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+    return value
+
+
+Charset = Annotated[list[str] | str, BeforeValidator(_texts), WithJsonSchema(
+    {"anyOf": [{"type": "array", "items": {"type": ["string", "integer"]}}, {"type": "string"}]})]
+
+
+class Ctc(Strict):
+    charset: Charset = Field(description="The text of every class but the blank, in class order: a list, or a UTF-8 "
+                             "file (relative to gpux.yml) with one per line, nothing stripped but the line break (a "
+                             "line holding one space is a space).")
+    blank: int = Field(0, description="Index of the blank class; negative counts from the end (-1: the last).")
+    space: bool = Field(False, description="A space is the last class, after the charset (PaddleOCR's "
+                        "use_space_char: its dictionaries leave it out).")
+    axis: Literal[1, 2, -1] = Field(-1, description="The class axis: -1 or 2 for [batch, time, classes], 1 for "
+                                    "[batch, classes, time].")
+
+    def classes(self, characters: int) -> int:
+        """How many classes a charset of `characters` entries makes: the blank, and the space where declared."""
+        return characters + 1 + self.space
+
+    def texts(self, charset: list[str]) -> list[str]:
+        """The text of each class index: the blank's is empty."""
+        texts = [*charset, *([" "] if self.space else [])]
+        blank = self.blank % (len(texts) + 1)
+        return [*texts[:blank], "", *texts[blank:]]
 
 
 class Postprocess(Strict):
@@ -137,30 +196,68 @@ class Postprocess(Strict):
                              "from this output's labels:.")
     boxes: Boxes | None = Field(None, description="Decode detector boxes: threshold, class-aware NMS, boxes in the "
                                 "original image's pixels as {label, index, score, box: [x1, y1, x2, y2]}.")
+    ctc: Ctc | None = Field(None, description="Greedy CTC decoding (OCR, speech): the best class per step, repeats "
+                            "collapsed, blanks dropped, classes mapped to the charset: {text, score}.")
 
     @model_validator(mode="after")
     def _one_answer(self) -> Postprocess:
         if self.softmax and self.sigmoid:
             raise _fail("softmax and sigmoid both set; pick one", "sigmoid")
-        if self.topk is not None and self.boxes is not None:
-            raise _fail("topk and boxes both set; an output answers classes or boxes", "boxes")
+        given = [k for k in ("topk", "boxes", "ctc") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise _fail(f"{' and '.join(given)} both set; an output answers classes, boxes or text", given[-1])
+        return self
+
+    @property
+    def files(self) -> list[str]:
+        """Files the steps read at run time (relative to gpux.yml): a ctc charset file."""
+        return [self.ctc.charset] if self.ctc is not None and isinstance(self.ctc.charset, str) else []
+
+    @model_validator(mode="after")
+    def _blank_in_range(self) -> Postprocess:
+        ctc = self.ctc
+        if ctc is not None and isinstance(ctc.charset, list) and not \
+                -ctc.classes(len(ctc.charset)) <= ctc.blank < ctc.classes(len(ctc.charset)):
+            raise _fail(f"blank {ctc.blank} is not a class index: the charset makes "
+                        f"{ctc.classes(len(ctc.charset))} classes", "ctc", "blank")
         return self
 
 
 def classes_axis(post: Postprocess | None) -> int:
-    """The axis of the class scores: 1 (after 4 box coordinates) for boxes, else the last."""
-    return 1 if post is not None and post.boxes is not None else -1
+    """The axis of the class scores: the box layout's channels, the ctc axis, else the last."""
+    if post is not None and post.boxes is not None:
+        return BOX_LAYOUTS[post.boxes.layout].channels_axis
+    return post.ctc.axis if post is not None and post.ctc is not None else -1
 
 
-def check_labels(labels: list[str], shape: tuple[int | str, ...] | None, post: Postprocess | None) -> str | None:
-    """Why an inline labels list does not fit the declared shape (None when it does or cannot be told)."""
+def class_misfit(size: Any, entries: int, post: Postprocess | None) -> str | None:
+    """Why `entries` labels (or ctc charset entries) do not fit a class axis of `size` ('labels for ... classes'
+    for the caller to finish with where the size comes from); None where they fit or the size is not known."""
+    if not isinstance(size, int):
+        return None
+    if post is not None and post.ctc is not None:
+        want = post.ctc.classes(entries)
+        if want == size:
+            return None
+        extra = "the blank and the space" if post.ctc.space else "the blank"
+        return f"{entries} charset entries and {extra} make {want} classes, not {size}"
+    classes = size - (BOX_LAYOUTS[post.boxes.layout].coords if post is not None and post.boxes is not None else 0)
+    return None if entries == classes else f"{entries} labels for {classes} classes"
+
+
+def check_labels(labels: Any, shape: tuple[int | str, ...] | None, post: Postprocess | None
+                 ) -> tuple[str, tuple[str, ...]] | None:
+    """Why inline labels (or an inline ctc charset) do not fit the declared shape, and which field says so (None
+    when they fit or it cannot be told)."""
+    ctc = post.ctc if post is not None else None
+    if ctc is not None and labels is not None:
+        return "ctc reads its classes' text from postprocess.ctc.charset; drop labels", ("labels",)
+    entries, at = (ctc.charset, ("postprocess", "ctc", "charset")) if ctc else (labels, ("labels",))
     axis = classes_axis(post)
-    if not shape or len(shape) < (3 if axis == 1 else 1) or not isinstance(shape[axis], int):
+    if not isinstance(entries, list) or not shape or len(shape) < (3 if axis > 0 or ctc else 1):
         return None
-    classes = int(shape[axis]) - (4 if axis == 1 else 0)
-    if len(labels) == classes:
-        return None
-    return f"{len(labels)} labels for {classes} classes (shape {list(shape)})"
+    wrong = class_misfit(shape[axis], len(entries), post)
+    return (f"{wrong} (shape {list(shape)})", at) if wrong else None
 
 
 def check_image_shape(image: ImageSteps, shape: tuple[int | str, ...]) -> tuple[str, tuple[str, ...]] | None:

@@ -55,6 +55,7 @@ def project_files(project: Project, io: Any) -> tuple[str, list[tuple[Path, str]
     cfg = project.config
     named = [s.labels for s in [*(cfg.inputs or {}).values(), *(cfg.outputs or {}).values()]
              if isinstance(s.labels, str)]
+    named += [f for s in (cfg.outputs or {}).values() if s.postprocess for f in s.postprocess.files]
     named += [cfg.verify.data] if cfg.verify.data else []
     named += [c for p in PROVIDERS if (c := getattr(getattr(cfg.providers, p), "calibration", None))]
     for rel in named:
