@@ -8,6 +8,8 @@ import base64
 import io
 import json
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -194,6 +196,36 @@ def test_bad_files_are_400_and_invalid_argument_naming_the_element(served: Any) 
     empty = {"inputs": [{"name": "x", "datatype": "BYTES", "shape": [0], "data": []}]}
     status, _, reply = post(server.http, "/v2/models/mobilenet-v2/infer", json.dumps(empty))
     assert status == 400 and "holds no files" in error_of(reply)
+
+
+def test_decoding_runs_off_the_event_loop(served: Any) -> None:
+    """While a 5000 x 5000 PNG is decoded and resized (about half a second), health checks are answered at once."""
+    from PIL import Image
+
+    server, provider, _ = served
+    if provider != "cpu":
+        pytest.skip("the event loop is the server's, whatever the provider")
+    ramp = np.add.outer(np.arange(5000) % 256, np.arange(5000) % 256).astype(np.uint8)
+    big = io.BytesIO()
+    Image.fromarray(np.stack([ramp, ramp.T, ramp // 2], -1)).save(big, "PNG", compress_level=1)
+    took: list[float] = []
+
+    def send() -> None:
+        started = time.perf_counter()
+        httpclient.InferenceServerClient(server.http).infer(
+            "mobilenet-v2", [http_input(np.array([big.getvalue()], dtype=object))])
+        took.append(time.perf_counter() - started)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    waits = []
+    while sender.is_alive():
+        started = time.perf_counter()
+        assert post(server.http, "/v2/health/live", "", method="GET")[0] == 200
+        waits.append(time.perf_counter() - started)
+    sender.join()
+    assert took and took[0] > 0.2 and len(waits) >= 3, (took, waits)
+    assert max(waits) < took[0] / 3, (took, waits)
 
 
 @pytest.fixture(scope="module")
