@@ -167,10 +167,9 @@ def bad_files() -> dict[str, bytes]:
             "png header only": data[:64]}
 
 
+@pytest.mark.parametrize("served", ["cpu"], indirect=True)  # the files never reach a provider
 def test_bad_files_are_400_and_invalid_argument_naming_the_element(served: Any) -> None:
-    server, provider, _ = served
-    if provider != "cpu":
-        pytest.skip("one provider is enough: the files are refused before inference")
+    server, _, _ = served
     http = httpclient.InferenceServerClient(server.http)
     grpc = grpcclient.InferenceServerClient(server.grpc)
     good = photo("coffee.png").read_bytes()
@@ -198,13 +197,12 @@ def test_bad_files_are_400_and_invalid_argument_naming_the_element(served: Any) 
     assert status == 400 and "holds no files" in error_of(reply)
 
 
+@pytest.mark.parametrize("served", ["cpu"], indirect=True)  # the server's loop, whatever the provider
 def test_decoding_runs_off_the_event_loop(served: Any) -> None:
     """While a 5000 x 5000 PNG is decoded and resized (about half a second), health checks are answered at once."""
     from PIL import Image
 
-    server, provider, _ = served
-    if provider != "cpu":
-        pytest.skip("the event loop is the server's, whatever the provider")
+    server, _, _ = served
     ramp = np.add.outer(np.arange(5000) % 256, np.arange(5000) % 256).astype(np.uint8)
     big = io.BytesIO()
     Image.fromarray(np.stack([ramp, ramp.T, ramp // 2], -1)).save(big, "PNG", compress_level=1)
@@ -226,6 +224,34 @@ def test_decoding_runs_off_the_event_loop(served: Any) -> None:
     sender.join()
     assert took and took[0] > 0.2 and len(waits) >= 3, (took, waits)
     assert max(waits) < took[0] / 3, (took, waits)
+
+
+def test_files_of_concurrent_requests_run_as_one_batch(mobilenet: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "batched"
+    folder.mkdir()
+    for name in ("model.onnx", "crops.npz"):
+        (folder / name).symlink_to(mobilenet / name)
+    text = (mobilenet / "gpux.yml").read_text() + "serve: {max_batch_size: 8, max_queue_delay_us: 500000}\n"
+    (folder / "gpux.yml").write_text(text)
+    sent = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg")
+    with gpux.load(folder, provider="openvino", strict=True) as session:
+        want = [session.predict(str(photo(p)))["logits"] for p in sent]
+    got: dict[int, Any] = {}
+    with ServerThread([folder], provider="openvino") as server:
+        def send(i: int) -> None:
+            result = httpclient.InferenceServerClient(server.http).infer("mobilenet-v2", [http_input(files(sent[i]))])
+            got[i] = answers(result.as_numpy("logits"))[0]
+
+        senders = [threading.Thread(target=send, args=(i,)) for i in range(len(sent))]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join()
+        metrics = post(server.http, "/metrics", "", method="GET")[2].decode()
+    for i in range(len(sent)):
+        close(got[i], want[i])
+    count = next(float(x.split()[-1]) for x in metrics.splitlines() if x.startswith("gpux_batch_size_count"))
+    assert count < len(sent), metrics  # four requests, fewer inferences
 
 
 @pytest.fixture(scope="module")
