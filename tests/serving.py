@@ -94,8 +94,8 @@ def projects(base: Path) -> list[Path]:
 class ServerThread:
     """`gpux serve` in-process on its own event loop thread, on free loopback ports; always stopped on exit."""
 
-    def __init__(self, paths: list[Path], api_key: str | None = None) -> None:
-        self.paths, self.api_key = paths, api_key
+    def __init__(self, paths: list[Path], api_key: str | None = None, provider: str | None = None) -> None:
+        self.paths, self.api_key, self.provider = paths, api_key, provider
         self.server: Any = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -110,10 +110,12 @@ class ServerThread:
 
     async def _serve(self) -> None:
         from gpux.config.locate import open_project
+        from gpux.serve.models import LoadRequest
         from gpux.serve.server import Server, ServeRequest
 
+        load = LoadRequest(provider=self.provider, strict=self.provider is not None)
         self.server = Server(ServeRequest([open_project(str(p)) for p in self.paths], host="127.0.0.1",
-                                          http_port=0, grpc_port=0, api_key=self.api_key, drain_s=5))
+                                          http_port=0, grpc_port=0, api_key=self.api_key, load=load, drain_s=5))
         self.loop = asyncio.get_running_loop()
         await self.server.start()
         await self.server.wait_ready()

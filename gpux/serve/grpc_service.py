@@ -27,6 +27,7 @@ CONTENTS = {
     "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
     "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }  # fmt: skip
+PARAMETER = {bool: "bool_param", int: "int64_param", str: "string_param", float: "double_param", list: "string_param"}
 
 
 class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
@@ -74,10 +75,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             doc = self.repo.metadata(request.name, request.version)
         except ServeError as exc:
             await self._guard(context, exc)
-        tensors = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
             name=doc["name"], versions=doc["versions"], platform=doc["platform"],
-            inputs=[tensors(**t) for t in doc["inputs"]], outputs=[tensors(**t) for t in doc["outputs"]])
+            inputs=[tensor_metadata(t) for t in doc["inputs"]], outputs=[tensor_metadata(t) for t in doc["outputs"]])
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         started = time.perf_counter()
@@ -119,7 +119,19 @@ def decode(request: Any, limits: Limits) -> InferRequest:
     outputs = [o.name for o in request.outputs] or None
     classes = {o.name: class_count(o.name, o.parameters["classification"].int64_param)
                for o in request.outputs if "classification" in o.parameters}
-    return InferRequest(request.model_name, request.model_version, request.id, inputs, outputs, classes)
+    params = {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in request.parameters.items()
+              if v.WhichOneof("parameter_choice")}
+    return InferRequest(request.model_name, request.model_version, request.id, inputs, outputs, classes, params)
+
+
+def tensor_metadata(entry: dict[str, Any]) -> Any:
+    """REST's tensor metadata as the message; a parameter that is a list (a shape) travels as its JSON text."""
+    params: dict[str, Any] = {}
+    for key, value in entry.get("parameters", {}).items():
+        fields: dict[str, Any] = {PARAMETER[type(value)]: json.dumps(value) if isinstance(value, list) else value}
+        params[key] = pb.InferParameter(**fields)
+    return pb.ModelMetadataResponse.TensorMetadata(name=entry["name"], datatype=entry["datatype"],
+                                                   shape=entry["shape"], parameters=params)
 
 
 def encode(name: str, version: str, req_id: str, outputs: list[tuple[str, np.ndarray]]) -> Any:

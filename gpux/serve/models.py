@@ -17,6 +17,7 @@ from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotFound, Unavailable
 from gpux.serve.metrics import Metrics
+from gpux.serve.steps import as_bytes, bind, kind_of
 
 INLINE_PROBES = 5
 INLINE_BELOW_S = 0.0002  # a warm inference shorter than this runs on the event loop: a thread hop costs more
@@ -36,6 +37,8 @@ class Model:
     batchable: bool = False
     report: dict[str, Any] = field(default_factory=dict)
     labels: dict[str, list[str]] = field(default_factory=dict)  # output -> class labels from gpux.yml
+    steps: Any = None  # gpux.answers.steps.Steps where gpux.yml declares a preprocess or postprocess
+    files: str | None = None  # the input that takes encoded files (BYTES), through its declared preprocess
 
     @property
     def name(self) -> str:
@@ -52,6 +55,16 @@ class Model:
     def tensor_metadata(self, tensors: dict[str, Tensor]) -> list[dict[str, Any]]:
         return [{"name": t.name, "datatype": DATATYPE.get(t.dtype, "BYTES"),
                  "shape": [d if isinstance(d, int) else -1 for d in (t.shape or ())]} for t in tensors.values()]
+
+    def metadata(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Inputs and outputs as clients see them: where the model takes encoded files, its file input and its
+        answered outputs are BYTES [-1], their tensor form in `parameters` (still accepted, docs/serve.md)."""
+        inputs, outputs = self.tensor_metadata(self.inputs), self.tensor_metadata(self.outputs)
+        if self.files is None:
+            return inputs, outputs
+        kind = kind_of(self.project, self.files)
+        return ([as_bytes(e, kind) if e["name"] == self.files else e for e in inputs],
+                [as_bytes(e, "json") if e["name"] in self.steps.post else e for e in outputs])
 
 
 def version_key(version: str) -> tuple[Any, ...]:
@@ -106,9 +119,9 @@ class Repository:
 
     def metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.find(name, version)
+        inputs, outputs = model.metadata()
         return {"name": model.name, "versions": [model.version] if version else self.versions(name),
-                "platform": f"gpux_{model.provider or 'pending'}",
-                "inputs": model.tensor_metadata(model.inputs), "outputs": model.tensor_metadata(model.outputs)}
+                "platform": f"gpux_{model.provider or 'pending'}", "inputs": inputs, "outputs": outputs}
 
 
 @dataclass(frozen=True)
@@ -140,6 +153,7 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
         for s in sessions:
             s.run(feeds)  # the first inference may still fall back: read the provider after it
         model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
+        model.steps, model.files = bind(model.project, model.inputs, model.outputs)
         runs = [s.run for s in sessions]
     feeds = warmup_feeds(model.inputs)
     for run in runs:

@@ -13,6 +13,7 @@ from gpux.serve.classify import classify
 from gpux.serve.codec import DATATYPE, model_input
 from gpux.serve.errors import BadRequest, RequestTimeout, ServeError
 from gpux.serve.models import Model, Repository
+from gpux.serve.steps import answer, run_files, wants_answers
 
 SERVER_NAME = "gpux"
 EXTENSIONS = ["binary_tensor_data", "classification"]
@@ -49,23 +50,17 @@ def server_metadata() -> dict[str, Any]:
 
 
 async def infer(repo: Repository, request: InferRequest, timeout: float | None = None) -> InferResult:
-    """Check the request against the model, run it, and pick the requested outputs."""
+    """Check the request against the model, run it (encoded files through the declared steps), pick the outputs."""
     model = repo.get(request.model, request.version)
-    feeds = check_inputs(model, request.inputs)
+    item = file_item(model, request.inputs)
+    answers = wants_answers(request.parameters, item is not None)
     wanted = request.outputs if request.outputs is not None else list(model.outputs)
     unknown = [n for n in wanted if n not in model.outputs]
     if unknown:
         raise BadRequest(f"model '{model.name}' has no output '{unknown[0]}'; outputs: {', '.join(model.outputs)}")
-    assert model.worker is not None
     limit = timeout if timeout is not None else model.settings.request_timeout_s
     try:
-        if model.worker.inline:  # runs to completion on this thread: check the limit afterwards
-            started = time.perf_counter()
-            out = await model.worker.infer(feeds)
-            if time.perf_counter() - started > limit:
-                raise TimeoutError
-        else:
-            out = await asyncio.wait_for(model.worker.infer(feeds), limit)
+        outputs, placements = await _run(model, request, item, limit)
     except TimeoutError:
         raise RequestTimeout(f"request to model '{model.name}' took longer than {limit:g} s "
                              f"(serve.request_timeout_s)") from None
@@ -73,11 +68,43 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
         raise
     except Exception as exc:
         raise _runtime_error(exc) from None
-    picked = [(n, np.asarray(out[n])) for n in wanted]
-    if request.classification:
-        picked = [(n, classify(n, a, request.classification[n], model.labels.get(n))
-                   if n in request.classification else a) for n, a in picked]
-    return InferResult(model, picked)
+    picked = {n: np.asarray(outputs[n]) for n in wanted}
+    named = [n for n in wanted if answers and model.steps is not None and n in model.steps.post
+             and n not in request.classification]
+    if named:
+        shape = item.array.shape if item is not None else None
+        picked.update(await asyncio.get_running_loop().run_in_executor(
+            None, answer, model, picked, placements, shape, named))
+    return InferResult(model, [(n, classify(n, a, request.classification[n], model.labels.get(n))
+                                if n in request.classification else a) for n, a in picked.items()])
+
+
+async def _run(model: Model, request: InferRequest, item: InferInput | None,
+               limit: float) -> tuple[dict[str, Any], list[Any] | None]:
+    """The outputs within the time limit, and each file's Placement when files were sent."""
+    assert model.worker is not None
+    if item is not None:
+        return await asyncio.wait_for(run_files(model, item, model.worker.infer), limit)
+    feeds = check_inputs(model, request.inputs)
+    if model.worker.inline:  # runs to completion on this thread: check the limit afterwards
+        started = time.perf_counter()
+        out = await model.worker.infer(feeds)
+        if time.perf_counter() - started > limit:
+            raise TimeoutError
+        return out, None
+    return await asyncio.wait_for(model.worker.infer(feeds), limit), None
+
+
+def file_item(model: Model, inputs: list[InferInput]) -> InferInput | None:
+    """The request's encoded files: BYTES sent to the input that declares a preprocess (None: tensors)."""
+    if model.files is None or not any(i.name == model.files and i.datatype == "BYTES" for i in inputs):
+        return None
+    for i in inputs:
+        if i.name != model.files:
+            raise BadRequest(f"model '{model.name}' has no input '{i.name}'; inputs: {model.files}")
+    if len(inputs) > 1:
+        raise BadRequest(f"input '{model.files}' is given twice")
+    return inputs[0]
 
 
 def _runtime_error(exc: Exception) -> ServeError:
@@ -101,8 +128,9 @@ def check_inputs(model: Model, inputs: list[InferInput]) -> dict[str, np.ndarray
             raise BadRequest(f"input '{item.name}' is given twice")
         expected = DATATYPE.get(tensor.dtype, tensor.dtype)
         if item.datatype != expected:
+            files = " (or BYTES: encoded files, one per element)" if item.name == model.files else ""
             raise BadRequest(f"input '{item.name}' has datatype {item.datatype} but model '{model.name}' "
-                             f"expects {expected}")
+                             f"expects {expected}{files}")
         check_dims(model, tensor.shape, item)
         feeds[item.name] = model_input(item.array, tensor.dtype)
     missing = [n for n in model.inputs if n not in feeds]

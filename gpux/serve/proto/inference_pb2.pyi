@@ -65,14 +65,23 @@ class ModelMetadataRequest(_message.Message):
 class ModelMetadataResponse(_message.Message):
     __slots__ = ("name", "versions", "platform", "inputs", "outputs")
     class TensorMetadata(_message.Message):
-        __slots__ = ("name", "datatype", "shape")
+        __slots__ = ("name", "datatype", "shape", "parameters")
+        class ParametersEntry(_message.Message):
+            __slots__ = ("key", "value")
+            KEY_FIELD_NUMBER: _ClassVar[int]
+            VALUE_FIELD_NUMBER: _ClassVar[int]
+            key: str
+            value: InferParameter
+            def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[InferParameter, _Mapping]] = ...) -> None: ...
         NAME_FIELD_NUMBER: _ClassVar[int]
         DATATYPE_FIELD_NUMBER: _ClassVar[int]
         SHAPE_FIELD_NUMBER: _ClassVar[int]
+        PARAMETERS_FIELD_NUMBER: _ClassVar[int]
         name: str
         datatype: str
         shape: _containers.RepeatedScalarFieldContainer[int]
-        def __init__(self, name: _Optional[str] = ..., datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+        parameters: _containers.MessageMap[str, InferParameter]
+        def __init__(self, name: _Optional[str] = ..., datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., parameters: _Optional[_Mapping[str, InferParameter]] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     PLATFORM_FIELD_NUMBER: _ClassVar[int]

@@ -1,0 +1,128 @@
+"""Files in, answers out over the protocol: a BYTES input of encoded files (one per element) goes through the
+model's declared preprocess, inference and the declared postprocess; answers travel as BYTES, one JSON text per
+file. Decoding and answering run off the event loop. docs/serve.md ("Files in, answers out")."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+
+from gpux.config.load import Project
+from gpux.model.io import Tensor
+from gpux.serve.errors import BadRequest, ServeError
+
+ANSWERS = "answers"  # request parameter: false gives tensors for files, true gives answers for tensors
+Feeds = dict[str, np.ndarray]
+Run = Callable[[Feeds], Awaitable[dict[str, Any]]]
+
+
+def bind(project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]) -> tuple[Any, str | None]:
+    """The model's declared steps (None without any preprocess or postprocess) and the input that takes encoded
+    files: the model's only input, when it declares a preprocess. A misdeclared step stops the load (ConfigError)."""
+    from gpux.answers.steps import Steps
+
+    cfg = project.config
+    pre = [n for n, s in (cfg.inputs or {}).items() if s.preprocess is not None and n in inputs]
+    post = [n for n, s in (cfg.outputs or {}).items() if s.postprocess is not None and n in outputs]
+    if not pre and not post:
+        return None, None
+    return Steps.of(project, inputs, outputs), pre[0] if pre and len(inputs) == 1 else None
+
+
+def kind_of(project: Project, name: str) -> str:
+    """The declared preprocess kind of an input (`image`, ...): the metadata's content_type."""
+    spec = (project.config.inputs or {})[name].preprocess
+    return next((k for k, v in spec if v is not None), "file") if spec is not None else "file"
+
+
+def as_bytes(entry: dict[str, Any], content_type: str) -> dict[str, Any]:
+    """Tensor metadata as the file side sees it: BYTES [-1], the tensor form kept in its parameters."""
+    return {"name": entry["name"], "datatype": "BYTES", "shape": [-1],
+            "parameters": {"content_type": content_type, "tensor_datatype": entry["datatype"],
+                           "tensor_shape": entry["shape"]}}
+
+
+def wants_answers(parameters: dict[str, Any], files: bool) -> bool:
+    """Answers by default for files, tensors for tensors; `parameters.answers` says otherwise."""
+    value = parameters.get(ANSWERS, files)
+    if not isinstance(value, bool):
+        raise BadRequest(f"parameters.{ANSWERS} must be true or false, got {value!r}")
+    return value
+
+
+async def run_files(model: Any, item: Any, run: Run) -> tuple[dict[str, np.ndarray], list[Any]]:
+    """Each encoded file of `item` through the preprocess (on a thread), then inference: one batch where the
+    model takes a batch and the tensors agree, else one inference per file. The outputs and each file's Placement."""
+    count = item.array.size
+    limit = model.settings.max_batch_size
+    if count == 0:
+        raise BadRequest(f"input '{item.name}' holds no files; send one encoded file per element")
+    if limit and model.batchable and count > limit:
+        raise BadRequest(f"input '{item.name}' has a batch of {count} files, above serve.max_batch_size {limit}")
+    prepared = await asyncio.get_running_loop().run_in_executor(None, prepare, model, item)
+    feeds = [f for f, _ in prepared]
+    if model.batchable and len({tuple((k, v.shape) for k, v in f.items()) for f in feeds}) == 1:
+        joined = feeds[0] if len(feeds) == 1 else {k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]}
+        out = {k: np.asarray(v) for k, v in (await run(joined)).items()}
+    else:
+        outs = await asyncio.gather(*(run(f) for f in feeds))
+        out = {k: np.concatenate([np.asarray(o[k]) for o in outs]) for k in outs[0]}
+    return out, [p for _, p in prepared]
+
+
+def prepare(model: Any, item: Any) -> list[tuple[Feeds, Any]]:
+    """The feeds and Placement of each file; a file that cannot be read is a 400 naming the input and element."""
+    from gpux.errors import GpuxError, InputError
+
+    out = []
+    for i, value in enumerate(item.array.reshape(-1)):
+        name = f"input '{item.name}' element {i}"
+        data = element_bytes(value, name)
+        try:
+            out.append(model.steps.feeds(data, name))
+        except InputError as exc:
+            raise BadRequest(exc.lines()[0]) from None
+        except GpuxError as exc:  # e.g. Pillow missing on the server
+            raise ServeError(exc.lines()[0]) from None
+        except Exception as exc:  # whatever a decoder raises on a malformed file is the file's fault
+            raise BadRequest(f"{name}: cannot decode the file: {type(exc).__name__}: {exc}") from None
+    return out
+
+
+def element_bytes(value: Any, name: str) -> bytes:
+    """An element as the file's bytes: binary and gRPC elements as sent, JSON strings base64-decoded."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise BadRequest(f"{name}: a JSON string of a file is the file in base64, and this one is not ({exc}); "
+                             "or send the file's bytes with the binary tensor extension") from None
+    raise BadRequest(f"{name}: expected an encoded file (bytes, or base64 text in JSON), got {type(value).__name__}")
+
+
+def answer(model: Any, outputs: dict[str, np.ndarray], placements: list[Any] | None, shape: tuple[int, ...] | None,
+           names: list[str]) -> dict[str, np.ndarray]:
+    """The named outputs as answers: BYTES of `shape` (default: one per batch row), one JSON text per file or row."""
+    chosen = {n: outputs[n] for n in names}
+    rows = placements if placements is not None else [None] * min(
+        (len(a) for a in chosen.values() if a.ndim), default=1)
+    answers = [model.steps.answers(chosen, p, r) for r, p in enumerate(rows)]
+    out = {}
+    for n in names:
+        texts = [json.dumps(a[n], separators=(",", ":"), default=_plain).encode() for a in answers]
+        out[n] = np.array(texts, dtype=object).reshape(shape if shape is not None else (len(texts),))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON")
