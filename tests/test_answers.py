@@ -19,7 +19,7 @@ from gpux.answers.pre import image_tensor
 from gpux.config.steps import Boxes, ImageSteps
 
 from .conftest import gpux
-from .trained import ROOT, imagenet_crops, mobilenet_v2_onnx, package_file
+from .trained import ROOT, imagenet_crops, mobilenet_v2_example, package_file
 
 CATS = range(281, 286)  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 MEAN, STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
@@ -32,12 +32,7 @@ def photo(name: str) -> Path:
 @pytest.fixture(scope="module")
 def mobilenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The mobilenet_v2 example as committed (its gpux.yml) with the model and crops make_model.py writes."""
-    folder = tmp_path_factory.mktemp("mobilenet_v2")
-    mobilenet_v2_onnx(folder / "model.onnx")
-    np.savez(folder / "crops.npz", x=imagenet_crops()[:, None])
-    for name in ("gpux.yml", "imagenet_labels.txt"):
-        shutil.copy(ROOT / "examples" / "mobilenet_v2" / name, folder)
-    return folder
+    return mobilenet_v2_example(tmp_path_factory.mktemp("mobilenet_v2"))
 
 
 @pytest.fixture(scope="module")

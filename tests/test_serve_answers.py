@@ -21,7 +21,7 @@ import gpux
 
 from .conftest import gpux as gpux_cli
 from .serving import ServerThread, error_of, post
-from .trained import ROOT, imagenet_crops, mobilenet_v2_onnx, package_file
+from .trained import ROOT, imagenet_crops, mobilenet_v2_example, package_file
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -39,11 +39,7 @@ def photo(name: str) -> Path:
 @pytest.fixture(scope="module")
 def mobilenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The mobilenet_v2 example as committed, with the model and crops its make_model.py writes."""
-    folder = tmp_path_factory.mktemp("mobilenet_v2")
-    mobilenet_v2_onnx(folder / "model.onnx")
-    np.savez(folder / "crops.npz", x=imagenet_crops()[:, None])
-    shutil.copy(ROOT / "examples" / "mobilenet_v2" / "gpux.yml", folder)
-    return folder
+    return mobilenet_v2_example(tmp_path_factory.mktemp("mobilenet_v2"))
 
 
 @pytest.fixture(scope="module", params=["cpu", "openvino"])
@@ -229,7 +225,7 @@ def test_decoding_runs_off_the_event_loop(served: Any) -> None:
 def test_files_of_concurrent_requests_run_as_one_batch(mobilenet: Path, tmp_path: Path) -> None:
     folder = tmp_path / "batched"
     folder.mkdir()
-    for name in ("model.onnx", "crops.npz"):
+    for name in ("model.onnx", "crops.npz", "imagenet_labels.txt"):
         (folder / name).symlink_to(mobilenet / name)
     text = (mobilenet / "gpux.yml").read_text() + "serve: {max_batch_size: 8, max_queue_delay_us: 500000}\n"
     (folder / "gpux.yml").write_text(text)

@@ -77,3 +77,16 @@ def _example(name: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def mobilenet_v2_example(folder: Path) -> Path:
+    """The mobilenet_v2 example as committed (gpux.yml, its labels file) in `folder`, with the model and crops its
+    make_model.py writes."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    mobilenet_v2_onnx(folder / "model.onnx")
+    np.savez(folder / "crops.npz", x=imagenet_crops()[:, None])
+    for name in ("gpux.yml", "imagenet_labels.txt"):
+        shutil.copy(ROOT / "examples" / "mobilenet_v2" / name, folder)
+    return folder
