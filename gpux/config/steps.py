@@ -114,11 +114,6 @@ class ImageSteps(Strict):
         return self
 
 
-class Preprocess(Strict):
-    image: ImageSteps = Field(description="The input is an image file (JPEG, PNG, WebP, BMP, ...) decoded with "
-                              "Pillow, turned upright by its EXIF orientation, resized and normalized.")
-
-
 class Boxes(Strict):
     layout: Literal["yolov8"] = Field("yolov8", description="yolov8: [batch, 4 + classes, anchors], boxes as cx, "
                                       "cy, w, h in input pixels, then one score per class.")
