@@ -46,13 +46,13 @@ def config() -> dict[str, Any]:
     return cfg
 
 
-def export(out: Path) -> Path:
-    """model.onnx and labels.txt into `out`; the model's path."""
+def export(path: Path) -> Path:
+    """The model at `path`, labels.txt beside it."""
     labels = config()["target_labels_space"]
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(folder() / "model.onnx", out / "model.onnx")
-    (out / "labels.txt").write_text("\n".join(labels) + "\n")
-    return out / "model.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(folder() / "model.onnx", path)
+    (path.parent / "labels.txt").write_text("\n".join(labels) + "\n")
+    return path
 
 
 def main() -> None:
@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE, help="folder to write model.onnx and labels.txt into")
     out = parser.parse_args().out
     try:
-        export(out)
+        export(out / "model.onnx")
     except Missing as exc:
         raise SystemExit(f"error: {exc}") from None
     print(f"wrote {out / 'model.onnx'} and {out / 'labels.txt'}")

@@ -135,7 +135,7 @@ def check_preprocess(pre: Preprocess, shape: tuple[Any, ...] | None,
     if dtype not in INTEGERS:
         return f"token ids go into an integer input, not {dtype}", ("text",)
     if text.padding == "longest" and shape and len(shape) == 2 and isinstance(shape[1], int):
-        return (f"padding longest gives each text its own length; shape {list(shape)} fixes {shape[1]}: declare "
+        return (f"padding longest gives each text its own length; shape {_show(shape)} fixes {shape[1]}: declare "
                 "padding: max_length", ("text", "padding"))
     return _row(shape, text.max_length if text.padding == "max_length" else None, "text", "max_length")
 
@@ -146,9 +146,9 @@ def _row(shape: tuple[Any, ...] | None, size: int | None, kind: str,
     if not shape:
         return None
     if len(shape) != 2:
-        return f"a {kind} input is [batch, values]; shape {list(shape)} has {len(shape)} dims", (kind,)
+        return f"a {kind} input is [batch, values]; shape {_show(shape)} has {len(shape)} dims", (kind,)
     if size is not None and isinstance(shape[1], int) and shape[1] != size:
-        return f"{what} gives rows of {size}, shape {list(shape)} takes {shape[1]}", (kind,)
+        return f"{what} gives rows of {size}, shape {_show(shape)} takes {shape[1]}", (kind,)
     return None
 
 
@@ -167,3 +167,7 @@ def check_routes(inputs: dict[str, tuple[Preprocess | None, str]]) -> tuple[str,
             if inputs[target][1] not in INTEGERS:
                 return f"{target!r} is {inputs[target][1]}; the {what} go into an integer input", at
     return None
+
+
+def _show(shape: tuple[Any, ...]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
