@@ -417,10 +417,12 @@ def variant(folder: Path, old: str, new: str) -> Path:
     ("text", "mask: attention_mask", "mask: attn",
      "inputs.input_ids.preprocess.text.mask: 'attn' is not another input (inputs: attention_mask, token_type_ids)"),
     ("text", "truncation: error", "truncation: cut", "inputs.input_ids.preprocess.text.truncation:"),
+    ("text", "type_ids: token_type_ids", "type_ids: attention_mask",
+     "text.type_ids: mask and type_ids both name 'attention_mask'; each goes to its own input"),
     ("text", "max_length: 12,", "max_length: 12, padding: longest,",
      "padding longest gives each text its own length; shape [batch, 12] fixes 12: declare padding: max_length"),
     ("text", "  attention_mask: {dtype: int64,", "  attention_mask: {dtype: float32,",
-     "'attention_mask' is float32; the mask go into an integer input"),
+     "'attention_mask' is float32; mask needs an integer input"),
 ])
 def test_misdeclared_steps_are_errors_at_their_line(tmp_path: Path, kind: str, old: str, new: str,
                                                    said: str) -> None:

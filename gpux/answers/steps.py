@@ -85,8 +85,8 @@ class Steps:
         """Whether `item` is tensors already: a dict, or an array of the file input's rank."""
         if isinstance(item, dict):
             return True
-        shape = self.pre and next(iter(self.pre.values()))[1].shape
-        return hasattr(item, "__array_interface__") and bool(shape) and getattr(item, "ndim", 0) == len(shape or ())
+        shape = next((t.shape for _, t in self.pre.values()), None)
+        return bool(shape) and hasattr(item, "__array_interface__") and getattr(item, "ndim", 0) == len(shape or ())
 
     def file_input(self, name: str) -> tuple[str, Preprocess, Tensor]:
         """The one input files go to; the model's other inputs must be filled by its steps (a text's mask and

@@ -82,6 +82,12 @@ class TextSteps(Strict):
     mask: str | None = Field(None, description="The input that gets the attention mask (1 per token, 0 per pad).")
     type_ids: str | None = Field(None, description="The input that gets the token type ids.")
 
+    @model_validator(mode="after")
+    def _two_inputs(self) -> TextSteps:
+        if self.mask is not None and self.mask == self.type_ids:
+            raise _fail(f"mask and type_ids both name {self.mask!r}; each goes to its own input", "type_ids")
+        return self
+
     @property
     def routes(self) -> dict[str, str]:
         """Other inputs this one fills: input name -> what (mask, type_ids)."""
@@ -120,10 +126,10 @@ def check_preprocess(pre: Preprocess, shape: tuple[Any, ...] | None,
         return check_image_shape(pre.image, shape) if shape else None
     if pre.bytes is not None:
         b = pre.bytes
-        low, high = INTEGERS.get(dtype, (-2**24, 2**24))
         if dtype not in INTEGERS and dtype not in FLOATS:
             return f"byte values go into an integer or float input, not {dtype}", ("bytes",)
-        if not low <= b.pad <= high or (max(0, low), min(255, high)) != (0, 255):
+        low, high = INTEGERS.get(dtype, (-2**24, 2**24))  # floats hold every integer up to 2**24
+        if not (low <= 0 and high >= 255 and low <= b.pad <= high):
             return f"{dtype} does not hold byte values 0..255 and pad {b.pad}", ("bytes", "pad")
         return _row(shape, b.size, "bytes", "head + tail")
     if pre.audio is not None:
@@ -165,7 +171,7 @@ def check_routes(inputs: dict[str, tuple[Preprocess | None, str]]) -> tuple[str,
             if inputs[target][0] is not None:
                 return f"{target!r} has its own preprocess; it cannot also take the {what}", at
             if inputs[target][1] not in INTEGERS:
-                return f"{target!r} is {inputs[target][1]}; the {what} go into an integer input", at
+                return f"{target!r} is {inputs[target][1]}; {what} needs an integer input", at
     return None
 
 
