@@ -20,6 +20,7 @@ import pytest
 from gpux.answers.audio import audio_tensor
 from gpux.answers.raw import bytes_tensor
 from gpux.config.inputs import AudioSteps, BytesSteps
+from gpux.errors import InputError
 
 from .conftest import gpux, write
 from .trained import ROOT, example_project, package_file
@@ -119,6 +120,10 @@ def test_bytes_steps_head_tail_and_pad() -> None:
     assert tail.tolist() == [[0, 0, 0, 0, *b"  abcdef"]] and tail.dtype == np.uint8
     both = bytes_tensor(b"xy", BytesSteps(head=3, tail=3, pad=9), "float32", "x")  # short: both ends see it all
     assert both.tolist() == [[120, 121, 9, 9, 120, 121]]
+    for source, said in ((ROOT / "no such file", "file not found"), (ROOT / "docs", "a folder, not a file"),
+                         (42, "raw-bytes inputs take a path or bytes, not int")):
+        with pytest.raises(InputError, match=said):
+            bytes_tensor(source, BytesSteps(head=4), "int32", str(source))
 
 
 # ---- audio: scipy's WAVs through a generated model, Silero VAD ---------------------------------------------------
