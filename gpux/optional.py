@@ -22,6 +22,9 @@ EXTRAS = {
     "torch": "torch",
     "docker": "docker",
     "PIL": "images",
+    "soundfile": "audio",
+    "soxr": "audio",
+    "tokenizers": "text",
 }
 
 # every distribution that installs the `onnxruntime` module

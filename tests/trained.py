@@ -69,6 +69,19 @@ def mobilenet_v2_onnx(path: Path) -> Path:
         pytest.skip(str(exc))
 
 
+def example_project(name: str, folder: Path) -> Path:
+    """An example as committed (its gpux.yml) in `folder`, with what its make_model.py's export writes there."""
+    import shutil
+
+    make = _example(name)
+    try:
+        make.export(folder / "model.onnx")
+    except make.Missing as exc:
+        pytest.skip(str(exc))
+    shutil.copy(ROOT / "examples" / name / "gpux.yml", folder)
+    return folder
+
+
 @functools.cache
 def _example(name: str) -> Any:
     """An example's make_model.py as a module (loaded once)."""

@@ -1,7 +1,9 @@
-"""The declared steps of a project bound to its real inputs and outputs: an image (or tensors) in, answers out.
+"""The declared steps of a project bound to its real inputs and outputs: a file (an image, raw bytes, audio,
+text; or tensors) in, answers out.
 
-`Steps.of` checks what only the model's real shapes tell (labels per class, the box layout) and raises a
-ConfigError at the line that declares it; `predict` is what `Session.predict` and `gpux run NAME FILE` call."""
+`Steps.of` checks what only the model's real shapes tell (labels per class, the box layout, rows of the input
+kinds, the tokenizer file) and raises a ConfigError at the line that declares it; `predict` is what
+`Session.predict` and `gpux run NAME FILE` call."""
 
 from __future__ import annotations
 
@@ -11,18 +13,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpux.answers.audio import AUDIO_SUFFIXES, audio_tensor
 from gpux.answers.pre import IMAGE_SUFFIXES, Placement, image_tensor
+from gpux.answers.raw import bytes_tensor
+from gpux.answers.text import TEXT_SUFFIXES, text_feeds, tokenizer
+from gpux.config.inputs import Preprocess, check_preprocess
 from gpux.config.load import Project
 from gpux.config.steps import ImageSteps, Postprocess, class_misfit, classes_axis
 from gpux.errors import ConfigError, InputError
 from gpux.model.io import Tensor
+
+SUFFIXES = {"image": IMAGE_SUFFIXES, "audio": AUDIO_SUFFIXES, "text": TEXT_SUFFIXES, "bytes": ()}  # (): every file
 
 
 @dataclass(frozen=True)
 class Steps:
     project: Project
     inputs: dict[str, Tensor]
-    images: dict[str, tuple[ImageSteps, Tensor]]  # inputs with preprocess: image
+    pre: dict[str, tuple[Preprocess, Tensor]]  # inputs with preprocess
     post: dict[str, tuple[Postprocess, list[str] | None]]  # outputs with postprocess, and their labels
 
     @classmethod
@@ -30,39 +38,85 @@ class Steps:
         from gpux.report import labels_of
 
         cfg = project.config
-        images = {n: (s.preprocess.image, inputs[n]) for n, s in (cfg.inputs or {}).items()
-                  if s.preprocess is not None and n in inputs}
+        pre = {n: (s.preprocess, inputs[n]) for n, s in (cfg.inputs or {}).items()
+               if s.preprocess is not None and n in inputs}
         post = {n: (s.postprocess, _texts(project, n, s.postprocess) or labels_of(project, n))
                 for n, s in (cfg.outputs or {}).items() if s.postprocess is not None and n in outputs}
         problems = [p for n, (spec, labels) in post.items() for p in _misfits(project, n, spec, labels, outputs[n])]
+        problems += [p for n, (spec, real) in pre.items() for p in _pre_misfits(project, n, spec, real, inputs)]
         if problems:
             raise ConfigError(problems)
-        return cls(project, inputs, images, post)
+        return cls(project, inputs, pre, post)
+
+    @property
+    def images(self) -> dict[str, tuple[ImageSteps, Tensor]]:
+        """The inputs with preprocess: image."""
+        return {n: (p.image, t) for n, (p, t) in self.pre.items() if p.image is not None}
+
+    @property
+    def kind(self) -> str | None:
+        """The kind of file the preprocessed input takes (image, bytes, audio, text), None without one."""
+        return next((p.kind for p, _ in self.pre.values()), None)
 
     def feeds(self, item: Any, name: str) -> tuple[dict[str, Any], Placement | None]:
-        """The feeds for one item: an image (path, bytes, PIL image, HxWxC array) through the declared steps, a
-        ready tensor of the image input's rank, or a dict of tensors (cast to the inputs)."""
+        """The feeds for one item through the declared steps (an image: path, bytes, PIL image, HxWxC array; raw
+        bytes: path or bytes; audio: path, bytes or a 1-D waveform; text: a str, a path or bytes), a ready tensor
+        of the input's rank, or a dict of tensors (cast to the inputs)."""
         from gpux.model.inputs import cast_all
 
         if isinstance(item, dict):
             return cast_all(item, self.inputs, "inputs"), None
-        input_name, steps, tensor = self.image_input(name)
-        if hasattr(item, "__array_interface__") and tensor.shape and getattr(item, "ndim", 0) == len(tensor.shape):
+        input_name, spec, tensor = self.file_input(name)
+        if self.ready(item):
             return cast_all({input_name: item}, self.inputs, "inputs"), None
-        array, placement = image_tensor(item, steps, tensor.dtype, name)
-        return {input_name: array}, placement
+        if spec.image is not None:
+            array, placement = image_tensor(item, spec.image, tensor.dtype, name)
+            return {input_name: array}, placement
+        if spec.text is not None:
+            feeds = text_feeds(item, spec.text, self.project.root / spec.text.tokenizer, input_name, name)
+        elif spec.bytes is not None:
+            feeds = {input_name: bytes_tensor(item, spec.bytes, tensor.dtype, name)}
+        else:
+            assert spec.audio is not None
+            feeds = {input_name: audio_tensor(item, spec.audio, tensor.dtype, name)}
+        return cast_all(feeds, self.inputs, name), None
 
-    def image_input(self, name: str) -> tuple[str, ImageSteps, Tensor]:
-        """The one input images go to (an InputError naming `name` where the model has none or several)."""
-        if not self.images:
+    def ready(self, item: Any) -> bool:
+        """Whether `item` is tensors already: a dict, or an array of the file input's rank."""
+        if isinstance(item, dict):
+            return True
+        shape = next((t.shape for _, t in self.pre.values()), None)
+        return bool(shape) and hasattr(item, "__array_interface__") and getattr(item, "ndim", 0) == len(shape or ())
+
+    def file_input(self, name: str) -> tuple[str, Preprocess, Tensor]:
+        """The one input files go to; the model's other inputs must be filled by its steps (a text's mask and
+        type ids). An InputError names `name` otherwise."""
+        if not self.pre:
             raise InputError(f"{name}: {self.project.name} declares no preprocess for its inputs, so it takes "
-                             "tensors only", hint="add preprocess: {image: ...} to its image input (docs/answers.md)"
-                             ", or pass tensors")
-        if len(self.inputs) != 1:
-            raise InputError(f"{name}: an image answers a model of one input; {self.project.name} takes "
-                             f"{', '.join(self.inputs)}", hint="pass a dict of tensors")
-        (input_name, (steps, tensor)), = self.images.items()
-        return input_name, steps, tensor
+                             "tensors only", hint="add preprocess: to its input (image, bytes, audio or text; "
+                             "docs/answers.md), or pass tensors")
+        if len(self.pre) != 1:
+            raise InputError(f"{name}: a file answers a model with one preprocessed input; {self.project.name} "
+                             f"declares {', '.join(self.pre)}", hint="pass a dict of tensors")
+        (input_name, (spec, tensor)), = self.pre.items()
+        filled = {input_name, *(spec.text.routes if spec.text else ())}
+        rest = [n for n in self.inputs if n not in filled]
+        if rest:
+            raise InputError(f"{name}: a file fills {', '.join(sorted(filled))}; {self.project.name} also takes "
+                             f"{', '.join(rest)}", hint="pass a dict of tensors")
+        return input_name, spec, tensor
+
+    def file_answers(self, outputs: dict[str, Any], placement: Placement | None) -> dict[str, Any]:
+        """A file's answers: its one row's, or for audio every window's (passthrough outputs stacked, answers in
+        a list per output)."""
+        if self.kind != "audio":
+            return self.answers(outputs, placement)
+        import numpy as np
+
+        n = min((len(a) for a in outputs.values() if getattr(a, "ndim", 0)), default=1)
+        rows = [self.answers(outputs, None, r) for r in range(n)]
+        each = {k: [r[k] for r in rows] for k in outputs}
+        return {k: np.stack(v) if all(hasattr(a, "shape") for a in v) else v for k, v in each.items()}
 
     def answers(self, outputs: dict[str, Any], placement: Placement | None, row: int = 0) -> dict[str, Any]:
         """Each output's answer for one batch row; outputs without postprocess stay arrays."""
@@ -88,6 +142,29 @@ def _texts(project: Project, name: str, spec: Postprocess) -> list[str] | None:
                                                f"cannot read the charset file {charset}: {exc}")]) from None
         charset = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
     return spec.ctc.texts(charset)
+
+
+def _pre_misfits(project: Project, name: str, spec: Preprocess, real: Tensor,
+                 inputs: dict[str, Tensor]) -> list[Any]:
+    """Problems of an input's preprocess against the model's real input (its rows, dtype) and its other inputs;
+    a text's tokenizer file is read here."""
+    at = ("inputs", name, "preprocess")
+    wrong = check_preprocess(spec, real.shape, real.dtype)
+    if wrong:
+        return [project.problem((*at, *wrong[1]), f"{wrong[0]} (in the model)")]
+    text = spec.text
+    if text is None:
+        return []
+    missing = [(what, n) for n, what in text.routes.items() if n not in inputs]
+    if missing:
+        what, n = missing[0]
+        return [project.problem((*at, "text", what), f"{n!r} is not an input of the model (inputs: "
+                                f"{', '.join(inputs)})")]
+    try:
+        tokenizer(project.root / text.tokenizer, text)
+    except ValueError as exc:
+        return [project.problem((*at, "text", "tokenizer"), str(exc))]
+    return []
 
 
 def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
@@ -134,23 +211,32 @@ def predict(session: Any, x: Any) -> Any:
 
 
 def _one(session: Any, steps: Steps, item: Any) -> Any:
-    feeds, placement = steps.feeds(item, describe(item))
+    feeds, placement = steps.feeds(item, "text" if isinstance(item, str) and steps.kind == "text" else describe(item))
     outputs = dict(zip(session.output_names, session.run_feeds(feeds), strict=True))
-    if isinstance(item, dict) or (placement is None and hasattr(item, "__array_interface__")):
+    if steps.ready(item):
         rows = min((len(a) for a in outputs.values() if getattr(a, "ndim", 0)), default=1)
         return [steps.answers(outputs, None, r) for r in range(rows)]
-    return steps.answers(outputs, placement)
+    return steps.file_answers(outputs, placement)
 
 
-def image_files(paths: Sequence[str]) -> list[str]:
-    """The files named, a folder's image files (by suffix, sorted) in its place; a missing path is an error."""
+def file_kind(project: Project) -> str | None:
+    """The kind of file the project's preprocessed input takes (the first one's), None without preprocess."""
+    return next((s.preprocess.kind for s in (project.config.inputs or {}).values() if s.preprocess), None)
+
+
+def input_files(paths: Sequence[str], kind: str | None) -> list[str]:
+    """The files named, a folder's files of the kind (images, audio, .txt by suffix; bytes: every file; sorted)
+    in its place; a missing path is an error."""
+    suffixes = SUFFIXES.get(kind or "image", IMAGE_SUFFIXES)
     out: list[str] = []
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            found = sorted(str(f) for f in path.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file())
+            found = sorted(str(f) for f in path.iterdir() if f.is_file() and (not suffixes or
+                                                                               f.suffix.lower() in suffixes))
             if not found:
-                raise InputError(f"{p}: no image files in this folder ({' '.join(IMAGE_SUFFIXES)})")
+                raise InputError(f"{p}: no {kind or 'image'} files in this folder" +
+                                 (f" ({' '.join(suffixes)})" if suffixes else ""))
             out += found
         elif path.is_file():
             out.append(p)

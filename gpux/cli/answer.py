@@ -1,5 +1,5 @@
-"""`gpux run NAME FILE...`: each file (a folder: its images) through the declared preprocess, the model and the
-declared postprocess; one answer per file, printed as text or one JSON line each."""
+"""`gpux run NAME FILE...`: each file (a folder: its files of the input's kind) through the declared preprocess,
+the model and the declared postprocess; one answer per file, printed as text or one JSON line each."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from gpux import report
 
 def answer_files(project: Any, req: Any) -> int:
     """Files are found before anything is built or loaded; a file that cannot be read stops the run (exit 2)."""
-    from gpux.answers.steps import Steps, image_files
+    from gpux.answers.steps import Steps, file_kind, input_files
     from gpux.errors import UsageError
     from gpux.model.io import effective_io, load_checked
     from gpux.run.inuse import holding
@@ -20,11 +20,11 @@ def answer_files(project: Any, req: Any) -> int:
     given = [f"--{k}" for k, v in (("input", req.input_json), ("file", req.input_file), ("output", req.output),
                                    ("benchmark", req.benchmark)) if v]
     if given:
-        raise UsageError(f"{', '.join(given)} and image files both given; pass one kind of input")
-    files = image_files(req.files)
+        raise UsageError(f"{', '.join(given)} and files both given; pass one kind of input")
+    files = input_files(req.files, file_kind(project))
     inputs, outputs = effective_io(project, load_checked(project, req.store))
     steps = Steps.of(project, inputs, outputs)  # what the model's real shapes say of the steps, before any build
-    steps.image_input(files[0])
+    steps.file_input(files[0])
     saved = _save_paths(project, steps, files, req.save)
     with holding(project.name, project.root, req.store, "gpux run"), \
             load(project, req.provider, strict=req.strict, store_dir=req.store, log=report.progress(req.as_json),
@@ -35,9 +35,9 @@ def answer_files(project: Any, req: Any) -> int:
             for line in report.provider_lines(session.report()):
                 (report.warn if line.startswith("skipped ") else report.info)(line)
         for file in files:
-            feeds, placement = steps.feeds(file, file)
+            feeds, placement = _feeds(steps, file)
             outputs = dict(zip(session.output_names, session.run_feeds(feeds), strict=True))
-            answers = {k: _plain(v) for k, v in steps.answers(outputs, placement).items()}
+            answers = {k: _plain(v) for k, v in steps.file_answers(outputs, placement).items()}
             doc = {"file": file, "provider": session.provider, "answers": answers}
             if saved:
                 from gpux.answers.draw import save_drawn
@@ -57,10 +57,25 @@ def _save_paths(project: Any, steps: Any, files: list[str], folder: str | None) 
 
     if not folder:
         return {}
+    if steps.kind != "image":
+        raise UsageError(f"--save {folder}: {project.name} takes {steps.kind} files; --save draws answers on images")
     if not steps.post:
         raise UsageError(f"--save {folder}: {project.name} declares no postprocess for its outputs, so there is "
                          "nothing to draw", hint="declare postprocess: (boxes, topk or ctc; docs/answers.md)")
     return dict(zip(files, save_paths(files, folder), strict=True))
+
+
+def _feeds(steps: Any, file: str) -> tuple[dict[str, Any], Any]:
+    """One file's feeds (a text input reads it as a file, not as the text); warnings (a truncated text) printed."""
+    import warnings
+    from pathlib import Path
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = steps.feeds(Path(file), file)
+    for w in caught:
+        report.warn(str(w.message))
+    return out
 
 
 def _plain(value: Any) -> Any:

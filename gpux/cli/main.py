@@ -123,8 +123,9 @@ def build(no_verify: bool, shapes: tuple[str, ...], **kwargs: Any) -> None:
 def run(target: str, **kwargs: Any) -> None:
     """Run a model (name, project folder, gpux.yml or .onnx) on the best working provider.
 
-    FILES (images, or folders of them) are answered through the model's declared preprocess and postprocess:
-    one answer per file (one JSON line each with --json); --save DIR draws them on the images.
+    FILES (images, sound files, texts or any files, as the input's preprocess declares; folders of them) are
+    answered through the model's declared preprocess and postprocess: one answer per file (one JSON line each
+    with --json); --save DIR draws them on the images.
     """
     from gpux.cli.run import RunRequest, run_command
 

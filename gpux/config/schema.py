@@ -7,18 +7,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    WithJsonSchema,
-    model_validator,
-)
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
+from gpux.config.inputs import Preprocess, check_preprocess, check_routes
 from gpux.config.problems import NAME_RE, did_you_mean, show_value
-from gpux.config.steps import Postprocess, Preprocess, check_image_shape, check_labels
+from gpux.config.steps import Postprocess, check_labels
 from gpux.providers import PROVIDERS as BUILT_IN
 from gpux.providers import options as opts
 
@@ -152,12 +146,12 @@ class TensorSpec(Strict):
 
 class InputSpec(TensorSpec):
     preprocess: Preprocess | None = Field(
-        None, description="How a file (an image) becomes this tensor, for `gpux run NAME FILE` and "
-        "Session.predict (docs/answers.md).")
+        None, description="How a file (an image, raw bytes, audio, text) becomes this tensor, for `gpux run NAME "
+        "FILE` and Session.predict (docs/answers.md).")
 
     @model_validator(mode="after")
     def _fits_shape(self) -> InputSpec:
-        wrong = check_image_shape(self.preprocess.image, self.shape) if self.preprocess and self.shape else None
+        wrong = check_preprocess(self.preprocess, self.shape, self.dtype) if self.preprocess else None
         if wrong:
             raise _fail(wrong[0], "preprocess", *wrong[1])
         return self
@@ -382,7 +376,7 @@ class GpuxConfig(Strict):
 
     @model_validator(mode="after")
     def _boxes_name_an_image(self) -> GpuxConfig:
-        images = [n for n, s in (self.inputs or {}).items() if s.preprocess is not None]
+        images = [n for n, s in (self.inputs or {}).items() if s.preprocess and s.preprocess.image]
         for name, spec in (self.outputs or {}).items():
             boxes = spec.postprocess.boxes if spec.postprocess else None
             if boxes is None or (boxes.image in images if boxes.image else len(images) <= 1):
@@ -392,3 +386,9 @@ class GpuxConfig(Strict):
                         if boxes.image else f"several image inputs ({', '.join(images)}): name one as image:", *where)
         return self
 
+    @model_validator(mode="after")
+    def _routes_name_inputs(self) -> GpuxConfig:
+        wrong = check_routes({n: (s.preprocess, s.dtype) for n, s in (self.inputs or {}).items()})
+        if wrong:
+            raise _fail(wrong[0], *wrong[1])
+        return self

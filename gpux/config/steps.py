@@ -115,11 +115,6 @@ class ImageSteps(Strict):
         return self
 
 
-class Preprocess(Strict):
-    image: ImageSteps = Field(description="The input is an image file (JPEG, PNG, WebP, BMP, ...) decoded with "
-                              "Pillow, turned upright by its EXIF orientation, resized and normalized.")
-
-
 @dataclass(frozen=True)
 class BoxLayout:
     """Where a detector's output row keeps its boxes: channels on axis 1 of `[batch, channels, anchors]` or axis 2

@@ -70,8 +70,10 @@ class Session:
         return result
 
     def predict(self, x: Any) -> Any:
-        """Answers for an image (path, bytes, PIL image, HxWxC uint8 array) or a list of them, through gpux.yml's
-        preprocess and postprocess (docs/answers.md); a dict of tensors answers each batch row (a list)."""
+        """Answers for a file of the kind gpux.yml's preprocess declares (an image: path, bytes, PIL image, HxWxC
+        uint8 array; raw bytes: path or bytes; audio: path, bytes or a 1-D waveform; text: a str, a Path or bytes)
+        or a list of them, through its preprocess and postprocess (docs/answers.md); a dict of tensors answers each
+        batch row (a list)."""
         from gpux.answers.steps import predict
 
         return predict(self, x)

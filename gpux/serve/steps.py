@@ -24,7 +24,8 @@ Run = Callable[[Feeds], Awaitable[dict[str, Any]]]
 
 def bind(project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]) -> tuple[Any, str | None]:
     """The model's declared steps (None without any preprocess or postprocess) and the input that takes encoded
-    files: the model's only input, when it declares a preprocess. A misdeclared step stops the load (ConfigError)."""
+    files: the model's only input, when it declares a preprocess of one row per file (not audio, whose file becomes
+    several windows). A misdeclared step stops the load (ConfigError)."""
     from gpux.answers.steps import Steps
 
     cfg = project.config
@@ -32,7 +33,8 @@ def bind(project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]
     post = [n for n, s in (cfg.outputs or {}).items() if s.postprocess is not None and n in outputs]
     if not pre and not post:
         return None, None
-    return Steps.of(project, inputs, outputs), pre[0] if pre and len(inputs) == 1 else None
+    one_row = pre and len(inputs) == 1 and kind_of(project, pre[0]) != "audio"
+    return Steps.of(project, inputs, outputs), pre[0] if one_row else None
 
 
 def kind_of(project: Project, name: str) -> str:
