@@ -78,4 +78,4 @@ bench: install
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) examples/*/.gpux examples/*/*.onnx examples/*/*.onnx.data examples/*/*.pt examples/*/*.pt2 examples/*/crops.npz
+	rm -rf $(VENV) examples/*/.gpux examples/*/*.onnx examples/*/*.onnx.data examples/*/*.pt examples/*/*.pt2 examples/*/*.npz

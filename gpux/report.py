@@ -257,6 +257,7 @@ def verdict(v: dict[str, Any] | None, short: bool = False) -> str:
     top1 = [o["top1"] for o in outs if o.get("top1") is not None]
     if top1:
         parts.append(f"top-1 {min(top1):.0%}")
+    parts += answer_parts(v.get("outputs") or {})
     data = v.get("data", "generated")
     if status == "unverified":
         parts.append("generated data only" if data == "generated" else "calibration samples only"
@@ -264,6 +265,26 @@ def verdict(v: dict[str, Any] | None, short: bool = False) -> str:
     elif not short:
         parts.append(f"{v.get('samples')} samples: {data}")
     return f"{word} at {v.get('precision')} ({', '.join(parts)})"
+
+
+ANSWER_TEXT: dict[str, Callable[[dict[str, Any]], str]] = {  # an answers record per kind (quality.agreement)
+    "topk": lambda a: f"top-{a['k']} overlap {a['topk_overlap']:.0%}" if a.get("topk_overlap") is not None else "",
+    "boxes": lambda a: f"box F1 {a['f1']:.3f} ({a['reference_boxes']} boxes"
+                       + (f", IoU {a['mean_iou']:.2f})" if a.get("mean_iou") is not None else ")"),
+    "text": lambda a: f"text exact {a['exact_match']:.0%}, CER {a['cer']:.1%}",
+}
+
+
+def answer_parts(outputs: dict[str, Any]) -> list[str]:
+    """The agreement of each output's answers with the reference's, in a few words (named where several)."""
+    answers = {n: o["answers"] for n, o in outputs.items() if o.get("answers")}
+    parts = []
+    for name, a in answers.items():
+        text = ANSWER_TEXT.get(a.get("kind"), lambda _: "")(a)
+        if text:
+            named = f"{name} " if len(answers) > 1 else ""
+            parts.append(named + text + ("" if a.get("judged", True) else " not judged"))
+    return parts
 
 
 def artifacts_table(arts: list[dict[str, Any]]) -> str:

@@ -305,7 +305,7 @@ def test_rows_count_the_batch_axis_only_where_the_model_has_one() -> None:
     assert _data([{"x": np.zeros((3, 8, 8), np.float32)}] * 3, "verify.data", True, fixed).rows == 3
 
 
-def test_labels_and_generated_ranges_are_part_of_the_verdicts_key(mlp_project: Path) -> None:
+def test_labels_generated_ranges_and_answers_are_part_of_the_verdicts_key(mlp_project: Path) -> None:
     from gpux.artifacts.build import keyed_targets
     from gpux.config.load import load_config
     from gpux.model.io import effective_io, load_checked
@@ -321,4 +321,6 @@ def test_labels_and_generated_ranges_are_part_of_the_verdicts_key(mlp_project: P
     unlabeled = key()
     yml.write_text(yml.read_text().replace("x: {dtype: float32, shape: [batch, 8]}",
                                            "x: {dtype: float32, shape: [batch, 8], range: [0, 1]}"))
-    assert len({labeled, unlabeled, key()}) == 3
+    ranged = key()
+    yml.write_text(yml.read_text().replace("shape: [batch, 4]", "shape: [batch, 4], postprocess: {topk: 2}"))
+    assert len({labeled, unlabeled, ranged, key()}) == 4  # answers compared: part of the verdict too

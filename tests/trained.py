@@ -44,19 +44,19 @@ def imagenet_crops(size: int = 224, per_photo: int = 4) -> Any:
 
 
 def letterboxed(size: int = 320) -> Any:
-    """[N, 3, size, size] float32 in [0, 1]: the photos letterboxed as YOLO detectors are fed."""
+    """[N, 3, size, size] float32 in [0, 1]: the photos letterboxed as YOLO detectors are fed (the yolov8_detector
+    example's letterbox)."""
     from PIL import Image
 
-    out = []
-    for rgb in photos():
-        img = Image.fromarray(rgb)
-        scale = size / max(img.size)
-        img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))),
-                         Image.Resampling.BILINEAR)
-        canvas = Image.new("RGB", (size, size), (114, 114, 114))
-        canvas.paste(img, ((size - img.width) // 2, (size - img.height) // 2))
-        out.append(np.asarray(canvas, np.float32).transpose(2, 0, 1) / 255)
-    return np.stack(out).astype(np.float32)
+    letterbox = _example("yolov8_detector").letterbox
+    return np.stack([letterbox(Image.fromarray(rgb), size) for rgb in photos()]).astype(np.float32)
+
+
+def detector_photos() -> Any:
+    """[N, 3, 320, 320] float32: the yolov8_detector example's verification photos (skimage's photos, crops of its
+    portraits, mosaics of its faces), letterboxed."""
+    photos()  # skips when scikit-image is missing
+    return _example("yolov8_detector").photos()
 
 
 def mobilenet_v2_onnx(path: Path) -> Path:

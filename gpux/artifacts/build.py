@@ -228,14 +228,16 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
 
 
 def _judged(project: Project, shapes: dict[str, int] | None) -> dict[str, Any]:
-    """What else a verdict depends on: which outputs are labeled class scores, and what generated inputs look
-    like (value ranges, sizes of symbolic dims) when no real data is declared."""
+    """What else a verdict depends on: which outputs are class scores (labeled, or answering top-k), the
+    post-processing whose answers are compared, and what generated inputs look like (value ranges, sizes of
+    symbolic dims) when no real data is declared."""
     from gpux.quality.calibrate import ranges
+    from gpux.quality.verify import classifications, postprocessing
 
-    labeled = sorted(n for n, spec in (project.config.outputs or {}).items() if spec.labels is not None)
     generated = None if project.config.verify.data else {"ranges": ranges(project),
                                                          "sizes": resolve_shapes(project, shapes)}
-    return {"labeled": labeled, "generated": generated}
+    answers = {n: p.model_dump(mode="json") for n, p in postprocessing(project).items()}
+    return {"classes": sorted(classifications(project)), "answers": answers, "generated": generated}
 
 
 def _calibration_digest(project: Project, target: Target) -> str | None:

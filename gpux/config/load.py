@@ -139,8 +139,8 @@ def check_files(written: Written, data: dict[str, Any], require_model: bool = Tr
         for name, spec in (specs.items() if isinstance(specs, dict) else ()):
             labels = spec.get("labels") if isinstance(spec, dict) else None
             if isinstance(labels, str) and labels and not (root / labels).is_file():  # may be generated, as models
-                at = (kind, str(name), "labels")
-                (out if require_model else notes).append(written.problem(at, f"labels file not found: {labels}"))
+                (out if require_model else notes).append(written.problem((kind, str(name), "labels"),
+                                                                         f"labels file not found: {labels}"))
             charset = _dig(spec, "postprocess", "ctc", "charset")
             if isinstance(charset, str) and charset and not (root / charset).is_file():  # often generated, as models
                 at = (kind, str(name), "postprocess", "ctc", "charset")

@@ -10,18 +10,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Default thresholds per execution precision; `verify:` overrides them for every output, `verify.outputs.NAME`
-# for one. None: not judged. Top-k metrics apply to class scores only, sums to probability distributions only.
-KEYS = ("atol", "rtol", "min_within", "min_cosine", "min_slice_cosine", "min_top1", "min_top5",
-        "min_top1_confident", "max_sum_error")
-_FP32 = (1e-4, 1e-3, 0.999, 0.9999, None, 1.0, 1.0, 1.0, 1e-3)
-_FP16 = (None, None, None, 0.999, 0.99, 0.9, 0.99, 0.99, 5e-3)
-DEFAULTS: dict[str, dict[str, float | None]] = {
-    "fp32": dict(zip(KEYS, _FP32, strict=True)),
-    "fp16": dict(zip(KEYS, _FP16, strict=True)),
-    "best": dict(zip(KEYS, _FP16, strict=True)),
-    "bf16": dict(zip(KEYS, (None, None, None, 0.995, 0.98, 0.9, 0.99, 0.99, 0.02), strict=True)),
-    "int8": dict(zip(KEYS, (None, None, None, 0.98, 0.9, 0.9, 0.99, 0.99, 0.05), strict=True)),
+# for one. None: not judged. Top-k metrics apply to class scores only, sums to probability distributions only,
+# answer metrics (quality.agreement) to outputs with declared post-processing, on real data only.
+TENSOR_KEYS = ("atol", "rtol", "min_within", "min_cosine", "min_slice_cosine", "min_top1", "min_top5",
+               "min_top1_confident", "max_sum_error")
+ANSWER_KEYS = ("min_topk_overlap", "min_box_f1", "min_box_iou", "min_exact_match", "max_cer")
+KEYS = TENSOR_KEYS + ANSWER_KEYS
+_ROWS: dict[str, tuple[tuple[float | None, ...], tuple[float | None, ...]]] = {  # TENSOR_KEYS, ANSWER_KEYS
+    "fp32": ((1e-4, 1e-3, 0.999, 0.9999, None, 1.0, 1.0, 1.0, 1e-3), (0.98, 0.98, 0.99, 0.98, 0.005)),
+    "fp16": ((None, None, None, 0.999, 0.99, 0.9, 0.99, 0.99, 5e-3), (0.9, 0.95, 0.9, 0.95, 0.01)),
+    "bf16": ((None, None, None, 0.995, 0.98, 0.9, 0.99, 0.99, 0.02), (0.8, 0.9, 0.85, 0.9, 0.02)),
+    "int8": ((None, None, None, 0.98, 0.9, 0.9, 0.99, 0.99, 0.05), (0.7, 0.9, 0.8, 0.9, 0.03)),
 }
+_ROWS["best"] = _ROWS["fp16"]
+DEFAULTS: dict[str, dict[str, float | None]] = {p: dict(zip(KEYS, (*t, *a), strict=True))
+                                                for p, (t, a) in _ROWS.items()}
 LOSSY = frozenset({"int8", "best"})  # verified only on representative data (else "unverified"); TensorRT's best
 # may pick int8 kernels
 NEGLIGIBLE = 1e-5  # an output (or slice) whose reference and error both stay below this is not judged by cosine
@@ -104,6 +107,9 @@ def summary(v: Mapping[str, Any]) -> str:
         if values:
             worst = max(values) if key == "sum_error" else min(values)
             parts.append(f"{label} {worst:{fmt}}")
+    from gpux.report import answer_parts
+
+    parts += answer_parts(v.get("outputs") or {})
     n = v.get("samples", 0)
     parts.append(f"{n} {v.get('data', 'generated')} sample{'s' if n != 1 else ''}")
     status = v.get("status") or ("verified" if v.get("passed") else "failed")

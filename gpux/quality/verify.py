@@ -20,11 +20,20 @@ if TYPE_CHECKING:
 
 
 def classifications(project: Project) -> set[str]:
-    """Outputs compared by top-k agreement: `verify.classifications`, else outputs with declared labels."""
+    """Outputs compared by top-k agreement along their last axis: `verify.classifications`, else outputs with
+    declared labels but no boxes (a detector's classes are not its last axis: its boxes are compared as answers);
+    and outputs whose post-processing answers top-k classes."""
+    outputs = project.config.outputs or {}
     named = project.config.verify.classifications
-    if named is not None:
-        return set(named)
-    return {n for n, s in (project.config.outputs or {}).items() if s.labels is not None}
+    post = {n: s.postprocess for n, s in outputs.items() if s.postprocess is not None}
+    declared = set(named) if named is not None else \
+        {n for n, s in outputs.items() if s.labels is not None and getattr(post.get(n), "boxes", None) is None}
+    return declared | {n for n, p in post.items() if p.topk is not None}
+
+
+def postprocessing(project: Project) -> dict[str, Any]:
+    """The declared post-processing of each output that has one (its answers are compared too)."""
+    return {n: s.postprocess for n, s in (project.config.outputs or {}).items() if s.postprocess is not None}
 
 
 def rules(project: Project, precision: str, names: Sequence[str]) -> dict[str, Rule]:
@@ -150,8 +159,12 @@ def run_verification(job: Job, step: Step, target: Target, artifact: Any) -> dic
                           hint="the runtime may not support an operator or shape of this model") from None
     precision = execution_precision(target)
     names = names or [f"output_{i}" for i in range(len(got[0]))]
+    judged = rules(job.project, precision, names)
     result = compare(names, reference_out, got, precision, tolerances(precision, job.project.config.verify),
-                     classifications(job.project), rules(job.project, precision, names))
+                     classifications(job.project), judged)
+    from gpux.quality.agreement import add_answers
+
+    add_answers(result, postprocessing(job.project), names, reference_out, got, judged, data.representative)
     return verdict(job, target, result, data)
 
 

@@ -1,0 +1,213 @@
+"""Task-level agreement: the answers a user sees (top-k classes, boxes after NMS, text), decoded from the FP32
+reference's and the artifact's outputs by the declared post-processing (gpux.answers.post, the one place that
+decodes) and compared per answer kind, one row of `KINDS` each.
+
+Boxes are compared in the model's input pixels (verification data are tensors, already pre-processed): no
+mapping back to an original image is needed to tell whether two detectors agree."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpux.config.steps import Postprocess
+from gpux.quality.metrics import TIE, Rule, Verification
+
+MATCH_IOU = 0.5  # an artifact box matches a reference box of the same label overlapping at least this much
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of answer: how a batch row of the output decodes (rank: of that row), how the answers of the
+    reference and the artifact compare, and which metrics are judged: (metric, threshold key, what it is)."""
+
+    rank: int
+    decode: Callable[[Any, Postprocess], Any] | None
+    compare: Callable[[list[Any], list[Any]], dict[str, Any]]
+    floors: tuple[tuple[str, str, str], ...]
+
+
+def answer_kind(spec: Postprocess) -> str | None:
+    """The kind of answer an output's postprocess gives (None: values only, judged by the tensor metrics)."""
+    if spec.boxes is not None:
+        return "boxes"
+    if spec.topk is not None:
+        return "topk"
+    return "text" if spec.ctc is not None else None
+
+
+# ---- top-k classes -----------------------------------------------------------------------------------------------
+def decode_topk(row: Any, spec: Postprocess) -> tuple[int, list[tuple[int, float]]]:
+    """k, and the (index, score) of the best classes, best first: k of them, at least 2 (to tell a tie)."""
+    from gpux.answers.post import activate, topk
+
+    k = spec.topk or 1
+    return k, [(a["index"], a["score"]) for a in topk(activate(row, spec.softmax, spec.sigmoid), max(k, 2), None)]
+
+
+def topk_agreement(reference: list[Any], got: list[Any]) -> dict[str, Any]:
+    """Top-1 label agreement and the overlap of the k best labels (the fraction of the reference's top-k in the
+    artifact's top-k), over rows whose reference ranks its best class (a tie at the top counts neither way)."""
+    import math
+
+    k = reference[0][0] if reference else 1
+    rows = [(r, g) for (_, r), (_, g) in zip(reference, got, strict=True)
+            if math.isfinite(r[0][1]) and (len(r) < 2 or r[0][1] - r[1][1] > TIE * max(abs(r[0][1]), 1.0))]
+    out: dict[str, Any] = {"k": k, "rows": len(rows)}
+    if rows:
+        out["top1"] = sum(r[0][0] == g[0][0] for r, g in rows) / len(rows)
+        if k > 1:
+            out["topk_overlap"] = sum(len({i for i, _ in r[:k]} & {i for i, _ in g[:k]}) / k for r, g in rows) / \
+                len(rows)
+    return out
+
+
+# ---- boxes -------------------------------------------------------------------------------------------------------
+def decode_boxes(row: Any, spec: Postprocess) -> tuple[Any, Any, Any]:
+    from gpux.answers import post
+
+    assert spec.boxes is not None
+    return post.decode_boxes(row, spec.boxes, (spec.softmax, spec.sigmoid))
+
+
+def pairwise_iou(a: Any, b: Any) -> Any:
+    """IoU of every box in `a` [N, 4] with every box in `b` [M, 4] (x1, y1, x2, y2): [N, M]."""
+    import numpy as np
+
+    a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
+    w = (np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])).clip(0)
+    h = (np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])).clip(0)
+    area_a = (a[:, 2] - a[:, 0]).clip(0) * (a[:, 3] - a[:, 1]).clip(0)
+    area_b = (b[:, 2] - b[:, 0]).clip(0) * (b[:, 3] - b[:, 1]).clip(0)
+    union = area_a[:, None] + area_b[None, :] - w * h
+    return np.where(union > 0, w * h / np.where(union > 0, union, 1), 0.0)
+
+
+def match(reference: tuple[Any, Any, Any], got: tuple[Any, Any, Any]) -> list[float]:
+    """Greedy matching by the artifact's score: each artifact box (best first) takes the unmatched reference box
+    of its label it overlaps most, at IoU >= MATCH_IOU. The IoU of each match."""
+    import numpy as np
+
+    (rb, _, rc), (gb, gs, gc) = reference, got
+    iou = pairwise_iou(gb, rb) * (np.asarray(gc)[:, None] == np.asarray(rc)[None, :])
+    taken = np.zeros(len(rb), bool)
+    ious = []
+    for i in np.argsort(-np.asarray(gs), kind="stable"):
+        row = np.where(taken, -1.0, iou[i])
+        j = int(row.argmax()) if row.size else -1
+        if j >= 0 and row[j] >= MATCH_IOU:
+            taken[j] = True
+            ious.append(float(row[j]))
+    return ious
+
+
+def box_agreement(reference: list[Any], got: list[Any]) -> dict[str, Any]:
+    """The artifact's boxes against the reference's, pooled over rows: precision, recall, F1 and the mean IoU
+    of the matches. No boxes on either side agree (F1 1); boxes where the reference has none give precision 0."""
+    ious = [x for r, g in zip(reference, got, strict=True) for x in match(r, g)]
+    n_ref, n_got = sum(len(r[0]) for r in reference), sum(len(g[0]) for g in got)
+    precision = len(ious) / n_got if n_got else 1.0
+    recall = len(ious) / n_ref if n_ref else 1.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"rows": len(reference), "reference_boxes": n_ref, "artifact_boxes": n_got, "matched": len(ious),
+            "match_iou": MATCH_IOU, "precision": precision, "recall": recall, "f1": f1,
+            "mean_iou": sum(ious) / len(ious) if ious else None}
+
+
+# ---- text --------------------------------------------------------------------------------------------------------
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance: the fewest insertions, deletions and substitutions that turn `a` into `b`."""
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def decode_text(row: Any, spec: Postprocess) -> str:
+    """Greedy CTC decoding of one row with one character per class (its index as a code point): strings compare
+    as the class sequences they are, whatever the charset file holds."""
+    from gpux.answers.post import ctc_greedy
+
+    assert spec.ctc is not None
+    classes = row.shape[0 if spec.ctc.axis == 1 else -1]
+    blank = spec.ctc.blank % classes
+    texts = [chr(0x100 + i) if i != blank else "" for i in range(classes)]
+    return str(ctc_greedy(row, texts, blank, spec.ctc.axis, (spec.softmax, spec.sigmoid))["text"])
+
+
+def text_agreement(reference: Sequence[str], got: Sequence[str]) -> dict[str, Any]:
+    """Exact-match rate of the strings, and the character error rate: edits over the reference's characters."""
+    pairs = list(zip(reference, got, strict=True))
+    chars = sum(len(r) for r, _ in pairs)
+    edits = sum(edit_distance(r, g) for r, g in pairs)
+    return {"rows": len(pairs), "exact_match": sum(r == g for r, g in pairs) / len(pairs) if pairs else 1.0,
+            "cer": edits / chars if chars else float(edits > 0)}
+
+
+KINDS: dict[str, Kind] = {
+    "topk": Kind(1, decode_topk, topk_agreement, (("topk_overlap", "min_topk_overlap", "top-k label overlap"),)),
+    "boxes": Kind(2, decode_boxes, box_agreement, (("f1", "min_box_f1", "box F1"),
+                                                   ("mean_iou", "min_box_iou", "mean IoU of matched boxes"))),
+    "text": Kind(2, decode_text, text_agreement, (("exact_match", "min_exact_match", "exact text matches"),
+                                           ("cer", "max_cer", "character error rate"))),
+}
+SLACK = 1e-9  # rounding of a mean: 44/55 is 0.7999999999999999, which meets a floor of 0.8
+
+
+# ---- judging ------------------------------------------------------------------------------------------------------
+def rows_of(arrays: Sequence[Any], rank: int) -> list[Any]:
+    """Every batch row of an output over the samples, each of rank `rank`."""
+    import numpy as np
+
+    return [row for a in arrays for row in np.asarray(a).reshape(-1, *np.asarray(a).shape[a.ndim - rank:])]
+
+
+def fits(kind: str, array: Any) -> bool:
+    """Whether an output can be decoded as that kind (rank, and 4 box coordinates plus at least one class)."""
+    rank = KINDS[kind].rank
+    return array.ndim >= rank and array.size > 0 and (kind != "boxes" or array.shape[-2] >= 5)
+
+
+def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: Sequence[str],
+                reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any]], rules: Mapping[str, Rule],
+                judged: bool) -> None:
+    """Compare the answers of every output with declared post-processing; a metric under its floor is a failure
+    naming the output, the metric, its value and the floor (`judged` false: recorded only, as on generated
+    inputs, whose answers mean nothing)."""
+    import numpy as np
+
+    for j, name in enumerate(names):
+        spec = posts.get(name)
+        kind = answer_kind(spec) if spec is not None else None
+        row = KINDS.get(kind or "")
+        ref = [np.asarray(r[j]) for r in reference]
+        out = [np.asarray(g[j]) for g in got]
+        if spec is None or kind is None or row is None or row.decode is None or name not in result.outputs or \
+                not all(fits(kind, a) for a in ref):
+            continue
+        metrics = row.compare([row.decode(x, spec) for x in rows_of(ref, row.rank)],
+                              [row.decode(x, spec) for x in rows_of(out, row.rank)])
+        record = {"kind": kind, **metrics, "judged": judged}
+        result.outputs[name]["answers"] = record
+        tol = rules[name].tol if name in rules else result.tolerances
+        for metric, key, label in row.floors if judged else ():
+            floor, value = tol.get(key), record.get(metric)
+            low = key.startswith("min_")
+            if floor is None or value is None or (value >= floor - SLACK if low else value <= floor + SLACK):
+                continue
+            result.failures.append(f"{name}: {label} {value:.6g} {'<' if low else '>'} {key} {floor:g} "
+                                   f"({counts(record)})")
+    result.passed = not result.failures
+
+
+def counts(record: Mapping[str, Any]) -> str:
+    """What an answers record was measured on, in a few words."""
+    if record["kind"] == "boxes":
+        return (f"answers after NMS: {record['matched']} of {record['reference_boxes']} reference boxes matched "
+                f"at IoU >= {record['match_iou']:g} by {record['artifact_boxes']} artifact boxes, {record['rows']} "
+                f"rows")
+    return f"{record['rows']} rows" + (f", top-{record['k']}" if record["kind"] == "topk" else "")
