@@ -92,3 +92,18 @@ def test_init_refuses_to_overwrite_and_says_what_it_cannot_read(tmp_path: Path) 
     empty.mkdir()
     none = gpux("init", "--folder", str(empty))
     assert none.returncode == 2 and "no model file" in none.stderr
+
+
+def test_shell_completion_completes_commands_and_providers() -> None:
+    """click's own completion (`_GPUX_COMPLETE=bash_source gpux`, docs/cli.md): commands, then provider names."""
+    def complete(words: str) -> list[str]:
+        env = {"COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1), "_GPUX_COMPLETE": "bash_complete"}
+        r = gpux(env=env)
+        assert r.returncode == 0, r.stderr
+        return [line.split(",", 1)[1] for line in r.stdout.splitlines()]
+
+    assert "init" in complete("gpux in") and "inspect" in complete("gpux in")
+    assert complete("gpux run x --provider op") == ["openvino"]
+    assert complete("gpux build . -p cuda,c") == ["cuda,cuda", "cuda,coreml", "cuda,cpu"]
+    script = gpux(env={"_GPUX_COMPLETE": "bash_source"})
+    assert "_gpux_completion()" in script.stdout

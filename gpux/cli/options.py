@@ -10,6 +10,14 @@ PROVIDER_HELP = f"auto, one of {', '.join(PROVIDERS)}, or a comma list"
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 STORE = click.option("--store", type=click.Path(file_okay=False), default=None,
                      help="Artifact store (default: .gpux/ beside gpux.yml, or $GPUX_STORE).")
-PROVIDER = click.option("--provider", "-p", default=None, help=f"Provider: {PROVIDER_HELP}. "
-                        "Overrides $GPUX_PROVIDER, `gpux use` and runtime.backend.")
+
+
+def complete_provider(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of --provider: auto, all and the built-in providers (the part after the last comma)."""
+    head, _, tail = incomplete.rpartition(",")
+    return [f"{head}," * bool(head) + p for p in ("auto", "all", *PROVIDERS) if p.startswith(tail)]
+
+
+PROVIDER = click.option("--provider", "-p", default=None, shell_complete=complete_provider,
+                        help=f"Provider: {PROVIDER_HELP}. Overrides $GPUX_PROVIDER, `gpux use` and runtime.backend.")
 STRICT = click.option("--strict", is_flag=True, help="Never fall back: exit 4 if the provider cannot run.")
