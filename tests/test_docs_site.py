@@ -50,3 +50,19 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
     r = build(src, tmp_path / "site")
     assert r.returncode != 0
     assert "no-such-page.md" in r.stderr
+
+
+def test_every_shell_block_in_the_docs_runs_in_the_tests_or_says_it_is_illustrative() -> None:
+    """A command printed in docs/ either runs in the tests (README's blocks do: tests/test_readme.py) or sits under
+    an `<!-- illustrative: why -->` line, so no command a reader copies is silently untested."""
+    import re
+
+    unmarked = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if re.match(r"^```(sh|bash|shell|console)\s*$", line):
+                prev = next((x for x in reversed(lines[:i]) if x.strip()), "")
+                if not re.match(r"<!-- (illustrative|run by tests/\S+): .+ -->$", prev):
+                    unmarked.append(f"{page.name}:{i + 1}")
+    assert not unmarked, f"shell blocks neither run by a test nor marked illustrative: {unmarked}"
