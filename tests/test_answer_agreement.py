@@ -16,7 +16,7 @@ from gpux.quality.agreement import box_agreement, edit_distance, text_agreement,
 from gpux.quality.metrics import DEFAULTS
 
 from .conftest import gpux
-from .trained import ROOT, detector_photos, imagenet_crops, mobilenet_v2_onnx, package_file
+from .trained import ROOT, mobilenet_v2_example, yolov8_detector_example
 
 
 def test_text_agreement_counts_exact_strings_and_character_errors() -> None:
@@ -85,12 +85,7 @@ def test_answer_thresholds_are_stricter_at_higher_precision() -> None:
 # ---- trained models, real photos ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def detector(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The yolov8_detector example as committed, with the model and photos its make_model.py writes."""
-    folder = tmp_path_factory.mktemp("yolov8_detector")
-    shutil.copy(package_file("nudenet", "320n.onnx"), folder / "model.onnx")
-    np.savez(folder / "photos.npz", images=detector_photos()[:, None])
-    shutil.copy(ROOT / "examples" / "yolov8_detector" / "gpux.yml", folder)
-    return folder
+    return yolov8_detector_example(tmp_path_factory.mktemp("yolov8_detector"))
 
 
 def with_blocks(folder: Path, text: str) -> None:
@@ -137,11 +132,7 @@ def test_detector_answers_on_generated_inputs_are_recorded_not_judged(detector: 
 
 @pytest.fixture(scope="module")
 def mobilenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("mobilenet_v2")
-    mobilenet_v2_onnx(folder / "model.onnx")
-    np.savez(folder / "crops.npz", x=imagenet_crops()[:, None])
-    shutil.copy(ROOT / "examples" / "mobilenet_v2" / "gpux.yml", folder)
-    return folder
+    return mobilenet_v2_example(tmp_path_factory.mktemp("mobilenet_v2"))
 
 
 @pytest.mark.slow

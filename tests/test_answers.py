@@ -19,7 +19,7 @@ from gpux.answers.pre import image_tensor
 from gpux.config.steps import Boxes, ImageSteps
 
 from .conftest import gpux
-from .trained import ROOT, detector_photos, imagenet_crops, mobilenet_v2_example, package_file
+from .trained import imagenet_crops, mobilenet_v2_example, package_file, yolov8_detector_example
 
 CATS = range(281, 286)  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 MEAN, STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
@@ -37,13 +37,7 @@ def mobilenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def detector(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The yolov8_detector example: its gpux.yml, the model copied from the nudenet wheel, the photos it is
-    verified on."""
-    folder = tmp_path_factory.mktemp("yolov8_detector")
-    shutil.copy(package_file("nudenet", "320n.onnx"), folder / "model.onnx")
-    np.savez(folder / "photos.npz", images=detector_photos()[:, None])
-    shutil.copy(ROOT / "examples" / "yolov8_detector" / "gpux.yml", folder)
-    return folder
+    return yolov8_detector_example(tmp_path_factory.mktemp("yolov8_detector"))
 
 
 def json_lines(stdout: str) -> list[dict]:

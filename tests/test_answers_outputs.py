@@ -19,7 +19,7 @@ from gpux.answers.post import ctc_greedy, decode_boxes, softmax
 from gpux.config.steps import BOX_LAYOUTS, Boxes, BoxLayoutName, Ctc
 
 from .conftest import gpux
-from .trained import ROOT, _example, package_file
+from .trained import ROOT, _example, package_file, yolov8_detector_example
 
 LABELS = ["person", "cat", "dog"]
 # Boxes in the original 640 x 480 image (x1, y1, x2, y2); letterboxed into 320 x 320 they are halved and moved
@@ -268,11 +268,7 @@ def test_box_labels_and_rank_are_checked_per_layout(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def detector(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The yolov8_detector example: its gpux.yml, the model copied from the nudenet wheel."""
-    folder = tmp_path_factory.mktemp("yolov8_detector")
-    shutil.copy(package_file("nudenet", "320n.onnx"), folder / "model.onnx")
-    shutil.copy(ROOT / "examples" / "yolov8_detector" / "gpux.yml", folder)
-    return folder
+    return yolov8_detector_example(tmp_path_factory.mktemp("yolov8_detector"))
 
 
 def test_save_draws_the_detectors_boxes_on_a_copy_of_each_photo(detector: Path, tmp_path: Path) -> None:

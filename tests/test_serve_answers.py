@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ import gpux
 
 from .conftest import gpux as gpux_cli
 from .serving import ServerThread, error_of, post
-from .trained import ROOT, imagenet_crops, mobilenet_v2_example, package_file
+from .trained import imagenet_crops, mobilenet_v2_example, package_file, yolov8_detector_example
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -252,10 +251,7 @@ def test_files_of_concurrent_requests_run_as_one_batch(mobilenet: Path, tmp_path
 
 @pytest.fixture(scope="module")
 def detector(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("yolov8_detector")
-    shutil.copy(package_file("nudenet", "320n.onnx"), folder / "model.onnx")
-    shutil.copy(ROOT / "examples" / "yolov8_detector" / "gpux.yml", folder)
-    return folder
+    return yolov8_detector_example(tmp_path_factory.mktemp("yolov8_detector"))
 
 
 def test_a_detector_of_batch_one_answers_each_photo_with_boxes(detector: Path) -> None:

@@ -103,3 +103,15 @@ def mobilenet_v2_example(folder: Path) -> Path:
     for name in ("gpux.yml", "imagenet_labels.txt"):
         shutil.copy(ROOT / "examples" / "mobilenet_v2" / name, folder)
     return folder
+
+
+def yolov8_detector_example(folder: Path) -> Path:
+    """The yolov8_detector example as committed (gpux.yml) in `folder`, with the model copied from the nudenet wheel
+    and the photos it is verified on (what its make_model.py writes)."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(package_file("nudenet", "320n.onnx"), folder / "model.onnx")
+    np.savez(folder / "photos.npz", images=detector_photos()[:, None])
+    shutil.copy(ROOT / "examples" / "yolov8_detector" / "gpux.yml", folder)
+    return folder
