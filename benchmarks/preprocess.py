@@ -11,13 +11,14 @@ fit 320, pad 114, /255, NCHW) against the usual Pillow + numpy letterbox, on the
 
 Post-processing, on the real YOLOv8n detector's output (nudenet's 320n.onnx in ONNX Runtime) for the letterboxed
 photos, at the example's score threshold and at a low one (many candidates): gpux's class-aware NMS
-(`gpux.answers.post.nms` on class-shifted boxes) against a per-box Python loop NMS, and the whole decode
+(`gpux.answers.post.nms` with the classes) against a per-box Python loop NMS, and the whole decode
 (`decode_yolov8`) against nudenet's own per-anchor loop followed by the loop NMS.
 
-Every pair runs in the same process in interleaved rounds (the order flips each round), each path timed over enough
-calls for ~20 ms per round; the figure is the median over rounds of the mean per call, and the ratio hand / gpux
-(> 1: gpux faster). Outputs are compared: pre-processing tensors within a tolerance (printed), NMS keeps the same
-boxes. The machine is shared and noisy: read the ratios of one run, not absolute times across runs.
+Every pair runs in the same process in interleaved rounds (the two paths back to back, the order flipped each round),
+each path timed over enough calls for ~20 ms per round; the times are the medians over rounds of the mean per call,
+the ratio hand / gpux (> 1: gpux faster) the median of the rounds' own ratios. Outputs are compared: pre-processing
+tensors (differences printed, in tensor units), NMS keeps the same boxes. The machine is shared and noisy: read the
+ratios of one run, not absolute times across runs.
 """
 
 from __future__ import annotations
@@ -111,9 +112,10 @@ def per_call_s(fn: Callable[[], object], calls: int) -> float:
 
 
 def side_by_side(pairs: dict[Any, tuple[Callable[[], object], Callable[[], object]]],
-                 rounds: int) -> dict[Any, tuple[float, float]]:
-    """Median seconds per call of (hand, gpux) for each case, rounds interleaved: every case in each round, the
-    order of the two paths flipped each round."""
+                 rounds: int) -> dict[Any, tuple[float, float, float]]:
+    """For each case, the median seconds per call of (hand, gpux) and the median of the rounds' ratios hand / gpux:
+    rounds interleaved (every case in each round, the two paths back to back, their order flipped each round), so
+    a ratio compares two measurements taken under the same load."""
     calls = {}
     for key, (hand, ours) in pairs.items():  # warm up, and size each path's calls to ~TARGET_S
         calls[key] = tuple(max(1, round(TARGET_S / max(per_call_s(f, 1), per_call_s(f, 1), 1e-7)))
@@ -123,7 +125,8 @@ def side_by_side(pairs: dict[Any, tuple[Callable[[], object], Callable[[], objec
         for key, fns in pairs.items():
             for i in ((0, 1) if r % 2 == 0 else (1, 0)):
                 times[key][i].append(per_call_s(fns[i], calls[key][i]))
-    return {k: (statistics.median(h), statistics.median(g)) for k, (h, g) in times.items()}
+    return {k: (statistics.median(h), statistics.median(g), statistics.median(a / b for a, b in zip(h, g, strict=True)))
+            for k, (h, g) in times.items()}
 
 
 def geomean(xs: list[float]) -> float:
@@ -145,11 +148,11 @@ def preprocessing(files: list[tuple[str, str, Path]], classifier: Any, detector:
         print(f"\n### Pre-processing: {title}\n")
         print("| photo | file | hand-written ms | gpux ms | hand / gpux | max abs diff | mean abs diff |")
         print("|---|---|---|---|---|---|---|")
-        for (n, kind), (h, g) in got.items():
+        for (n, kind), (h, g, ratio) in got.items():
             d = close[(n, kind)]
-            print(f"| {n} | {kind} | {h * 1e3:.3f} | {g * 1e3:.3f} | {h / g:.2f}× | {d.max():.4f} | {d.mean():.5f} |")
+            print(f"| {n} | {kind} | {h * 1e3:.3f} | {g * 1e3:.3f} | {ratio:.2f}× | {d.max():.4f} | {d.mean():.5f} |")
         kinds = dict.fromkeys(kind.split(" ")[0] + (" 4x" if " 4x" in kind else "") for _, kind, _ in files)
-        summary = [f"{k}: {geomean([h / g for (_, kind), (h, g) in got.items() if kind.startswith(k + ' ')]):.2f}×"
+        summary = [f"{k}: {geomean([x for (_, kind), (_, _, x) in got.items() if kind.startswith(k + ' ')]):.2f}×"
                    for k in kinds]
         print(f"\nhand / gpux, geometric mean per file kind: {', '.join(summary)} "
               "(differences in tensor units, i.e. after /255 and mean/std)")
@@ -221,8 +224,7 @@ def clustered(n: int, seed: int = 0) -> tuple[Any, Any, Any]:
 def gpux_nms(b: Any, s: Any, c: Any, iou: float) -> list[int]:
     from gpux.answers.post import nms
 
-    shift = c[:, None].astype(np.float32) * (float(np.abs(b).max(initial=0)) + 1)  # as decode_yolov8 does
-    return np.asarray(nms(b + shift, s, iou)).tolist()
+    return nms(b, s, iou, c)
 
 
 def postprocessing(files: list[tuple[str, str, Path]], detector: Any, rounds: int) -> None:
@@ -259,14 +261,14 @@ def postprocessing(files: list[tuple[str, str, Path]], detector: Any, rounds: in
     print("| boxes from | score ≥ / count | candidates | kept | per-box loop ms | gpux ms | loop / gpux |")
     print("|---|---|---|---|---|---|---|")
     for key, (cand, kept) in counts.items():
-        h, g = got_nms[key]
-        print(f"| {key[0]} | {key[1]:g} | {cand} | {kept} | {h * 1e3:.4f} | {g * 1e3:.4f} | {h / g:.2f}× |")
+        h, g, ratio = got_nms[key]
+        print(f"| {key[0]} | {key[1]:g} | {cand} | {kept} | {h * 1e3:.4f} | {g * 1e3:.4f} | {ratio:.2f}× |")
     print("\n### The whole post-processing of one output [22, 2100]: nudenet's per-anchor loop + the loop NMS vs "
           "`decode_yolov8`\n")
     print("| photo | score ≥ | hand-written ms | gpux ms | hand / gpux |")
     print("|---|---|---|---|---|")
-    for key, (h, g) in got_decode.items():
-        print(f"| {key[0]} | {key[1]:g} | {h * 1e3:.3f} | {g * 1e3:.3f} | {h / g:.2f}× |")
+    for key, (h, g, ratio) in got_decode.items():
+        print(f"| {key[0]} | {key[1]:g} | {h * 1e3:.3f} | {g * 1e3:.3f} | {ratio:.2f}× |")
     print("\nKept boxes identical (same indices, same order) in every case; decoded boxes equal within 1e-4 px.")
 
 
