@@ -133,29 +133,53 @@ def geomean(xs: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(x) for x in xs))
 
 
+def answers(project: Any) -> Callable[[Any], str]:
+    """What the example's model answers for a tensor, in a few characters: the top-1 class (classifier) or the
+    classes of the boxes kept (detector)."""
+    import onnxruntime as ort
+
+    from gpux.answers.post import decode_yolov8
+
+    sess = ort.InferenceSession(str(project.source), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    boxes = project.config.outputs[sess.get_outputs()[0].name].postprocess.boxes
+
+    def answer(x: Any) -> str:
+        out = sess.run(None, {name: x})[0][0]
+        return str(int(out.argmax())) if boxes is None else ",".join(map(str, decode_yolov8(out, boxes)[2])) or "-"
+
+    return answer
+
+
 def preprocessing(files: list[tuple[str, str, Path]], classifier: Any, detector: Any, rounds: int) -> None:
     from gpux.answers.pre import image_tensor
 
     crop = classifier.config.inputs["x"].preprocess.image
     box = detector.config.inputs["images"].preprocess.image
-    for title, steps, hand in (("shorter 256, centre crop 224, ImageNet mean/std (examples/mobilenet_v2)", crop,
-                                torchvision_path),
-                               ("letterbox 320, fill 114, /255 (examples/yolov8_detector)", box, letterbox_path)):
+    for title, steps, hand, project, said in (
+            ("shorter 256, centre crop 224, ImageNet mean/std (examples/mobilenet_v2)", crop, torchvision_path,
+             classifier, "MobileNetV2 top-1"),
+            ("letterbox 320, fill 114, /255 (examples/yolov8_detector)", box, letterbox_path, detector,
+             "YOLOv8n classes kept")):
         pairs = {(n, kind): (lambda p=p, h=hand: h(p), lambda p=p, s=steps: image_tensor(p, s, "float32", "x")[0])
                  for n, kind, p in files}
-        close = {k: np.abs(pair[0]() - pair[1]()) for k, pair in pairs.items()}
+        answer = answers(project)
+        close = {k: (np.abs(pair[0]() - pair[1]()), answer(pair[0]()), answer(pair[1]())) for k, pair in pairs.items()}
         got = side_by_side(pairs, rounds)
         print(f"\n### Pre-processing: {title}\n")
-        print("| photo | file | hand-written ms | gpux ms | hand / gpux | max abs diff | mean abs diff |")
-        print("|---|---|---|---|---|---|---|")
+        print("| photo | file | hand-written ms | gpux ms | hand / gpux | max abs diff | mean abs diff "
+              f"| {said}: hand, gpux |")
+        print("|---|---|---|---|---|---|---|---|")
         for (n, kind), (h, g, ratio) in got.items():
-            d = close[(n, kind)]
-            print(f"| {n} | {kind} | {h * 1e3:.3f} | {g * 1e3:.3f} | {ratio:.2f}× | {d.max():.4f} | {d.mean():.5f} |")
+            d, ah, ag = close[(n, kind)]
+            print(f"| {n} | {kind} | {h * 1e3:.3f} | {g * 1e3:.3f} | {ratio:.2f}× | {d.max():.4f} | {d.mean():.5f} "
+                  f"| {ah}, {ag} |")
         kinds = dict.fromkeys(kind.split(" ")[0] + (" 4x" if " 4x" in kind else "") for _, kind, _ in files)
         summary = [f"{k}: {geomean([x for (_, kind), (_, _, x) in got.items() if kind.startswith(k + ' ')]):.2f}×"
                    for k in kinds]
-        print(f"\nhand / gpux, geometric mean per file kind: {', '.join(summary)} "
-              "(differences in tensor units, i.e. after /255 and mean/std)")
+        agree = sum(ah == ag for _, ah, ag in close.values())
+        print(f"\nhand / gpux, geometric mean per file kind: {', '.join(summary)}. Differences in tensor units (after "
+              f"/255 and mean/std); the model answers the same on both tensors for {agree} of {len(close)} files.")
 
 
 def loop_nms(boxes: Any, scores: Any, classes: Any, iou: float) -> list[int]:
