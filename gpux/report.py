@@ -218,13 +218,18 @@ def results_table(rows: list[dict[str, Any]]) -> str:
     def num(v: Any, scale: float = 1.0, fmt: str = ".3f") -> str:
         return "-" if v is None else format(v * scale, fmt)
 
-    head = ["provider", "precision", "status", "median ms", "95% CI ±%", "p99 ms", "stalls", "throughput/s",
+    staged = any(r.get("stages") for r in rows)  # declared steps: median per stage, then end to end
+    head = ["provider", "precision", "status", *(["pre ms", "infer ms", "post ms"] if staged else []),
+            "e2e median ms" if staged else "median ms", "95% CI ±%", "p99 ms", "stalls", "throughput/s",
             "time-to-ready ms"]
     body = []
     for r in rows:
         s, ph = r.get("stats") or {}, r.get("phases") or {}
         ci = s.get("median_ci")
+        stages = r.get("stages") or {}
         body.append([str(r.get("provider", "")), str(r.get("precision", "")), str(r.get("status", "")),
+                     *[num((stages.get(k) or {}).get("p50"), 1e3, ".3f")
+                       for k in (("preprocess", "inference", "postprocess") if staged else ())],
                      num(s.get("p50"), 1e3, ".4f"),
                      num(ci and s["p50"] and (ci[1] - ci[0]) / 2 / s["p50"], 100, ".1f"),
                      num(s.get("p99"), 1e3), "-" if not s else str(s.get("stalls", 0)),

@@ -45,24 +45,65 @@ def topk(scores: Any, k: int, labels: list[str] | None) -> list[dict[str, Any]]:
     return [{"label": label(labels, int(i)), "index": int(i), "score": float(row[i])} for i in best]
 
 
-def nms(boxes: Any, scores: Any, iou: float) -> Any:
-    """Indices of the boxes kept by greedy non-maximum suppression, best first: each kept box suppresses the
-    rest that overlap it by more than `iou` (one vectorized IoU per kept box)."""
+SMALL = 64  # up to this many boxes NMS runs in plain Python: there numpy's cost per call outweighs the arithmetic
+BLOCK = 256  # up to this many, one IoU matrix; beyond, one vectorized IoU per kept box until this many are left
+
+
+def nms(boxes: Any, scores: Any, iou: float, classes: Any = None) -> list[int]:
+    """Indices of the boxes kept by greedy non-maximum suppression, best first: each kept box suppresses the rest
+    (of its class, where `classes` are given) that overlap it by more than `iou`. Every path computes the same
+    float64 arithmetic, so the answer does not depend on which one the number of boxes picks. Arrays in: boxes
+    [N, 4] x1, y1, x2, y2, scores [N], classes [N]."""
+    n = len(scores)
+    labels = [0] * n if classes is None else classes.tolist()
+    if n <= SMALL:  # box by box in Python (whose floats are float64 too), best first as argsort below
+        kept: list[tuple[Any, ...]] = []
+        b = boxes.tolist()
+        for i in sorted(range(n), key=scores.tolist().__getitem__, reverse=True):
+            x1, y1, x2, y2 = b[i]
+            a, c = max(0.0, x2 - x1) * max(0.0, y2 - y1), labels[i]
+            for kx1, ky1, kx2, ky2, ka, kc, _ in kept:
+                if kc == c and (w := min(x2, kx2) - max(x1, kx1)) > 0 and (h := min(y2, ky2) - max(y1, ky1)) > 0 \
+                        and w * h > iou * (a + ka - w * h):
+                    break
+            else:
+                kept.append((x1, y1, x2, y2, a, c, i))
+        return [k[6] for k in kept]
     import numpy as np
 
-    x1, y1, x2, y2 = boxes.T
-    areas = (x2 - x1).clip(0) * (y2 - y1).clip(0)
-    order = np.argsort(-scores, kind="stable")
+    order = np.argsort(-np.asarray(scores), kind="stable")
+    x1, y1, x2, y2 = np.asarray(boxes, np.float64)[order].T
+    s = np.stack([x1, y1, x2, y2, (x2 - x1).clip(0) * (y2 - y1).clip(0), np.asarray(labels, np.float64)[order],
+                  order])  # one row per field, best box first
     keep = []
-    while order.size:
-        i, rest = order[0], order[1:]
-        keep.append(i)
-        w = (np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest])).clip(0)
-        h = (np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest])).clip(0)
-        inter = w * h
-        union = areas[i] + areas[rest] - inter
-        order = rest[inter <= iou * np.where(union > 0, union, 1)]
-    return np.asarray(keep, np.int64)
+    while s.shape[1] > BLOCK:
+        bx1, by1, bx2, by2, area, label, index = s[:, 0].tolist()
+        keep.append(int(index))
+        r = s[:, 1:]
+        w = np.minimum(r[2], bx2) - np.maximum(r[0], bx1)
+        h = np.minimum(r[3], by2) - np.maximum(r[1], by1)
+        inter = np.maximum(w, 0, out=w) * np.maximum(h, 0, out=h)
+        s = r[:, (inter <= iou * (r[4] + area - inter)) | (r[5] != label)]
+    return keep + _matrix(s, iou)
+
+
+def _matrix(s: Any, iou: float) -> list[int]:
+    """NMS of up to BLOCK boxes (rows x1, y1, x2, y2, area, class, index; best first): every pair's overlap at
+    once, then one pass that keeps each box no kept box suppressed."""
+    import numpy as np
+
+    x1, y1, x2, y2, a, c, index = s
+    w = np.minimum.outer(x2, x2) - np.maximum.outer(x1, x1)
+    h = np.minimum.outer(y2, y2) - np.maximum.outer(y1, y1)
+    inter = np.maximum(w, 0, out=w) * np.maximum(h, 0, out=h)
+    over = (inter > iou * (np.add.outer(a, a) - inter)) & np.equal.outer(c, c)
+    removed = np.zeros(len(a), bool)
+    keep = []
+    for i in range(len(a)):
+        if not removed[i]:
+            keep.append(int(index[i]))
+            removed |= over[i]
+    return keep
 
 
 def decode_boxes(pred: Any, spec: Boxes, activation: tuple[bool, bool] = (False, False)) -> tuple[Any, Any, Any]:
@@ -82,11 +123,7 @@ def decode_boxes(pred: Any, spec: Boxes, activation: tuple[bool, bool] = (False,
     cx, cy, w, h = rows[:4, keep]
     boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
     scores, classes = scores[keep], classes[keep]
-    if not scores.size:
-        return boxes, scores, classes
-    # one NMS for every class: each class's boxes shifted apart so that boxes of different classes never overlap
-    shift = classes[:, None].astype(np.float32) * (float(np.abs(boxes).max()) + 1)
-    kept = nms(boxes + shift, scores, spec.iou)[:spec.max]
+    kept = nms(boxes, scores, spec.iou, classes)[:spec.max]
     return boxes[kept], scores[kept], classes[kept]
 
 

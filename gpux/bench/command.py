@@ -25,8 +25,7 @@ def with_torch(project: Project, provider: str, compile_mode: str, precision: st
     return with_options(project, provider, runtime="torch", torch=torch_opts)
 
 
-def torch_rows(project: Project, protocol: bench.Protocol, shapes: dict[str, int], *, store: str | None,
-               input_file: str | None, log: Any) -> list[dict[str, Any]]:
+def torch_rows(project: Project, rows_of: Rows) -> list[dict[str, Any]]:
     """`--provider all` for a PyTorch source: each device PyTorch has here, eager and compiled."""
     from gpux.formats import TORCH_FORMATS, source_format
     from gpux.providers import probe_for
@@ -44,9 +43,8 @@ def torch_rows(project: Project, protocol: bench.Protocol, shapes: dict[str, int
             continue
         for mode, precision in variants:
             label = f"{precision} (torch {'eager' if mode == 'off' else mode})"
-            log(f"benchmarking {name} {label} ...")
-            rows.append(bench_one(with_torch(project, name, mode, precision), name, label,
-                                  Rows(protocol, shapes, store, input_file, log), pinned=True))
+            rows_of.log(f"benchmarking {name} {label} ...")
+            rows.append(bench_one(with_torch(project, name, mode, precision), name, label, rows_of, pinned=True))
     return rows
 
 
@@ -66,13 +64,16 @@ def protocol_for(project: Project, runs: int | None, warmup: int | None, duratio
 @dataclass(frozen=True)
 class Rows:
     """What every row of one benchmark shares: the protocol, the inputs (a file, else synthetic ones of these
-    sizes), the store and the progress log."""
+    sizes), the store and the progress log; `stages`: each call through the declared steps, timed per stage, on
+    these image `files` (else a generated image; gpux/bench/stages.py)."""
 
     protocol: bench.Protocol
     shapes: dict[str, int]
     store: str | None = None
     input_file: str | None = None
     log: Any = None
+    stages: bool = False
+    files: tuple[str, ...] = ()
 
 
 def bench_one(project: Project, provider: str | None, precision: str | None, rows: Rows, *,
@@ -84,6 +85,10 @@ def bench_one(project: Project, provider: str | None, precision: str | None, row
         return opened
     protocol = rows.protocol
     with opened.session:
+        if opened.split is not None:
+            m = bench.measure(opened.split, protocol)
+            row = measured_row(opened, m, protocol.concurrency)
+            return {**row, **opened.split.summary(m, row["stats"])}
         calls = opened.session.runner.bind(opened.feeds, protocol.concurrency)
         m = bench.measure(calls if protocol.concurrency > 1 else calls[0], protocol)
         return measured_row(opened, m, protocol.concurrency)
@@ -98,6 +103,7 @@ class OpenedRow:
     requested: str | None
     precision: str | None
     first_s: float
+    split: Any = None  # a stages.Split where each call is timed per declared step
 
 
 def open_one(project: Project, provider: str | None, precision: str | None, rows: Rows, *,
@@ -121,6 +127,12 @@ def open_one(project: Project, provider: str | None, precision: str | None, rows
     try:
         feeds = load_file(rows.input_file, session.inputs) if rows.input_file else \
             synthetic(session.inputs, rows.shapes, 0, ranges(project))
+        if rows.stages:
+            from gpux.bench.stages import open_split
+
+            split = open_split(session, project, list(rows.files), rows.shapes, feeds)
+            feeds, first_s = split.first()
+            return OpenedRow(session, feeds, provider, precision, first_s, split)
         started = time.perf_counter()
         session.run_feeds(feeds)
     except BaseException:
@@ -187,6 +199,7 @@ class BenchmarkRequest:
     """What `gpux run --benchmark` was asked for (the click options, by name)."""
 
     target: str = "."
+    files: tuple[str, ...] = ()  # images: each call through the declared steps, timed per stage
     provider: str | None = None  # "all": every provider here, per precision
     strict: bool = False
     store: str | None = None
@@ -204,18 +217,22 @@ class BenchmarkRequest:
 
 
 def benchmark_command(req: BenchmarkRequest) -> int:
+    from gpux.bench.stages import check_files, declares_steps
     from gpux.config.locate import open_project
 
     project = open_project(req.target)
     base = load_baseline(req.baseline) if req.baseline else None  # a bad baseline fails before minutes of measuring
+    tensors = [flag for flag, v in (("--file", req.input_file), ("--batch", req.batch), ("--shape", req.shapes)) if v]
+    files = tuple(check_files(project, req.files, req.store, tensors)) if req.files else ()
     shape_values = synthetic_sizes(project, req)
-    protocol = protocol_for(project, req.runs, req.warmup, req.duration, req.batch, req.concurrency)
+    stages = bool(files) or (declares_steps(project) and not tensors)
+    protocol = protocol_for(project, req.runs, req.warmup, req.duration, 1 if stages else req.batch, req.concurrency)
     log = report.progress(req.as_json or req.as_csv)
+    rows_of = Rows(protocol, shape_values, req.store, req.input_file, log, stages, files)
     if req.provider == "all":
-        rows = every_provider_rows(project, protocol, shape_values, req, log)
+        rows = every_provider_rows(project, rows_of)
     else:
-        rows = [bench_one(project, req.provider, None, Rows(protocol, shape_values, req.store, req.input_file, log),
-                          strict=req.strict)]
+        rows = [bench_one(project, req.provider, None, rows_of, strict=req.strict)]
     doc = bench.make_document(rows, environment(project, protocol))
     doc["warnings"] = row_warnings(rows, hide_unavailable=req.provider == "all")
     code = 0 if base is None else gate(doc, base, req)
@@ -249,8 +266,7 @@ def synthetic_sizes(project: Project, req: BenchmarkRequest) -> dict[str, int]:
     return shape_values
 
 
-def every_provider_rows(project: Project, protocol: bench.Protocol, shape_values: dict[str, int],
-                        req: BenchmarkRequest, log: Any) -> list[dict[str, Any]]:
+def every_provider_rows(project: Project, rows_of: Rows) -> list[dict[str, Any]]:
     """`--provider all`: a row per provider and precision (unavailable providers included), then the torch rows."""
     from gpux.providers import ort_available_eps, probe, registry, runtime_of
 
@@ -267,14 +283,13 @@ def every_provider_rows(project: Project, protocol: bench.Protocol, shape_values
         ort = with_options(project, name, runtime="onnxruntime") if runtime_of(project, name) == "torch" \
             else project
         for precision in row.precisions:
-            log(f"benchmarking {name} {precision} ...")
-            rows.append(bench_one(with_precision(ort, name, precision), name, precision,
-                                  Rows(protocol, shape_values, req.store, req.input_file, log), pinned=True))
+            rows_of.log(f"benchmarking {name} {precision} ...")
+            rows.append(bench_one(with_precision(ort, name, precision), name, precision, rows_of, pinned=True))
         if name == "openvino" and "OpenVINOExecutionProvider" in (ort_available_eps() or ()):
-            log("benchmarking openvino through ONNX Runtime's OpenVINO EP ...")
+            rows_of.log("benchmarking openvino through ONNX Runtime's OpenVINO EP ...")
             rows.append(bench_one(with_options(project, name, runtime="onnxruntime"), name, "fp32 (onnxruntime EP)",
-                                  Rows(protocol, shape_values, req.store, req.input_file, log), pinned=True))
-    return rows + torch_rows(project, protocol, shape_values, store=req.store, input_file=req.input_file, log=log)
+                                  rows_of, pinned=True))
+    return rows + torch_rows(project, rows_of)
 
 
 def gate(doc: dict[str, Any], base: dict[str, Any], req: BenchmarkRequest) -> int:
@@ -295,6 +310,13 @@ def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_provider
     hide = all_providers and not report.VERBOSE
     absent = [r for r in rows if hide and r["status"] == "unavailable"]
     print(report.results_table([r for r in rows if r not in absent]))
+    from gpux.bench.stages import inputs_line, speed_line
+
+    said = [line for r in rows if (line := speed_line(r))]
+    for line in said:
+        report.info(line)
+    if said:
+        report.info(inputs_line(next(r for r in rows if r.get("inputs"))))
     if absent:
         report.info(f"not on this machine: {', '.join(r['provider'] for r in absent)} (-v says why)")
     for w in row_warnings(rows, hide_unavailable=hide):

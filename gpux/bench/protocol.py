@@ -359,11 +359,16 @@ def _cell(row: dict[str, Any], path: tuple[str | int, ...], scale: float | None)
     return value * scale if scale is not None and isinstance(value, int | float) else value
 
 
+# rows measured through declared steps (`stages`) add the median of each stage
+STAGE_COLUMNS = [(f"{s}_p50_ms", ("stages", s, "p50"), MS) for s in ("preprocess", "inference", "postprocess")]
+
+
 def to_csv(rows: list[dict[str, Any]]) -> str:
     """CSV of result rows, one fixed column per figure with its unit in the header (raw latencies left out)."""
+    columns = CSV_COLUMNS + (STAGE_COLUMNS if any(r.get("stages") for r in rows) else [])
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([name for name, _, _ in CSV_COLUMNS])
-    writer.writerows([[_cell(r, path, scale) for _, path, scale in CSV_COLUMNS] for r in rows])
+    writer.writerow([name for name, _, _ in columns])
+    writer.writerows([[_cell(r, path, scale) for _, path, scale in columns] for r in rows])
     return buf.getvalue()
 

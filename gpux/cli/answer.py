@@ -17,8 +17,7 @@ def answer_files(project: Any, req: Any) -> int:
     from gpux.run.inuse import holding
     from gpux.run.session import load
 
-    given = [f"--{k}" for k, v in (("input", req.input_json), ("file", req.input_file), ("output", req.output),
-                                   ("benchmark", req.benchmark)) if v]
+    given = [f"--{k}" for k, v in (("input", req.input_json), ("file", req.input_file), ("output", req.output)) if v]
     if given:
         raise UsageError(f"{', '.join(given)} and files both given; pass one kind of input")
     files = input_files(req.files, file_kind(project))

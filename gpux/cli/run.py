@@ -53,7 +53,7 @@ def run_command(req: RunRequest) -> int:
     if ws is not None:
         return run_workspace(ws, {k: v for k, v in dataclasses.asdict(req).items() if k != "target"})
     project = open_project(req.target)
-    if req.files:
+    if req.files and not req.benchmark:
         from gpux.cli.answer import answer_files
 
         return answer_files(project, req)
