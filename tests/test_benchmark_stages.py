@@ -98,7 +98,7 @@ def test_tensor_options_measure_inference_only_and_refuse_files(mobilenet: Path,
     [row] = json.loads(r.stdout)["results"]
     assert "stages" not in row and row["shapes"] == {"x": [2, 3, 224, 224]}
     mixed = gpux("run", str(mobilenet), "--benchmark", cat, "--batch", "2")
-    assert mixed.returncode == 2 and "--batch and image files both given" in mixed.stderr
+    assert mixed.returncode == 2 and "--batch and files both given" in mixed.stderr
     tensors_only = gpux("run", str(mlp_project), "--benchmark", cat)
     assert tensors_only.returncode == 2 and "declares no preprocess" in tensors_only.stderr
     missing = gpux("run", str(mobilenet), "--benchmark", str(mobilenet / "nope.jpg"))
