@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from gpux.version import __version__
 
 if TYPE_CHECKING:
     from gpux.config.load import Project

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpux import __version__
 from gpux.artifacts import store
 from gpux.config.load import Project
 from gpux.errors import BuildFailed, DataError, GpuxError, VerificationFailed
@@ -20,6 +19,7 @@ from gpux.model.io import ModelIO, Tensor, effective_io, load_checked, source_fi
 from gpux.optional import installed_ort_distributions, version_of
 from gpux.plan.targets import Target, resolve_shapes, targets
 from gpux.runtimes import STEP_HINTS, Context, Job, Log, Step, resolve, step_of
+from gpux.version import __version__
 
 
 def runtime_versions(packages: tuple[str, ...]) -> dict[str, str | None]:

@@ -44,7 +44,7 @@ def _record_file(config: Path, request: dict[str, Any]) -> Path:
 def environment() -> dict[str, Any]:
     from importlib import metadata
 
-    from gpux import __version__
+    from gpux.version import __version__
 
     versions: dict[str, str | None] = {}
     for dist in DISTS:

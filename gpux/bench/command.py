@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpux import __version__, report
+from gpux import report
 from gpux.bench import protocol as bench
 from gpux.config.load import Project
 from gpux.errors import GpuxError, InputError, VerificationFailed
 from gpux.machine import environment_facts
 from gpux.plan.targets import with_options
+from gpux.version import __version__
 
 
 def with_torch(project: Project, provider: str, compile_mode: str, precision: str) -> Project:

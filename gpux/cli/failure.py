@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from gpux import __version__
 from gpux.errors import ConfigError, ExitCode, GpuxError
+from gpux.version import __version__
 
 INTERNAL = f"internal error in gpux {__version__}: please report it with the traceback above"
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 
-from gpux import __version__
 from gpux.cli.groups import GROUPS
 from gpux.cli.options import JSON, PROVIDER, STORE, STRICT
 from gpux.errors import ExitCode, debugging
+from gpux.version import __version__
 
 
 def _verbose(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpux import __version__, report
+from gpux import report
 from gpux.config.load import Project
 from gpux.deploy.wheel import wheel_name, wheel_requirements
 from gpux.errors import UsageError
 from gpux.providers import PROVIDERS, TORCH_INDEX_URL
 from gpux.serve.image import ServeImage, serve_requirements
+from gpux.version import __version__
 
 CUDA_BASE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"  # Ubuntu 24.04: Python 3.12 from apt (22.04 has 3.10)
 VENV = "/opt/gpux"

@@ -8,7 +8,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from gpux import __version__
+from gpux.version import __version__
 
 PACKAGE = Path(__file__).resolve().parents[1]  # the gpux folder this module lies in
 

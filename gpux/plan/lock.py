@@ -9,8 +9,8 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
-from gpux import __version__
 from gpux.config.load import Project
+from gpux.version import __version__
 
 LOCK_NAME = "gpux.lock.json"
 SCHEMA = 1

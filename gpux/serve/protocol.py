@@ -44,7 +44,7 @@ class InferResult:
 
 
 def server_metadata() -> dict[str, Any]:
-    from gpux import __version__
+    from gpux.version import __version__
 
     return {"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS}
 
