@@ -192,26 +192,39 @@ def _inputs(items: list[Any], tail: memoryview, limits: Limits) -> tuple[list[In
 
 
 def render_infer(result: InferResult, request: InferRequest, binary: dict[str, bool]) -> Reply:
-    """The response JSON, with binary outputs appended after it when asked; always JSON (never a bare NaN). JSON
-    data is spliced in as codec.json_text renders it, in slices."""
-    entries, blobs = [], []
+    """The response JSON, with binary outputs appended after it when asked; always JSON (never a bare NaN). Large
+    JSON data is rendered in slices (codec.json_text) and spliced in as text."""
+    entries: list[dict[str, Any] | str] = []
+    blobs = []
     for name, array in result.outputs:
         entry: dict[str, Any] = {"name": name, "datatype": codec.datatype_of(array), "shape": list(array.shape)}
         if binary.get(name, binary[""]):
             blob = codec.to_bytes(array)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
-            entries.append(_compact(entry))
+        elif array.size <= codec.JSON_SLICE:
+            entry["data"] = codec.to_json(array)
         else:
             entries.append(f'{_compact(entry)[:-1]},"data":[{codec.json_text(array)}]}}')
-    doc = {"model_name": result.model.name, "model_version": result.model.version, "outputs": None}
+            continue
+        entries.append(entry)
+    spliced = any(isinstance(e, str) for e in entries)
+    doc = {"model_name": result.model.name, "model_version": result.model.version,
+           "outputs": None if spliced else entries}
     if request.id:
         doc["id"] = request.id
-    head = _compact(doc).replace('"outputs":null', f'"outputs":[{",".join(entries)}]', 1).encode()
+    head = _compact(doc)
+    if spliced:
+        outputs = ",".join(e if isinstance(e, str) else _compact(e) for e in entries)
+        head = head.replace('"outputs":null', f'"outputs":[{outputs}]', 1)
+    raw = head.encode()
     if not blobs:
-        return Reply(200, head)
-    return Reply(200, b"".join([head, *blobs]), b"application/octet-stream", header_length=len(head))
+        return Reply(200, raw)
+    return Reply(200, b"".join([raw, *blobs]), b"application/octet-stream", header_length=len(raw))
 
 
 def _compact(doc: dict[str, Any]) -> str:
-    return codec.COMPACT.encode(doc)
+    try:
+        return codec.COMPACT.encode(doc)
+    except ValueError:  # NaN or Infinity in an output's data: JSON has neither
+        return codec.COMPACT.encode(codec.finite_or_text(doc))

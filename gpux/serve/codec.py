@@ -187,8 +187,18 @@ def _values_text(values: list[Any]) -> str:
     try:
         return COMPACT.encode(values)[1:-1]
     except ValueError:  # a non-finite float
-        return COMPACT.encode([v if math.isfinite(v) else "NaN" if v != v else "Infinity" if v > 0 else "-Infinity"
-                               for v in values])[1:-1]
+        return COMPACT.encode(finite_or_text(values))[1:-1]
+
+
+def finite_or_text(value: Any) -> Any:
+    """`value` with every non-finite float, in lists and dicts too, as the string JSON can carry."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, list):
+        return [finite_or_text(v) for v in value]
+    if isinstance(value, dict):
+        return {k: finite_or_text(v) for k, v in value.items()}
+    return value
 
 
 def model_input(array: np.ndarray, dtype: str) -> np.ndarray:

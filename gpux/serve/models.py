@@ -80,6 +80,7 @@ class Repository:
         self.models: dict[str, dict[str, Model]] = {}
         for p in projects:
             self.models.setdefault(p.name, {})[str(p.config.version)] = Model(p)
+        self._versions = {name: sorted(versions, key=version_key) for name, versions in self.models.items()}
         self.live = True
         self.draining = False  # SIGTERM: accepted requests finish, new ones are refused
 
@@ -97,7 +98,8 @@ class Repository:
         return name, version if not version or version in self.models[name] else "(unknown)"
 
     def versions(self, name: str) -> list[str]:
-        return sorted(self.models.get(name, {}), key=version_key)
+        """The model's versions, lowest first (sorted once: the latest is looked up on every request)."""
+        return self._versions.get(name, [])
 
     def find(self, name: str, version: str = "") -> Model:
         versions = self.models.get(name)
