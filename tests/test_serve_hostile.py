@@ -285,6 +285,11 @@ def test_a_large_request_does_not_stall_the_others(tmp_path: Any) -> None:
     assert len(waits) >= 5 and max(waits) < took / 4, (max(waits), len(waits), took)
 
 
+def test_large_batches_run_on_a_thread(server: ServerThread) -> None:
+    worker = server.server.repo.find("mlp").worker
+    assert not worker.runs_inline({"x": np.zeros((400_000, 8), np.float32)})  # whatever the warm-up measured
+
+
 # 8. draining: new requests are refused with what is happening
 def test_drain_says_the_server_is_shutting_down(tmp_path: Any) -> None:
     with ServerThread([mlp_project(tmp_path / "mlp", "1.0.0", 0)]) as server:
