@@ -70,6 +70,28 @@ def make_echo(path: Path) -> Path:
     return path
 
 
+def make_raises(path: Path) -> Path:
+    """s string [1] -> y float [1]: 0 for any word but "boom", whose Cast to float fails at run time
+    (ONNX Runtime's RUNTIME_EXCEPTION): a model whose session raises on one request and serves the others."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    then = helper.make_graph([helper.make_node("Cast", ["s"], ["a"], to=TensorProto.FLOAT)], "then", [],
+                             [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1])])
+    zero = numpy_helper.from_array(np.zeros(1, np.float32))
+    orelse = helper.make_graph([helper.make_node("Constant", [], ["b"], value=zero)], "else", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])])
+    graph = helper.make_graph(
+        [helper.make_node("Equal", ["s", "boom"], ["eq"]), helper.make_node("Squeeze", ["eq"], ["cond"]),
+         helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=orelse)], "raises",
+        [helper.make_tensor_value_info("s", TensorProto.STRING, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [numpy_helper.from_array(np.array(["boom"], dtype=object), "boom")])
+    onnx.save(helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 19)]), str(path))
+    return path
+
+
 def mlp_project(root: Path, version: str, seed: int, serve: str = "") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     make_mlp(root / "model.onnx", seed=seed)

@@ -36,3 +36,18 @@ def test_output_datatypes_round_trip(dtype: str, datatype: str) -> None:
     assert codec.datatype_of(array) == datatype
     np.testing.assert_array_equal(codec.from_bytes("o", datatype, (2, 3), codec.to_bytes(array)), array)
     np.testing.assert_array_equal(codec.from_json("o", datatype, (2, 3), codec.to_json(array)), array)
+
+
+@pytest.mark.parametrize("size", [4, codec.JSON_SLICE * 2 + 3], ids=["one-slice", "sliced"])
+def test_json_text_is_json_with_non_finite_values_as_strings(size: int) -> None:
+    import json
+
+    values = np.arange(size, dtype=np.float32)
+    values[[0, 1, -1]] = [np.nan, np.inf, -np.inf]
+
+    def strict(token: str) -> None:
+        raise AssertionError(f"bare {token}")
+
+    data = json.loads(f"[{codec.json_text(values)}]", parse_constant=strict)
+    assert data[:2] == ["NaN", "Infinity"] and data[-1] == "-Infinity" and data[2:-1] == list(range(2, size - 1))
+    np.testing.assert_array_equal(np.array(data, dtype=np.float32), values)  # as tritonclient's as_numpy reads it

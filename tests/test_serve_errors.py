@@ -52,7 +52,7 @@ CORPUS: list[tuple[str, str, Any, dict[str, str], int, str]] = [
     ("unknown-datatype", "/v2/models/mlp/infer", infer_body(datatype="FLOAT32"), {}, 400, "unknown datatype"),
     ("wrong-shape", "/v2/models/mlp/infer", infer_body(shape=[1, 7], data=[0.0] * 7), {}, 400, "expects [-1, 8]"),
     ("data-count", "/v2/models/mlp/infer", infer_body(data=[1.0, 2.0]), {}, 400, "needs 8 values but data has 2"),
-    ("data-not-numbers", "/v2/models/mlp/infer", infer_body(data=["a"] * 8), {}, 400, "cannot be read as FP32"),
+    ("data-not-numbers", "/v2/models/mlp/infer", infer_body(data=["a"] * 8), {}, 400, "FP32 data must be numbers"),
     ("negative-dim", "/v2/models/mlp/infer", infer_body(shape=[-1, 8]), {}, 400, "negative dim"),
     ("missing-input", "/v2/models/two/infer",
      json.dumps({"inputs": [{"name": "ids", "shape": [1, 2], "datatype": "INT64", "data": [1, 2]}]}), {}, 400,

@@ -263,6 +263,9 @@ class Serve(Strict):
         16 * 2**20, ge=1, description="Most elements one input tensor may hold (400 above).")
     request_timeout_s: float = Field(
         30.0, gt=0, description="Longest a request may wait and run before it is answered 408.")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="Longest a client may take to send a request's line and headers (from connecting, "
+        "or from the first byte of a later request on the connection); slower ones get 408 and are closed.")
 
 
 class RayAutoscaling(Strict):

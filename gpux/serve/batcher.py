@@ -38,11 +38,12 @@ class Worker:
     """One model version: `instances` runners (each run on its own thread); batching when max_batch > 1."""
 
     def __init__(self, runners: list[RunFn], max_batch: int = 0, delay_us: int = 0,
-                 observer: Observer | None = None, inline: bool = False) -> None:
+                 observer: Observer | None = None, inline_elements: int = 0) -> None:
         self.runners = runners
-        # a single instance whose inference is shorter than a thread hop runs on the event loop's thread
-        self.fast = inline and len(runners) == 1
-        self.inline = self.fast and max_batch <= 1
+        # a single instance whose inference is shorter than a thread hop runs on the event loop's thread, for
+        # feeds of at most `inline_elements` values (larger ones take longer: they run on a thread)
+        self.inline_elements = inline_elements if len(runners) == 1 else 0
+        self.inline = self.inline_elements > 0 and max_batch <= 1
         self.max_batch = max_batch
         self.delay = delay_us / 1e6
         self.observe = observer or Observer()
@@ -63,8 +64,12 @@ class Worker:
             self._queue = asyncio.Queue()
             self._tasks = [asyncio.create_task(self._batch_loop(r)) for r in self.runners]
 
+    def runs_inline(self, feeds: Feeds) -> bool:
+        """Whether `infer(feeds)` runs on the event loop's thread (small feeds of a fast model, no batching)."""
+        return self.inline and sum(v.size for v in feeds.values()) <= self.inline_elements
+
     async def infer(self, feeds: Feeds) -> dict[str, Any]:
-        if self.inline:
+        if self.runs_inline(feeds):
             return self._run_one(feeds, time.perf_counter())
         loop = asyncio.get_running_loop()
         if not self.batching:
@@ -129,7 +134,8 @@ class Worker:
         try:  # nothing may end this loop: every waiting request gets its answer or the error
             feeds = batch[0].feeds if len(batch) == 1 else {
                 k: np.concatenate([p.feeds[k] for p in batch]) for k in batch[0].feeds}
-            out = (_timed(runner, feeds, self.observe) if self.fast
+            small = sum(v.size for v in feeds.values()) <= self.inline_elements
+            out = (_timed(runner, feeds, self.observe) if small
                    else await loop.run_in_executor(self.pool, _timed, runner, feeds, self.observe))
         except Exception as exc:
             for p in batch:

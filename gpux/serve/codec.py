@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 import struct
 from typing import Any
@@ -34,40 +36,89 @@ def datatype_of(array: np.ndarray) -> str:
     return BY_NUMPY.get(array.dtype.str.lstrip("<|="), "BYTES")
 
 
+MAX_RANK = 32  # numpy 1.x holds at most 32 dims
+# what JSON `data` may hold per datatype (Triton's JSON rules: bools only for BOOL, strings only for BYTES)
+FLOATS = ("FP16", "FP32", "FP64", "BF16")
+JSON_KINDS: dict[str, tuple[frozenset[type], str]] = {
+    **{t: (frozenset({int}), "integers") for t in NUMPY if t[0] in "IU"},
+    **{t: (frozenset({int, float}), "numbers") for t in FLOATS},
+    "BOOL": (frozenset({bool}), "true or false"), "BYTES": (frozenset({str}), "strings"),
+}
+JSON_NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a string", type(None): "null",
+              dict: "an object"}
+
+
+class NonFinite(str):
+    """A bare NaN, Infinity or -Infinity in request JSON (json.loads' parse_constant): not JSON, rejected by name."""
+
+
 def check_shape(name: str, shape: Any, max_elements: int) -> tuple[int, ...]:
-    """A shape is a list of non-negative ints whose product is within the element limit."""
+    """A shape is a list of at most MAX_RANK non-negative ints whose product is within the element limit; so is the
+    product of its non-zero dims (numpy cannot hold [2**63, 2**63, 0] either)."""
     if not isinstance(shape, list | tuple) or not all(isinstance(d, int) and not isinstance(d, bool)
                                                        for d in shape):
         raise BadRequest(f"input '{name}': shape must be a list of integers, got {shape!r}")
     if any(d < 0 for d in shape):
         raise BadRequest(f"input '{name}': shape {list(shape)} has a negative dim")
-    count = math.prod(shape)
-    if count > max_elements:
-        raise BadRequest(f"input '{name}': {count} elements exceed the limit of {max_elements} "
-                         f"(serve.max_tensor_elements)")
+    if len(shape) > MAX_RANK:
+        raise BadRequest(f"input '{name}': shape has {len(shape)} dims, more than {MAX_RANK}")
+    count, span = math.prod(shape), math.prod(d for d in shape if d)
+    if count > max_elements or span > max_elements:
+        what = f"{count} elements exceed" if count > max_elements else \
+            f"shape {list(shape)}: its non-zero dims multiply to {span}, above"
+        raise BadRequest(f"input '{name}': {what} the limit of {max_elements} (serve.max_tensor_elements)")
     return tuple(shape)
 
 
 def from_json(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
-    """JSON `data` (nested or flat, row-major) as an array of `shape`."""
+    """JSON `data` (flat or nested, row-major) as an array of `shape`: values of the
+    datatype's JSON kind only, finite floats only (JSON has no NaN or Infinity)."""
+    leaves, kinds = _leaves(name, data)
+    allowed, words = JSON_KINDS[datatype]
+    if not kinds <= allowed:
+        bad = next(v for v in leaves if type(v) not in allowed)
+        got = "NaN/Infinity, which JSON does not have (send non-finite values as binary data or over gRPC)" \
+            if isinstance(bad, NonFinite) else f"{JSON_NAMES.get(type(bad), type(bad).__name__)} ({bad!r})"
+        raise BadRequest(f"input '{name}': {datatype} data must be {words}, got {got}")
+    array = from_contents(name, datatype, shape, leaves)
+    if datatype in FLOATS and not _finite(array):
+        raise BadRequest(f"input '{name}': data holds a value out of the {datatype} range (or not finite); "
+                         "send non-finite values as binary data or over gRPC")
+    return array
+
+
+def _finite(array: np.ndarray) -> bool:
+    if array.size > 64:
+        return bool(np.isfinite(array).all())
+    return all(map(math.isfinite, array.reshape(-1).tolist()))  # a few values: faster than a numpy call
+
+
+def from_contents(name: str, datatype: str, shape: tuple[int, ...], values: list[Any]) -> np.ndarray:
+    """A flat list of values already of the datatype's kind (JSON leaves, gRPC typed contents) as an array."""
+    if len(values) != math.prod(shape):
+        raise BadRequest(f"input '{name}': shape {list(shape)} needs {math.prod(shape)} values but data has "
+                         f"{len(values)}")
+    if datatype == "BYTES":
+        return np.array(values, dtype=object).reshape(shape)
     try:
-        arr = (np.array(_flat(data), dtype=object) if datatype == "BYTES"
-               else np.asarray(data, dtype=NUMPY[datatype]))
+        with np.errstate(over="ignore"):  # a float out of range becomes inf: from_json names it
+            return np.asarray(values, dtype=NUMPY[datatype]).reshape(shape)
     except (ValueError, TypeError, OverflowError) as exc:
         raise BadRequest(f"input '{name}': data cannot be read as {datatype}: {exc}") from None
-    if arr.size != math.prod(shape):
-        raise BadRequest(f"input '{name}': shape {list(shape)} needs {math.prod(shape)} values but data has "
-                         f"{arr.size}")
-    return arr.reshape(shape)
 
 
-def _flat(data: Any) -> list[Any]:
-    if not isinstance(data, list):
-        return [data]
-    out: list[Any] = []
-    for item in data:
-        out.extend(_flat(item))
-    return out
+def _leaves(name: str, data: Any) -> tuple[list[Any], set[type]]:
+    """The values of nested lists, row-major, and their types; at most MAX_RANK lists deep (any nesting whose
+    values fill the shape is taken, as Triton does) and without recursion, however deep a request nests."""
+    items = data if isinstance(data, list) else [data]
+    for _ in range(MAX_RANK):
+        kinds = set(map(type, items))
+        if list not in kinds:
+            return items, kinds
+        if len(kinds) > 1:
+            raise BadRequest(f"input '{name}': data mixes lists and values at the same depth")
+        items = list(itertools.chain.from_iterable(items))
+    raise BadRequest(f"input '{name}': data nests deeper than {MAX_RANK} lists (a tensor has at most {MAX_RANK} dims)")
 
 
 def from_bytes(name: str, datatype: str, shape: tuple[int, ...], raw: bytes | memoryview) -> np.ndarray:
@@ -111,11 +162,43 @@ def to_bytes(array: np.ndarray) -> bytes:
 
 
 def to_json(array: np.ndarray) -> list[Any]:
-    """An output array as flat JSON data (BYTES as text)."""
+    """An output array as flat JSON values (BYTES as text); json_text says how NaN and Infinity travel."""
     flat = array.reshape(-1)
     if datatype_of(array) == "BYTES":
         return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]
     return flat.tolist()
+
+
+JSON_SLICE = 16384  # values per json.dumps call: a thread encoding a large output lets the event loop run between
+COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # made once: json.dumps(**options) makes one a call
+
+
+def json_text(array: np.ndarray) -> str:
+    """An output's flat JSON values as text, without the brackets: to_json in slices (one json.dumps of a million
+    fresh floats holds the GIL, and so stalls the event loop, for a second). JSON has no NaN or Infinity: they
+    travel as the strings "NaN", "Infinity", "-Infinity", which numpy (and so tritonclient's as_numpy) reads back."""
+    flat = array.reshape(-1)
+    if flat.size <= JSON_SLICE:
+        return _values_text(to_json(flat))
+    return ",".join(_values_text(to_json(flat[i:i + JSON_SLICE])) for i in range(0, flat.size, JSON_SLICE))
+
+
+def _values_text(values: list[Any]) -> str:
+    try:
+        return COMPACT.encode(values)[1:-1]
+    except ValueError:  # a non-finite float
+        return COMPACT.encode(finite_or_text(values))[1:-1]
+
+
+def finite_or_text(value: Any) -> Any:
+    """`value` with every non-finite float, in lists and dicts too, as the string JSON can carry."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, list):
+        return [finite_or_text(v) for v in value]
+    if isinstance(value, dict):
+        return {k: finite_or_text(v) for k, v in value.items()}
+    return value
 
 
 def model_input(array: np.ndarray, dtype: str) -> np.ndarray:

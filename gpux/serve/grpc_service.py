@@ -16,10 +16,11 @@ from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, ServeError, Unauthorized
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import Repository
+from gpux.serve.offload import on_thread
 from gpux.serve.proto import inference_pb2 as pb
 from gpux.serve.proto import inference_pb2_grpc as pb_grpc
 from gpux.serve.protocol import InferInput, InferRequest, infer, server_metadata
-from gpux.serve.rest import Limits, access_log
+from gpux.serve.rest import OFF_LOOP_BYTES, Limits, access_log
 
 # typed `contents` field per datatype, for clients that do not send raw bytes
 CONTENTS = {
@@ -81,21 +82,28 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         started = time.perf_counter()
-        status = 200
         try:
             self._authorize(context)
-            result = await infer(self.repo, decode(request, self.limits))
+            decoded = await on_thread(request.ByteSize() > OFF_LOOP_BYTES, decode, request, self.limits)
+            result = await infer(self.repo, decoded)
             response = encode(result.model.name, result.model.version, request.id, result.outputs)
-            self.metrics.answered(result.model.name, result.model.version, "grpc", 200,
-                                  time.perf_counter() - started)
-            return response
         except ServeError as exc:
-            status = exc.status
-            self.metrics.answered(*self.repo.labels(request.model_name, request.model_version), "grpc", exc.status,
-                                  None)
-            await self._guard(context, exc)
-        finally:
-            _log(request, status, started)
+            error = exc
+        except Exception as exc:  # a bug: INTERNAL with its one line, keep serving
+            logging.getLogger("gpux.serve").exception("internal error in ModelInfer")
+            error = ServeError(f"internal error: {type(exc).__name__}: {exc}")
+        else:
+            self._answered(request, 200, started, (result.model.name, result.model.version))
+            return response
+        self._answered(request, error.status, started)
+        await self._guard(context, error)
+
+    def _answered(self, request: Any, status: int, started: float, labels: tuple[str, str] | None = None) -> None:
+        """Every answer counted in the request metrics and logged, with its real status."""
+        seconds = time.perf_counter() - started
+        self.metrics.answered(*(labels or self.repo.labels(request.model_name, request.model_version)), "grpc",
+                              status, seconds if labels else None)
+        _log(request, status, started)
 
 
 def decode(request: Any, limits: Limits) -> InferRequest:
@@ -112,7 +120,7 @@ def decode(request: Any, limits: Limits) -> InferRequest:
         if raw:
             array = codec.from_bytes(name, datatype, shape, raw[i])
         elif datatype in CONTENTS:
-            array = codec.from_json(name, datatype, shape, list(getattr(tensor.contents, CONTENTS[datatype])))
+            array = codec.from_contents(name, datatype, shape, list(getattr(tensor.contents, CONTENTS[datatype])))
         else:
             raise BadRequest(f"input '{name}': {datatype} must travel in raw_input_contents")
         inputs.append(InferInput(name, datatype, array))

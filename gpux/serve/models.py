@@ -80,7 +80,9 @@ class Repository:
         self.models: dict[str, dict[str, Model]] = {}
         for p in projects:
             self.models.setdefault(p.name, {})[str(p.config.version)] = Model(p)
+        self._versions = {name: sorted(versions, key=version_key) for name, versions in self.models.items()}
         self.live = True
+        self.draining = False  # SIGTERM: accepted requests finish, new ones are refused
 
     def all(self) -> list[Model]:
         return [m for versions in self.models.values() for m in versions.values()]
@@ -96,7 +98,8 @@ class Repository:
         return name, version if not version or version in self.models[name] else "(unknown)"
 
     def versions(self, name: str) -> list[str]:
-        return sorted(self.models.get(name, {}), key=version_key)
+        """The model's versions, lowest first (sorted once: the latest is looked up on every request)."""
+        return self._versions.get(name, [])
 
     def find(self, name: str, version: str = "") -> Model:
         versions = self.models.get(name)
@@ -114,8 +117,15 @@ class Repository:
         """The model to run a request on: 404 when unknown, 503 until it is loaded and warmed up."""
         model = self.find(name, version)
         if not model.ready:
-            raise Unavailable(f"model '{name}' version {model.version} is not ready yet")
+            raise self.unavailable(model)
         return model
+
+    def unavailable(self, model: Model) -> Unavailable:
+        """The 503 of a model not ready: still loading, or the server is shutting down."""
+        if self.draining:
+            return Unavailable(f"server is shutting down: model '{model.name}' takes no new requests; retry "
+                               "on another instance")
+        return Unavailable(f"model '{model.name}' version {model.version} is not ready yet")
 
     def metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.find(name, version)
@@ -158,7 +168,7 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     feeds = warmup_feeds(model.inputs)
     for run in runs:
         run(feeds)
-    inline = warm_seconds(runs[0], feeds) < INLINE_BELOW_S
+    inline = inline_elements(warm_seconds(runs[0], feeds), feeds)
     model.batchable = batchable(model)
     model.labels = labels_of(model.project)
     observer = Observer(queue=metrics.child(metrics.queue, model.name).observe,
@@ -168,6 +178,15 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     model.worker = Worker(runs, max_batch, settings.max_queue_delay_us, observer, inline)
     metrics.child(metrics.model_info, model.name, model.version, model.provider, model.runs_on,
                   str(settings.instances)).set(1)
+
+
+def inline_elements(seconds: float, feeds: dict[str, np.ndarray]) -> int:
+    """The most input values a request may hold to run on the event loop: none unless the warm-up feeds ran in
+    under INLINE_BELOW_S, then as many as take about that long, assuming time grows with the values."""
+    if seconds >= INLINE_BELOW_S:
+        return 0
+    size = max(sum(v.size for v in feeds.values()), 1)
+    return max(size, int(size * INLINE_BELOW_S / max(seconds, 1e-9)))
 
 
 def warm_seconds(run: Any, feeds: dict[str, np.ndarray]) -> float:

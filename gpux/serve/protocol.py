@@ -86,7 +86,7 @@ async def _run(model: Model, request: InferRequest, item: InferInput | None,
     if item is not None:
         return await asyncio.wait_for(run_files(model, item, model.worker.infer), limit)
     feeds = check_inputs(model, request.inputs)
-    if model.worker.inline:  # runs to completion on this thread: check the limit afterwards
+    if model.worker.inline and model.worker.runs_inline(feeds):  # runs to completion here: limit checked after
         started = time.perf_counter()
         out = await model.worker.infer(feeds)
         if time.perf_counter() - started > limit:

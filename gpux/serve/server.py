@@ -14,9 +14,11 @@ from typing import Any
 from gpux.config.load import Project
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import LoadRequest, Model, Repository, load
+from gpux.serve.offload import Offload
 from gpux.serve.rest import Limits, RestApp
 
 log = logging.getLogger("gpux.serve")
+KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this (uvicorn's default, said here)
 
 
 @dataclass
@@ -38,8 +40,10 @@ class _Uvicorn:
     """uvicorn's Server without its own signal handling (this module owns SIGTERM/SIGINT)."""
 
     @staticmethod
-    def make(app: Any, drain_s: float) -> Any:
+    def make(app: Any, drain_s: float, header_timeout_s: float) -> Any:
         import uvicorn
+
+        from gpux.serve.connection import guarded
 
         class Quiet(uvicorn.Server):
             @contextlib.contextmanager
@@ -47,8 +51,9 @@ class _Uvicorn:
                 yield
 
         loop = "uvloop" if _has("uvloop") else "asyncio"
+        http = "httptools" if _has("httptools") else "h11"
         config = uvicorn.Config(app, lifespan="off", access_log=False, log_config=None, loop=loop,
-                                http="httptools" if _has("httptools") else "h11",
+                                http=guarded(http, header_timeout_s), timeout_keep_alive=KEEP_ALIVE_S,
                                 timeout_graceful_shutdown=int(drain_s) or 1, server_header=False)
         return Quiet(config)
 
@@ -68,7 +73,7 @@ class Server:
         self.host = request.host or first.host
         self.metrics = Metrics()
         self.repo = Repository(request.projects, self.metrics)
-        self.limits = Limits(first.max_body_bytes, first.max_tensor_elements)
+        self.limits = Limits(first.max_body_bytes, first.max_tensor_elements, first.header_timeout_s)
         self.http_port = first.http_port if request.http_port is None else request.http_port
         grpc_port = first.grpc_port if request.grpc_port is None else request.grpc_port
         self.grpc_port: int | None = grpc_port if request.grpc else None
@@ -76,16 +81,19 @@ class Server:
         self._grpc: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.stopping = asyncio.Event()
+        self.offload = Offload()
         self.load_error: BaseException | None = None
 
     async def start(self) -> None:
         """Listen on both ports (live at once), then load and warm up every model (ready after)."""
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM,
+                             socket.IPPROTO_TCP)  # asyncio sets TCP_NODELAY only on sockets that name TCP
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # answers go out at once (accepted sockets inherit)
         sock.bind((self.host, self.http_port))
         self.http_port = sock.getsockname()[1]
-        app = RestApp(self.repo, self.metrics, self.limits, self.request.api_key)
-        self._uvicorn = _Uvicorn.make(app, self.request.drain_s)
+        app = RestApp(self.repo, self.metrics, self.limits, self.request.api_key, self.offload)
+        self._uvicorn = _Uvicorn.make(app, self.request.drain_s, self.limits.header_timeout_s)
         self._tasks.append(asyncio.create_task(self._uvicorn.serve(sockets=[sock])))
         if self.grpc_port is not None:
             from gpux.serve.grpc_service import InferenceService, make_server
@@ -121,11 +129,15 @@ class Server:
 
         await asyncio.wait_for(ready(), timeout)
 
-    async def stop(self) -> None:
-        """Stop taking requests, let accepted ones finish (up to drain_s), then close the models."""
-        self.repo.live = False
+    def refuse_new(self) -> None:
+        """The first step of stop(): readiness drops and new requests get 503 'server is shutting down'."""
+        self.repo.live, self.repo.draining = False, True
         for model in self.repo.all():
             model.ready = False
+
+    async def stop(self) -> None:
+        """Stop taking requests, let accepted ones finish (up to drain_s), then close the models."""
+        self.refuse_new()
         tasks = []
         if self._uvicorn is not None:
             self._uvicorn.should_exit = True
@@ -138,6 +150,7 @@ class Server:
         for model in self.repo.all():
             if model.worker is not None:
                 await model.worker.close()
+        self.offload.close()
 
     async def run_until_signal(self) -> None:
         """start(), then serve until SIGTERM/SIGINT (or a model fails to load), then stop()."""
