@@ -38,6 +38,7 @@ class Series:
     rounds: Sequence[float] = ()  # per-round medians (tune)
     speedup: tuple[float, float, float] | None = None  # (ratio, low, high) against the reference
     accuracy: str = ""  # the verdict and its figures, shown beside the speedup
+    measured: bool = True  # False: a row that failed verification, in the speedup chart with its accuracy only
 
 
 def slug(text: str, taken: set[str]) -> str:
@@ -66,6 +67,7 @@ def distribution_svg(series: Sequence[Series]) -> str:
     and the median marked, where the calls' latencies are kept; else the median's interval, the per-round
     medians as dots and a line to p99. The black band: the 95 % interval of the median. Ids: `latency-KEY`
     (the box or the interval) per series, `latency-KEY_PART` for its other parts."""
+    series = [s for s in series if s.measured]
     with _style("latency"):
         unit, scale = unit_of(series)
         fig, ax = _figure(len(series))
@@ -112,16 +114,20 @@ def _distribution_row(ax: Any, y: int, s: Series, scale: float) -> float:
 
 def speedup_svg(series: Sequence[Series], reference: str) -> str:
     """A bar per series with a speedup against `reference` (1×, dashed), its interval as an error bar, bars of
-    rows not usable (unverified, fallen back) hatched, and each row's accuracy written to the right. Ids:
-    `speedup-KEY` per bar."""
+    rows not usable (unverified, fallen back) hatched, and each row's accuracy written to the right; rows that
+    failed verification (not measured) have their accuracy only. Ids: `speedup-KEY` per bar."""
     from matplotlib.colors import to_rgba
 
-    rows = [s for s in series if s.speedup is not None]
+    rows = [s for s in series if s.speedup is not None or not s.measured]
     with _style("speedup"):
         fig, ax = _figure(len(rows), TEXT_INCHES)
         fig.subplots_adjust(right=1 - TEXT_INCHES / (WIDTH_INCHES + TEXT_INCHES))  # the accuracy column
         for y, s in enumerate(rows):
-            x, lo, hi = s.speedup or (1.0, 1.0, 1.0)
+            if s.speedup is None:
+                ax.text(1.02, y, f"not measured   {s.accuracy}", transform=ax.get_yaxis_transform(), va="center",
+                        fontsize=8.5, color=GRAY, gid=f"speedup-{s.key}_text")
+                continue
+            x, lo, hi = s.speedup
             c = color(s.precision)
             bar = ax.barh(y, x, height=0.6, color=to_rgba(c, 0.85 if s.ok else 0.3), edgecolor=c,
                           hatch=None if s.ok else "///")

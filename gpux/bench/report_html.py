@@ -16,6 +16,7 @@ from gpux import report
 from gpux.errors import InputError
 
 PLAIN_ORT = "plain ONNX Runtime"
+FAILED = "failed verification"
 AGREEMENT = (("top1", "top-1"), ("top1_confident", "confident top-1"), ("top5", "top-5"))
 
 
@@ -73,6 +74,9 @@ def benchmark_page(doc: dict[str, Any], name: str) -> Page:
         label = f"{r.get('provider')} {r.get('precision')}"
         if not stats:
             left.append([label, str(r.get("status")), str(r.get("error") or "")])
+            if r.get("status") == FAILED:
+                series.append(failed_series(slug(label, taken), label, str(r.get("precision")), r.get("accuracy"),
+                                            [*(r.get("failures") or ()), str(r.get("error"))][0]))
             continue
         verdict = r.get("verification_status")
         s = Series(slug(label, taken), label, str(r.get("precision")), r.get("status") == "ok" and verdict not in (
@@ -81,16 +85,17 @@ def benchmark_page(doc: dict[str, Any], name: str) -> Page:
         series.append(s)
         table.append((s, r, str(r.get("status")), "; ".join(stats.get("warnings") or ())))
     ref = next((s for s in series if s.label == "cpu fp32" and s.ok), None)
-    if ref is not None and len(series) > 1:
-        for s in series:
+    timed = [s for s in series if s.measured]
+    if ref is not None and len(timed) > 1:
+        for s in timed:
             s.speedup = _ratio(ref, s)
-    why = "" if ref is not None and len(series) > 1 else (
-        "one row measured: nothing to compare (`-p all` measures every provider and precision)" if len(series) <= 1
+    why = "" if ref is not None and len(timed) > 1 else (
+        "one row measured: nothing to compare (`-p all` measures every provider and precision)" if len(timed) <= 1
         else "no verified cpu fp32 row measured: no ONNX Runtime reference to compare against")
     env = doc.get("environment") or {}
     return Page("benchmark", f"gpux run --benchmark: {name}", series,
                 "cpu fp32 (ONNX Runtime CPU EP, this project's options)" if not why else None, why,
-                f"{len(series)} rows measured, {len(left)} not", [_row_cells(*t) for t in table], left, env)
+                f"{len(timed)} rows measured, {len(left)} not", [_row_cells(*t) for t in table], left, env)
 
 
 def tune_page(doc: dict[str, Any]) -> Page:
@@ -106,6 +111,9 @@ def tune_page(doc: dict[str, Any]) -> Page:
         label = " ".join([str(c.get("provider")), str(c.get("precision")), _options(c.get("options") or {})]).strip()
         if c.get("p50_ms") is None:
             left.append([label, str(c.get("status")), str(c.get("why") or c.get("error") or "")])
+            if c.get("status") == FAILED:
+                series.append(failed_series(slug(label, taken), label, str(c.get("precision")), c.get("accuracy"),
+                                            str(c.get("why") or "").split("; ")[0]))
             continue
         chosen = str(c.get("why", "")).startswith("chosen")
         vs = c.get("vs_plain_ort")
@@ -134,6 +142,16 @@ def tune_page(doc: dict[str, Any]) -> Page:
     return Page("tune", f"gpux tune: {doc.get('name')}", series,
                 "plain ONNX Runtime (default InferenceSession on the source model)" if measured else None, why,
                 summary, table, left, env)
+
+
+def failed_series(key: str, label: str, precision: str, acc: dict[str, Any] | None, failure: str) -> Any:
+    """A row that failed verification: in the speedup chart with its accuracy (or its first failure) only."""
+    import textwrap
+
+    from gpux.bench.charts import Series
+
+    figures = accuracy_text(FAILED, acc) if acc else f"{FAILED} · {textwrap.shorten(failure, 90, placeholder=' …')}"
+    return Series(key, label, precision, False, 0.0, accuracy=figures, measured=False)
 
 
 def accuracy_text(verdict: str | None, acc: dict[str, Any] | None) -> str:
@@ -166,7 +184,8 @@ def render_page(page: Page, doc: dict[str, Any], command: str) -> str:
 
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     meta = {"kind": page.kind, "command": command, "written": when, "gpux": __version__,
-            "environment": page.environment, "series": [{"id": s.key, "label": s.label} for s in page.series]}
+            "environment": page.environment,
+            "series": [{"id": s.key, "label": s.label, "measured": s.measured} for s in page.series]}
     parts = [f"<h1>{_e(page.title)}</h1>", f"<pre class='cmd'>$ {_e(command)}</pre>",
              f"<p>{_e(page.summary)}. Written {when} by gpux {__version__}.</p>"]
     if page.reference:
@@ -179,7 +198,7 @@ def render_page(page: Page, doc: dict[str, Any], command: str) -> str:
                   "Right: the verification verdict and the agreement with the fp32 reference.</p>"]
     elif page.no_speedup:
         parts.append(f"<p class='note'>No speedup chart: {_e(page.no_speedup)}.</p>")
-    if page.series:
+    if any(s.measured for s in page.series):
         parts += ["<h2>Latency per call</h2>", distribution_svg(page.series),
                   "<p class='note'>Where every call's latency is kept: box from the 25th to the 75th percentile, "
                   "whiskers from the 1st to the 99th, the median marked. Otherwise: the median, the per-round "
