@@ -149,3 +149,16 @@ def test_report_without_matplotlib_says_what_to_install_before_measuring(mlp_pro
 def test_report_needs_a_benchmark(mlp_project: Path) -> None:
     r = cli("run", str(mlp_project), "--report", "r.html")
     assert r.returncode == 2 and "add --benchmark" in r.stderr
+
+
+def test_a_single_row_benchmark_page_says_why_it_has_no_speedup_chart(mlp_project: Path, tmp_path: Path) -> None:
+    page = tmp_path / "one.html"
+    r = cli("run", str(mlp_project), "--benchmark", "--runs", "20", "--duration", "0.05", "--report", str(page))
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {page}" in r.stderr
+    text = page.read_text(encoding="utf-8")
+    assert_self_contained(text)
+    assert "No speedup chart: one row measured" in text and 'id="speedup-' not in text
+    meta = embedded(text, "gpux-report")
+    assert [s["id"] for s in meta["series"]] == ["cpu-fp32"] and 'id="latency-cpu-fp32"' in text
+    assert len(embedded(text, "gpux-document")["results"][0]["latencies_ms"]) >= 20

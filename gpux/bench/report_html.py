@@ -132,7 +132,7 @@ def tune_page(doc: dict[str, Any]) -> Page:
                              _pair(base.get("median_ci_ms")), base.get("p99_ms"),
                              rounds=spread if latency else ()))
     measured = any(s.speedup for s in series)
-    why = "" if measured else f"no speedups: {base.get('error') or 'no candidate was measured beside it'}"
+    why = "" if measured else str(base.get("error") or "no candidate was measured beside plain ONNX Runtime")
     choice = doc.get("choice")
     summary = (f"objective {doc.get('objective')}; locked {choice['provider']} {choice['precision']} "
                f"({_options(choice.get('options') or {})})" if choice else
@@ -203,7 +203,8 @@ def render_page(page: Page, doc: dict[str, Any], command: str) -> str:
                   "<p class='note'>Where every call's latency is kept: box from the 25th to the 75th percentile, "
                   "whiskers from the 1st to the 99th, the median marked. Otherwise: the median, the per-round "
                   "medians as dots and a line to p99. Black band: the 95% interval of the median.</p>"]
-    parts += ["<h2>Rows measured</h2>", _table(ROW_HEADERS, page.rows)]
+    if page.rows:
+        parts += ["<h2>Rows measured</h2>", _table(ROW_HEADERS, page.rows)]
     if page.left_out:
         parts += ["<h2>Not measured</h2>", _table(["row", "status", "why"], page.left_out)]
     parts += ["<h2>Machine</h2>", _table(["fact", "value"], [[k, v] for k, v in _flat(page.environment)]),
