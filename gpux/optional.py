@@ -25,6 +25,7 @@ EXTRAS = {
     "soundfile": "audio",
     "soxr": "audio",
     "tokenizers": "text",
+    "matplotlib": "report",
 }
 
 # every distribution that installs the `onnxruntime` module

@@ -18,9 +18,13 @@ EMITTED = False  # a command printed its document: a failure after it adds none 
 def emit_json(doc: Any) -> None:
     """One strict JSON document on stdout (NaN and infinities become null)."""
     global EMITTED
-    sys.stdout.write(json.dumps(_finite(json.loads(json.dumps(doc, default=_default))), indent=2,
-                                allow_nan=False) + "\n")
+    sys.stdout.write(json_text(doc) + "\n")
     EMITTED = True
+
+
+def json_text(doc: Any, indent: int | None = 2) -> str:
+    """`doc` as strict JSON, as --json prints it (NaN and infinities become null)."""
+    return json.dumps(_finite(json.loads(json.dumps(doc, default=_default))), indent=indent, allow_nan=False)
 
 
 def _finite(value: Any) -> Any:

@@ -215,6 +215,8 @@ class BenchmarkRequest:
     as_csv: bool = False
     baseline: str | None = None  # a benchmark JSON document to gate on
     max_regression: float = 10.0  # percent
+    report: str | None = None  # an HTML page of the document (gpux.bench.report_html)
+    command_line: str = ""  # as typed, for the page
 
 
 def benchmark_command(req: BenchmarkRequest) -> int:
@@ -243,6 +245,10 @@ def benchmark_command(req: BenchmarkRequest) -> int:
         sys.stdout.write(bench.to_csv(rows))
     else:
         render(rows, doc.get("baseline"), all_providers=req.provider == "all")
+    if req.report:
+        from gpux.bench.report_html import write_report
+
+        write_report(doc, req.report, kind="benchmark", command=req.command_line, name=project.name)
     if not any(r["status"] != "unavailable" and r.get("stats") for r in rows):
         code = code or 4
     return code

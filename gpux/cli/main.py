@@ -8,9 +8,16 @@ from typing import Any
 import click
 
 from gpux.cli.groups import GROUPS
-from gpux.cli.options import JSON, PROVIDER, STORE, STRICT
+from gpux.cli.options import JSON, PROVIDER, REPORT, STORE, STRICT
 from gpux.errors import ExitCode, debugging
 from gpux.version import __version__
+
+ARGS: list[str] | None = None  # the arguments main() was given: the command line a --report page shows
+
+def command_line() -> str:
+    import shlex
+
+    return shlex.join(["gpux", *(sys.argv[1:] if ARGS is None else ARGS)])
 
 
 def _verbose(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -120,6 +127,7 @@ def build(no_verify: bool, shapes: tuple[str, ...], **kwargs: Any) -> None:
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None, help="Benchmark JSON to gate on.")
 @click.option("--max-regression", type=float, default=10.0, show_default=True,
               help="Percent a figure may regress against --baseline before exit 1.")
+@REPORT
 def run(target: str, **kwargs: Any) -> None:
     """Run a model (name, project folder, gpux.yml or .onnx) on the best working provider.
 
@@ -129,7 +137,7 @@ def run(target: str, **kwargs: Any) -> None:
     """
     from gpux.cli.run import RunRequest, run_command
 
-    sys.exit(run_command(RunRequest(target, **kwargs)))
+    sys.exit(run_command(RunRequest(target, command_line=command_line(), **kwargs)))
 
 
 @cli.command()
@@ -234,15 +242,21 @@ def serve(targets: tuple[str, ...], host: str | None, port: int | None, grpc_por
               help="Let a lossy candidate verified on generated data only (no verify.data) be locked.")
 @STORE
 @JSON
-def tune(target: str, precisions: str, providers: str | None, **kwargs: Any) -> None:
+@REPORT
+def tune(target: str, precisions: str, providers: str | None, report: str | None, **kwargs: Any) -> None:
     """Build, verify and benchmark the candidates this machine runs; lock the fastest in gpux.lock.json."""
-    from gpux import report
+    from gpux import report as out
+    from gpux.bench.report_html import check_report_path, write_report
     from gpux.bench.tune import TuneRequest, render
     from gpux.bench.tune import tune as run_tune
 
+    if report:
+        check_report_path(report)
     lock = run_tune(TuneRequest(target, precisions=tuple(precisions.split(",")),
                                 providers=tuple(providers.split(",")) if providers else None, **kwargs))
-    report.emit_json(lock) if kwargs["as_json"] else render(lock)
+    out.emit_json(lock) if kwargs["as_json"] else render(lock)
+    if report:
+        write_report(lock, report, kind="tune", command=command_line(), name=str(lock.get("name")))
     sys.exit(0 if lock["choice"] else int(ExitCode.FAILED))
 
 
@@ -278,8 +292,9 @@ def main(argv: list[str] | None = None) -> None:
     --json)."""
     from gpux import report
 
+    global ARGS
     report.EMITTED = False
-    args = sys.argv[1:] if argv is None else list(argv)
+    args = ARGS = sys.argv[1:] if argv is None else list(argv)
     debug = debugging() or "--debug" in args
     try:
         cli.main(args=args, prog_name="gpux", standalone_mode=False)

@@ -8,6 +8,9 @@ from gpux.providers import PROVIDERS
 
 PROVIDER_HELP = f"auto, one of {', '.join(PROVIDERS)}, or a comma list"
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+REPORT = click.option("--report", type=click.Path(dir_okay=False), default=None, metavar="FILE.html",
+                      help="Also write one self-contained HTML page: charts of latency and speedup, accuracy, "
+                           "the machine and this command line (needs matplotlib: pip install 'gpux-ml[report]').")
 STORE = click.option("--store", type=click.Path(file_okay=False), default=None,
                      help="Artifact store (default: .gpux/ beside gpux.yml, or $GPUX_STORE).")
 

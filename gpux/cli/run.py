@@ -34,6 +34,8 @@ class RunRequest:
     as_csv: bool = False
     baseline: str | None = None
     max_regression: float = 10.0
+    report: str | None = None  # an HTML page of the benchmark
+    command_line: str = ""  # as typed, for the page
 
 
 def run_command(req: RunRequest) -> int:
@@ -52,6 +54,13 @@ def run_command(req: RunRequest) -> int:
         raise UsageError("files are answered by one model; name its folder, not the workspace")
     if ws is not None:
         return run_workspace(ws, {k: v for k, v in dataclasses.asdict(req).items() if k != "target"})
+    if req.report:  # before minutes of measuring
+        from gpux.bench.report_html import check_report_path
+        from gpux.errors import UsageError
+
+        if not req.benchmark:
+            raise UsageError(f"--report {req.report} draws a benchmark; add --benchmark (or use gpux tune --report)")
+        check_report_path(req.report)
     project = open_project(req.target)
     if req.files and not req.benchmark:
         from gpux.cli.answer import answer_files

@@ -11,7 +11,7 @@ from gpux.multi.project import Models, choose, derived, open_models
 from gpux.plan.choice import read, write
 
 # `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
-UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline")
+UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline", "report")
 
 
 class InUse(GpuxError):
