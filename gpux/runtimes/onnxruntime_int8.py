@@ -17,7 +17,7 @@ from typing import Any
 
 from gpux.errors import BuildFailed
 from gpux.optional import require
-from gpux.runtimes.onnxruntime import create_session, optimized, quiet_stderr
+from gpux.runtimes.onnxruntime import create_session, optimized, quiet_stderr, save_model
 
 LAYER_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")  # the layers with weights a quantizer makes int8
 ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "HardSigmoid", "Sigmoid")  # the quantizer may fold these into the layer
@@ -85,17 +85,28 @@ def quantize(pre: Path, dst: Path, how: Int8, calibration: Sequence[dict[str, An
 def pre_processed(src: Path, dst: Path, log: Callable[[str], None] | None = None) -> Path:
     """ONNX Runtime's pre-processing before quantization (shape inference, constant folding of weights that
     exporters such as Paddle's write as Constant nodes): with symbolic shape inference, else without it (it fails
-    on some exported models), else the source as it is."""
+    on some exported models), else the source as it is; layers without a name are named `OPTYPE_INDEX` (the
+    quantizer leaves layers out by name)."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    out = src
     with quiet_stderr(log, "onnxruntime.quantization"):
         for skip in (False, True):
             try:
                 quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip)
-                return dst
+                out = dst
+                break
             except Exception:  # an optimisation: try the next way
                 continue
-    return src
+    onnx = require("onnx")
+    model = onnx.load(str(out))
+    nameless = [(i, n) for i, n in enumerate(model.graph.node) if n.op_type in LAYER_OPS and not n.name]
+    if not nameless:
+        return out
+    for i, n in nameless:
+        n.name = f"{n.op_type}_{i}"
+    save_model(model, dst)
+    return dst
 
 
 class _Reader:
