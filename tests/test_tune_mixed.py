@@ -121,3 +121,26 @@ def test_an_int8_candidate_without_calibration_of_its_own_borrows_the_projects(t
     assert [o.changes for o in ov if o.refines] == [{"preset": "mixed"}, {"bias_correction": "full"},
                                                    {"keep_fp32": 0.05}, {"keep_fp32": 0.15}, {"keep_fp32": 0.3},
                                                    {"int8_mode": "accuracy"}]
+
+
+def test_entropy_calibration_ranges_differ_from_minmax(tmp_path: Path) -> None:
+    """quantize_static's own entropy bins (128 of 128) leave one candidate range, the minmax one: gpux's differ."""
+    import onnx
+    from onnx import numpy_helper
+
+    from gpux.runtimes.onnxruntime_int8 import Int8, quantize
+
+    from .conftest import make_mlp
+
+    make_mlp(tmp_path / "model.onnx")
+    rng = np.random.default_rng(0)
+    feeds = [{"x": (rng.standard_normal((1, 8)) * (3 if i % 7 == 0 else 1)).astype(np.float32)} for i in range(40)]
+
+    def scales(method: str) -> dict[str, Any]:
+        dst = tmp_path / f"{method}.onnx"
+        quantize(tmp_path / "model.onnx", dst, Int8("static", method=method), feeds)
+        return {i.name: numpy_helper.to_array(i) for i in onnx.load(str(dst)).graph.initializer
+                if i.name.endswith("_scale")}
+
+    minmax, entropy = scales("minmax"), scales("entropy")
+    assert minmax.keys() == entropy.keys() and any(not np.allclose(minmax[k], entropy[k]) for k in minmax)

@@ -22,6 +22,9 @@ from gpux.runtimes.onnxruntime import create_session, optimized, quiet_stderr, s
 LAYER_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")  # the layers with weights a quantizer makes int8
 ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "HardSigmoid", "Sigmoid")  # the quantizer may fold these into the layer
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}  # -> CalibrationMethod
+# histogram bins of entropy calibration (TensorRT's recipe): quantize_static's own (128 bins, 128 quantized bins)
+# leave the KL search one candidate, the whole range, so its entropy ranges equal minmax's
+ENTROPY_BINS = {"num_bins": 2048, "num_quantized_bins": 128}
 RANKED_BY = ("ONNX Runtime qdq_loss_debug on the calibration samples: SQNR (dB) of each layer's input and output, "
              "QDQ model vs float model; a layer's sensitivity is the SQNR it loses")
 RANKING_SHOWN = 50  # the most sensitive layers an artifact's info lists
@@ -70,16 +73,35 @@ def quantize(pre: Path, dst: Path, how: Int8, calibration: Sequence[dict[str, An
              log: Callable[[str], None] | None = None) -> None:
     """ONNX Runtime's int8 quantization of a pre-processed model: dynamic (weights) or static QDQ calibrated on
     `calibration`, leaving `how.exclude` in fp32. The quantizer's own output goes to `log` (shown with -v)."""
+    import tempfile
+
     q = require("onnxruntime.quantization", "cpu")
-    with quiet_stderr(log, "onnxruntime.quantization"):
+    method = getattr(q.CalibrationMethod, METHODS[how.method])
+    with quiet_stderr(log, "onnxruntime.quantization"), tempfile.TemporaryDirectory() as tmp:
         if how.mode == "dynamic":
             q.quantize_dynamic(str(pre), str(dst), weight_type=q.QuantType.QInt8, per_channel=how.per_channel,
                                nodes_to_exclude=list(how.exclude))
-        else:
-            q.quantize_static(str(pre), str(dst), _Reader(list(calibration or [])), quant_format=q.QuantFormat.QDQ,
-                              per_channel=how.per_channel, activation_type=q.QuantType.QUInt8,
-                              weight_type=q.QuantType.QInt8, nodes_to_exclude=list(how.exclude),
-                              calibrate_method=getattr(q.CalibrationMethod, METHODS[how.method]))
+            return
+        ranges = _entropy_ranges(pre, calibration or [], Path(tmp)) if how.method == "entropy" else None
+        q.quantize_static(str(pre), str(dst), _Reader(list(calibration or [])), quant_format=q.QuantFormat.QDQ,
+                          per_channel=how.per_channel, activation_type=q.QuantType.QUInt8,
+                          weight_type=q.QuantType.QInt8, nodes_to_exclude=list(how.exclude), calibrate_method=method,
+                          calibration_cache_path=ranges)
+
+
+def _entropy_ranges(pre: Path, calibration: Sequence[dict[str, Any]], tmp: Path) -> Path:
+    """Entropy calibration's ranges over ENTROPY_BINS, computed as quantize_static would (the same calibrator on
+    the same operator types) and saved as its calibration cache."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator, save_tensors_data
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    calibrator = create_calibrator(pre, list(set(QLinearOpsRegistry) | set(QDQRegistry)),
+                                   augmented_model_path=str(tmp / "augmented.onnx"),
+                                   calibrate_method=CalibrationMethod.Entropy, extra_options=ENTROPY_BINS)
+    calibrator.collect_data(_Reader(list(calibration)))
+    out = tmp / "ranges.json"
+    save_tensors_data(calibrator.compute_data(), out)
+    return out
 
 
 def pre_processed(src: Path, dst: Path, log: Callable[[str], None] | None = None) -> Path:
