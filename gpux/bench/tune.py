@@ -98,7 +98,7 @@ def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protoc
              deadline: float, log: Callable[[str], None], opened: list[tuple[Outcome, Any]]) -> None:
     """Build, verify and open each candidate in turn (a refinement not needed, or past the budget, is left
     out); the opened ones are appended to `opened`, the others' rows say why."""
-    from gpux.bench.command import Rows, open_one
+    from gpux.bench.command import Rows, open_one, verification_status
     from gpux.plan.targets import fitted_options, resolve_shapes, with_options
 
     spent: dict[int, float] = {}  # seconds each opened candidate took, by id()
@@ -121,6 +121,8 @@ def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protoc
             o.why = why_out(got)
         else:
             o.status = "ok"
+            art = got.session.build.final.artifact if got.session.build else None
+            o.row = {"verification_status": verification_status(art.manifest.get("verification") if art else None)}
             opened.append((o, got))
 
 
