@@ -165,7 +165,8 @@ def kept(ctx: Any, keep: Any, layers: list[str], rank: Callable[[], dict[str, An
     ranked = rank()
     names = [r["layer"] for r in ranked["layers"]]
     ctx.log(f"{ctx.target.id}: layers int8 hurts most (SQNR lost): "
-            + ", ".join(f"{r['layer']} {r['lost_db']:.1f} dB" for r in ranked["layers"][:count]))
+            + ", ".join(f"{r['layer']} {r['lost_db']:.1f} dB" for r in ranked["layers"][:min(count, 10)])
+            + (f" and {count - 10} more" if count > 10 else ""))
     return {"asked": keep, "kept": names[:count], "of": len(layers), "ranked_by": RANKED_BY,
             "ranked_on": ranked["ranked_on"], "ranking": ranked["layers"][:RANKING_SHOWN]}
 
