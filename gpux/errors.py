@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -99,7 +100,10 @@ class BuildFailed(GpuxError):
 
 
 class VerificationFailed(BuildFailed):
-    pass
+    """An artifact that was built but failed verification; the build's record of it, where there is one."""
+
+    verification: dict[str, Any] | None = None  # the failing record: every metric, not only those failing
+    info: dict[str, Any] | None = None  # what the build step reported (its artifact's info)
 
 
 class ModelError(GpuxError):

@@ -265,13 +265,17 @@ def _build_remembering(job: Job, target: Target, parts: dict[str, Any], key: str
         (store.recall_failure(root, name, folder.name, checked) if job.verify else None)
     if known is not None:
         error = VerificationFailed if known.get("key") == checked else BuildFailed
-        raise error(f"{known['message']} (remembered from an earlier build of this model with these runtime "
-                    f"versions and data; --force retries)", hint=known.get("hint"))
+        again = error(f"{known['message']} (remembered from an earlier build of this model with these runtime "
+                      f"versions and data; --force retries)", hint=known.get("hint"))
+        if isinstance(again, VerificationFailed):
+            again.verification, again.info = known.get("verification"), known.get("info")
+        raise again
     job.log(f"building {target.id} ({why})")
     try:
         return _build_one(job, target, parts, key, src, folder)
     except VerificationFailed as exc:  # its key covers the data's digest and the thresholds
-        store.remember_failure(root, name, folder.name, checked, exc.message, exc.hint)
+        store.remember_failure(root, name, folder.name, checked, exc.message, exc.hint,
+                               {"verification": exc.verification, "info": exc.info})
         raise
     except BuildFailed as exc:
         if getattr(exc, "conversion", False):  # the runtime's conversion itself, not verification on some data
@@ -337,7 +341,11 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
         if job.verify and project.config.verify.enabled:
             from gpux.quality.verify import run_verification
 
-            manifest["verification"] = run_verification(job, step, target, workdir / manifest["main"])
+            try:
+                manifest["verification"] = run_verification(job, step, target, workdir / manifest["main"])
+            except VerificationFailed as exc:
+                exc.info = info
+                raise
         else:
             manifest["verification"] = {"status": "skipped",
                                         "skipped": "--no-verify" if not job.verify else "verify.enabled: false"}

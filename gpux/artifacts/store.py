@@ -144,11 +144,13 @@ def _failure_file(root: Path, name: str, folder: str) -> Path:
     return root / ".failed" / f"{name}-{folder}.json"
 
 
-def remember_failure(root: Path, name: str, folder: str, key: str, message: str, hint: str | None) -> None:
-    """Record that building the artifact `folder` (keyed like it: model, options, runtime versions) failed."""
+def remember_failure(root: Path, name: str, folder: str, key: str, message: str, hint: str | None,
+                     record: dict[str, Any] | None = None) -> None:
+    """Record that building the artifact `folder` (keyed like it: model, options, runtime versions) failed, with
+    what else the failure carries (`record`: a failed verification's metrics and the build's info)."""
     with contextlib.suppress(OSError):
         atomic_write_text(_failure_file(root, name, folder),
-                          json.dumps({"key": key, "message": message, "hint": hint}))
+                          json.dumps({**(record or {}), "key": key, "message": message, "hint": hint}))
 
 
 def recall_failure(root: Path, name: str, folder: str, key: str) -> dict[str, Any] | None:

@@ -121,7 +121,8 @@ def open_one(project: Project, provider: str | None, precision: str | None, rows
     except VerificationFailed as exc:  # a headline, then one line per failing metric
         lines = [x.strip() for x in exc.message.splitlines() if x.strip()]
         return bench.result_row(provider or "auto", label, None, bench.Phases(), status="failed verification",
-                                error=" ".join(lines), failures=lines[1:])
+                                error=" ".join(lines), failures=lines[1:],
+                                accuracy=accuracy_of(exc.verification or {}), build_info=exc.info)
     except GpuxError as exc:
         return bench.result_row(provider or "auto", label, None, bench.Phases(), status="unavailable",
                                 error=exc.message)

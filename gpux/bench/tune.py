@@ -12,41 +12,22 @@ import json
 import textwrap
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from gpux import report
 from gpux.bench import protocol as bench
+from gpux.bench.candidates import Outcome, ms, needless
+from gpux.bench.candidates import candidates as candidates_for
 from gpux.config.load import Project
 from gpux.errors import UsageError
 from gpux.plan.lock import LOCK_NAME, SCHEMA, fingerprint
 
 OBJECTIVES = ("latency", "throughput")
-# a candidate that recovers accuracy by leaving layers in fp32 refines the plain one named here: it is measured
-# only when that one failed verification (had it passed, it would be the faster of the two), and only when the
-# budget left covers SLOWER times what that one took (accuracy control validates a model per layer it gives back)
-REFINES: dict[tuple[str, str], str] = {("openvino", "accuracy"): "quantize"}
-SLOWER = 10
 WHY_WIDTH = 120  # the table's why column, cut at a word; the JSON keeps the whole text
 UNVERIFIED = ("unverified (int8 on generated data only, or on under 10 real samples; declare verify.data or "
               "calibration data)")
-# (precision label, option fields) tried per provider on its own runtime (see option_rows for runtime: torch);
-# the precision label is what the table shows
-CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {
-    "cpu": [("fp32", {"precision": "fp32", "optimization": "basic"}),
-            ("fp32", {"precision": "fp32", "optimization": "all"}),
-            ("fp16", {"precision": "fp16", "optimization": "basic"}),
-            ("int8", {"precision": "int8", "quantization": "dynamic", "optimization": "basic"}),
-            ("int8", {"precision": "int8", "quantization": "static", "optimization": "basic"})],
-    "openvino": [("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "latency"}),
-                 ("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "throughput"}),
-                 ("bf16", {"precision": "fp32", "inference_precision": "bf16", "hint": "latency"}),
-                 ("fp16", {"precision": "fp16", "inference_precision": "f32", "hint": "latency"}),
-                 ("int8", {"precision": "int8", "int8_mode": "quantize", "hint": "latency"}),
-                 ("int8", {"precision": "int8", "int8_mode": "accuracy", "hint": "latency"})],
-    "tensorrt": [("fp32", {"precision": "fp32"}), ("fp16", {"precision": "fp16"}), ("int8", {"precision": "int8"})],
-}
+LIMITING_SHOWN = 8  # the most sensitive layers the lock lists per ranking
 
 
 @dataclass(frozen=True)
@@ -63,62 +44,9 @@ class TuneRequest:
     allow_unverified: bool = False  # a lossy candidate verified on generated data only may be locked
 
 
-@dataclass
-class Outcome:
-    """One candidate's row: what it is, how it did, and why it was or was not chosen."""
-
-    provider: str
-    precision: str
-    options: dict[str, Any]
-    status: str = "pending"  # ok | failed verification | unverified | unavailable | over budget | not needed
-    row: dict[str, Any] = field(default_factory=dict)
-    why: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        stats = self.row.get("stats") or {}
-        return {"provider": self.provider, "precision": self.precision, "options": self.options,
-                "status": self.status, "why": self.why, "verification": self.row.get("verification_status"),
-                "p50_ms": _ms(stats.get("p50")), "p99_ms": _ms(stats.get("p99")), "throughput": stats.get("throughput"),
-                "median_ci_ms": [_ms(v) for v in stats["median_ci"]] if stats.get("median_ci") else None,
-                "round_scores": self.row.get("round_scores"), "vs_plain_ort": self.row.get("vs_plain_ort"),
-                "artifact": Path(self.row["artifact"]).parent.name if self.row.get("artifact") else None,
-                "accuracy": self.row.get("accuracy"), "size": self.row.get("artifact_size"),
-                "build_s": (self.row.get("phases") or {}).get("build_s"), "error": self.row.get("error")}
-
-
-def _ms(v: float | None) -> float | None:
-    return None if v is None else v * 1e3
-
-
-def option_rows(project: Project, provider: str) -> list[tuple[str, dict[str, Any]]]:
-    """(precision label, option fields) tune tries on `provider`, in the runtime the project runs it with:
-    ONNX Runtime's, OpenVINO's or TensorRT's fields (CANDIDATES), or with `runtime: torch` the `torch:` block's
-    compile mode and precision (the registry row's variants); fields of another runtime are never candidates."""
-    from gpux.providers import registry, runtime_of
-
-    if runtime_of(project, provider) != "torch":
-        return CANDIDATES.get(provider, [])
-    row = registry().get(provider)
-    variants = row.torch.variants if row is not None and row.torch is not None else ()
-    return [(precision, {"torch": {"compile": mode, "precision": precision}}) for mode, precision in variants]
-
-
 def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
-    from gpux.providers import probe_for, registry
-
-    supported = project.config.runtime.supported
-    out = []
-    for provider in dict.fromkeys([*CANDIDATES, *registry()]):
-        if req.providers is not None and provider not in req.providers:
-            continue
-        rows = [(label, opts) for label, opts in option_rows(project, provider) if label in req.precisions]
-        if not rows or (supported and provider not in supported) or not probe_for(project, provider).ok:
-            continue
-        out += [Outcome(provider, label, opts) for label, opts in rows]
-    if not out:
-        raise UsageError("no candidate to tune: none of the asked providers and precisions is available here",
-                         hint="see `gpux inspect` for what this machine has")
-    return out
+    """Every candidate tune tries for `req` (gpux.bench.candidates)."""
+    return candidates_for(project, req.providers, req.precisions)
 
 
 def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
@@ -153,6 +81,8 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
         for (o, prepared), e in zip(opened, entries, strict=True):
             o.row = measured_row(prepared, e.measurement(), concurrency)
             o.row["round_scores"] = e.scores
+            art = prepared.session.build.final.artifact if prepared.session.build else None
+            o.row["build_info"] = art.manifest.get("info") if art else None
             o.status = "ok" if o.row["status"] == "ok" else "unavailable"
             if plain and base is not None:
                 key = "p50" if req.objective == "latency" else "throughput"
@@ -166,9 +96,9 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
 
 def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protocol: bench.Protocol,
              deadline: float, log: Callable[[str], None], opened: list[tuple[Outcome, Any]]) -> None:
-    """Build, verify and open each candidate in turn (REFINES and the budget may leave some out); the opened
-    ones are appended to `opened`, the others' rows say why."""
-    from gpux.bench.command import Rows, open_one
+    """Build, verify and open each candidate in turn (a refinement not needed, or past the budget, is left
+    out); the opened ones are appended to `opened`, the others' rows say why."""
+    from gpux.bench.command import Rows, open_one, verification_status
     from gpux.plan.targets import fitted_options, resolve_shapes, with_options
 
     spent: dict[int, float] = {}  # seconds each opened candidate took, by id()
@@ -176,7 +106,7 @@ def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protoc
         if time.monotonic() > deadline:
             o.status, o.why = "over budget", f"not measured: --budget {req.budget_s:g} s spent"
             continue
-        o.status, o.why = _needless(o, outcomes[:i - 1], spent, deadline - time.monotonic())
+        o.status, o.why = needless(o, outcomes[:i - 1], spent, deadline - time.monotonic())
         if o.status != "pending":
             continue
         started = time.monotonic()
@@ -191,6 +121,8 @@ def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protoc
             o.why = why_out(got)
         else:
             o.status = "ok"
+            art = got.session.build.final.artifact if got.session.build else None
+            o.row = {"verification_status": verification_status(art.manifest.get("verification") if art else None)}
             opened.append((o, got))
 
 
@@ -215,8 +147,8 @@ def baseline_figures(entry: Any, concurrency: int, objective: str) -> dict[str, 
     from gpux.bench import rounds
 
     s = bench.summarize(entry.latencies_s, entry.wall_s, concurrency=concurrency)
-    return {"p50": s.p50, "throughput": s.throughput, "p50_ms": _ms(s.p50), "p99_ms": _ms(s.p99),
-            "median_ci_ms": [_ms(s.median_ci[0]), _ms(s.median_ci[1])],
+    return {"p50": s.p50, "throughput": s.throughput, "p50_ms": ms(s.p50), "p99_ms": ms(s.p99),
+            "median_ci_ms": [ms(s.median_ci[0]), ms(s.median_ci[1])],
             "round_spread": rounds.spread(entry.scores, objective)}
 
 
@@ -229,22 +161,6 @@ def why_out(row: dict[str, Any]) -> str:
 def why_cell(why: str, width: int = WHY_WIDTH) -> str:
     """`why` for the table: whole when it fits, else cut at a word boundary."""
     return textwrap.shorten(why, width, placeholder=" …")
-
-
-def _needless(o: Outcome, done: list[Outcome], spent: dict[int, float], left_s: float) -> tuple[str, str]:
-    """("pending", "") for a candidate to measure, else its status and why it is left out (see REFINES)."""
-    plain_mode = REFINES.get((o.provider, str(o.options.get("int8_mode"))))
-    plain = next((d for d in done if d.provider == o.provider and d.options.get("int8_mode") == plain_mode), None)
-    if plain_mode is None or plain is None:
-        return "pending", ""
-    if plain.status == "ok":
-        return "not needed", f"int8 {plain_mode} passed verification: layers left in fp32 could only be slower"
-    if plain.status != "failed verification":
-        return "unavailable", f"int8 {plain_mode} did not build: {plain.why}"
-    needed_s = SLOWER * spent.get(id(plain), 0.0)
-    if needed_s > left_s:
-        return "over budget", f"not measured: needs about {needed_s:.0f} s, {left_s:.0f} s of --budget left"
-    return "pending", ""
 
 
 def _opts(options: dict[str, Any], prefix: str = "") -> str:
@@ -322,11 +238,32 @@ def tune(req: TuneRequest) -> dict[str, Any]:
             "choice": None if best is None else {"provider": best.provider, "precision": best.precision,
                                                  "options": best.options},
             "figures": None if best is None else best.to_dict(), "fingerprint": fingerprint(project),
-            "tuned_in_s": round(time.monotonic() - started, 1), "candidates": [o.to_dict() for o in outcomes]}
+            "tuned_in_s": round(time.monotonic() - started, 1), "candidates": [o.to_dict() for o in outcomes],
+            "limiting_layers": limiting_layers(outcomes)}
     if best is not None:  # with no survivor, an earlier lock stays as it was (run follows it as tune built it:
         # plan.lock.apply_lock drops the same declared fields the choice's options reject)
         atomic_write_text(project.root / LOCK_NAME, json.dumps(lock, indent=1) + "\n")
     return lock
+
+
+def limiting_layers(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Per provider, the layers int8 hurts most as the ranking of its first mixed-precision build measured them
+    (what limits int8 on this model), with what they were ranked on."""
+    out: dict[str, Any] = {}
+    for o in outcomes:
+        record = (o.row.get("build_info") or {}).get("keep_fp32") or {}
+        if record.get("ranking") and o.provider not in out:
+            out[o.provider] = {"ranked_by": record["ranked_by"], "ranked_on": record["ranked_on"],
+                               "settings": _opts(o.options), "layers": record["ranking"][:LIMITING_SHOWN]}
+    return out
+
+
+def agreement_cell(acc: dict[str, Any]) -> str:
+    """`91/100/100 %`: top-1, confident top-1 and top-5 agreement with the FP32 reference (class scores)."""
+    values = [acc.get(k) for k in ("top1", "top1_confident", "top5")]
+    if all(v is None for v in values):
+        return "-"
+    return "/".join("-" if v is None else f"{v * 100:.0f}" for v in values) + " %"
 
 
 def vs_cell(vs: dict[str, Any] | None) -> str:
@@ -340,12 +277,15 @@ def render(lock: dict[str, Any]) -> None:
         acc = c.get("accuracy") or {}
         rows.append([c["provider"], c["precision"], _opts(c["options"]), c["status"],
                      "-" if c["p50_ms"] is None else f"{c['p50_ms']:.4f}",
-                     "-" if c["p99_ms"] is None else f"{c['p99_ms']:.4f}",
                      "-" if c["throughput"] is None else f"{c['throughput']:.1f}", vs_cell(c.get("vs_plain_ort")),
-                     "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
+                     agreement_cell(acc), "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
                      report.format_size(c["size"]) if c.get("size") else "-", why_cell(c["why"])])
-    print(report.format_table(["provider", "precision", "options", "status", "p50 ms", "p99 ms", "per s",
-                               "vs plain ORT", "cosine", "size", "why"], rows))
+    print(report.format_table(["provider", "precision", "options", "status", "p50 ms", "per s", "vs plain ORT",
+                               "top-1/conf/top-5", "cosine", "size", "why"], rows))
+    for provider, ranked in (lock.get("limiting_layers") or {}).items():
+        report.info(f"layers int8 hurts most on {provider} (SQNR lost, ranked on {ranked['ranked_on']['samples']} "
+                    "calibration samples): " + ", ".join(f"{r['layer']} {r['lost_db']:.1f} dB"
+                                                         for r in ranked["layers"][:4]))
     base = lock.get("baseline") or {}
     if base.get("error"):
         report.warn(f"no speedups: {base['error']}")

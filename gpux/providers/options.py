@@ -59,6 +59,13 @@ def _field(default: Any, description: str, **kw: Any) -> Any:
     return Field(default, description=description, **kw)
 
 
+KeepFP32 = (Annotated[int, Field(ge=0, strict=True)] | Annotated[float, Field(gt=0, lt=1, strict=True)]
+            | list[Annotated[str, Field(min_length=1)]])
+_KEEP_FP32 = ("Mixed precision: layers left in fp32, the rest int8. A count, a fraction of the quantizable layers "
+              "(0 < f < 1, rounded up), or layer names (ONNX node names). A count or fraction keeps the layers "
+              "int8 hurts most, ranked on the calibration samples (ONNX Runtime's QDQ debugger: signal-to-"
+              "quantization-noise lost across each layer); the ranking and the kept layers are recorded in the "
+              "artifact's info. 0 = every layer int8.")
 _CALIBRATION = "Calibration inputs: a .npz/.npy file, or a folder of them, relative to gpux.yml."
 _SAMPLES = "Seeded random calibration samples generated from the inputs when no calibration is given."
 _DEVICE_ID = "Index of the GPU to run on."
@@ -114,6 +121,10 @@ class CPUOptions(Options):
     calibration: str | None = _field(None, _CALIBRATION + " Used by static quantization.", min_length=1)
     calibration_samples: int = _field(16, _SAMPLES, ge=1)
     per_channel: bool = _field(False, "int8 only: quantize weights per channel instead of per tensor.")
+    calibration_method: Literal["minmax", "entropy", "percentile"] = _field(
+        "minmax", "Static int8 only: how activation ranges are calibrated (ONNX Runtime's CalibrationMethod): "
+        "minmax, entropy (KL divergence over 2048-bin histograms; slow) or percentile (99.999 %).")
+    keep_fp32: KeepFP32 = _field(0, "Static int8 only. " + _KEEP_FP32)
     torch: TorchOptions = Field(default_factory=TorchOptions,
                                 description="runtime: torch only: how PyTorch runs the model on the CPU.")
 
@@ -122,9 +133,10 @@ class CPUOptions(Options):
         _torch_block(self, self.runtime, self.torch, gpu=False)
         self._only_if(("optimization", "precision"), self.runtime == "onnxruntime",
                       "with runtime: onnxruntime (with runtime: torch, set torch.precision)")
-        self._only_if(("quantization", "per_channel", "calibration", "calibration_samples"),
-                      self.precision == "int8", "with precision: int8")
-        self._only_if(("calibration", "calibration_samples"), self.quantization == "static",
+        self._only_if(("quantization", "per_channel", "calibration", "calibration_samples", "calibration_method",
+                       "keep_fp32"), self.precision == "int8", "with precision: int8")
+        self._only_if(("calibration", "calibration_samples", "calibration_method", "keep_fp32"),
+                      self.quantization == "static",
                       "with quantization: static (dynamic quantization needs no calibration data)")
         return self
 
@@ -163,14 +175,25 @@ class OpenVINOOptions(Options):
         None, "Layout per input name, e.g. {images: NCHW}; letters N, C, D, H, W, T and ?.")
     calibration: str | None = _field(None, _CALIBRATION + " Used by int8_mode: quantize and accuracy.", min_length=1)
     calibration_samples: int = _field(16, _SAMPLES, ge=1)
+    preset: Literal["performance", "mixed"] = _field(
+        "performance", "int8_mode: quantize only: NNCF's QuantizationPreset: symmetric weights and activations "
+        "(performance), or asymmetric activations (mixed).")
+    bias_correction: Literal["fast", "full", "off"] = _field(
+        "fast", "int8_mode: quantize only: NNCF's bias correction after quantization: fast, full (slower, "
+        "statistics per layer) or off.")
+    keep_fp32: KeepFP32 = _field(
+        0, "int8_mode: quantize only (NNCF's ignored scope). " + _KEEP_FP32 + " Names may also be OpenVINO "
+        "operation names.")
 
     @model_validator(mode="after")
     def _consistent(self) -> OpenVINOOptions:
         if self.streams == "auto" and self.hint == "latency":
             raise ValueError("streams: auto is OpenVINO's throughput stream mode; use it with hint: "
                              "throughput or cumulative_throughput, or give a stream count")
-        self._only_if(("int8_mode", "calibration", "calibration_samples"), self.precision == "int8",
-                      "with precision: int8")
+        self._only_if(("int8_mode", "calibration", "calibration_samples", "preset", "bias_correction", "keep_fp32"),
+                      self.precision == "int8", "with precision: int8")
+        self._only_if(("preset", "bias_correction", "keep_fp32"), self.int8_mode == "quantize",
+                      "with int8_mode: quantize")
         self._only_if(("calibration", "calibration_samples"), self.int8_mode != "weights",
                       "with int8_mode: quantize or accuracy (weight compression needs no calibration data)")
         if self.int8_mode == "accuracy" and self.inference_precision in ("bf16", "f16"):

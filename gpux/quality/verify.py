@@ -215,11 +215,13 @@ def verdict(job: Job, target: Target, result: Verification, data: Data) -> dict[
     job.log(f"verify {target.id}: {result.summary()}")
     if not result.passed and (result.status == "verified" or data.representative):
         lines = "\n".join(f"  {f}" for f in result.failures)
-        raise VerificationFailed(
+        failed = VerificationFailed(
             f"{target.id} failed verification against the FP32 reference on {data.source} inputs:\n{lines}",
             hint="loosen verify: thresholds in gpux.yml (verify.outputs.NAME for one output), choose another "
                  "precision, or build with --no-verify",
         )
+        failed.verification = {**result.to_dict(), "status": "failed"}
+        raise failed
     if why:
         result.extra["unverified"] = why
         seen = f"; on generated data it failed: {'; '.join(result.failures)}" if result.failures else ""

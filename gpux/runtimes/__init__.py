@@ -3,6 +3,7 @@ machine and opened, named as 'module:function' so nothing heavy is imported unti
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ ORT_STEP = Step("gpux.runtimes.onnxruntime:build_onnx", "gpux.runtimes.onnxrunti
 STEPS: dict[str, Step] = {
     "optimize": ORT_STEP,
     "float16": ORT_STEP,
-    "quantize": ORT_STEP,
+    "quantize": dataclasses.replace(ORT_STEP, build="gpux.runtimes.onnxruntime_int8:build_int8"),
     "torch-export": Step("gpux.runtimes.torch_export:export_onnx", "gpux.runtimes.onnxruntime:verify_runner",
                          ("torch", "onnx"), "none"),
     "coreml-package": Step("gpux.runtimes.coreml:build_package", "gpux.runtimes.coreml:verify_runner",

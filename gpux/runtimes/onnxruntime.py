@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,50 +66,6 @@ def save_model(model: Any, dst: Path) -> None:
     onnx = require("onnx")
     external = model.ByteSize() > EXTERNAL_THRESHOLD
     onnx.save_model(model, str(dst), save_as_external_data=external, location=dst.name + ".data")
-
-
-def quantize(src: Path, dst: Path, mode: str, per_channel: bool,
-             calibration: Sequence[dict[str, Any]] | None = None, log: Callable[[str], None] | None = None) -> None:
-    """ONNX Runtime's int8 quantization: dynamic (weights) or static QDQ calibrated on `calibration`. The
-    quantizer's own warnings, logs and prints go to `log` (shown with -v), not to the terminal."""
-    q = require("onnxruntime.quantization", "cpu")
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    pre = dst.with_name(dst.stem + ".pre.onnx")
-    with quiet_stderr(log, "onnxruntime.quantization"):
-        pre = _pre_processed(quant_pre_process, src, pre)
-        if mode == "dynamic":
-            q.quantize_dynamic(str(pre), str(dst), weight_type=q.QuantType.QInt8, per_channel=per_channel)
-        else:
-            reader = _Reader(list(calibration or []))
-            q.quantize_static(str(pre), str(dst), reader, quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
-                              activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
-    if pre != src:
-        for p in (pre, pre.with_name(pre.name + ".data")):
-            p.unlink(missing_ok=True)
-
-
-def _pre_processed(quant_pre_process: Any, src: Path, dst: Path) -> Path:
-    """ONNX Runtime's pre-processing before quantization (shape inference, constant folding of weights that
-    exporters such as Paddle's write as Constant nodes): with symbolic shape inference, else without it (it fails
-    on some exported models), else the source as it is."""
-    for skip in (False, True):
-        try:
-            quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip)
-            return dst
-        except Exception:  # an optimisation: try the next way
-            continue
-    return src
-
-
-class _Reader:
-    """CalibrationDataReader over a list of feeds."""
-
-    def __init__(self, feeds: list[dict[str, Any]]) -> None:
-        self._it: Iterator[dict[str, Any]] = iter(feeds)
-
-    def get_next(self) -> dict[str, Any] | None:
-        return next(self._it, None)
 
 
 @dataclass
@@ -216,53 +172,25 @@ def _python_captured(lines: list[str]) -> Iterator[None]:
 
 
 def build_onnx(ctx: Any) -> dict[str, Any]:
-    """The ONNX artifact: float16 / int8 variant of the source if asked, then offline graph optimization."""
-    target = ctx.target
-    opts = target.options
-    dst = ctx.workdir / "model.onnx"
+    """The ONNX artifact: the float16 variant of the source if asked, then offline graph optimization (int8:
+    gpux.runtimes.onnxruntime_int8)."""
     src = ctx.src
-    if target.step == "float16":
+    if ctx.target.step == "float16":
         src = ctx.workdir / "fp16.onnx"
         to_float16(ctx.src, src, ctx.log)
-    elif target.step == "quantize":
-        src = ctx.workdir / "int8.onnx"
-        mode = opts.get("quantization", "dynamic")
-        quantize(ctx.src, src, mode, bool(opts.get("per_channel")),
-                 ctx.calibration() if mode == "static" else None, ctx.log)
-    info: dict[str, Any] = {"main": dst.name, "optimization": opts.get("optimization", "basic")}
-    if target.step == "quantize":
-        info.update(int8_effect(ctx, src))
-    optimize(src, dst, opts.get("optimization", "basic"))
+    return optimized(ctx, src, {})
+
+
+def optimized(ctx: Any, src: Path, info: dict[str, Any]) -> dict[str, Any]:
+    """`src` optimized offline into the artifact's model.onnx at the target's level (an intermediate `src` is
+    removed); the artifact's info, `info` added."""
+    level = ctx.target.options.get("optimization", "basic")
+    dst = ctx.workdir / "model.onnx"
+    optimize(src, dst, level)
     if src != ctx.src:
         for p in (src, src.with_name(src.name + ".data")):
             p.unlink(missing_ok=True)
-    return info
-
-
-# operators that carry int8 arithmetic in a quantized ONNX graph
-QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearConv",
-                 "QLinearMatMul", "DynamicQuantizeMatMul", "QAttention", "QGemm", "MatMulIntegerToFloat")
-
-
-def int8_effect(ctx: Any, quantized: Path) -> dict[str, Any]:
-    """How many int8 operators quantization put in and how the size changed; a quantization that did
-    nothing (no int8 operator, or a bigger model) is a warning, a failure under --strict."""
-
-    onnx = require("onnx")
-    model = onnx.load(str(quantized), load_external_data=False)
-    ops = sum(1 for n in model.graph.node if n.op_type in QUANTIZED_OPS)
-
-    def size(p: Path) -> int:
-        return sum(f.stat().st_size for f in (p, p.with_name(p.name + ".data")) if f.is_file()) + \
-            sum(f.stat().st_size for f in p.parent.glob(p.name + "*.data") if f.name != p.name + ".data")
-
-    before, after = size(ctx.src), size(quantized)
-    out: dict[str, Any] = {"quantized_ops": ops, "size_ratio": round(after / before, 4) if before else None}
-    problem = "no operator was quantized" if ops == 0 else \
-        f"the int8 model is larger than its source ({after} vs {before} bytes)" if after > before else ""
-    from gpux.runtimes import int8_did_nothing
-
-    return {**out, **int8_did_nothing(ctx, problem)}
+    return {"main": dst.name, "optimization": level, **info}
 
 
 def verify_runner(artifact: Path, target: Any) -> Any:

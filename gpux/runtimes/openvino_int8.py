@@ -1,5 +1,12 @@
-"""OpenVINO int8 by NNCF: post-training quantization, int8 weight compression, or accuracy-aware quantization
-that keeps the declared cosine by leaving in fp32 the layers that break it.
+"""OpenVINO int8 by NNCF: post-training quantization (NNCF's preset and bias correction as asked, the layers
+`keep_fp32` names or ranks left in fp32 as NNCF's ignored scope), int8 weight compression, or accuracy-aware
+quantization that keeps the declared cosine by leaving in fp32 the layers that break it.
+
+`keep_fp32` as a count or fraction takes the layers ONNX Runtime's QDQ debugger ranks most sensitive on the same
+calibration samples (gpux.runtimes.onnxruntime_int8; weights per channel, minmax ranges, as NNCF's defaults): one
+measured ranking per model and samples, shared with the cpu provider's builds and reported as one list, and no
+second NNCF quantization to rank on. The IR keeps the ONNX node names (a Conv's convolution is `NAME/WithoutBiases`,
+its bias `NAME`), so each ranked layer maps to the OpenVINO operation NNCF would quantize.
 
 Accuracy-aware (`int8_mode: accuracy`): nncf.quantize_with_accuracy_control on the calibration feeds, validated
 on the inputs verification will use (verify.data, else the seeded generated ones), the metric being the pooled
@@ -13,8 +20,10 @@ import contextlib
 import io
 import logging
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from gpux.errors import BuildFailed, debugging
@@ -37,7 +46,7 @@ def compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
         if feeds is None:
             model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
         elif mode == "quantize":
-            model = nncf.quantize(model, nncf.Dataset(feeds), subset_size=len(feeds))
+            model, extra = _quantize(nncf, ctx, model, opts, feeds)
         else:
             model, extra = _with_accuracy_control(nncf, ctx, model, feeds)
     seconds = round(time.perf_counter() - started, 4)
@@ -51,8 +60,52 @@ def compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
         info["calibration_samples"] = len(feeds)
     ctx.log(f"{ctx.target.id}: NNCF int8 {mode} in {seconds:.2f}s"
             + (f" ({extra['fp32_layers']} of {extra['fp32_layers'] + extra['int8_layers']} layers left in fp32)"
-               if extra else ""))
+               if "int8_layers" in extra else ""))
     return model
+
+
+PRESETS = {"performance": "PERFORMANCE", "mixed": "MIXED"}  # -> nncf.QuantizationPreset
+
+
+def _quantize(nncf: Any, ctx: Any, model: Any, opts: Any, feeds: list[Any]) -> tuple[Any, dict[str, Any]]:
+    """nncf.quantize with the block's preset, bias correction and `keep_fp32` (an ignored scope)."""
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
+
+    extra: dict[str, Any] = {}
+    scope = None
+    if opts.keep_fp32:
+        extra["keep_fp32"], names = ignored(ctx, model, opts.keep_fp32, feeds)
+        scope = nncf.IgnoredScope(names=names)
+    quantized = nncf.quantize(
+        model, nncf.Dataset(feeds), subset_size=len(feeds), preset=getattr(nncf.QuantizationPreset,
+                                                                          PRESETS[opts.preset]),
+        fast_bias_correction=opts.bias_correction != "full", ignored_scope=scope,
+        advanced_parameters=AdvancedQuantizationParameters(disable_bias_correction=opts.bias_correction == "off"))
+    if scope is not None:
+        extra["int8_layers"], extra["fp32_layers"] = layer_precisions(quantized)
+    return quantized, extra
+
+
+def ignored(ctx: Any, model: Any, keep: Any, feeds: list[Any]) -> tuple[dict[str, Any], list[str]]:
+    """What `keep_fp32` leaves in fp32 (as onnxruntime_int8.kept records it) and the OpenVINO operations that
+    are, for NNCF's ignored scope."""
+    from gpux.runtimes import onnxruntime_int8 as ort8
+
+    ops = {op.get_friendly_name(): op for op in model.get_ops() if op.get_type_name() in LAYERS}
+
+    def op_name(layer: str) -> str | None:
+        return next((n for n in (layer + "/WithoutBiases", layer) if n in ops), None)
+
+    with tempfile.TemporaryDirectory() as tmp:  # in the build's scratch folder
+        pre = ort8.pre_processed(ctx.src, Path(tmp) / "pre.onnx", ctx.log)
+        how = ort8.Int8("static", per_channel=True)
+        record = ort8.kept(ctx, keep, ort8.quantizable(pre), lambda: ort8.ranking(ctx, pre, how, feeds),
+                           f"providers.{ctx.target.provider}.keep_fp32", aliases=list(ops))
+    names = [n for n in (k if k in ops else op_name(k) for k in record["kept"]) if n is not None]
+    record["openvino_ops"] = names
+    if len(names) < len(record["kept"]):
+        record["not_in_ir"] = [k for k in record["kept"] if k not in ops and op_name(k) is None]
+    return record, names
 
 
 def _with_accuracy_control(nncf: Any, ctx: Any, model: Any, feeds: list[Any]) -> tuple[Any, dict[str, Any]]:

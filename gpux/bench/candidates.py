@@ -1,0 +1,188 @@
+"""What `gpux tune` tries: per provider the precision and option rows of the runtime it runs with, and the int8
+refinements, tried only where the plain int8 candidate of their provider failed verification, in order until
+one passes (each later one could only be slower or costlier): cheap calibration variants, then layers left in
+fp32 (the most sensitive first, ranked on the calibration samples), then costly ones (entropy calibration,
+NNCF's accuracy control). An int8 candidate on
+a provider with no calibration data of its own borrows the calibration another provider block declares (the
+same model inputs), so that it is calibrated on real data rather than generated samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpux.config.load import Project
+from gpux.errors import UsageError
+
+# (precision label, option fields) tried per provider on its own runtime (see option_rows for runtime: torch);
+# the precision label is what the table shows. int8 builds at the level where ONNX Runtime fuses Q/DQ pairs
+# into int8 kernels (extended and above; at basic a QDQ model runs its float operators between them)
+CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "cpu": [("fp32", {"precision": "fp32", "optimization": "basic"}),
+            ("fp32", {"precision": "fp32", "optimization": "all"}),
+            ("fp16", {"precision": "fp16", "optimization": "basic"}),
+            ("int8", {"precision": "int8", "quantization": "dynamic", "optimization": "all"}),
+            ("int8", {"precision": "int8", "quantization": "static", "optimization": "all"})],
+    "openvino": [("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "latency"}),
+                 ("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "throughput"}),
+                 ("bf16", {"precision": "fp32", "inference_precision": "bf16", "hint": "latency"}),
+                 ("fp16", {"precision": "fp16", "inference_precision": "f32", "hint": "latency"}),
+                 ("int8", {"precision": "int8", "int8_mode": "quantize", "hint": "latency"})],
+    "tensorrt": [("fp32", {"precision": "fp32"}), ("fp16", {"precision": "fp16"}), ("int8", {"precision": "int8"})],
+}
+SLOWER = 10  # accuracy control validates a model per layer it gives back: about this many plain builds
+# provider -> (the fields that mark its plain int8 row, [(what a refinement changes, how many times the plain
+# one's build time it may take: tried only while the budget left covers that)]). Entropy calibration comes last:
+# its KL search over 2048-bin histograms runs in Python (MobileNetV2, 33 samples: 65-75 s against 6 s for minmax)
+REFINEMENTS: dict[str, tuple[dict[str, Any], list[tuple[dict[str, Any], float]]]] = {
+    "cpu": ({"quantization": "static"},
+            [({"calibration_method": "percentile"}, 4), ({"keep_fp32": 0.05}, 3), ({"keep_fp32": 0.15}, 1.5),
+             ({"keep_fp32": 0.3}, 1.5), ({"calibration_method": "entropy"}, 12)]),
+    "openvino": ({"int8_mode": "quantize"},
+                 [({"preset": "mixed"}, 1.5), ({"bias_correction": "full"}, 4), ({"keep_fp32": 0.05}, 3),
+                  ({"keep_fp32": 0.15}, 1.5), ({"keep_fp32": 0.3}, 1.5), ({"int8_mode": "accuracy"}, SLOWER)]),
+}
+
+
+@dataclass
+class Outcome:
+    """One candidate's row: what it is, how it did, and why it was or was not chosen."""
+
+    provider: str
+    precision: str
+    options: dict[str, Any]
+    status: str = "pending"  # ok | failed verification | unverified | unavailable | over budget | not needed
+    row: dict[str, Any] = field(default_factory=dict)
+    why: str = ""
+    refines: Outcome | None = field(default=None, repr=False)  # the plain int8 candidate this one refines
+    changes: dict[str, Any] = field(default_factory=dict)  # what it changes over that one
+    cost: float = 1.0  # its build time, in the plain one's
+    note: str = ""  # e.g. where its calibration data comes from
+
+    def to_dict(self) -> dict[str, Any]:
+        """The candidate's row in the lock and --json: its options, verdict, figures and agreement; for a
+        mixed-precision one, the layers it left in fp32 (the ranking is the lock's `limiting_layers`)."""
+        stats = self.row.get("stats") or {}
+        info = self.row.get("build_info") or {}
+        return {"provider": self.provider, "precision": self.precision, "options": self.options,
+                "status": self.status, "why": self.why, "verification": self.row.get("verification_status"),
+                "refines": bool(self.refines), "changes": self.changes or None, "note": self.note or None,
+                "p50_ms": ms(stats.get("p50")), "p99_ms": ms(stats.get("p99")), "throughput": stats.get("throughput"),
+                "median_ci_ms": [ms(v) for v in stats["median_ci"]] if stats.get("median_ci") else None,
+                "round_scores": self.row.get("round_scores"), "vs_plain_ort": self.row.get("vs_plain_ort"),
+                "artifact": Path(self.row["artifact"]).parent.name if self.row.get("artifact") else None,
+                "accuracy": self.row.get("accuracy"), "size": self.row.get("artifact_size"),
+                "keep_fp32": {k: v for k, v in (info.get("keep_fp32") or {}).items() if k != "ranking"} or None,
+                "build_s": (self.row.get("phases") or {}).get("build_s"), "error": self.row.get("error")}
+
+
+def ms(v: float | None) -> float | None:
+    return None if v is None else v * 1e3
+
+
+def option_rows(project: Project, provider: str) -> list[tuple[str, dict[str, Any]]]:
+    """(precision label, option fields) tune tries on `provider`, in the runtime the project runs it with:
+    ONNX Runtime's, OpenVINO's or TensorRT's fields (CANDIDATES), or with `runtime: torch` the `torch:` block's
+    compile mode and precision (the registry row's variants); fields of another runtime are never candidates."""
+    from gpux.providers import registry, runtime_of
+
+    if runtime_of(project, provider) != "torch":
+        return CANDIDATES.get(provider, [])
+    row = registry().get(provider)
+    variants = row.torch.variants if row is not None and row.torch is not None else ()
+    return [(precision, {"torch": {"compile": mode, "precision": precision}}) for mode, precision in variants]
+
+
+def candidates(project: Project, providers: tuple[str, ...] | None, precisions: tuple[str, ...]) -> list[Outcome]:
+    """Every candidate of the providers available here (`providers`: only these), refinements after their plain
+    int8 one."""
+    from gpux.providers import probe_for, registry
+
+    supported = project.config.runtime.supported
+    out = []
+    for provider in dict.fromkeys([*CANDIDATES, *registry()]):
+        if providers is not None and provider not in providers:
+            continue
+        rows = [(label, opts) for label, opts in option_rows(project, provider) if label in precisions]
+        if not rows or (supported and provider not in supported) or not probe_for(project, provider).ok:
+            continue
+        for label, opts in rows:
+            plain = Outcome(provider, label, opts)
+            plain.options, plain.note = borrowed(project, provider, opts)
+            out += [plain, *refinements(project, plain)]
+    if not out:
+        raise UsageError("no candidate to tune: none of the asked providers and precisions is available here",
+                         hint="see `gpux inspect` for what this machine has")
+    return out
+
+
+def refinements(project: Project, plain: Outcome) -> list[Outcome]:
+    """The refinements of `plain` when it is its provider's plain int8 row (REFINEMENTS), less any that builds
+    what it builds (a calibration method its block declares already)."""
+    entry = REFINEMENTS.get(plain.provider)
+    if entry is None or plain.precision != "int8" or any(plain.options.get(k) != v for k, v in entry[0].items()):
+        return []
+    built = block_of(project, plain.provider, plain.options)
+    out = []
+    for changes, cost in entry[1]:
+        options = {**plain.options, **changes}
+        if block_of(project, plain.provider, options) != built:
+            out.append(Outcome(plain.provider, "int8", options, refines=plain, changes=changes, cost=cost,
+                               note=plain.note))
+    return out
+
+
+def block_of(project: Project, provider: str, options: dict[str, Any]) -> Any:
+    """The provider block a candidate with `options` builds with (as tune builds it)."""
+    from gpux.plan.targets import fitted_options, with_options
+
+    candidate = with_options(project, provider, **fitted_options(project, provider, options))
+    return getattr(candidate.config.providers, provider, None)
+
+
+def borrowed(project: Project, provider: str, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """`options`, plus the calibration data another provider block declares where this int8 candidate would
+    otherwise calibrate on generated samples (its block declares none, and its option model takes one); and a
+    note saying so."""
+    from pydantic import ValidationError
+
+    block = getattr(project.config.providers, provider, None)
+    if options.get("precision") != "int8" or block is None or getattr(block, "calibration", "") is not None:
+        return options, ""
+    others = project.config.providers.model_dump()
+    source = next((name for name, b in others.items() if name != provider and (b or {}).get("calibration")), None)
+    if source is None:
+        return options, ""
+    out = {**options, "calibration": others[source]["calibration"]}
+    try:
+        type(block).model_validate(block_of(project, provider, out).model_dump())
+    except ValidationError:  # this int8 mode takes no calibration data
+        return options, ""
+    return out, f"calibration from providers.{source}.calibration"
+
+
+def needless(o: Outcome, done: list[Outcome], spent: dict[int, float], left_s: float) -> tuple[str, str]:
+    """("pending", "") for a candidate to measure, else its status and why it is left out: a refinement is
+    needed only when its plain int8 candidate failed verification and no earlier refinement of it passed, and
+    only while the budget left covers its cost."""
+    plain = o.refines
+    if plain is None:
+        return "pending", ""
+    if plain.status == "ok" and plain.row.get("verification_status") == "unverified":
+        return "not needed", "plain int8 is unverified (no real data to judge on): a refinement would be too"
+    if plain.status == "ok":
+        return "not needed", "plain int8 passed verification: a refinement could only be slower"
+    if plain.status != "failed verification":
+        return "unavailable", f"plain int8 did not build: {plain.why}"
+    first = next((d for d in done if d.refines is plain and d.status == "ok"), None)
+    if first is not None:
+        return "not needed", f"{_changes(first.changes)} passed verification first"
+    needed_s = o.cost * spent.get(id(plain), 0.0)
+    if needed_s > left_s:
+        return "over budget", f"not measured: needs about {needed_s:.0f} s, {left_s:.0f} s of --budget left"
+    return "pending", ""
+
+
+def _changes(changes: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in changes.items())
