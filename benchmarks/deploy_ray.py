@@ -5,7 +5,7 @@
 The same tritonclient clients as benchmarks/serve.py (REST with the binary tensor extension) drive `gpux
 serve` (one process, no batching) and a local Ray Serve application (`gpux.deploy.ray.app`) with 1 and then 2
 replicas of the model. On a 2-core machine two replicas share the same two cores, so expect little gain;
-the figures that matter are the ratios: Ray's HTTP proxy + handle hop against `gpux serve`.
+the figures that matter are the ratios: Ray's HTTP proxy against `gpux serve`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Ray Serve for real: a local single-node cluster (dashboard and usage stats off, 2 CPUs), the MLP with two
-replicas behind the Open Inference Protocol ingress, driven by tritonclient's HTTP client."""
+replicas and a batching two-input model, each an application whose replicas answer the Open Inference Protocol
+themselves, driven by tritonclient's HTTP client."""
 
 from __future__ import annotations
 
@@ -19,11 +20,25 @@ import gpux
 from gpux.config.load import load_config
 from gpux.deploy.ray import actor_options, deployment_options
 
-from .conftest import MLP_YML, make_mlp
+from .conftest import MLP_YML, make_mlp, make_two_inputs
 
 pytestmark = pytest.mark.slow
 
 RAY_BLOCK = "deploy:\n  ray: {num_replicas: 2, max_ongoing_requests: 16, ray_actor_options: {num_cpus: 0.5}}\n"
+TWO_YML = """\
+name: two
+version: 1.0.0
+model: {source: model.onnx}
+inputs:
+  ids: {dtype: int64, shape: [batch, seq]}
+  scale: {dtype: float32, shape: [batch, 1]}
+outputs:
+  out: {dtype: float32, shape: [batch, 4]}
+runtime: {backend: cpu}
+serve: {max_batch_size: 8, max_queue_delay_us: 100000}
+deploy:
+  ray: {num_replicas: 1, ray_actor_options: {num_cpus: 0.5}}
+"""
 
 
 def project(root: Path, extra: str = RAY_BLOCK) -> Path:
@@ -55,15 +70,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     import ray
     from ray import serve
 
-    from gpux.deploy.ray import app
+    from gpux.deploy.ray import apps
 
     root = project(tmp_path_factory.mktemp("ray-mlp"))
+    two = tmp_path_factory.mktemp("ray-two")
+    make_two_inputs(two / "model.onnx")
+    (two / "gpux.yml").write_text(TWO_YML)
     port = free_port()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(app([str(root)], provider="cpu"), name="gpux", route_prefix="/", blocking=False)
-        yield {"root": root, "url": f"127.0.0.1:{port}", "serve": serve}
+        for a in apps([str(root), str(two)], provider="cpu"):
+            serve.run(a.application, name=a.name, route_prefix=a.route_prefix, blocking=False)
+        yield {"root": root, "two": two, "url": f"127.0.0.1:{port}", "serve": serve}
     finally:
         serve.shutdown()
         ray.shutdown()
@@ -78,9 +97,16 @@ def infer(client: Any, x: np.ndarray) -> np.ndarray:
     return client.infer("tiny-mlp", [i]).as_numpy("probs")
 
 
-def served(cluster: dict[str, Any]) -> dict[int, int]:
-    handle = cluster["serve"].get_deployment_handle("gpux-ingress", app_name="gpux")
-    return handle.served.remote().result()
+def served(cluster: dict[str, Any], replicas: int = 2) -> dict[int, int]:
+    """Infer requests answered per replica process of tiny-mlp (Ray's handle picks a replica per call)."""
+    handle = cluster["serve"].get_deployment_handle("tiny-mlp", app_name="gpux")
+    seen: dict[int, int] = {}
+    for _ in range(60):
+        info = handle.info.remote().result()
+        seen[info["pid"]] = info["served"]
+        if len(seen) == replicas:
+            break
+    return seen
 
 
 def test_two_replicas_answer_like_gpux_run_over_tritonclient(cluster: dict[str, Any]) -> None:
@@ -150,3 +176,52 @@ def test_a_killed_replica_loses_no_request_a_client_retries_once(cluster: dict[s
         replaced = {handle.info.remote().result()["pid"] for _ in range(6)} - set(before)
         time.sleep(0.5)
     assert replaced and victim not in replaced, "Ray started a replacement replica"
+
+
+def test_the_replica_that_gets_the_http_request_runs_the_model(cluster: dict[str, Any]) -> None:
+    import tritonclient.http as th
+
+    status = cluster["serve"].status().applications
+    deployments = {name: sorted(a.deployments) for name, a in status.items()}
+    assert deployments == {"gpux": ["tiny-mlp"], "gpux-two": ["two"]}, "one deployment per model, no ingress hop"
+    before = sum(served(cluster).values())
+    client = th.InferenceServerClient(cluster["url"])
+    for _ in range(6):
+        infer(client, np.ones((1, 8), np.float32))
+    assert sum(served(cluster).values()) == before + 6, "the model's replicas answered the HTTP requests"
+    assert client.get_model_metadata("two")["inputs"][0]["shape"] == [-1, -1], "routed to the second model's app"
+
+
+def two_request(url: str, ids: np.ndarray, scale: np.ndarray) -> tuple[int, Any]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    body = {"inputs": [{"name": "ids", "datatype": "INT64", "shape": list(ids.shape), "data": ids.ravel().tolist()},
+                       {"name": "scale", "datatype": "FP32", "shape": list(scale.shape),
+                        "data": scale.ravel().tolist()}]}
+    req = urllib.request.Request(f"http://{url}/v2/models/two/infer", json.dumps(body).encode(),
+                                 {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            doc = json.loads(r.read())
+            return r.status, np.array(doc["outputs"][0]["data"], np.float32).reshape(doc["outputs"][0]["shape"])
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())["error"]
+
+
+def test_mismatched_shapes_in_a_batch_are_split_or_refused_with_400(cluster: dict[str, Any]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(0)
+    good = [(rng.integers(0, 10, (1, seq)), np.full((1, 1), 0.5, np.float32)) for seq in (3, 5, 3, 7, 5, 3)]
+    bad = (np.zeros((2, 3), np.int64), np.ones((3, 1), np.float32))  # rows disagree across the inputs
+    with gpux.load(cluster["two"], provider="cpu") as s:
+        expected = [s.run({"ids": ids, "scale": scale})["out"] for ids, scale in good]
+    with ThreadPoolExecutor(len(good) + 1) as pool:  # all within one 100 ms batch window
+        answers = list(pool.map(lambda r: two_request(cluster["url"], *r), [*good, bad]))
+    for (status, out), want in zip(answers, expected, strict=False):
+        assert status == 200, out
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+    status, error = answers[-1]
+    assert status == 400 and "disagree on the batch" in error, error

@@ -77,8 +77,8 @@ def deploy() -> None:
 @STORE
 def deploy_ray(targets: tuple[str, ...], address: str | None, host: str, port: int, provider: str | None,
                strict: bool, api_key: str | None, store: str | None) -> None:
-    """Deploy one Ray Serve application: a deployment per model (deploy.ray: replicas, autoscaling), behind
-    the Open Inference Protocol over HTTP."""
+    """Deploy to Ray Serve: an application per model (deploy.ray: replicas, autoscaling) whose replicas answer
+    the Open Inference Protocol over HTTP themselves."""
     from gpux.deploy.launch import RayLaunch, launch
 
     sys.exit(launch(RayLaunch(list(targets), address, host, port, provider, strict, api_key, store)))

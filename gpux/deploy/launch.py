@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from gpux import report
 from gpux.optional import require
 
-APP_NAME = "gpux"
-
 
 @dataclass(frozen=True)
 class RayLaunch:
@@ -30,19 +28,20 @@ def launch(req: RayLaunch) -> int:
     ray = require("ray", extra="ray")
     from ray import serve
 
-    from gpux.deploy.ray import app
+    from gpux.deploy.ray import apps
 
-    application = app(req.targets, provider=req.provider, store=req.store, strict=req.strict,
-                      api_key=req.api_key, log=report.progress(False))
+    applications = apps(req.targets, provider=req.provider, store=req.store, strict=req.strict,
+                        api_key=req.api_key, log=report.progress(False))
     if req.address:
         ray.init(address=req.address, log_to_driver=False)
     else:
         ray.init(include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": req.host, "port": req.port})
-        serve.run(application, name=APP_NAME, route_prefix="/", blocking=False)
-        report.info(f"Ray Serve application {APP_NAME!r} ready at http://{req.host}:{req.port}/v2 "
-                    f"({len(req.targets)} model(s))")
+        for a in applications:  # one application per model: Ray's proxy routes each request to its model
+            serve.run(a.application, name=a.name, route_prefix=a.route_prefix, blocking=False)
+        report.info(f"Ray Serve ready at http://{req.host}:{req.port}/v2: {len(applications)} application(s) "
+                    f"({', '.join(a.name for a in applications)})")
         if req.address:
             return 0
         stop = threading.Event()

@@ -1,24 +1,26 @@
-"""Ray Serve: one application from gpux projects, a replicated deployment per model behind the same Open
-Inference Protocol ingress `gpux serve` speaks, so the same clients work.
+"""Ray Serve: gpux projects as Ray Serve applications, one per model, whose replicas answer the Open Inference
+Protocol over HTTP themselves, so a request reaches the model in one hop and the same clients work.
 
-Artifacts are built on the driver before deployment; every replica opens them from the same store (on
-another node it builds them from the same cache key) and reports the provider it really runs on.
+Each replica is `gpux serve` for one model: the same REST app (gpux/serve/rest.py: routes, parsing, binary
+tensors, errors), the same worker (gpux/serve/batcher.py: batches merge only requests of equal non-batch shapes
+and dtypes) and the same warm-up. Artifacts are built on the driver before deployment; every replica opens them
+from the same store (on another node it builds them from the same cache key) and reports the provider it really
+runs on.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from ray import serve
 
 from gpux.config.load import Project
 from gpux.providers import registry
+
+APP_NAME = "gpux"
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,15 @@ class ModelSpec:
     store: str | None = None
     provider: str | None = None
     strict: bool = False
+
+
+@dataclass(frozen=True)
+class RayApp:
+    """One Ray Serve application to `serve.run`: its name, its route prefix and the bound deployment."""
+
+    name: str
+    route_prefix: str
+    application: Any
 
 
 def actor_options(project: Project, provider: str) -> dict[str, Any]:
@@ -51,116 +62,77 @@ def deployment_options(project: Project, provider: str) -> dict[str, Any]:
 
 
 @serve.deployment
-class ModelReplica:
-    """One replica: a gpux session on the best provider that really works here; batching as `serve:` says."""
-
-    def __init__(self, spec: ModelSpec) -> None:
-        from gpux.run.session import load
-
-        self.session = load(spec.config, provider=spec.provider, strict=spec.strict, store_dir=spec.store,
-                            provider_source="--provider")
-        settings = self.session.project.config.serve
-        tensors = [*self.session.inputs.values(), *self.session.outputs.values()]
-        self.batching = settings.max_batch_size > 0 and all(t.shape and not isinstance(t.shape[0], int)
-                                                            for t in tensors)
-        if self.batching:
-            self.batched.set_max_batch_size(settings.max_batch_size)  # type: ignore[attr-defined]
-            self.batched.set_batch_wait_timeout_s(settings.max_queue_delay_us / 1e6)  # type: ignore[attr-defined]
-
-    def info(self) -> dict[str, Any]:
-        return {"provider": self.session.provider, "runs_on": self.session.used, "pid": os.getpid(),
-                "inputs": self.session.inputs, "outputs": self.session.outputs, "report": self.session.report()}
-
-    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(self.session.output_names, self.session.run_feeds(feeds), strict=True))
-
-    async def infer(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
-        """Outputs, and the pid of the process that computed them (which replica served)."""
-        if self.batching:
-            return await self.batched(feeds), os.getpid()
-        return await asyncio.to_thread(self._run, feeds), os.getpid()
-
-    @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
-    async def batched(self, many: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-        rows = [len(next(iter(f.values()))) for f in many]
-        merged = {n: np.concatenate([f[n] for f in many]) for n in many[0]}
-        out = await asyncio.to_thread(self._run, merged)
-        bounds = np.cumsum([0, *rows])
-        return [{n: v[a:b] for n, v in out.items()} for a, b in itertools.pairwise(bounds)]
-
-
-class HandleWorker:
-    """The ingress's stand-in for a local worker: requests go to the model's replicas through its handle."""
-
-    inline = False
-
-    def __init__(self, handle: Any, served_by: dict[int, int]) -> None:
-        self.handle = handle
-        self.served_by = served_by
-
-    async def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out, pid = await self.handle.infer.remote(feeds)
-        self.served_by[pid] = self.served_by.get(pid, 0) + 1
-        return out
-
-
-@serve.deployment(name="gpux-ingress", max_ongoing_requests=256)  # Ray's default of 5 would queue clients
 @serve.ingress()
-class Ingress:
-    """The Open Inference Protocol over HTTP (REST + binary tensors), answered by the model deployments."""
+class ModelServer:
+    """One replica of one model: loads and warms it up like `gpux serve`, then answers HTTP requests itself."""
 
-    def __init__(self, specs: dict[str, ModelSpec], handles: dict[str, Any], api_key: str | None = None) -> None:
-        self.specs, self.handles, self.api_key = specs, handles, api_key
-        self.served_by: dict[int, int] = {}
-
-    async def __serve_build_asgi_app__(self) -> Any:
+    def __init__(self, spec: ModelSpec, api_key: str | None = None) -> None:
         from gpux.config.locate import open_project
         from gpux.serve.metrics import Metrics
-        from gpux.serve.models import Repository
-        from gpux.serve.rest import Limits, RestApp
+        from gpux.serve.models import LoadRequest, Repository, load
 
-        projects = [open_project(s.config) for s in self.specs.values()]
-        metrics = Metrics()
-        repo = Repository(projects, metrics)
-        for model in repo.all():
-            info = await self.handles[model.name].info.remote()
-            model.inputs, model.outputs = info["inputs"], info["outputs"]
-            model.provider, model.runs_on, model.report = info["provider"], info["runs_on"], info["report"]
-            model.worker = HandleWorker(self.handles[model.name], self.served_by)  # type: ignore[assignment]
-            model.ready = True
-        first = projects[0].config.serve
-        return RestApp(repo, metrics, Limits(first.max_body_bytes, first.max_tensor_elements), self.api_key)
+        self.metrics = Metrics()
+        self.repo = Repository([open_project(spec.config)], self.metrics)
+        (self.model,) = self.repo.all()
+        load(self.model, LoadRequest(spec.provider, spec.strict, spec.store), self.metrics)
+        self.api_key = api_key
 
-    def served(self) -> dict[int, int]:
-        """Requests per replica process seen by this ingress replica."""
-        return dict(self.served_by)
+    async def __serve_build_asgi_app__(self) -> Any:
+        from gpux.serve.body import Limits
+        from gpux.serve.rest import RestApp
+
+        model = self.model
+        assert model.worker is not None
+        model.worker.start()  # on the event loop that answers requests (the batch loops live there)
+        model.ready = True
+        self.metrics.child(self.metrics.ready, model.name, model.version).set(1)
+        s = model.settings
+        return RestApp(self.repo, self.metrics, Limits(s.max_body_bytes, s.max_tensor_elements, s.header_timeout_s),
+                       self.api_key)
+
+    def info(self) -> dict[str, Any]:
+        """This replica: its process, the provider it runs on, and how many infer requests it answered."""
+        served = sum(s.value for m in self.metrics.requests.collect() for s in m.samples
+                     if s.name.endswith("_total"))
+        return {"provider": self.model.provider, "runs_on": self.model.runs_on, "pid": os.getpid(),
+                "served": int(served), "report": self.model.report}
 
 
-def app(targets: Sequence[str | Project], *, provider: str | None = None, store: str | None = None,
-        strict: bool = False, api_key: str | None = None, log: Any = None) -> Any:
-    """A bound Ray Serve application for gpux projects (folders, gpux.yml files, names or Projects):
-    artifacts are built here first, then each model is a deployment behind one ingress."""
+def apps(targets: Sequence[str | Project], *, provider: str | None = None, store: str | None = None,
+         strict: bool = False, api_key: str | None = None, log: Any = None) -> list[RayApp]:
+    """Ray Serve applications for gpux projects (folders, gpux.yml files, names or Projects), one per model:
+    the first at route `/` (also the health and server metadata routes), each other at `/v2/models/<name>`,
+    where Ray's proxy sends that model's requests. Artifacts are built here first."""
     from gpux.artifacts.build import build
     from gpux.config.locate import open_project
     from gpux.plan.choice import choose
     from gpux.providers import probe
 
-    specs: dict[str, ModelSpec] = {}
-    handles: dict[str, Any] = {}
+    out: list[RayApp] = []
+    names: set[str] = set()
     for target in targets:
         project = target if isinstance(target, Project) else open_project(str(target))
-        if project.name in specs:
+        if project.name in names:
             raise ValueError(f"two projects named {project.name!r}: a Ray application serves one version per model")
         project, selection, _ = choose(project, provider, strict, store)  # gpux use, the tune lock, as everywhere
         chain = selection.chain
         chosen = next((p for p in chain if probe(p).ok), chain[-1])
         build(project, chosen, store_dir=store, log=log)
-        spec = ModelSpec(str(project.path), store, provider, strict)
-        specs[project.name] = spec
-        replica: Any = ModelReplica
-        handles[project.name] = replica.options(**deployment_options(project, chosen)).bind(spec)
-    ingress: Any = Ingress
-    return ingress.bind(specs, handles, api_key)
+        names.add(project.name)
+        server: Any = ModelServer
+        bound = server.options(**deployment_options(project, chosen)).bind(
+            ModelSpec(str(project.path), store, provider, strict), api_key)
+        name, prefix = (APP_NAME, "/") if not out else (f"{APP_NAME}-{project.name}", f"/v2/models/{project.name}")
+        out.append(RayApp(name, prefix, bound))
+    return out
 
 
-__all__ = ["Ingress", "ModelReplica", "ModelSpec", "app"]
+def app(targets: Sequence[str | Project], **options: Any) -> Any:
+    """The bound Ray Serve application of one gpux project, to `serve.run(..., route_prefix="/")`; several
+    projects are several applications: use `apps`."""
+    if len(targets) != 1:
+        raise ValueError(f"app() takes one project, got {len(targets)}: use gpux.deploy.ray.apps for several")
+    return apps(targets, **options)[0].application
+
+
+__all__ = ["APP_NAME", "ModelServer", "ModelSpec", "RayApp", "app", "apps"]

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from gpux.serve.errors import BadRequest
+
 Feeds = dict[str, np.ndarray]
 RunFn = Callable[[Feeds], dict[str, Any]]
 
@@ -75,9 +77,7 @@ class Worker:
         if not self.batching:
             return await loop.run_in_executor(self.pool, self._run_one, feeds, time.perf_counter())
         assert self._queue is not None, "Worker.start() was not called"
-        first = next(iter(feeds.values()))
-        key = tuple((k, v.shape[1:], v.dtype.str) for k, v in feeds.items())
-        pending = Pending(feeds, int(first.shape[0]), key, loop.create_future())
+        pending = Pending(feeds, batch_rows(feeds), batch_key(feeds), loop.create_future())
         self._queue.put_nowait(pending)
         return await pending.future
 
@@ -155,6 +155,22 @@ class Worker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         self.pool.shutdown(wait=True)
+
+
+def batch_rows(feeds: Feeds) -> int:
+    """The rows a request adds to a batch; a request whose inputs disagree on them is refused (a 400), as merged
+    with others it would misalign every request in its batch."""
+    rows = {name: int(v.shape[0]) for name, v in feeds.items() if v.ndim}
+    if len(set(rows.values())) > 1:
+        told = ", ".join(f"'{n}' {r}" for n, r in rows.items())
+        raise BadRequest(f"inputs disagree on the batch (first) dim: {told}; a batched model takes the same "
+                         "number of rows in every input")
+    return next(iter(rows.values()), 1)
+
+
+def batch_key(feeds: Feeds) -> tuple[Any, ...]:
+    """Requests merge into one batch only when every input has the same non-batch shape and dtype."""
+    return tuple((k, v.shape[1:], v.dtype.str) for k, v in feeds.items())
 
 
 def _timed(runner: RunFn, feeds: Feeds, observe: Observer) -> dict[str, Any]:
