@@ -80,6 +80,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             name=doc["name"], versions=doc["versions"], platform=doc["platform"],
             inputs=[tensor_metadata(t) for t in doc["inputs"]], outputs=[tensor_metadata(t) for t in doc["outputs"]])
 
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        from google.protobuf.json_format import ParseDict
+
+        try:
+            self._authorize(context)
+            doc = self.repo.statistics(request.name, request.version)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return ParseDict(doc, pb.ModelStatisticsResponse())
+
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         started = time.perf_counter()
         try:

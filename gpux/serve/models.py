@@ -17,6 +17,7 @@ from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotFound, Unavailable
 from gpux.serve.metrics import Metrics
+from gpux.serve.stats import ModelStats
 from gpux.serve.steps import as_bytes, bind, kind_of
 
 INLINE_PROBES = 5
@@ -39,6 +40,8 @@ class Model:
     labels: dict[str, list[str]] = field(default_factory=dict)  # output -> class labels from gpux.yml
     steps: Any = None  # gpux.answers.steps.Steps where gpux.yml declares a preprocess or postprocess
     files: str | None = None  # the input that takes encoded files (BYTES), through its declared preprocess
+    stats: ModelStats = field(default_factory=ModelStats)  # the statistics extension's counters
+    active: int = 0  # requests in flight
 
     @property
     def name(self) -> str:
@@ -127,6 +130,17 @@ class Repository:
                                "on another instance")
         return Unavailable(f"model '{model.name}' version {model.version} is not ready yet")
 
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """The statistics extension's answer: every model (no name), every version of one (no version), or one."""
+        if not name:
+            chosen = [self.models[n][v] for n in sorted(self.models) for v in self.versions(n)]
+        elif version:
+            chosen = [self.find(name, version)]
+        else:
+            self.find(name)
+            chosen = [self.models[name][v] for v in self.versions(name)]
+        return {"model_stats": [m.stats.doc(m.name, m.version) for m in chosen]}
+
     def metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.find(name, version)
         inputs, outputs = model.metadata()
@@ -171,13 +185,31 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     inline = inline_elements(warm_seconds(runs[0], feeds), feeds)
     model.batchable = batchable(model)
     model.labels = labels_of(model.project)
-    observer = Observer(queue=metrics.child(metrics.queue, model.name).observe,
-                        compute=metrics.child(metrics.compute, model.name).observe,
-                        batch=metrics.child(metrics.batch, model.name).observe)
+    observer = observe(model, metrics)
     max_batch = settings.max_batch_size if model.batchable else 0
     model.worker = Worker(runs, max_batch, settings.max_queue_delay_us, observer, inline)
     metrics.child(metrics.model_info, model.name, model.version, model.provider, model.runs_on,
                   str(settings.instances)).set(1)
+
+
+def observe(model: Model, metrics: Metrics) -> Observer:
+    """The worker's reports into Prometheus and the model's statistics (a model that takes no batch counts one
+    inference per request, as Triton does)."""
+    queue = metrics.child(metrics.queue, model.name).observe
+    compute = metrics.child(metrics.compute, model.name).observe
+    batch = metrics.child(metrics.batch, model.name).observe
+    stats, batchable = model.stats, model.batchable
+
+    def queued(seconds: float) -> None:
+        queue(seconds)
+        stats.queue.add(seconds)
+
+    def executed(seconds: float, rows: int, requests: int) -> None:
+        compute(seconds)
+        batch(rows)
+        stats.executed(seconds, rows if batchable else requests, requests)
+
+    return Observer(queued, executed)
 
 
 def inline_elements(seconds: float, feeds: dict[str, np.ndarray]) -> int:

@@ -116,6 +116,8 @@ class RestApp:
             if not ok:
                 raise Unavailable("server is shutting down" if self.repo.draining else f"server is not {rest[1]}")
             return Reply(200, b"")
+        if rest == ["models", "stats"] and method == "GET":
+            return json_reply(self.repo.statistics())
         if rest[0] == "models" and len(rest) >= 2:
             return await self._model_route(method, rest[1:], body, headers)
         raise NotFound(f"unknown path {path}")
@@ -126,6 +128,8 @@ class RestApp:
             version, action = action[1], action[2:]
         if action == []:
             return json_reply(self.repo.metadata(name, version))
+        if action == ["stats"]:
+            return json_reply(self.repo.statistics(name, version))
         if action == ["ready"]:
             self.repo.get(name, version)
             return Reply(200, b"")
