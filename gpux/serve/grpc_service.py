@@ -13,7 +13,8 @@ import numpy as np
 
 from gpux.serve import codec
 from gpux.serve.classify import class_count
-from gpux.serve.errors import BadRequest, ServeError, Unauthorized
+from gpux.serve.errors import BadRequest, NotFound, ServeError, Unauthorized
+from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import Repository
 from gpux.serve.offload import on_thread
@@ -34,8 +35,9 @@ PARAMETER = {bool: "bool_param", int: "int64_param", str: "string_param", float:
 class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     """Health, metadata and ModelInfer over the shared model repository."""
 
-    def __init__(self, repo: Repository, metrics: Metrics, limits: Limits, api_key: str | None = None) -> None:
-        self.repo, self.metrics, self.limits = repo, metrics, limits
+    def __init__(self, repo: Repository, metrics: Metrics, limits: Limits, api_key: str | None = None,
+                 lifecycle: Lifecycle | None = None) -> None:
+        self.repo, self.metrics, self.limits, self.lifecycle = repo, metrics, limits, lifecycle
         self.api_key = api_key
 
     async def _guard(self, context: grpc.aio.ServicerContext, error: ServeError) -> None:
@@ -89,6 +91,35 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         except ServeError as exc:
             await self._guard(context, exc)
         return ParseDict(doc, pb.ModelStatisticsResponse())
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            models = self._lifecycle().index(request.ready)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**m) for m in models])
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            await self._lifecycle().load(request.model_name)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            await self._lifecycle().unload(request.model_name)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return pb.RepositoryModelUnloadResponse()
+
+    def _lifecycle(self) -> Lifecycle:
+        if self.lifecycle is None:
+            raise NotFound("the model repository API is not served here")
+        return self.lifecycle
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         started = time.perf_counter()

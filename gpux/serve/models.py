@@ -42,6 +42,8 @@ class Model:
     files: str | None = None  # the input that takes encoded files (BYTES), through its declared preprocess
     stats: ModelStats = field(default_factory=ModelStats)  # the statistics extension's counters
     active: int = 0  # requests in flight
+    unloaded: bool = False  # taken out of service by the repository API (gpux/serve/lifecycle.py)
+    reason: str = ""  # why it is unloaded
 
     @property
     def name(self) -> str:
@@ -92,7 +94,13 @@ class Repository:
 
     @property
     def ready(self) -> bool:
-        return all(m.ready for m in self.all())
+        """Every model ready, but those unloaded on purpose."""
+        return all(m.ready for m in self.all() if not m.unloaded)
+
+    def replace(self, name: str, models: list[Model]) -> None:
+        """Serve `models` as the versions of `name` from now on (a load through the repository API)."""
+        self.models[name] = {m.version: m for m in models}
+        self._versions[name] = sorted(self.models[name], key=version_key)
 
     def labels(self, name: str, version: str) -> tuple[str, str]:
         """Metric labels for a request: names clients invent are not labels (no unbounded series)."""
@@ -120,8 +128,14 @@ class Repository:
         """The model to run a request on: 404 when unknown, 503 until it is loaded and warmed up."""
         model = self.find(name, version)
         if not model.ready:
-            raise self.unavailable(model)
+            raise self.gone(model) if model.unloaded else self.unavailable(model)
         return model
+
+    @staticmethod
+    def gone(model: Model) -> NotFound:
+        """The 404 of an unloaded model."""
+        return NotFound(f"model '{model.name}' is unloaded ({model.reason or 'unloaded'}); POST "
+                        f"/v2/repository/models/{model.name}/load serves it again")
 
     def unavailable(self, model: Model) -> Unavailable:
         """The 503 of a model not ready: still loading, or the server is shutting down."""
@@ -143,6 +157,8 @@ class Repository:
 
     def metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.find(name, version)
+        if model.unloaded:
+            raise self.gone(model)
         inputs, outputs = model.metadata()
         return {"name": model.name, "versions": [model.version] if version else self.versions(name),
                 "platform": f"gpux_{model.provider or 'pending'}", "inputs": inputs, "outputs": outputs}

@@ -16,7 +16,7 @@ from gpux.serve.models import Model, Repository
 from gpux.serve.steps import answer, run_files, wants_answers
 
 SERVER_NAME = "gpux"
-EXTENSIONS = ["binary_tensor_data", "classification", "statistics"]
+EXTENSIONS = ["binary_tensor_data", "classification", "statistics", "model_repository"]
 
 
 @dataclass
