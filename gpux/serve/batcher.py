@@ -20,11 +20,11 @@ RunFn = Callable[[Feeds], dict[str, Any]]
 
 @dataclass
 class Observer:
-    """Where the worker reports queue time, compute time and batch size (Prometheus children or no-ops)."""
+    """Where the worker reports each request's queue time and each inference's (seconds, rows, requests):
+    Prometheus and the model's statistics, or no-ops."""
 
     queue: Callable[[float], None] = lambda _s: None
-    compute: Callable[[float], None] = lambda _s: None
-    batch: Callable[[float], None] = lambda _n: None
+    executed: Callable[[float, int, int], None] = lambda _s, _rows, _requests: None
 
 
 @dataclass
@@ -87,8 +87,7 @@ class Worker:
             started = time.perf_counter()
             self.observe.queue(started - enqueued)
             out = runner(feeds)
-            self.observe.compute(time.perf_counter() - started)
-            self.observe.batch(int(next(iter(feeds.values())).shape[0]) if feeds else 1)
+            self.observe.executed(time.perf_counter() - started, _rows(feeds), 1)
             return out
         finally:
             self._idle.put(runner)
@@ -135,8 +134,8 @@ class Worker:
             feeds = batch[0].feeds if len(batch) == 1 else {
                 k: np.concatenate([p.feeds[k] for p in batch]) for k in batch[0].feeds}
             small = sum(v.size for v in feeds.values()) <= self.inline_elements
-            out = (_timed(runner, feeds, self.observe) if small
-                   else await loop.run_in_executor(self.pool, _timed, runner, feeds, self.observe))
+            out = (_timed(runner, feeds, self.observe, len(batch)) if small
+                   else await loop.run_in_executor(self.pool, _timed, runner, feeds, self.observe, len(batch)))
         except Exception as exc:
             for p in batch:
                 if not p.future.done():
@@ -173,9 +172,14 @@ def batch_key(feeds: Feeds) -> tuple[Any, ...]:
     return tuple((k, v.shape[1:], v.dtype.str) for k, v in feeds.items())
 
 
-def _timed(runner: RunFn, feeds: Feeds, observe: Observer) -> dict[str, Any]:
+def _timed(runner: RunFn, feeds: Feeds, observe: Observer, requests: int) -> dict[str, Any]:
     started = time.perf_counter()
     out = runner(feeds)
-    observe.compute(time.perf_counter() - started)
-    observe.batch(int(next(iter(feeds.values())).shape[0]))
+    observe.executed(time.perf_counter() - started, _rows(feeds), requests)
     return out
+
+
+def _rows(feeds: Feeds) -> int:
+    """Samples in one inference: the first input's leading dim (1 for a scalar or no input)."""
+    first = next(iter(feeds.values()), None)
+    return int(first.shape[0]) if first is not None and first.ndim else 1

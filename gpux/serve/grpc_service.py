@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -13,7 +14,8 @@ import numpy as np
 
 from gpux.serve import codec
 from gpux.serve.classify import class_count
-from gpux.serve.errors import BadRequest, ServeError, Unauthorized
+from gpux.serve.errors import BadRequest, NotFound, ServeError, Unauthorized
+from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import Repository
 from gpux.serve.offload import on_thread
@@ -28,14 +30,16 @@ CONTENTS = {
     "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
     "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }  # fmt: skip
+STREAM_WINDOW = 64  # requests of one ModelStreamInfer stream in flight at once (more wait to be read)
 PARAMETER = {bool: "bool_param", int: "int64_param", str: "string_param", float: "double_param", list: "string_param"}
 
 
 class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     """Health, metadata and ModelInfer over the shared model repository."""
 
-    def __init__(self, repo: Repository, metrics: Metrics, limits: Limits, api_key: str | None = None) -> None:
-        self.repo, self.metrics, self.limits = repo, metrics, limits
+    def __init__(self, repo: Repository, metrics: Metrics, limits: Limits, api_key: str | None = None,
+                 lifecycle: Lifecycle | None = None) -> None:
+        self.repo, self.metrics, self.limits, self.lifecycle = repo, metrics, limits, lifecycle
         self.api_key = api_key
 
     async def _guard(self, context: grpc.aio.ServicerContext, error: ServeError) -> None:
@@ -80,10 +84,87 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             name=doc["name"], versions=doc["versions"], platform=doc["platform"],
             inputs=[tensor_metadata(t) for t in doc["inputs"]], outputs=[tensor_metadata(t) for t in doc["outputs"]])
 
-    async def ModelInfer(self, request: Any, context: Any) -> Any:
-        started = time.perf_counter()
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        from google.protobuf.json_format import ParseDict
+
         try:
             self._authorize(context)
+            doc = self.repo.statistics(request.name, request.version)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return ParseDict(doc, pb.ModelStatisticsResponse())
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            models = self._lifecycle().index(request.ready)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**m) for m in models])
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            await self._lifecycle().load(request.model_name)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            await self._lifecycle().unload(request.model_name)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return pb.RepositoryModelUnloadResponse()
+
+    def _lifecycle(self) -> Lifecycle:
+        if self.lifecycle is None:
+            raise NotFound("the model repository API is not served here")
+        return self.lifecycle
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+        except ServeError as exc:
+            self._answered(request, exc.status, time.perf_counter())
+            await self._guard(context, exc)
+        response, error = await self._infer(request)
+        if error is None:
+            return response
+        await self._guard(context, error)
+
+    async def ModelStreamInfer(self, requests: Any, context: Any) -> Any:
+        """Each request on the stream answered in order; a failing one gets error_message and the stream goes on.
+        Up to STREAM_WINDOW requests of a stream run at once (so they can share a batch)."""
+        try:
+            self._authorize(context)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        answers: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue(STREAM_WINDOW)
+
+        async def read() -> None:
+            try:
+                async for request in requests:
+                    await answers.put(asyncio.ensure_future(self._infer(request)))
+            except Exception as exc:  # the client went away: the stream ends
+                logging.getLogger("gpux.serve").debug("stream closed: %s", exc)
+            finally:
+                await answers.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (task := await answers.get()) is not None:
+                response, error = await task
+                yield (pb.ModelStreamInferResponse(infer_response=response) if error is None else
+                       pb.ModelStreamInferResponse(error_message=error.message, infer_response=response))
+        finally:
+            reader.cancel()
+
+    async def _infer(self, request: Any) -> tuple[Any, ServeError | None]:
+        """The response to one ModelInferRequest, or its error (then the response only names the request)."""
+        started = time.perf_counter()
+        try:
             decoded = await on_thread(request.ByteSize() > OFF_LOOP_BYTES, decode, request, self.limits)
             result = await infer(self.repo, decoded)
             response = encode(result.model.name, result.model.version, request.id, result.outputs)
@@ -94,9 +175,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             error = ServeError(f"internal error: {type(exc).__name__}: {exc}")
         else:
             self._answered(request, 200, started, (result.model.name, result.model.version))
-            return response
+            return response, None
         self._answered(request, error.status, started)
-        await self._guard(context, error)
+        return pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version,
+                                     id=request.id), error
 
     def _answered(self, request: Any, status: int, started: float, labels: tuple[str, str] | None = None) -> None:
         """Every answer counted in the request metrics and logged, with its real status."""

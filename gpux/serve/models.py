@@ -17,6 +17,7 @@ from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotFound, Unavailable
 from gpux.serve.metrics import Metrics
+from gpux.serve.stats import ModelStats
 from gpux.serve.steps import as_bytes, bind, kind_of
 
 INLINE_PROBES = 5
@@ -39,6 +40,10 @@ class Model:
     labels: dict[str, list[str]] = field(default_factory=dict)  # output -> class labels from gpux.yml
     steps: Any = None  # gpux.answers.steps.Steps where gpux.yml declares a preprocess or postprocess
     files: str | None = None  # the input that takes encoded files (BYTES), through its declared preprocess
+    stats: ModelStats = field(default_factory=ModelStats)  # the statistics extension's counters
+    active: int = 0  # requests in flight
+    unloaded: bool = False  # taken out of service by the repository API (gpux/serve/lifecycle.py)
+    reason: str = ""  # why it is unloaded
 
     @property
     def name(self) -> str:
@@ -89,7 +94,13 @@ class Repository:
 
     @property
     def ready(self) -> bool:
-        return all(m.ready for m in self.all())
+        """Every model ready, but those unloaded on purpose."""
+        return all(m.ready for m in self.all() if not m.unloaded)
+
+    def replace(self, name: str, models: list[Model]) -> None:
+        """Serve `models` as the versions of `name` from now on (a load through the repository API)."""
+        self.models[name] = {m.version: m for m in models}
+        self._versions[name] = sorted(self.models[name], key=version_key)
 
     def labels(self, name: str, version: str) -> tuple[str, str]:
         """Metric labels for a request: names clients invent are not labels (no unbounded series)."""
@@ -117,8 +128,14 @@ class Repository:
         """The model to run a request on: 404 when unknown, 503 until it is loaded and warmed up."""
         model = self.find(name, version)
         if not model.ready:
-            raise self.unavailable(model)
+            raise self.gone(model) if model.unloaded else self.unavailable(model)
         return model
+
+    @staticmethod
+    def gone(model: Model) -> NotFound:
+        """The 404 of an unloaded model."""
+        return NotFound(f"model '{model.name}' is unloaded ({model.reason or 'unloaded'}); POST "
+                        f"/v2/repository/models/{model.name}/load serves it again")
 
     def unavailable(self, model: Model) -> Unavailable:
         """The 503 of a model not ready: still loading, or the server is shutting down."""
@@ -127,8 +144,21 @@ class Repository:
                                "on another instance")
         return Unavailable(f"model '{model.name}' version {model.version} is not ready yet")
 
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """The statistics extension's answer: every model (no name), every version of one (no version), or one."""
+        if not name:
+            chosen = [self.models[n][v] for n in sorted(self.models) for v in self.versions(n)]
+        elif version:
+            chosen = [self.find(name, version)]
+        else:
+            self.find(name)
+            chosen = [self.models[name][v] for v in self.versions(name)]
+        return {"model_stats": [m.stats.doc(m.name, m.version) for m in chosen]}
+
     def metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.find(name, version)
+        if model.unloaded:
+            raise self.gone(model)
         inputs, outputs = model.metadata()
         return {"name": model.name, "versions": [model.version] if version else self.versions(name),
                 "platform": f"gpux_{model.provider or 'pending'}", "inputs": inputs, "outputs": outputs}
@@ -171,13 +201,31 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     inline = inline_elements(warm_seconds(runs[0], feeds), feeds)
     model.batchable = batchable(model)
     model.labels = labels_of(model.project)
-    observer = Observer(queue=metrics.child(metrics.queue, model.name).observe,
-                        compute=metrics.child(metrics.compute, model.name).observe,
-                        batch=metrics.child(metrics.batch, model.name).observe)
+    observer = observe(model, metrics)
     max_batch = settings.max_batch_size if model.batchable else 0
     model.worker = Worker(runs, max_batch, settings.max_queue_delay_us, observer, inline)
     metrics.child(metrics.model_info, model.name, model.version, model.provider, model.runs_on,
                   str(settings.instances)).set(1)
+
+
+def observe(model: Model, metrics: Metrics) -> Observer:
+    """The worker's reports into Prometheus and the model's statistics (a model that takes no batch counts one
+    inference per request, as Triton does)."""
+    queue = metrics.child(metrics.queue, model.name).observe
+    compute = metrics.child(metrics.compute, model.name).observe
+    batch = metrics.child(metrics.batch, model.name).observe
+    stats, batchable = model.stats, model.batchable
+
+    def queued(seconds: float) -> None:
+        queue(seconds)
+        stats.queue.add(seconds)
+
+    def executed(seconds: float, rows: int, requests: int) -> None:
+        compute(seconds)
+        batch(rows)
+        stats.executed(seconds, rows if batchable else requests, requests)
+
+    return Observer(queued, executed)
 
 
 def inline_elements(seconds: float, feeds: dict[str, np.ndarray]) -> int:

@@ -16,7 +16,7 @@ from gpux.serve.models import Model, Repository
 from gpux.serve.steps import answer, run_files, wants_answers
 
 SERVER_NAME = "gpux"
-EXTENSIONS = ["binary_tensor_data", "classification"]
+EXTENSIONS = ["binary_tensor_data", "classification", "statistics", "model_repository"]
 
 
 @dataclass
@@ -50,8 +50,24 @@ def server_metadata() -> dict[str, Any]:
 
 
 async def infer(repo: Repository, request: InferRequest, timeout: float | None = None) -> InferResult:
-    """Check the request against the model, run it (encoded files through the declared steps), pick the outputs."""
+    """Check the request against the model, run it (encoded files through the declared steps), pick the outputs;
+    counted in the model's statistics, success or fail, and in its requests in flight (an unload waits for them)."""
     model = repo.get(request.model, request.version)
+    started = time.perf_counter()
+    model.active += 1
+    try:
+        result = await _infer(model, request, timeout)
+    except Exception:
+        model.stats.fail.add(time.perf_counter() - started)
+        raise
+    finally:
+        model.active -= 1
+    model.stats.succeeded(time.perf_counter() - started)
+    return result
+
+
+async def _infer(model: Model, request: InferRequest, timeout: float | None) -> InferResult:
+    """The request's outputs, with compute_input and compute_output counted."""
     item = file_item(model, request.inputs)
     answers = wants_answers(request.parameters, item is not None)
     wanted = request.outputs if request.outputs is not None else list(model.outputs)
@@ -68,6 +84,7 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
         raise
     except Exception as exc:
         raise _runtime_error(exc) from None
+    ready = time.perf_counter()
     picked = {n: np.asarray(outputs[n]) for n in wanted}
     named = [n for n in wanted if answers and model.steps is not None and n in model.steps.post
              and n not in request.classification]
@@ -75,8 +92,10 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
         shape = item.array.shape if item is not None else None
         picked.update(await asyncio.get_running_loop().run_in_executor(
             None, answer, model, picked, placements, shape, named))
-    return InferResult(model, [(n, classify(n, a, request.classification[n], model.labels.get(n))
-                                if n in request.classification else a) for n, a in picked.items()])
+    result = InferResult(model, [(n, classify(n, a, request.classification[n], model.labels.get(n))
+                                  if n in request.classification else a) for n, a in picked.items()])
+    model.stats.compute_output.add(time.perf_counter() - ready)
+    return result
 
 
 async def _run(model: Model, request: InferRequest, item: InferInput | None,
@@ -85,11 +104,13 @@ async def _run(model: Model, request: InferRequest, item: InferInput | None,
     assert model.worker is not None
     if item is not None:
         return await asyncio.wait_for(run_files(model, item, model.worker.infer), limit)
+    started = time.perf_counter()
     feeds = check_inputs(model, request.inputs)
+    checked = time.perf_counter()
+    model.stats.compute_input.add(checked - started)
     if model.worker.inline and model.worker.runs_inline(feeds):  # runs to completion here: limit checked after
-        started = time.perf_counter()
         out = await model.worker.infer(feeds)
-        if time.perf_counter() - started > limit:
+        if time.perf_counter() - checked > limit:
             raise TimeoutError
         return out, None
     return await asyncio.wait_for(model.worker.infer(feeds), limit), None

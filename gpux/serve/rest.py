@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gpux.serve.body import Limits, Reply, decompress, json_reply, parse_infer, render_infer
-from gpux.serve.errors import NotFound, ServeError, TooLarge, Unauthorized, Unavailable
+from gpux.serve.errors import BadRequest, NotFound, ServeError, TooLarge, Unauthorized, Unavailable
+from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import CONTENT_TYPE as METRICS_TYPE
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import Repository
@@ -35,6 +36,19 @@ def error_reply(exc: ServeError) -> Reply:
     return json_reply({"error": exc.message}, exc.status)
 
 
+def _options(body: bytes) -> dict[str, Any]:
+    """A repository request's JSON object (empty when no body); its parameters are not read."""
+    if not body.strip():
+        return {}
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadRequest("request JSON must be an object")
+    return doc
+
+
 def infer_target(path: str) -> tuple[str, str] | None:
     """(model, version) when `path` is an infer route: every answer to it is counted in the request metrics."""
     parts = path.strip("/").split("/")
@@ -49,8 +63,8 @@ class RestApp:
     """ASGI app; `repo` holds the models, `api_key` (when set) guards everything but the health routes."""
 
     def __init__(self, repo: Repository, metrics: Metrics, limits: Limits, api_key: str | None = None,
-                 offload: Offload | None = None) -> None:
-        self.repo, self.metrics, self.limits = repo, metrics, limits
+                 offload: Offload | None = None, lifecycle: Lifecycle | None = None) -> None:
+        self.repo, self.metrics, self.limits, self.lifecycle = repo, metrics, limits, lifecycle
         self.api_key = api_key.encode() if api_key else None
         self.offload = offload or Offload()
 
@@ -116,6 +130,10 @@ class RestApp:
             if not ok:
                 raise Unavailable("server is shutting down" if self.repo.draining else f"server is not {rest[1]}")
             return Reply(200, b"")
+        if rest[0] == "repository" and self.lifecycle is not None:
+            return await self._repository(method, rest[1:], body)
+        if rest == ["models", "stats"] and method == "GET":
+            return json_reply(self.repo.statistics())
         if rest[0] == "models" and len(rest) >= 2:
             return await self._model_route(method, rest[1:], body, headers)
         raise NotFound(f"unknown path {path}")
@@ -126,6 +144,8 @@ class RestApp:
             version, action = action[1], action[2:]
         if action == []:
             return json_reply(self.repo.metadata(name, version))
+        if action == ["stats"]:
+            return json_reply(self.repo.statistics(name, version))
         if action == ["ready"]:
             self.repo.get(name, version)
             return Reply(200, b"")
@@ -134,6 +154,22 @@ class RestApp:
                 return json_reply({"error": "use POST for infer"}, 405)
             return await self._infer(name, version, body, headers)
         raise NotFound(f"unknown path /v2/models/{'/'.join(rest)}")
+
+    async def _repository(self, method: str, rest: list[str], body: bytes) -> Reply:
+        """The model repository extension: POST index, POST models/{m}/load and /unload."""
+        assert self.lifecycle is not None
+        if method != "POST":
+            return json_reply({"error": "use POST for the repository API"}, 405)
+        doc = _options(body)
+        if rest == ["index"]:
+            ready = doc.get("ready", False)
+            if not isinstance(ready, bool):
+                raise BadRequest(f"'ready' must be true or false, got {ready!r}")
+            return json_reply(self.lifecycle.index(ready))
+        if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
+            await (self.lifecycle.load if rest[2] == "load" else self.lifecycle.unload)(rest[1])
+            return Reply(200, b"")
+        raise NotFound(f"unknown path /v2/repository/{'/'.join(rest)}")
 
     async def _infer(self, name: str, version: str, body: bytes, headers: dict[bytes, bytes]) -> Reply:
         started = time.perf_counter()

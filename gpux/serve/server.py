@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpux.config.load import Project
+from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import Metrics
-from gpux.serve.models import LoadRequest, Model, Repository, load
+from gpux.serve.models import LoadRequest, Repository
 from gpux.serve.offload import Offload
 from gpux.serve.rest import Limits, RestApp
 
@@ -73,6 +74,7 @@ class Server:
         self.host = request.host or first.host
         self.metrics = Metrics()
         self.repo = Repository(request.projects, self.metrics)
+        self.lifecycle = Lifecycle(self.repo, self.metrics, request.load, request.drain_s)
         self.limits = Limits(first.max_body_bytes, first.max_tensor_elements, first.header_timeout_s)
         self.http_port = first.http_port if request.http_port is None else request.http_port
         grpc_port = first.grpc_port if request.grpc_port is None else request.grpc_port
@@ -92,27 +94,22 @@ class Server:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # answers go out at once (accepted sockets inherit)
         sock.bind((self.host, self.http_port))
         self.http_port = sock.getsockname()[1]
-        app = RestApp(self.repo, self.metrics, self.limits, self.request.api_key, self.offload)
+        app = RestApp(self.repo, self.metrics, self.limits, self.request.api_key, self.offload, self.lifecycle)
         self._uvicorn = _Uvicorn.make(app, self.request.drain_s, self.limits.header_timeout_s)
         self._tasks.append(asyncio.create_task(self._uvicorn.serve(sockets=[sock])))
         if self.grpc_port is not None:
             from gpux.serve.grpc_service import InferenceService, make_server
 
-            service = InferenceService(self.repo, self.metrics, self.limits, self.request.api_key)
+            service = InferenceService(self.repo, self.metrics, self.limits, self.request.api_key, self.lifecycle)
             self._grpc, self.grpc_port = make_server(service, _address(self.host, self.grpc_port), self.limits)
             await self._grpc.start()
         self._tasks.append(asyncio.create_task(self._load_all()))
 
     async def _load_all(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
             for model in self.repo.all():
-                await loop.run_in_executor(None, load, model, self.request.load, self.metrics)
-                assert model.worker is not None
-                model.worker.start()
-                model.ready = True
-                self.metrics.child(self.metrics.ready, model.name, model.version).set(1)
-                _announce(model)
+                await self.lifecycle.open(model)
+                self.lifecycle.serve(model)
         except BaseException as exc:  # a model that cannot open stops the server with its error
             self.load_error = exc
             self.stopping.set()
@@ -165,22 +162,6 @@ class Server:
         await self.stop()
         if self.load_error is not None:
             raise self.load_error
-
-
-def _announce(model: Model) -> None:
-    """The load report in the log: providers skipped and why, warnings, what runs."""
-    from gpux.report import attempt_line
-
-    for attempt in model.report.get("attempts", []):
-        if not attempt["ok"]:
-            log.info("%s %s: skipped %s (%s): %s", model.name, model.version, attempt["provider"],
-                     attempt["stage"], attempt["reason"])
-    skipped = {attempt_line(a) for a in model.report.get("attempts", [])}
-    for warning in model.report.get("warnings", []):
-        if warning in skipped:  # a fallback's skips are in the report's warnings too: said once, above
-            continue
-        log.warning("%s %s: warning: %s", model.name, model.version, warning)
-    log.info("ready: %s %s on %s (%s)", model.name, model.version, model.provider, model.runs_on)
 
 
 def _address(host: str, port: int) -> str:

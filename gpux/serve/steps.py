@@ -8,6 +8,7 @@ import asyncio
 import base64
 import binascii
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -67,7 +68,9 @@ async def run_files(model: Any, item: Any, run: Run) -> tuple[dict[str, np.ndarr
         raise BadRequest(f"input '{item.name}' holds no files; send one encoded file per element")
     if limit and model.batchable and count > limit:
         raise BadRequest(f"input '{item.name}' has a batch of {count} files, above serve.max_batch_size {limit}")
+    started = time.perf_counter()
     prepared = await asyncio.get_running_loop().run_in_executor(None, prepare, model, item)
+    model.stats.compute_input.add(time.perf_counter() - started)
     feeds = [f for f, _ in prepared]
     if model.batchable and len({tuple((k, v.shape) for k, v in f.items()) for f in feeds}) == 1:
         joined = feeds[0] if len(feeds) == 1 else {k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]}

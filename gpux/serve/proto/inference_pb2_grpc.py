@@ -64,6 +64,31 @@ class GRPCInferenceServiceStub(object):
                 request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
+        self.ModelStreamInfer = channel.stream_stream(
+                '/inference.GRPCInferenceService/ModelStreamInfer',
+                request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelInferRequest.SerializeToString,
+                response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStreamInferResponse.FromString,
+                _registered_method=True)
+        self.ModelStatistics = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelStatistics',
+                request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStatisticsRequest.SerializeToString,
+                response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStatisticsResponse.FromString,
+                _registered_method=True)
+        self.RepositoryIndex = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryIndex',
+                request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryIndexRequest.SerializeToString,
+                response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryIndexResponse.FromString,
+                _registered_method=True)
+        self.RepositoryModelLoad = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryModelLoad',
+                request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelLoadRequest.SerializeToString,
+                response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelLoadResponse.FromString,
+                _registered_method=True)
+        self.RepositoryModelUnload = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryModelUnload',
+                request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelUnloadRequest.SerializeToString,
+                response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelUnloadResponse.FromString,
+                _registered_method=True)
 
 
 class GRPCInferenceServiceServicer(object):
@@ -105,6 +130,36 @@ class GRPCInferenceServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStreamInfer(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModelStatistics(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryIndex(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryModelLoad(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryModelUnload(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +192,31 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelInfer,
                     request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelInferRequest.FromString,
                     response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelInferResponse.SerializeToString,
+            ),
+            'ModelStreamInfer': grpc.stream_stream_rpc_method_handler(
+                    servicer.ModelStreamInfer,
+                    request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelInferRequest.FromString,
+                    response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStreamInferResponse.SerializeToString,
+            ),
+            'ModelStatistics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelStatistics,
+                    request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStatisticsRequest.FromString,
+                    response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStatisticsResponse.SerializeToString,
+            ),
+            'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryIndex,
+                    request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryIndexRequest.FromString,
+                    response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryIndexResponse.SerializeToString,
+            ),
+            'RepositoryModelLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryModelLoad,
+                    request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelLoadRequest.FromString,
+                    response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelLoadResponse.SerializeToString,
+            ),
+            'RepositoryModelUnload': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryModelUnload,
+                    request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelUnloadRequest.FromString,
+                    response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelUnloadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +381,141 @@ class GRPCInferenceService(object):
             '/inference.GRPCInferenceService/ModelInfer',
             gpux_dot_serve_dot_proto_dot_inference__pb2.ModelInferRequest.SerializeToString,
             gpux_dot_serve_dot_proto_dot_inference__pb2.ModelInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStreamInfer(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/inference.GRPCInferenceService/ModelStreamInfer',
+            gpux_dot_serve_dot_proto_dot_inference__pb2.ModelInferRequest.SerializeToString,
+            gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStreamInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStatistics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelStatistics',
+            gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStatisticsRequest.SerializeToString,
+            gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStatisticsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryIndex(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryIndex',
+            gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryIndexRequest.SerializeToString,
+            gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryIndexResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryModelLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryModelLoad',
+            gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelLoadRequest.SerializeToString,
+            gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelLoadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryModelUnload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryModelUnload',
+            gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelUnloadRequest.SerializeToString,
+            gpux_dot_serve_dot_proto_dot_inference__pb2.RepositoryModelUnloadResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,155 @@
+"""Bringing served models up and down while the server runs (Triton's model repository extension): the index,
+load (reopen a model from its gpux.yml, swapped in once ready) and unload (no new requests, in-flight ones finish)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from gpux.serve.errors import BadRequest, NotFound, ServeError
+from gpux.serve.metrics import Metrics
+from gpux.serve.models import LoadRequest, Model, Repository, load
+
+log = logging.getLogger("gpux.serve")
+
+
+def state_of(model: Model) -> tuple[str, str]:
+    """The model's state in the repository index, and why when it is not READY."""
+    if model.ready:
+        return "READY", ""
+    if model.unloaded:
+        return "UNAVAILABLE", model.reason or "unloaded"
+    return "LOADING", ""
+
+
+class Lifecycle:
+    """Loads and unloads the models of `repo`, one change at a time per model."""
+
+    def __init__(self, repo: Repository, metrics: Metrics, request: LoadRequest, drain_s: float = 30.0) -> None:
+        self.repo, self.metrics, self.request, self.drain_s = repo, metrics, request, drain_s
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """Every served model version with its state (Triton's RepositoryIndex), by name then version."""
+        out = []
+        for name in sorted(self.repo.models):
+            for version in self.repo.versions(name):
+                model = self.repo.models[name][version]
+                state, reason = state_of(model)
+                if ready_only and state != "READY":
+                    continue
+                out.append({"name": name, "version": version, "state": state, **({"reason": reason} if reason else {})})
+        return out
+
+    async def open(self, model: Model) -> None:
+        """Open and warm up the model off the event loop and start its worker (not ready yet); errors propagate."""
+        await asyncio.get_running_loop().run_in_executor(None, load, model, self.request, self.metrics)
+        assert model.worker is not None
+        model.worker.start()
+
+    def serve(self, model: Model) -> None:
+        """From now on the model takes requests."""
+        model.ready, model.unloaded, model.reason = True, False, ""
+        self.metrics.child(self.metrics.ready, model.name, model.version).set(1)
+        announce(model)
+
+    async def load(self, name: str) -> None:
+        """Reopen every version of `name` from its gpux.yml (a new model file, a new build, a new version number),
+        then swap it in and retire the old one; on failure the old one keeps serving and the error is a 400."""
+        self._known(name)
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            old = list(self.repo.models[name].values())
+            fresh = [Model(p) for p in await asyncio.get_running_loop().run_in_executor(None, reopen, name, old)]
+            try:
+                for model in fresh:
+                    await self.open(model)
+            except Exception as exc:
+                await retire(fresh, 0)
+                if isinstance(exc, ServeError):
+                    raise
+                raise BadRequest(f"failed to load model '{name}': {one_line(exc)}") from None
+            for model in old:
+                model.ready = False
+                if model.version not in {m.version for m in fresh}:
+                    self.metrics.child(self.metrics.ready, model.name, model.version).set(0)
+            self.repo.replace(name, fresh)
+            for model in fresh:
+                self.serve(model)
+            await retire(old, self.drain_s)
+
+    async def unload(self, name: str) -> None:
+        """Stop serving `name`: new requests get 404 at once, requests in flight finish (up to drain_s)."""
+        self._known(name)
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            models = list(self.repo.models[name].values())
+            for model in models:
+                self._mark_gone(model, "unloaded")
+            await retire(models, self.drain_s)
+            log.info("unloaded: %s", name)
+
+    def _known(self, name: str) -> None:
+        if name not in self.repo.models:
+            known = ", ".join(sorted(self.repo.models)) or "none"
+            raise NotFound(f"unknown model '{name}'; served models: {known} (load reopens a served model)")
+
+    def _mark_gone(self, model: Model, reason: str) -> None:
+        model.ready, model.unloaded, model.reason = False, True, reason
+        self.metrics.child(self.metrics.ready, model.name, model.version).set(0)
+
+
+def reopen(name: str, old: list[Model]) -> list[Any]:
+    """The projects of `name` read again from their files; a file that no longer reads, or names another model or
+    the same version twice, is a 400 naming it."""
+    from gpux.config.locate import open_project
+    from gpux.errors import GpuxError
+
+    projects = []
+    for model in old:
+        try:
+            project = open_project(str(model.project.path))
+        except GpuxError as exc:
+            raise BadRequest(f"failed to load model '{name}': {one_line(exc)}") from None
+        if project.name != name:
+            raise BadRequest(f"failed to load model '{name}': {model.project.shown} now names model "
+                             f"'{project.name}'; a load reopens the same model (restart to serve another)")
+        projects.append(project)
+    versions = [str(p.config.version) for p in projects]
+    twice = sorted({v for v in versions if versions.count(v) > 1})
+    if twice:
+        raise BadRequest(f"failed to load model '{name}': version {twice[0]} is declared by two of its gpux.yml files")
+    return projects
+
+
+async def retire(models: list[Model], drain_s: float) -> None:
+    """Wait (up to drain_s) for the models' requests in flight to finish, then close their workers."""
+    deadline = time.monotonic() + drain_s
+    while any(m.active for m in models) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    for model in models:
+        if model.worker is not None:
+            await model.worker.close()
+
+
+def one_line(exc: BaseException) -> str:
+    from gpux.errors import GpuxError
+
+    text = "; ".join(exc.lines()) if isinstance(exc, GpuxError) else f"{type(exc).__name__}: {exc}"
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def announce(model: Model) -> None:
+    """The load report in the log: providers skipped and why, warnings, what runs."""
+    from gpux.report import attempt_line
+
+    for attempt in model.report.get("attempts", []):
+        if not attempt["ok"]:
+            log.info("%s %s: skipped %s (%s): %s", model.name, model.version, attempt["provider"],
+                     attempt["stage"], attempt["reason"])
+    skipped = {attempt_line(a) for a in model.report.get("attempts", [])}
+    for warning in model.report.get("warnings", []):
+        if warning in skipped:  # a fallback's skips are in the report's warnings too: said once, above
+            continue
+        log.warning("%s %s: warning: %s", model.name, model.version, warning)
+    log.info("ready: %s %s on %s (%s)", model.name, model.version, model.provider, model.runs_on)
