@@ -18,9 +18,10 @@ from .conftest import ROOT, gpux
 EXAMPLES = {
     "mlp": (), "multi_input": (), "torch_native": (), "yolov8_detector": (),
     "torch_cnn": ("--input", "image=float32[batch,3,32,32]"),
-    "mobilenet_v2": (),
+    "mobilenet_v2": (), "magika_filetype": (), "silero_vad": (), "ppocr_recognizer": (), "resnet50": (),
 }
-SLOW = {"mobilenet_v2", "torch_native", "yolov8_detector"}
+SLOW = {"mobilenet_v2", "torch_native", "yolov8_detector", "magika_filetype", "silero_vad", "ppocr_recognizer",
+        "resnet50"}
 
 
 def made(example: str, tmp_path: Path) -> Path:
@@ -33,7 +34,7 @@ def made(example: str, tmp_path: Path) -> Path:
         pytest.skip(r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, r.stderr
     (folder / "gpux.yml").rename(folder / "committed.yml")
-    for extra in ("make_model.py", "sample_input.py"):
+    for extra in ("make_model.py", "sample_input.py", "labels.txt", "charset.txt"):
         (folder / extra).unlink(missing_ok=True)
     return folder
 
