@@ -201,10 +201,9 @@ def describe(item: Any) -> str:
     return "bytes" if isinstance(item, bytes | bytearray | memoryview) else type(item).__name__
 
 
-def predict(session: Any, x: Any) -> Any:
+def predict(session: Any, steps: Steps, x: Any) -> Any:
     """Answers for one item, a list for a list (or tuple) of items; a dict of tensors answers every batch row (a
-    list). `session` is a gpux Session: `run_feeds`, `output_names`, `project`, `inputs`, `outputs`."""
-    steps = Steps.of(session.project, session.inputs, session.outputs)
+    list). `session` is a gpux Session (`run_feeds`, `output_names`), `steps` its project's steps bound once."""
     if isinstance(x, list | tuple):
         return [_one(session, steps, item) for item in x]
     return _one(session, steps, x)

@@ -221,15 +221,16 @@ class BenchmarkRequest:
 
 
 def benchmark_command(req: BenchmarkRequest) -> int:
-    from gpux.bench.stages import check_files, declares_steps
+    from gpux.bench.stages import check_files
     from gpux.config.locate import open_project
+    from gpux.config.steps import declared_steps
 
     project = open_project(req.target)
     base = load_baseline(req.baseline) if req.baseline else None  # a bad baseline fails before minutes of measuring
     tensors = [flag for flag, v in (("--file", req.input_file), ("--batch", req.batch), ("--shape", req.shapes)) if v]
     files = tuple(check_files(project, req.files, req.store, tensors)) if req.files else ()
     shape_values = synthetic_sizes(project, req)
-    stages = bool(files) or (declares_steps(project) and not tensors)
+    stages = bool(files) or (bool(declared_steps(project.config)) and not tensors)
     protocol = protocol_for(project, req.runs, req.warmup, req.duration, 1 if stages else req.batch, req.concurrency)
     log = report.progress(req.as_json or req.as_csv)
     rows_of = Rows(protocol, shape_values, req.store, req.input_file, log, stages, files)

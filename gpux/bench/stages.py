@@ -18,13 +18,6 @@ STAGES = ("preprocess", "inference", "postprocess")
 NOISE_SEED = 0
 
 
-def declares_steps(project: Any) -> bool:
-    """Some input declares `preprocess:` or some output `postprocess:`."""
-    cfg = project.config
-    return any(s.preprocess is not None for s in (cfg.inputs or {}).values()) or \
-        any(s.postprocess is not None for s in (cfg.outputs or {}).values())
-
-
 def check_files(project: Any, files: tuple[str, ...], store: str | None, tensors_asked: list[str]) -> list[str]:
     """The files of `--benchmark FILE...` (a folder: its files of the declared kind), checked as `gpux run NAME FILE`
     checks them, before anything is built: they exist, and the model takes files."""

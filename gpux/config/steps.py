@@ -267,3 +267,9 @@ def check_image_shape(image: ImageSteps, shape: tuple[int | str, ...]) -> tuple[
     if size and all(isinstance(d, int) for d in hw) and tuple(hw) != size:
         return f"the steps give {size[0]}x{size[1]} images, shape {list(shape)} takes {hw[0]}x{hw[1]}", ("image",)
     return None
+
+
+def declared_steps(config: Any) -> list[str]:
+    """Where a gpux.yml declares steps around the model: `inputs.NAME.preprocess`, `outputs.NAME.postprocess`."""
+    return [f"inputs.{n}.preprocess" for n, t in (config.inputs or {}).items() if t.preprocess is not None] + \
+        [f"outputs.{n}.postprocess" for n, t in (config.outputs or {}).items() if t.postprocess is not None]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux.config.load import Project
+from gpux.config.steps import declared_steps
 from gpux.errors import UsageError
 from gpux.model.io import Tensor
 
@@ -297,12 +298,5 @@ def export(project: Project, provider: str, repo: Path, version: int = 1, store_
     problems = check(cfg, folder, ranks)
     if problems:
         raise UsageError(f"{folder}: " + "; ".join(problems))
-    return Exported(cfg["name"], provider, folder, version, [n for _, n in files], cfg, declared_steps(project))
-
-
-def declared_steps(project: Project) -> list[str]:
-    """The pre/post-processing gpux.yml declares (`inputs.x.preprocess`, ...): a Triton repository serves the
-    model's tensors only, so clients run these steps themselves (or `gpux serve` runs them)."""
-    cfg = project.config
-    return [f"inputs.{n}.preprocess" for n, t in (cfg.inputs or {}).items() if t.preprocess is not None] + \
-        [f"outputs.{n}.postprocess" for n, t in (cfg.outputs or {}).items() if t.postprocess is not None]
+    # a Triton repository serves the model's tensors only: clients run the declared steps (or `gpux serve` does)
+    return Exported(cfg["name"], provider, folder, version, [n for _, n in files], cfg, declared_steps(project.config))

@@ -29,6 +29,7 @@ class Session:
         self.warnings = warnings
         self._placement = placement
         self.placement: dict[str, Any] | None = None
+        self._steps: Any = None  # the declared steps bound to the model's I/O, on the first predict
         self._take(opened)
 
     def _take(self, opened: Opened) -> None:
@@ -74,9 +75,11 @@ class Session:
         uint8 array; raw bytes: path or bytes; audio: path, bytes or a 1-D waveform; text: a str, a Path or bytes)
         or a list of them, through its preprocess and postprocess (docs/answers.md); a dict of tensors answers each
         batch row (a list)."""
-        from gpux.answers.steps import predict
+        from gpux.answers.steps import Steps, predict
 
-        return predict(self, x)
+        if self._steps is None:  # labels, charsets and tokenizers are read and checked once per session
+            self._steps = Steps.of(self.project, self.inputs, self.outputs)
+        return predict(self, self._steps, x)
 
     def run_feeds(self, feeds: dict[str, Any]) -> list[Any]:
         """Run prepared feeds; the first inference that fails moves on to the next provider."""

@@ -18,7 +18,7 @@ from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotFound, Unavailable
 from gpux.serve.metrics import Metrics
 from gpux.serve.stats import ModelStats
-from gpux.serve.steps import as_bytes, bind, kind_of
+from gpux.serve.steps import as_bytes, bind
 
 INLINE_PROBES = 5
 INLINE_BELOW_S = 0.0002  # a warm inference shorter than this runs on the event loop: a thread hop costs more
@@ -67,8 +67,7 @@ class Model:
         inputs, outputs = self.tensor_metadata(self.inputs), self.tensor_metadata(self.outputs)
         if self.files is None:
             return inputs, outputs
-        kind = kind_of(self.project, self.files)
-        return ([as_bytes(e, kind) if e["name"] == self.files else e for e in inputs],
+        return ([as_bytes(e, self.steps.kind) if e["name"] == self.files else e for e in inputs],
                 [as_bytes(e, "json") if e["name"] in self.steps.post else e for e in outputs])
 
 

@@ -29,19 +29,11 @@ def bind(project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]
     several windows). A misdeclared step stops the load (ConfigError)."""
     from gpux.answers.steps import Steps
 
-    cfg = project.config
-    pre = [n for n, s in (cfg.inputs or {}).items() if s.preprocess is not None and n in inputs]
-    post = [n for n, s in (cfg.outputs or {}).items() if s.postprocess is not None and n in outputs]
-    if not pre and not post:
+    steps = Steps.of(project, inputs, outputs)
+    if not steps.pre and not steps.post:
         return None, None
-    one_row = pre and len(inputs) == 1 and kind_of(project, pre[0]) != "audio"
-    return Steps.of(project, inputs, outputs), pre[0] if one_row else None
-
-
-def kind_of(project: Project, name: str) -> str:
-    """The declared preprocess kind of an input (`image`, ...): the metadata's content_type."""
-    spec = (project.config.inputs or {})[name].preprocess
-    return next((k for k, v in spec if v is not None), "file") if spec is not None else "file"
+    one_row = len(steps.pre) == 1 and len(inputs) == 1 and steps.kind != "audio"
+    return steps, next(iter(steps.pre)) if one_row else None
 
 
 def as_bytes(entry: dict[str, Any], content_type: str) -> dict[str, Any]:
