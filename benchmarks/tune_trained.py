@@ -1,18 +1,20 @@
 """`gpux tune` on the trained MobileNetV2 (examples/mobilenet_v2), several times: how stable its pick is, and the
 speed-vs-agreement front of every candidate.
 
-    python benchmarks/tune_trained.py [--runs 3] [--seconds 1] [--budget 600] [--floor min_top1=1.0] [--out F.md]
+    python benchmarks/tune_trained.py [--runs 3] [--seconds 1] [--budget 600] [--floor min_top1=1.0] [--held-out]
+                                      [--out F.md]
 
 `--out` writes the table there and every run's lock beside it (F.json).
 
-Each run is `gpux tune COPY --json` on one copy of the example (runs after the first find its builds cached and
-only measure again); `--floor KEY=VALUE` adds verify thresholds to the copy's gpux.yml (the user's accuracy floor;
-default: the int8 defaults). Printed: per run the pick, its speedup over a plain ONNX Runtime session with the
-per-round range, the machine's load average before and after; then per candidate its verdict and speedup in each
-run, its agreement with the FP32 reference on the held-out crops (top-1, confident top-1, top-5, cosine), whether
-it is on the front (no candidate that passed is faster in its median speedup over the runs and at least as
-faithful), and the layers int8 hurts most as tune's ranking measured them.
-"""
+Each run is `gpux tune COPY --json` on one copy of the example (runs after the first find its builds cached and only
+measure again); `--floor KEY=VALUE` adds verify thresholds to the copy's gpux.yml (the user's accuracy floor;
+default: the int8 defaults). `--held-out` judges every candidate on other crops of the same photos (a 3×3 grid at
+two scales, ~170 crops, written to held_out.npz as verify.data) instead of the example's every-4th hold-out (11
+crops), and int8 calibrates on all 44 of crops.npz. Printed: per run the pick, its speedup over a plain ONNX Runtime
+session with the per-round range, the machine's load average before and after; then per candidate its verdict and
+speedup in each run, its agreement with the FP32 reference on the held-out crops (top-1, confident top-1, top-5,
+cosine), whether it is on the front (no candidate that passed is faster in its median speedup over the runs and at
+least as faithful), and the layers int8 hurts most as tune's ranking measured them."""
 
 from __future__ import annotations
 
@@ -32,8 +34,34 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "mobilenet_v2"
 
 
-def project_copy(floor: list[str]) -> Path:
-    """A copy of the example (its model and crops made first if missing) with the floor added to `verify:`."""
+def held_out_crops(scales: tuple[int, ...] = (256, 320), size: int = 224) -> Any:
+    """[N, 3, size, size] float32: the example's photos, resized by the shorter side to each scale, cropped on a
+    3×3 grid and normalized as the example's crops are (those among them that are calibration crops too are left
+    out by verification, which says how many)."""
+    import numpy as np
+    from PIL import Image
+
+    sys.path.insert(0, str(EXAMPLE))
+    import make_model  # the example's photos and normalization
+
+    out = []
+    for rgb in make_model.photos():
+        for scale in scales:
+            img = Image.fromarray(rgb)
+            k = scale / min(img.size)
+            img = img.resize((max(size, round(img.width * k)), max(size, round(img.height * k))),
+                             Image.Resampling.BILINEAR)
+            w, h = img.size
+            for y in (0, (h - size) // 2, h - size):
+                for x in (0, (w - size) // 2, w - size):
+                    a = np.asarray(img.crop((x, y, x + size, y + size)), np.float32) / 255
+                    out.append(((a - make_model.MEAN) / make_model.STD).transpose(2, 0, 1))
+    return np.stack(out).astype(np.float32)
+
+
+def project_copy(floor: list[str], held_out: bool = False) -> Path:
+    """A copy of the example (its model and crops made first if missing) with the floor added to `verify:` and,
+    with `held_out`, verify.data pointing at crops held out from calibration entirely."""
     if not (EXAMPLE / "model.onnx").is_file() or not (EXAMPLE / "crops.npz").is_file():
         subprocess.run([sys.executable, str(EXAMPLE / "make_model.py")], check=True, capture_output=True)
     folder = Path(tempfile.mkdtemp(prefix="gpux-tune-trained-")) / "mobilenet_v2"
@@ -41,6 +69,12 @@ def project_copy(floor: list[str]) -> Path:
     yml = folder / "gpux.yml"
     text = yml.read_text()
     assert text.rstrip().splitlines()[-1].startswith("  ") and "\nverify:\n" in text, "verify: is the last block"
+    if held_out:
+        import numpy as np
+
+        np.savez(folder / "held_out.npz", x=held_out_crops()[:, None])
+        assert "  data: crops.npz" in text
+        text = text.replace("  data: crops.npz", "  data: held_out.npz", 1)
     yml.write_text(text.rstrip() + "\n" + "".join(f"  {k}: {v}\n" for k, v in (f.split("=", 1) for f in floor)))
     return folder
 
@@ -137,9 +171,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="measured per candidate (gpux tune --seconds)")
     parser.add_argument("--budget", type=float, default=600.0)
     parser.add_argument("--floor", action="append", default=[], help="a verify threshold KEY=VALUE, repeatable")
+    parser.add_argument("--held-out", action="store_true", help="judge on ~170 other crops (held_out.npz)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    folder = project_copy(args.floor)
+    folder = project_copy(args.floor, args.held_out)
     runs = []
     for i in range(args.runs):
         runs.append(tune_once(folder, args.seconds, args.budget))

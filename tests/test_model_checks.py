@@ -186,3 +186,26 @@ def test_the_wire_reader_sees_what_onnx_sees(tmp_path: Path) -> None:
         path = make(tmp_path / f"{make.__name__}.onnx")
         wire, full = onnxwire.read_io(path), _parse_io(path)
         assert (wire.inputs, wire.outputs, wire.ir_version) == (full.inputs, full.outputs, full.ir_version)
+
+
+def test_a_checked_model_opens_without_onnx_and_the_runtime_limits_are_kept_per_version(tmp_path: Path) -> None:
+    """What ONNX Runtime reads is probed once (onnx and a session per try) and kept in the store per installed
+    version: a process that opens an already checked model imports no onnx (a server's memory and start-up)."""
+    import subprocess
+    import sys
+
+    relu(tmp_path)
+    assert cli("build", str(tmp_path), "-p", "cpu").returncode == 0
+    assert cli("validate", "--check-model", str(tmp_path)).returncode == 0  # the store exists: I/O and limits kept
+    kept = json.loads((tmp_path / ".gpux" / ".ort-limits.json").read_text())
+    [(key, limits)] = kept.items()
+    assert key.startswith("onnxruntime ") and ", onnx " in key and limits[0] >= 7 and limits[1] >= 7
+    code = ("import sys, numpy as np, gpux\n"
+            f"s = gpux.load({str(tmp_path)!r}, provider='cpu')\n"
+            "assert s.run({'x': np.array([[-1, 2, -3, 4]], np.float32)})['y'].tolist() == [[0, 2, 0, 4]]\n"
+            "print('onnx' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr[-2000:]
+    (tmp_path / ".gpux" / ".ort-limits.json").write_text(json.dumps({"onnxruntime 0.0, onnx 0.0": [7, 7]}))
+    assert cli("validate", "--check-model", str(tmp_path)).returncode == 0
+    assert len(json.loads((tmp_path / ".gpux" / ".ort-limits.json").read_text())) == 2, "another version's kept"

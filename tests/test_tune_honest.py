@@ -54,6 +54,11 @@ def test_speedup_is_the_baseline_median_over_the_candidate_with_the_per_round_ra
     assert thr["speedup"] == 1.5 and (thr["low"], thr["high"]) == (1.5, 2.0)
     assert rounds.clearly_faster([1.0, 1.0, 1.0], [1.1, 1.2, 1.05], "latency")
     assert not rounds.clearly_faster([1.0, 1.0, 1.0], [1.1, 0.99, 1.05], "latency"), "slower in one round"
+    five = [1.0] * 5
+    assert rounds.clearly_faster(five, [1.5, 1.5, 0.9, 1.6, 1.4], "latency"), "one disturbed round of five"
+    assert not rounds.clearly_faster(five, [1.5, 0.9, 0.9, 1.6, 1.4], "latency"), "slower in two rounds"
+    assert not rounds.clearly_faster(five, [1.03] * 5, "latency"), "3 % faster in every round is within the margin"
+    assert rounds.clearly_faster([120.0] * 5, [100.0, 100.0, 100.0, 130.0, 100.0], "throughput")
 
 
 def measured(precision: str, scores: list[float]) -> Outcome:

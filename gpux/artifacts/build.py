@@ -287,7 +287,7 @@ def _usable_source(project: Project, io: ModelIO, root: Path, log: Log) -> Path:
     """The source, or a copy in the store with its IR version lowered to what ONNX Runtime reads."""
     from gpux.model.io import compat_check
 
-    compat = compat_check(io) if io.ir_version else None
+    compat = compat_check(io, root) if io.ir_version else None
     if compat is None or compat.lower_ir_to is None:
         return project.source
     from gpux.model.compat import lowered_source

@@ -1,8 +1,10 @@
 """Candidates measured side by side: every survivor and a plain ONNX Runtime session on the source model
 (default options, what a user would otherwise run) take turns in rounds, each a short slice in rotated order
 with a pause between them (ONNX Runtime's worker threads spin a while after a run and would slow the next one).
-A candidate's speedup is the plain session's median over its own; the per-round ratios bound it (the noise),
-and one candidate is faster than another only when it was faster in every round."""
+A candidate's speedup is the plain session's median over its own; the per-round ratios bound it (the noise).
+One candidate is faster than another only when its median round is at least MARGIN faster and it was faster in
+every round but at most one (every round when fewer than 4 ran): a single round disturbed by the machine's load
+neither makes nor breaks a lead, and a few percent is not worth trading precision for."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ ROUNDS = 5
 PAUSE_S = 0.05  # between two slices: long enough for ONNX Runtime's spinning threads to go idle
 FIRST_WARMUP_S = 0.2  # a slice's warm-up in the first round (caches, allocator); later rounds re-warm briefly
 WARMUP_S = 0.02
+MARGIN = 0.05  # the least median-round lead that counts as faster
 BASELINE = "onnxruntime.InferenceSession(source, providers=['CPUExecutionProvider']), default options"
 
 
@@ -91,9 +94,11 @@ def speedup(base: float, base_scores: Sequence[float], value: float, scores: Seq
 
 
 def clearly_faster(a: Sequence[float], b: Sequence[float], objective: str) -> bool:
-    """`a` beat `b` in every round (round scores); with no rounds, never."""
+    """`a` beat `b` (round scores): by MARGIN or more in the median round, and in every round but at most one
+    (every round when fewer than 4 ran); with no rounds, never."""
     r = ratios(b, a, objective)
-    return bool(r) and min(r) > 1.0
+    lost = sum(x <= 1.0 for x in r)
+    return bool(r) and statistics.median(r) >= 1 + MARGIN and lost <= (1 if len(r) >= 4 else 0)
 
 
 def spread(scores: Sequence[float], objective: str) -> list[float]:

@@ -175,8 +175,8 @@ PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3}  # ties within noi
 def choose(outcomes: list[Outcome], objective: str, allow_unverified: bool = False) -> Outcome | None:
     """The fastest candidate that passed verification and ran (None: none did); each row says why not. One
     verified on generated data only (a lossy artifact: "unverified") is listed, not chosen, unless allowed. A
-    candidate within noise of the fastest (not faster in every round) ties with it, and ties go to the higher
-    precision, then to the simpler candidate (earlier in the list)."""
+    candidate within noise of the fastest (not clearly slower: gpux.bench.rounds.clearly_faster) ties with it, and
+    ties go to the higher precision, then to the simpler candidate (earlier in the list)."""
     from gpux.bench import rounds
 
     for o in outcomes:

@@ -96,10 +96,40 @@ def _ort_loads(data: bytes) -> bool:
 
 
 @cache
-def ort_limits() -> tuple[int, int] | None:
-    """(newest IR version, newest default-domain opset) the installed ONNX Runtime loads; None: none here."""
+def ort_limits(cache_file: Path | None = None) -> tuple[int, int] | None:
+    """(newest IR version, newest default-domain opset) the installed ONNX Runtime loads; None: none here.
+    Found by loading probe models (onnx and a session per try); with `cache_file`, kept there per installed
+    onnxruntime and onnx version, so a process that opens a checked model imports neither to ask again."""
     if not is_installed("onnxruntime") or not is_installed("onnx"):
         return None
+    key = f"onnxruntime {version_of('onnxruntime')}, onnx {version_of('onnx')}"
+    known = _read_limits(cache_file)
+    if key in known:
+        got = known[key]
+        return (got[0], got[1]) if got else None
+    limits = _probe_limits()
+    if cache_file is not None and cache_file.parent.is_dir():  # a store that exists: reading never creates one
+        import contextlib
+        import json
+
+        from gpux.files import atomic_write_text
+
+        with contextlib.suppress(OSError):  # a read-only store: probe again next time
+            atomic_write_text(cache_file, json.dumps({**known, key: list(limits) if limits else None}))
+    return limits
+
+
+def _read_limits(cache_file: Path | None) -> dict[str, Any]:
+    import json
+
+    try:
+        got = json.loads(cache_file.read_text()) if cache_file is not None else {}
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def _probe_limits() -> tuple[int, int] | None:
     onnx = require("onnx")
     ir = next((v for v in range(onnx.IR_VERSION, 6, -1) if _ort_loads(_probe_model(v, 13))), None)
     if ir is None:
@@ -118,9 +148,10 @@ class Compat:
     note: str = ""
 
 
-def check(ir_version: int | None, opsets: dict[str, int]) -> Compat:
-    """Compare with the installed ONNX Runtime (the reference and every ONNX artifact run on it)."""
-    limits = ort_limits() if ir_version else None
+def check(ir_version: int | None, opsets: dict[str, int], cache_file: Path | None = None) -> Compat:
+    """Compare with the installed ONNX Runtime (the reference and every ONNX artifact run on it); its limits are
+    kept in `cache_file` (ort_limits)."""
+    limits = ort_limits(cache_file) if ir_version else None
     if limits is None or ir_version is None:
         return Compat()
     ir_max, opset_max = limits

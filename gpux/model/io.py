@@ -205,11 +205,13 @@ def declared_io(project: Project) -> ModelIO:
     return ModelIO(tensors(cfg.inputs), tensors(cfg.outputs), producer=source_format(project))
 
 
-def compat_check(io: ModelIO) -> Any:
-    """The model's IR version and opsets against the installed ONNX Runtime (gpux.model.compat.Compat)."""
+def compat_check(io: ModelIO, store: Path | None = None) -> Any:
+    """The model's IR version and opsets against the installed ONNX Runtime (gpux.model.compat.Compat); what that
+    runtime reads is kept in the store (`store`: its root), so opening a checked model does not probe again."""
     from gpux.model.compat import Compat, check
 
-    return check(io.ir_version, io.opsets) if io.ir_version else Compat()
+    return check(io.ir_version, io.opsets, store / ".ort-limits.json" if store else None) if io.ir_version \
+        else Compat()
 
 
 def load_checked(project: Project, store_dir: str | Path | None = None) -> ModelIO:
@@ -220,8 +222,9 @@ def load_checked(project: Project, store_dir: str | Path | None = None) -> Model
         raise ConfigError([project.problem(("model", "source"), f"file not found: {project.source}")])
     if source_format(project) in TORCH_FORMATS:
         return declared_io(project)
-    io = read_io(project.source, store_root(project.root, store_dir) / ".model-io.json")
-    model_problems = [*io.problems, *compat_check(io).problems]
+    store = store_root(project.root, store_dir)
+    io = read_io(project.source, store / ".model-io.json")
+    model_problems = [*io.problems, *compat_check(io, store).problems]
     if model_problems:
         named = "" if project.implied else f"{project.source.name}: "  # else the problem names the model
         raise ConfigError([project.problem(("model", "source"), named + m) for m in model_problems])
