@@ -1,43 +1,131 @@
-"""Prometheus metrics of the server: requests, latency, queue time, batch sizes, the provider each model runs on."""
+"""Prometheus metrics of the server: requests, latency, queue time, batch sizes, the provider each model runs on.
+
+The per-request counters and histograms are plain counts under one lock each (a bisect and two adds), turned into
+Prometheus's text by a collector at scrape time: prometheus_client's own children take several locks and calls
+per observation, which showed on the request path. Gauges, set once per load, stay prometheus_client's."""
 
 from __future__ import annotations
 
+import threading
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
+class Count:
+    """One label set of a counter."""
+
+    __slots__ = ("lock", "value")
+
+    def __init__(self) -> None:
+        self.lock, self.value = threading.Lock(), 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        with self.lock:
+            self.value += amount
+
+
+class Buckets:
+    """One label set of a histogram: observations per bucket (`le`: at most the bound) and their sum."""
+
+    __slots__ = ("bounds", "counts", "lock", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds, self.counts = bounds, [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
+        self.lock, self.total = threading.Lock(), 0.0
+
+    def observe(self, value: float) -> None:
+        i = bisect_left(self.bounds, value)
+        with self.lock:
+            self.counts[i] += 1
+            self.total += value
+
+
+class Family:
+    """A counter or histogram by label values, collected into Prometheus metric families at scrape time."""
+
+    def __init__(self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float] | None = None) -> None:
+        self.name, self.doc, self.labels, self.buckets = name, doc, tuple(labels), buckets
+        self.children: dict[tuple[str, ...], Any] = {}
+        self._lock = threading.Lock()
+
+    def child(self, *values: str) -> Any:
+        found = self.children.get(values)
+        if found is None:
+            with self._lock:
+                found = self.children.setdefault(values, Count() if self.buckets is None else Buckets(self.buckets))
+        return found
+
+    def collect(self) -> list[Metric]:
+        if self.buckets is None:
+            counter = CounterMetricFamily(self.name, self.doc, labels=self.labels)
+            for values, c in list(self.children.items()):
+                counter.add_metric(list(values), c.value)
+            return [counter]
+        hist = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
+        for values, b in list(self.children.items()):
+            with b.lock:
+                counts, total = list(b.counts), b.total
+            cumulative, running = [], 0
+            for bound, n in zip([*map(_bound, b.bounds), "+Inf"], counts, strict=True):
+                running += n
+                cumulative.append((bound, running))
+            hist.add_metric(list(values), cumulative, total)
+        return [hist]
+
+
+def _bound(b: float) -> str:
+    return repr(float(b))  # as prometheus_client writes `le` (1 -> "1.0")
+
+
+class Collector:
+    """The families of one server, for its registry."""
+
+    def __init__(self, families: Sequence[Family]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        for f in self.families:
+            yield from f.collect()
+
+
 @dataclass
 class Metrics:
-    """One registry per server (tests run several in one process); children cached per label set."""
+    """One registry per server (tests run several in one process); gauge children cached per label set."""
 
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     _children: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         r = self.registry
-        self.requests = Counter("gpux_requests", "Inference requests answered, by model, protocol and status.",
-                                ["model", "version", "protocol", "status"], registry=r)
-        self.latency = Histogram("gpux_request_duration_seconds", "Time from request decoded to answer ready.",
-                                 ["model", "protocol"], buckets=LATENCY_BUCKETS, registry=r)
-        self.queue = Histogram("gpux_queue_duration_seconds", "Time a request waited for a model instance.",
-                               ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.compute = Histogram("gpux_compute_duration_seconds", "Time one (batched) inference ran.",
-                                 ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.batch = Histogram("gpux_batch_size", "Rows per inference the model ran (after dynamic batching).",
-                               ["model"], buckets=BATCH_BUCKETS, registry=r)
+        self.requests = Family("gpux_requests", "Inference requests answered, by model, protocol and status.",
+                               ["model", "version", "protocol", "status"])
+        self.latency = Family("gpux_request_duration_seconds", "Time from request decoded to answer ready.",
+                              ["model", "protocol"], LATENCY_BUCKETS)
+        self.queue = Family("gpux_queue_duration_seconds", "Time a request waited for a model instance.",
+                            ["model"], LATENCY_BUCKETS)
+        self.compute = Family("gpux_compute_duration_seconds", "Time one (batched) inference ran.",
+                              ["model"], LATENCY_BUCKETS)
+        self.batch = Family("gpux_batch_size", "Rows per inference the model ran (after dynamic batching).",
+                            ["model"], BATCH_BUCKETS)
+        r.register(Collector([self.requests, self.latency, self.queue, self.compute, self.batch]))
         self.model_info = Gauge("gpux_model_info", "1 per loaded model version, labelled with the provider in use.",
                                 ["model", "version", "provider", "runs_on", "instances"], registry=r)
         self.ready = Gauge("gpux_model_ready", "1 when the model version is loaded and warmed up.",
                            ["model", "version"], registry=r)
 
     def child(self, metric: Any, *labels: str) -> Any:
+        if isinstance(metric, Family):
+            return metric.child(*labels)
         key = (id(metric), *labels)
         found = self._children.get(key)
         if found is None:
@@ -45,9 +133,9 @@ class Metrics:
         return found
 
     def answered(self, model: str, version: str, protocol: str, status: int, seconds: float | None) -> None:
-        self.child(self.requests, model, version, protocol, str(status)).inc()
+        self.requests.child(model, version, protocol, str(status)).inc()
         if seconds is not None:
-            self.child(self.latency, model, protocol).observe(seconds)
+            self.latency.child(model, protocol).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
