@@ -26,11 +26,26 @@ SCALE = np.array([[1.0], [2.0], [-0.5]], dtype=np.float32)  # 12 bytes
 DELAY = ", max_batch_size: 16, max_queue_delay_us: 400000"  # an mlp request waits 0.4 s in the queue
 
 
+def make_pair(path: Path) -> Path:
+    """x float32 [batch, 2] -> first = x + 1, second = x * 2: two outputs."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    two = numpy_helper.from_array(np.array(2, dtype=np.float32), "two")
+    one = numpy_helper.from_array(np.array(1, dtype=np.float32), "one")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["first"]), helper.make_node("Mul", ["x", "two"], ["second"])], "pair",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 2]) for n in ("first", "second")], [two, one])
+    onnx.save(helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     base = tmp_path_factory.mktemp("shm")
     paths = [plain_project(base / "two", "two", make_two_inputs), plain_project(base / "echo", "echo", make_echo),
-             mlp_project(base / "mlp", "1.0.0", 0, DELAY)]
+             plain_project(base / "pair", "pair", make_pair), mlp_project(base / "mlp", "1.0.0", 0, DELAY)]
     with ServerThread(paths) as served:
         yield served
 
@@ -140,6 +155,24 @@ def test_grpc_mixes_raw_and_shared_memory_inputs(server: ServerThread, regions: 
         np.testing.assert_array_equal(c.infer("two", [ids, scale]).as_numpy("out"), expected_out(server))
     finally:
         c.unregister_system_shared_memory("scale")
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_one_output_in_shared_memory_and_one_in_the_reply(server: ServerThread, regions: Any, protocol: str) -> None:
+    c = client(server, protocol)
+    handle, key = regions(16)
+    c.register_system_shared_memory("first", key, 16)
+    x = np.array([[1, 2], [3, 4]], dtype=np.float32)
+    try:
+        item = CLIENTS[protocol].InferInput("x", [2, 2], "FP32")
+        item.set_data_from_numpy(x)
+        first, second = (CLIENTS[protocol].InferRequestedOutput(n) for n in ("first", "second"))
+        first.set_shared_memory("first", 16)
+        result = c.infer("pair", [item], outputs=[first, second])
+        np.testing.assert_array_equal(result.as_numpy("second"), x * 2)  # gRPC: its raw contents are at index 0
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [2, 2]), x + 1)
+    finally:
+        c.unregister_system_shared_memory()
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -269,15 +269,14 @@ def encode(name: str, version: str, req_id: str, outputs: list[tuple[str, np.nda
     other output's raw_output_contents index is its place, which tritonclient's as_numpy counts on)."""
     response = pb.ModelInferResponse(model_name=name, model_version=version, id=req_id)
     in_shm = in_shm or {}
-    for out_name, array in outputs:
-        if out_name not in in_shm:
+    for out_name, array in sorted(outputs, key=lambda o: o[0] in in_shm):  # stable: the others keep their order
+        params = in_shm.get(out_name)
+        if params is None:
             response.outputs.add(name=out_name, datatype=codec.datatype_of(array), shape=array.shape)
             response.raw_output_contents.append(codec.to_bytes(array))
-    for out_name, array in outputs:
-        if out_name in in_shm:
-            params = {k: pb.InferParameter(**{PARAMETER[type(v)]: v}) for k, v in in_shm[out_name].items()}
-            response.outputs.add(name=out_name, datatype=codec.datatype_of(array), shape=array.shape,
-                                 parameters=params)
+        else:
+            where = {k: pb.InferParameter(**{PARAMETER[type(v)]: v}) for k, v in params.items()}
+            response.outputs.add(name=out_name, datatype=codec.datatype_of(array), shape=array.shape, parameters=where)
     return response
 
 
