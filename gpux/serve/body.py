@@ -8,7 +8,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from gpux.serve import codec
+from gpux.serve import codec, shm
 from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, TooLarge
 from gpux.serve.protocol import InferInput, InferRequest, InferResult
@@ -79,7 +79,7 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
         raise BadRequest(f"{len(tail) - used} bytes of binary data follow the JSON header but no input claims them")
     params = _dict(doc.get("parameters"), "parameters")
     default_binary = _flag(params, "binary_data_output", False, "parameters")
-    outputs, binary, classes = None, {}, {}
+    outputs, binary, classes, in_shm = None, {}, {}, {}
     if doc.get("outputs") is not None:
         if not isinstance(doc["outputs"], list):
             raise BadRequest("'outputs' must be a list of {name, parameters}")
@@ -93,11 +93,14 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
             binary[out["name"]] = _flag(out_params, "binary_data", default_binary, where)
             if "classification" in out_params:
                 classes[out["name"]] = class_count(out["name"], out_params["classification"])
+            ref = shm.ref_of(f"output '{out['name']}'", out_params)
+            if ref is not None:
+                in_shm[out["name"]] = ref
     binary[""] = default_binary
     req_id = doc.get("id")
     if req_id is not None and not isinstance(req_id, str):
         raise BadRequest(f"'id' must be a string, got {req_id!r}")
-    request = InferRequest(name, version, req_id or "", inputs, outputs, classes, params)
+    request = InferRequest(name, version, req_id or "", inputs, outputs, classes, params, in_shm)
     return request, binary
 
 
@@ -173,7 +176,14 @@ def _inputs(items: list[Any], tail: memoryview, limits: Limits) -> tuple[list[In
         if datatype not in codec.NUMPY:
             raise BadRequest(f"input '{name}': unknown datatype {datatype!r}; one of {', '.join(codec.NUMPY)}")
         shape = codec.check_shape(name, item.get("shape"), limits.max_tensor_elements)
-        size = _dict(item.get("parameters"), "inputs.parameters").get("binary_data_size")
+        in_params = _dict(item.get("parameters"), "inputs.parameters")
+        size, ref = in_params.get("binary_data_size"), shm.input_ref(name, datatype, shape, in_params)
+        if ref is not None:
+            if size is not None or "data" in item:
+                raise BadRequest(f"input '{name}' has parameters.shared_memory_region and also "
+                                 f"{'binary data' if size is not None else 'data'}; send one")
+            out.append(InferInput(name, datatype, shm.UNREAD, ref))
+            continue
         if size is not None:
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise BadRequest(f"input '{name}': parameters.binary_data_size must be a non-negative integer, "
@@ -198,7 +208,9 @@ def render_infer(result: InferResult, request: InferRequest, binary: dict[str, b
     blobs = []
     for name, array in result.outputs:
         entry: dict[str, Any] = {"name": name, "datatype": codec.datatype_of(array), "shape": list(array.shape)}
-        if binary.get(name, binary[""]):
+        if name in result.shm:  # written to shared memory: the reply says where, without the data
+            entry["parameters"] = result.shm[name]
+        elif binary.get(name, binary[""]):
             blob = codec.to_bytes(array)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from gpux.serve import codec
+from gpux.serve import codec, shm
 from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, NotFound, ServeError, Unauthorized
 from gpux.serve.lifecycle import Lifecycle
@@ -118,6 +118,31 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             await self._guard(context, exc)
         return pb.RepositoryModelUnloadResponse()
 
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            regions = self.repo.shm.status(request.name)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        status = pb.SystemSharedMemoryStatusResponse.RegionStatus
+        return pb.SystemSharedMemoryStatusResponse(regions={r["name"]: status(**r) for r in regions})
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            self.repo.shm.register(request.name, request.key, request.offset, request.byte_size)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            self.repo.shm.unregister(request.name)
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
     def _lifecycle(self) -> Lifecycle:
         if self.lifecycle is None:
             raise NotFound("the model repository API is not served here")
@@ -167,7 +192,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         try:
             decoded = await on_thread(request.ByteSize() > OFF_LOOP_BYTES, decode, request, self.limits)
             result = await infer(self.repo, decoded)
-            response = encode(result.model.name, result.model.version, request.id, result.outputs)
+            response = encode(result.model.name, result.model.version, request.id, result.outputs, result.shm)
         except ServeError as exc:
             error = exc
         except Exception as exc:  # a bug: INTERNAL with its one line, keep serving
@@ -189,18 +214,25 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
 
 def decode(request: Any, limits: Limits) -> InferRequest:
-    """A ModelInferRequest as the transport-free request; raw contents go by input order."""
+    """A ModelInferRequest as the transport-free request; raw contents go by input order, to the inputs not in
+    shared memory (tritonclient sends none for those)."""
     raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
-        raise BadRequest(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs")
-    inputs = []
-    for i, tensor in enumerate(request.inputs):
+    params = [_params(t.parameters) for t in request.inputs]
+    own = sum("shared_memory_region" not in p for p in params)
+    if raw and len(raw) != own:
+        raise BadRequest(f"{len(raw)} raw_input_contents for {own} inputs not in shared memory")
+    inputs, contents = [], iter(raw)
+    for tensor, tensor_params in zip(request.inputs, params, strict=True):
         name, datatype = tensor.name, tensor.datatype
         if datatype not in codec.NUMPY:
             raise BadRequest(f"input '{name}': unknown datatype {datatype!r}; one of {', '.join(codec.NUMPY)}")
         shape = codec.check_shape(name, list(tensor.shape), limits.max_tensor_elements)
+        ref = shm.input_ref(name, datatype, shape, tensor_params)
+        if ref is not None:
+            inputs.append(InferInput(name, datatype, shm.UNREAD, ref))
+            continue
         if raw:
-            array = codec.from_bytes(name, datatype, shape, raw[i])
+            array = codec.from_bytes(name, datatype, shape, next(contents))
         elif datatype in CONTENTS:
             array = codec.from_contents(name, datatype, shape, list(getattr(tensor.contents, CONTENTS[datatype])))
         else:
@@ -209,9 +241,16 @@ def decode(request: Any, limits: Limits) -> InferRequest:
     outputs = [o.name for o in request.outputs] or None
     classes = {o.name: class_count(o.name, o.parameters["classification"].int64_param)
                for o in request.outputs if "classification" in o.parameters}
-    params = {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in request.parameters.items()
-              if v.WhichOneof("parameter_choice")}
-    return InferRequest(request.model_name, request.model_version, request.id, inputs, outputs, classes, params)
+    in_shm = {o.name: ref for o in request.outputs
+              if (ref := shm.ref_of(f"output '{o.name}'", _params(o.parameters))) is not None}
+    return InferRequest(request.model_name, request.model_version, request.id, inputs, outputs, classes,
+                        _params(request.parameters), in_shm)
+
+
+def _params(parameters: Any) -> dict[str, Any]:
+    """A map of InferParameter as plain values."""
+    return {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in parameters.items()
+            if v.WhichOneof("parameter_choice")}
 
 
 def tensor_metadata(entry: dict[str, Any]) -> Any:
@@ -224,11 +263,20 @@ def tensor_metadata(entry: dict[str, Any]) -> Any:
                                                    shape=entry["shape"], parameters=params)
 
 
-def encode(name: str, version: str, req_id: str, outputs: list[tuple[str, np.ndarray]]) -> Any:
+def encode(name: str, version: str, req_id: str, outputs: list[tuple[str, np.ndarray]],
+           in_shm: dict[str, dict[str, Any]] | None = None) -> Any:
+    """The response; outputs written to shared memory come last, with their parameters and no contents (so each
+    other output's raw_output_contents index is its place, which tritonclient's as_numpy counts on)."""
     response = pb.ModelInferResponse(model_name=name, model_version=version, id=req_id)
-    for out_name, array in outputs:
-        response.outputs.add(name=out_name, datatype=codec.datatype_of(array), shape=array.shape)
-        response.raw_output_contents.append(codec.to_bytes(array))
+    in_shm = in_shm or {}
+    for out_name, array in sorted(outputs, key=lambda o: o[0] in in_shm):  # stable: the others keep their order
+        params = in_shm.get(out_name)
+        if params is None:
+            response.outputs.add(name=out_name, datatype=codec.datatype_of(array), shape=array.shape)
+            response.raw_output_contents.append(codec.to_bytes(array))
+        else:
+            where = {k: pb.InferParameter(**{PARAMETER[type(v)]: v}) for k, v in params.items()}
+            response.outputs.add(name=out_name, datatype=codec.datatype_of(array), shape=array.shape, parameters=where)
     return response
 
 

@@ -17,6 +17,7 @@ from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotFound, Unavailable
 from gpux.serve.metrics import Metrics
+from gpux.serve.shm import Regions
 from gpux.serve.stats import ModelStats
 from gpux.serve.steps import as_bytes, bind
 
@@ -87,6 +88,7 @@ class Repository:
         self._versions = {name: sorted(versions, key=version_key) for name, versions in self.models.items()}
         self.live = True
         self.draining = False  # SIGTERM: accepted requests finish, new ones are refused
+        self.shm = Regions()  # the system shared memory extension's registered regions
 
     def all(self) -> list[Model]:
         return [m for versions in self.models.values() for m in versions.values()]

@@ -9,21 +9,24 @@ from typing import Any
 
 import numpy as np
 
+from gpux.serve import shm
 from gpux.serve.classify import classify
 from gpux.serve.codec import DATATYPE, model_input
 from gpux.serve.errors import BadRequest, RequestTimeout, ServeError
 from gpux.serve.models import Model, Repository
+from gpux.serve.shm import Ref
 from gpux.serve.steps import answer, run_files, wants_answers
 
 SERVER_NAME = "gpux"
-EXTENSIONS = ["binary_tensor_data", "classification", "statistics", "model_repository"]
+EXTENSIONS = ["binary_tensor_data", "classification", "statistics", "model_repository", shm.EXTENSION]
 
 
 @dataclass
 class InferInput:
     name: str
     datatype: str
-    array: np.ndarray
+    array: np.ndarray  # an input in shared memory: empty until read from its region
+    shm: Ref | None = None
 
 
 @dataclass
@@ -35,12 +38,14 @@ class InferRequest:
     outputs: list[str] | None = None  # None: every output
     classification: dict[str, int] = field(default_factory=dict)  # output -> top k (classification extension)
     parameters: dict[str, Any] = field(default_factory=dict)
+    shm_outputs: dict[str, Ref] = field(default_factory=dict)  # output -> where to write it
 
 
 @dataclass
 class InferResult:
     model: Model
     outputs: list[tuple[str, np.ndarray]]
+    shm: dict[str, dict[str, Any]] = field(default_factory=dict)  # output written to shared memory -> parameters
 
 
 def server_metadata() -> dict[str, Any]:
@@ -56,7 +61,10 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
     started = time.perf_counter()
     model.active += 1
     try:
-        result = await _infer(model, request, timeout)
+        with repo.shm.hold(shm.refs(request)) as held:  # regions stay open until the outputs are written
+            await shm.read_inputs(held, request.inputs)
+            result = await _infer(model, request, timeout)
+            result.shm = await shm.write_outputs(held, result.outputs, request.shm_outputs)
     except Exception:
         model.stats.fail.add(time.perf_counter() - started)
         raise

@@ -132,6 +132,8 @@ class RestApp:
             return Reply(200, b"")
         if rest[0] == "repository" and self.lifecycle is not None:
             return await self._repository(method, rest[1:], body)
+        if rest[0] == "systemsharedmemory":
+            return self._shared_memory(method, rest[1:], body)
         if rest == ["models", "stats"] and method == "GET":
             return json_reply(self.repo.statistics())
         if rest[0] == "models" and len(rest) >= 2:
@@ -170,6 +172,24 @@ class RestApp:
             await (self.lifecycle.load if rest[2] == "load" else self.lifecycle.unload)(rest[1])
             return Reply(200, b"")
         raise NotFound(f"unknown path /v2/repository/{'/'.join(rest)}")
+
+    def _shared_memory(self, method: str, rest: list[str], body: bytes) -> Reply:
+        """The system shared memory extension: [region/{name}/]status, register, unregister."""
+        name, action = (rest[1], rest[2:]) if rest[:1] == ["region"] and len(rest) == 3 else ("", rest)
+        if action == ["status"]:
+            if method != "GET":
+                return json_reply({"error": "use GET for shared memory status"}, 405)
+            return json_reply(self.repo.shm.status(name))
+        if action in (["register"], ["unregister"]) and (name or action == ["unregister"]):
+            if method != "POST":
+                return json_reply({"error": f"use POST to {action[0]} shared memory"}, 405)
+            if action == ["unregister"]:
+                self.repo.shm.unregister(name)
+            else:
+                doc = _options(body)
+                self.repo.shm.register(name, doc.get("key"), doc.get("offset", 0), doc.get("byte_size"))
+            return Reply(200, b"")
+        raise NotFound(f"unknown path /v2/systemsharedmemory/{'/'.join(rest)}")
 
     async def _infer(self, name: str, version: str, body: bytes, headers: dict[bytes, bytes]) -> Reply:
         started = time.perf_counter()

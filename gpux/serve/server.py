@@ -147,6 +147,7 @@ class Server:
         for model in self.repo.all():
             if model.worker is not None:
                 await model.worker.close()
+        self.repo.shm.unregister()
         self.offload.close()
 
     async def run_until_signal(self) -> None:
