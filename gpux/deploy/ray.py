@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ray import serve
@@ -96,7 +96,9 @@ class ModelServer:
         self.metrics.child(self.metrics.ready, model.name, model.version).set(1)
         s = model.settings
         limits = Limits(s.max_body_bytes, s.max_tensor_elements, s.header_timeout_s)
-        return RayRoutes(RestApp(self.repo, self.metrics, limits, self.api_key), self.peers)
+        app_name = serve.get_replica_context().app_name  # whatever name the application was run under
+        peers = tuple(replace(p, app=app_name) if p.name == model.name else p for p in self.peers)
+        return RayRoutes(RestApp(self.repo, self.metrics, limits, self.api_key), peers)
 
     def check_health(self) -> None:
         """Ray's periodic health check: a replica whose batch loops ended answers nothing more; Ray replaces it."""

@@ -8,6 +8,7 @@ replica's statistics come through it (gpux.deploy.ray.ModelServer)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -50,6 +51,9 @@ class RayRoutes:
             reply = await route(await _small_body(receive))
         except ServeError as exc:
             reply = error_reply(exc)
+        except Exception as exc:  # a bug: answer 500, keep serving
+            logging.getLogger("gpux.serve").exception("internal error on %s %s", scope["method"], scope["path"])
+            reply = error_reply(ServeError(f"internal error: {type(exc).__name__}: {exc}"))
         await self.rest._send(send, reply)
 
     def _claims(self, method: str, path: str) -> Any:
@@ -112,7 +116,10 @@ class RayRoutes:
             self.rest.repo.find(peers[0].name, version)
         out = []
         for peer in sorted(peers, key=lambda p: p.name):
-            entries = [e for doc in await replica_stats(peer) for e in doc.get("model_stats", [])
+            docs = await replica_stats(peer)
+            if not docs and peer.name in self.rest.repo.models:  # none found (an app renamed): this replica's own
+                docs = [self.rest.repo.statistics()]
+            entries = [e for doc in docs for e in doc.get("model_stats", [])
                        if e["name"] == peer.name and (not version or e["version"] == version)]
             out.append(merge(entries) if entries else empty(peer))
         return json_reply({"model_stats": out})
@@ -133,9 +140,16 @@ async def replica_stats(peer: Peer) -> list[dict[str, Any]]:
                     continue
         return found
 
-    refs = [h.record_routing_stats.remote() for h in await asyncio.to_thread(handles)]
-    done = await asyncio.wait_for(asyncio.gather(*refs, return_exceptions=True), GATHER_TIMEOUT_S)
-    return [d for d in done if isinstance(d, dict)]
+    async def stats_of(handle: Any) -> Any:
+        return await handle.record_routing_stats.remote()
+
+    calls = [asyncio.ensure_future(stats_of(h)) for h in await asyncio.to_thread(handles)]
+    if not calls:
+        return []
+    done, late = await asyncio.wait(calls, timeout=GATHER_TIMEOUT_S)  # a replica that hangs is left out
+    for call in late:
+        call.cancel()
+    return [c.result() for c in done if c.exception() is None and isinstance(c.result(), dict)]
 
 
 def _total(durations: list[dict[str, int]]) -> dict[str, int]:
