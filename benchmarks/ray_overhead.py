@@ -6,7 +6,9 @@ Both applications run side by side on one local Ray Serve: the MLP example throu
 (route /) and a one-deployment app whose `__call__` reads the same Open Inference Protocol binary request,
 runs an ONNX Runtime `InferenceSession` on the same model.onnx and answers in the same format (route
 /v2/models/raw). One tritonclient HTTP client (binary tensors, batch 1, concurrency 1) alternates calls between
-them, so both see the same machine load; p50 per round and over all rounds.
+them, so both see the same machine load; p50 per round and over all rounds. Then the cost of the statistics
+route, which asks every replica of the model (`GET /v2/models/stats`), beside the model metadata that one replica
+answers alone (`GET /v2/models/mlp`).
 """
 
 from __future__ import annotations
@@ -69,6 +71,22 @@ def timed_call(client: Any, name: str, x: np.ndarray) -> float:
     return time.perf_counter() - started
 
 
+def timed_get(address: str, path: str) -> float:
+    import http.client
+
+    host, port = address.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        started = time.perf_counter()
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 200, (path, resp.status)
+        return time.perf_counter() - started
+    finally:
+        conn.close()
+
+
 def measure(rounds: int, calls: int) -> dict[str, list[list[float]]]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
@@ -97,6 +115,10 @@ def measure(rounds: int, calls: int) -> dict[str, list[list[float]]]:
                     got[name].append(timed_call(client, name, x))
             for name, t in got.items():
                 times[name].append(t)
+        address = f"127.0.0.1:{port}"
+        routes = {"stats": "/v2/models/stats", "metadata": "/v2/models/mlp"}
+        for name, path in routes.items():
+            times[name] = [[timed_get(address, path) for _ in range(calls // 2)]]
         return times
     finally:
         serve.shutdown()
@@ -115,7 +137,9 @@ def render(times: dict[str, list[list[float]]], command: str) -> str:
         f"| `gpux deploy ray` (examples/mlp) | {gpux_all:.3f} |",
         f"| minimal Ray Serve app, ONNX Runtime directly | {raw_all:.3f} |", "",
         f"gpux over the minimal app: **{gpux_all - raw_all:+.3f} ms** (p50 ratio **{gpux_all / raw_all:.2f}×**); "
-        f"per round gpux/minimal p50 ms: {rounds}", ""])
+        f"per round gpux/minimal p50 ms: {rounds}", "",
+        f"`GET /v2/models/stats` (every replica asked) p50 **{p50(times['stats'][0]):.2f} ms** vs "
+        f"`GET /v2/models/mlp` (one replica) {p50(times['metadata'][0]):.2f} ms", ""])
 
 
 def main() -> None:

@@ -14,12 +14,13 @@ from gpux.config.inputs import Preprocess, check_preprocess, check_routes
 from gpux.config.problems import NAME_RE, did_you_mean, show_value
 from gpux.config.steps import Postprocess, check_labels
 from gpux.config.thresholds import Verify
+from gpux.formats import ONNX_DTYPE_NAMES
 from gpux.providers import PROVIDERS as BUILT_IN
 from gpux.providers import options as opts
 
 PROVIDERS = tuple(BUILT_IN)  # gpux.yml's provider blocks, in priority order (the registry's built-in rows)
-# ONNX's own names for two of them (TensorProto FLOAT, DOUBLE), accepted and read as the gpux name
-ONNX_DTYPE_NAMES = {"float": "float32", "double": "float64"}
+# gpux/formats.py's element types; ONNX's own names for two of them (TensorProto FLOAT, DOUBLE, in
+# ONNX_DTYPE_NAMES) are accepted and read as the gpux name
 DType = Annotated[Literal[
     "float32", "float16", "bfloat16", "float64",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

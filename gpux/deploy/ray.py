@@ -6,18 +6,24 @@ tensors, errors), the same worker (gpux/serve/batcher.py: batches merge only req
 and dtypes) and the same warm-up. Artifacts are built on the driver before deployment; every replica opens them
 from the same store (on another node it builds them from the same cache key) and reports the provider it really
 runs on.
+
+Across replicas and models (gpux/deploy/ray_routes.py): the repository index lists every model with its Ray
+application's state, statistics are summed over every live replica, an unknown model's 404 names every served one;
+load and unload answer a 400 (Ray starts and replaces replicas: redeploy instead). Ray's controller replaces a
+replica whose process dies, or whose health check (its batch loops alive) fails.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ray import serve
 
 from gpux.config.load import Project
+from gpux.deploy.ray_routes import Peer
 from gpux.providers import registry
 
 APP_NAME = "gpux"
@@ -66,7 +72,7 @@ def deployment_options(project: Project, provider: str) -> dict[str, Any]:
 class ModelServer:
     """One replica of one model: loads and warms it up like `gpux serve`, then answers HTTP requests itself."""
 
-    def __init__(self, spec: ModelSpec, api_key: str | None = None) -> None:
+    def __init__(self, spec: ModelSpec, api_key: str | None = None, peers: tuple[Peer, ...] = ()) -> None:
         from gpux.config.locate import open_project
         from gpux.serve.metrics import Metrics
         from gpux.serve.models import LoadRequest, Repository, load
@@ -76,8 +82,10 @@ class ModelServer:
         (self.model,) = self.repo.all()
         load(self.model, LoadRequest(spec.provider, spec.strict, spec.store), self.metrics)
         self.api_key = api_key
+        self.peers = peers or (Peer(self.model.name, self.model.version, APP_NAME, self.model.name),)
 
     async def __serve_build_asgi_app__(self) -> Any:
+        from gpux.deploy.ray_routes import RayRoutes
         from gpux.serve.body import Limits
         from gpux.serve.rest import RestApp
 
@@ -87,8 +95,20 @@ class ModelServer:
         model.ready = True
         self.metrics.child(self.metrics.ready, model.name, model.version).set(1)
         s = model.settings
-        return RestApp(self.repo, self.metrics, Limits(s.max_body_bytes, s.max_tensor_elements, s.header_timeout_s),
-                       self.api_key)
+        limits = Limits(s.max_body_bytes, s.max_tensor_elements, s.header_timeout_s)
+        app_name = serve.get_replica_context().app_name  # whatever name the application was run under
+        peers = tuple(replace(p, app=app_name) if p.name == model.name else p for p in self.peers)
+        return RayRoutes(RestApp(self.repo, self.metrics, limits, self.api_key), peers)
+
+    def check_health(self) -> None:
+        """Ray's periodic health check: a replica whose batch loops ended answers nothing more; Ray replaces it."""
+        worker = self.model.worker
+        if worker is not None and not worker.alive:
+            raise RuntimeError(f"model '{self.model.name}': a batch loop ended; this replica cannot answer")
+
+    def record_routing_stats(self) -> dict[str, Any]:
+        """This replica's statistics (Triton's layout), gathered from every replica by gpux.deploy.ray_routes."""
+        return self.repo.statistics()
 
     def info(self) -> dict[str, Any]:
         """This replica: its process, the provider it runs on, and how many infer requests it answered."""
@@ -108,7 +128,7 @@ def apps(targets: Sequence[str | Project], *, provider: str | None = None, store
     from gpux.plan.choice import choose
     from gpux.providers import probe
 
-    out: list[RayApp] = []
+    chosen_ones: list[tuple[Project, str]] = []
     names: set[str] = set()
     for target in targets:
         project = target if isinstance(target, Project) else open_project(str(target))
@@ -119,10 +139,15 @@ def apps(targets: Sequence[str | Project], *, provider: str | None = None, store
         chosen = next((p for p in chain if probe(p).ok), chain[-1])
         build(project, chosen, store_dir=store, log=log)
         names.add(project.name)
-        server: Any = ModelServer
+        chosen_ones.append((project, chosen))
+    places = [(APP_NAME, "/"), *((f"{APP_NAME}-{p.name}", f"/v2/models/{p.name}") for p, _ in chosen_ones[1:])]
+    peers = tuple(Peer(p.name, str(p.config.version), app, p.name) for (p, _), (app, _) in zip(chosen_ones, places,
+                                                                                                  strict=True))
+    out: list[RayApp] = []
+    server: Any = ModelServer
+    for (project, chosen), (name, prefix) in zip(chosen_ones, places, strict=True):
         bound = server.options(**deployment_options(project, chosen)).bind(
-            ModelSpec(str(project.path), store, provider, strict), api_key)
-        name, prefix = (APP_NAME, "/") if not out else (f"{APP_NAME}-{project.name}", f"/v2/models/{project.name}")
+            ModelSpec(str(project.path), store, provider, strict), api_key, peers)
         out.append(RayApp(name, prefix, bound))
     return out
 
@@ -135,4 +160,4 @@ def app(targets: Sequence[str | Project], **options: Any) -> Any:
     return apps(targets, **options)[0].application
 
 
-__all__ = ["APP_NAME", "ModelServer", "ModelSpec", "RayApp", "app", "apps"]
+__all__ = ["APP_NAME", "ModelServer", "ModelSpec", "Peer", "RayApp", "app", "apps"]

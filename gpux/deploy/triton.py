@@ -17,14 +17,10 @@ from typing import Any
 from gpux.config.load import Project
 from gpux.config.steps import declared_steps
 from gpux.errors import UsageError
+from gpux.formats import TRITON_DATA_TYPES
 from gpux.model.io import Tensor
 
-DATA_TYPES = {
-    "bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32",
-    "uint64": "TYPE_UINT64", "int8": "TYPE_INT8", "int16": "TYPE_INT16", "int32": "TYPE_INT32",
-    "int64": "TYPE_INT64", "float16": "TYPE_FP16", "float32": "TYPE_FP32", "float64": "TYPE_FP64",
-    "string": "TYPE_STRING", "bfloat16": "TYPE_BF16",
-}  # fmt: skip
+DATA_TYPES = TRITON_DATA_TYPES  # gpux dtype -> Triton config data_type (gpux/formats.py)
 
 
 @dataclass(frozen=True)

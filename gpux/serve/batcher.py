@@ -66,6 +66,11 @@ class Worker:
             self._queue = asyncio.Queue()
             self._tasks = [asyncio.create_task(self._batch_loop(r)) for r in self.runners]
 
+    @property
+    def alive(self) -> bool:
+        """False once a batch loop has ended (only a bug ends one): the model then answers nothing more."""
+        return not any(t.done() for t in self._tasks)
+
     def runs_inline(self, feeds: Feeds) -> bool:
         """Whether `infer(feeds)` runs on the event loop's thread (small feeds of a fast model, no batching)."""
         return self.inline and sum(v.size for v in feeds.values()) <= self.inline_elements

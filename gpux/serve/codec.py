@@ -10,21 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from gpux.formats import PROTOCOL_DATATYPES, WIRE_DTYPES
 from gpux.serve.errors import BadRequest
 
 # protocol datatype -> numpy dtype (BYTES: object arrays of bytes/str; BF16 travels as the top half of FP32)
-NUMPY = {
-    "BOOL": np.dtype(bool), "UINT8": np.dtype("<u1"), "UINT16": np.dtype("<u2"), "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"), "INT8": np.dtype("<i1"), "INT16": np.dtype("<i2"), "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"), "FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"),
-    "BYTES": np.dtype(object), "BF16": np.dtype("<f4"),
-}  # fmt: skip
-# gpux / ONNX dtype name -> protocol datatype
-DATATYPE = {
-    "bool": "BOOL", "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64", "int8": "INT8",
-    "int16": "INT16", "int32": "INT32", "int64": "INT64", "float16": "FP16", "float32": "FP32", "float64": "FP64",
-    "string": "BYTES", "bfloat16": "BF16",
-}  # fmt: skip
+NUMPY = {datatype: np.dtype(wire) for datatype, wire in WIRE_DTYPES.items()}
+DATATYPE = PROTOCOL_DATATYPES  # gpux / ONNX dtype name -> protocol datatype
 # numpy kind+size -> protocol datatype, for outputs
 BY_NUMPY = {np.dtype(v).str.lstrip("<|="): k for k, v in NUMPY.items() if k not in ("BYTES", "BF16")}
 
