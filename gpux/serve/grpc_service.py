@@ -248,7 +248,9 @@ def decode(request: Any, limits: Limits) -> InferRequest:
 
 
 def _params(parameters: Any) -> dict[str, Any]:
-    """A map of InferParameter as plain values."""
+    """A map of InferParameter as plain values (most requests carry none: no walk)."""
+    if not parameters:
+        return {}
     return {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in parameters.items()
             if v.WhichOneof("parameter_choice")}
 

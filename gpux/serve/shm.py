@@ -47,6 +47,8 @@ class Ref:
 def ref_of(where: str, params: dict[str, Any], shape: tuple[int, ...] = ()) -> Ref | None:
     """The shared memory parameters of an input or output (`where` names it), checked; None when it names no
     region."""
+    if not params:  # the common case: no parameters at all
+        return None
     region = params.get("shared_memory_region")
     if region is None:
         stray = [k for k in PARAMETERS[1:] if k in params]
