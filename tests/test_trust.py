@@ -64,7 +64,8 @@ def test_softmax_outputs_are_checked_as_distributions_and_class_scores_by_top_k(
     assert v.outputs["p"]["kind"] == "distribution" and v.outputs["p"]["top1"] == 1.0
     assert not v.passed and any("sum to 1" in f for f in v.failures)
     shuffled = probs[:, rng.permutation(10)]  # same sums, other classes: top-1 and top-5 collapse
-    v = compare(["p"], ref, [[shuffled.astype(np.float32)]], "int8", {**tolerances("int8"), "min_cosine": None})
+    v = compare(["p"], ref, [[shuffled.astype(np.float32)]], "int8", {**tolerances("int8"), "min_cosine": None,
+                                                                     "min_top1": 0.9})
     assert {"top1", "top5", "top1_confident"} <= set(v.outputs["p"]) and v.outputs["p"]["top1"] < 0.5
     assert any("top-1 agreement" in f for f in v.failures) and any("top-5" in f for f in v.failures)
     dense = compare(["p"], [[logits.astype(np.float32)]], [[logits.astype(np.float32)]], "int8", tolerances("int8"))
@@ -243,7 +244,8 @@ def test_trained_classifier_int8_that_flips_real_photos_fails_on_held_out_crops(
     write(mobilenet / "gpux.yml", CLASSIFIER.format(rest=INT8_CPU))
     r = cli("build", str(mobilenet), "-p", "cpu", "--json")
     assert r.returncode == 1, r.stderr
-    assert "calibration hold-out (11 of 44" in r.stderr and "top-1 agreement" in r.stderr
+    assert "calibration hold-out (11 of 44" in r.stderr, r.stderr
+    assert "top-5 agreement" in r.stderr or "where the reference is confident" in r.stderr, r.stderr
     write(mobilenet / "gpux.yml", CLASSIFIER.format(rest="verify: {classifications: [logits], data: crops.npz}"))
     for provider in ("cpu", "openvino"):
         r = cli("build", str(mobilenet), "-p", provider, "--json")

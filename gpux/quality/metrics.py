@@ -11,16 +11,19 @@ from typing import Any
 
 # Default thresholds per execution precision; `verify:` overrides them for every output, `verify.outputs.NAME`
 # for one. None: not judged. Top-k metrics apply to class scores only, sums to probability distributions only,
-# answer metrics (quality.agreement) to outputs with declared post-processing, on real data only.
+# answer metrics (quality.agreement) to outputs with declared post-processing, on real data only. Below fp32 a
+# classifier is judged where it matters (top-1 where the reference is confident, the reference's top-1 within the
+# top-5 everywhere), not by top-1 over every row: rows where the reference itself hesitates between two classes
+# flip under any lossy precision (bf16 flips ~5 % of real photo crops, all of them hesitant ones).
 TENSOR_KEYS = ("atol", "rtol", "min_within", "min_cosine", "min_slice_cosine", "min_top1", "min_top5",
                "min_top1_confident", "max_sum_error")
 ANSWER_KEYS = ("min_topk_overlap", "min_box_f1", "min_box_iou", "min_exact_match", "max_cer")
 KEYS = TENSOR_KEYS + ANSWER_KEYS
 _ROWS: dict[str, tuple[tuple[float | None, ...], tuple[float | None, ...]]] = {  # TENSOR_KEYS, ANSWER_KEYS
     "fp32": ((1e-4, 1e-3, 0.999, 0.9999, None, 1.0, 1.0, 1.0, 1e-3), (0.98, 0.98, 0.99, 0.98, 0.005)),
-    "fp16": ((None, None, None, 0.999, 0.99, 0.9, 0.99, 0.99, 5e-3), (0.9, 0.95, 0.9, 0.95, 0.01)),
-    "bf16": ((None, None, None, 0.995, 0.98, 0.9, 0.99, 0.99, 0.02), (0.8, 0.9, 0.85, 0.9, 0.02)),
-    "int8": ((None, None, None, 0.98, 0.9, 0.9, 0.99, 0.99, 0.05), (0.7, 0.9, 0.8, 0.9, 0.03)),
+    "fp16": ((None, None, None, 0.999, 0.99, None, 0.99, 0.99, 5e-3), (0.9, 0.95, 0.9, 0.95, 0.01)),
+    "bf16": ((None, None, None, 0.995, 0.98, None, 0.99, 0.99, 0.02), (0.8, 0.9, 0.85, 0.9, 0.02)),
+    "int8": ((None, None, None, 0.98, 0.9, None, 0.99, 0.99, 0.05), (0.7, 0.9, 0.8, 0.9, 0.03)),
 }
 _ROWS["best"] = _ROWS["fp16"]
 DEFAULTS: dict[str, dict[str, float | None]] = {p: dict(zip(KEYS, (*t, *a), strict=True))
