@@ -55,7 +55,7 @@ def build_command(req: BuildRequest) -> int:
     from gpux.artifacts.build import build
     from gpux.config.locate import open_project, remember
     from gpux.model.io import load_checked
-    from gpux.plan.choice import keep
+    from gpux.plan.choice import Place, keep
     from gpux.plan.select import select
 
     project = open_project(req.path)
@@ -80,6 +80,8 @@ def build_command(req: BuildRequest) -> int:
            "attempts": [a.to_dict() for a in attempts], "warnings": project.warnings}
     doc["warnings"] = report.build_warnings(doc)  # the fallback included: --json says what the text says
     outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
+    # the folders a later `gpux use` (use.json) or `gpux tune` (gpux.lock.json) writes into: a new choice is a new build
+    outputs += [Place(project.name, project.root, req.store).file.parent, project.root]
     replay.record(project, request, doc, before, config_sha, outputs)
     report.emit_json(doc) if req.as_json else report.render_build(doc)
     return 0

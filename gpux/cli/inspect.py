@@ -9,11 +9,13 @@ from gpux.files import store_root
 
 
 def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
+    from gpux.files import reading_only
     from gpux.multi.commands import inspect_workspace, workspace_of
 
-    if (ws := workspace_of(target, store_dir)) is not None:
-        return inspect_workspace(ws, store_dir, as_json)
-    doc, warnings = describe(target, store_dir)
+    with reading_only():  # inspect writes nothing: not the saved choice, not even a memo of hashes
+        if (ws := workspace_of(target, store_dir)) is not None:
+            return inspect_workspace(ws, store_dir, as_json)
+        doc, warnings = describe(target, store_dir)
     if as_json:
         report.emit_json(doc)
         return 0
