@@ -8,10 +8,22 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 STORE_ENV = "GPUX_STORE"
+_READING = ContextVar("reading_only", default=False)
+
+
+@contextlib.contextmanager
+def reading_only() -> Iterator[None]:
+    """Within the block, memos are read but never written (commands that only read, such as `inspect`)."""
+    token = _READING.set(True)
+    try:
+        yield
+    finally:
+        _READING.reset(token)
 
 
 def store_root(project_root: Path, override: str | Path | None = None) -> Path:
@@ -42,7 +54,7 @@ def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path]
             entry = memo[key] = [st.st_size, st.st_mtime_ns, compute(p)]
             changed = True
         out.append(entry[2])
-    if changed and memo_file is not None and memo_file.parent.is_dir():
+    if changed and memo_file is not None and memo_file.parent.is_dir() and not _READING.get():
         with contextlib.suppress(OSError):
             atomic_write_text(memo_file, json.dumps(memo))
     return out

@@ -1,5 +1,6 @@
 """Several models, one runtime: the detect_classify example's matrix and offer, `gpux use` (refused outside
-the offer, reset when it leaves it, refused while a benchmark holds the project), and its pipeline."""
+the offer, reset by the next build when it leaves it, refused while a benchmark holds the project), and its
+pipeline."""
 
 from __future__ import annotations
 
@@ -91,7 +92,12 @@ def test_disabling_a_model_recomputes_the_offer_and_enabling_it_resets_the_saved
     assert doc["choice"]["provider"] == doc["offer"][0] != "openvino"
     assert "(openvino) is no longer offered (model 'classifier': not in runtime.supported" in doc["warnings"][0]
     assert f"reset to {doc['offer'][0]}" in doc["warnings"][0]
-    assert json.loads((ws / ".gpux" / "detect-classify" / "use.json").read_text())["provider"] == doc["offer"][0]
+    saved = ws / ".gpux" / "detect-classify" / "use.json"
+    assert json.loads(saved.read_text())["provider"] == "openvino", "inspect reads only"
+    r = cli("build", str(ws), "--json")  # a build settles the choice: the reset is saved
+    assert r.returncode == 0, r.stderr
+    assert json.loads(saved.read_text())["provider"] == doc["offer"][0]
+    assert json.loads(cli("inspect", str(ws), "--json").stdout)["warnings"] == []
     r = cli("use", "auto", str(ws), "--json")
     assert json.loads(r.stdout)["saved"] is None
 

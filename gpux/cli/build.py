@@ -55,17 +55,20 @@ def build_command(req: BuildRequest) -> int:
     from gpux.artifacts.build import build
     from gpux.config.locate import open_project, remember
     from gpux.model.io import load_checked
-    from gpux.plan.choice import choose
+    from gpux.plan.choice import Place, keep
+    from gpux.plan.select import select
 
     project = open_project(req.path)
     for w in project.warnings:
         report.warn(w)
     io = load_checked(project, req.store)
-    project, selection, why = choose(project, req.provider, req.strict, req.store)
-    project.warnings.extend(why)
+    selection = select(project, req.provider, req.strict, store_dir=req.store)
+    project = selection.project or project  # the tune lock's options applied
+    project.warnings.extend(selection.warnings)
     if req.dry_run:
         show_plan(project, io, selection, req)
         return 0
+    keep(selection.reset)  # a build settles the choice: a saved one no longer offered is reset on disk
     log = report.progress(req.as_json)
     name, cannot_run, attempts = choose_builder(project, selection)
     before, config_sha = replay.snapshot(watched_inputs(project, io)), replay.config_digest(project.path)
@@ -77,44 +80,42 @@ def build_command(req: BuildRequest) -> int:
            "attempts": [a.to_dict() for a in attempts], "warnings": project.warnings}
     doc["warnings"] = report.build_warnings(doc)  # the fallback included: --json says what the text says
     outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
+    # the folders a later `gpux use` (use.json) or `gpux tune` (gpux.lock.json) writes into: a new choice is a new build
+    outputs += [Place(project.name, project.root, req.store).file.parent, project.root]
     replay.record(project, request, doc, before, config_sha, outputs)
     report.emit_json(doc) if req.as_json else report.render_build(doc)
     return 0
 
 
 def choose_builder(project: Any, selection: Any) -> tuple[str, Any, list[Any]]:
-    """The first provider of the chain that can build here, why it cannot run (when it builds without its
+    """What the selection runs on, why it cannot run (when an explicitly asked provider builds without its
     device), and the providers passed over."""
     from gpux.artifacts.build import needs_device
-    from gpux.providers import probe_for
     from gpux.run.fallback import Attempt
 
-    attempts: list[Attempt] = []
-    for i, name in enumerate(selection.chain):
-        avail = probe_for(project, name)
-        if avail.ok:
-            return name, None, attempts
-        if i == 0 and selection.source != "auto" and avail.status == "no device" and \
-                not needs_device(project, name):
-            return name, avail, attempts  # artifacts that need no device to build (e.g. Core ML packages) are made
-        attempts.append(Attempt(name, "probe", False, avail.reason, avail.fix))
-        if selection.strict and selection.source != "auto":
-            raise ProviderUnavailable(f"{name} unavailable: {avail.reason} — fallback is off", hint=avail.fix)
-    raise ProviderUnavailable("no provider can build here: " + "; ".join(a.line() for a in attempts))
+    asked = selection.source != "auto"
+    first = selection.skipped[0] if selection.skipped else None
+    if first is not None and asked and first.status == "no device" and not needs_device(project, first.provider):
+        return first.provider, first, []  # artifacts that need no device to build (e.g. Core ML packages) are made
+    if first is not None and selection.strict and asked:
+        raise ProviderUnavailable(f"{first.provider} unavailable: {first.reason} — fallback is off", hint=first.fix)
+    attempts = [Attempt(a.provider, "probe", False, a.reason, a.fix) for a in selection.skipped]
+    if selection.runs_on is None:
+        raise ProviderUnavailable("no provider can build here: " + "; ".join(a.line() for a in attempts))
+    return selection.runs_on, None, attempts
 
 
 def show_plan(project: Any, io: Any, selection: Any, req: BuildRequest) -> None:
     """`--dry-run`: the targets the first provider of the chain would build, their options and cache keys."""
     from gpux.artifacts.build import keyed_targets
     from gpux.model.io import effective_io, source_files
-    from gpux.providers import probe_for
 
     inputs, _ = effective_io(project, io)
     digest = digest_files(source_files(project, io), project.root)
     first = selection.chain[0]
     keyed = keyed_targets(project, first, inputs, digest, req.shapes)
     doc: dict[str, Any] = {"name": project.name, "selection": selection.to_dict(), "provider": first,
-                           "available": probe_for(project, first).to_dict(),
+                           "available": selection.available(first).to_dict(),
                            "targets": [{**t.to_dict(), "key": key, "key_parts": parts} for t, parts, key in keyed]}
     if req.as_json:
         report.emit_json(doc)

@@ -9,11 +9,13 @@ from gpux.files import store_root
 
 
 def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
+    from gpux.files import reading_only
     from gpux.multi.commands import inspect_workspace, workspace_of
 
-    if (ws := workspace_of(target, store_dir)) is not None:
-        return inspect_workspace(ws, store_dir, as_json)
-    doc, warnings = describe(target, store_dir)
+    with reading_only():  # inspect writes nothing: not the saved choice, not even a memo of hashes
+        if (ws := workspace_of(target, store_dir)) is not None:
+            return inspect_workspace(ws, store_dir, as_json)
+        doc, warnings = describe(target, store_dir)
     if as_json:
         report.emit_json(doc)
         return 0
@@ -27,22 +29,22 @@ def describe(target: str, store_dir: str | None) -> tuple[dict[str, Any], list[s
     from gpux.config import CONFIG_NAMES
     from gpux.config.locate import open_project
     from gpux.model.io import effective_io, load_checked, source_files
-    from gpux.plan.choice import choose
+    from gpux.plan.lock import LOCK_NAME, read_lock
+    from gpux.plan.select import select
     from gpux.providers import ort_conflict_warning, probe_for, registry, runtime_of
 
     project = open_project(target)
     io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
     avail = [{**probe_for(project, p).to_dict(), "runtime": runtime_of(project, p)} for p in registry()]
-    from gpux.plan.lock import LOCK_NAME, read_lock
-
-    tuned = read_lock(project)[0]
-    project, selection, whys = choose(project, None, False, store_dir)
+    selection = select(project, None, False, store_dir=store_dir)  # reads only: inspect writes nothing
+    project = selection.project or project
     locked = selection.chain[0] if selection.source == LOCK_NAME else None
-    chosen = next((p for p in selection.chain if probe_for(project, p).ok), None)
-    arts = artifact_rows(project, io, store_dir, set(tuned.artifacts) if tuned and locked else set())
+    tuned = read_lock(project)[0] if locked else None
+    chosen = selection.runs_on
+    arts = artifact_rows(project, io, store_dir, set(tuned.artifacts) if tuned else set())
     size = sum(f.stat().st_size for f in source_files(project, io))
-    warnings = [w for w in [ort_conflict_warning()] if w] + whys + would_skip(project, selection, chosen)
+    warnings = [w for w in [ort_conflict_warning()] if w] + [*selection.warnings, *would_skip(selection)]
     bare = project.path.name not in CONFIG_NAMES  # a plain model file: no gpux.yml exists
     doc = {"name": project.name, "version": project.config.version, "config": None if bare else str(project.path),
            "source": str(project.source), "size": size, "opset": io.opset, "ir_version": io.ir_version,
@@ -55,15 +57,12 @@ def describe(target: str, store_dir: str | None) -> tuple[dict[str, Any], list[s
     return doc, warnings
 
 
-def would_skip(project: Any, selection: Any, chosen: str | None) -> list[str]:
-    """The providers asked for (not auto) that a run would pass over before `chosen`, each as the
+def would_skip(selection: Any) -> list[str]:
+    """The providers asked for (not auto) that a run would pass over, each as the
     `skipped PROVIDER (probe): reason → fix` line `gpux run` warns with."""
-    from gpux.providers import probe_for
-
     if selection.source == "auto":
         return []
-    passed = selection.chain[:selection.chain.index(chosen)] if chosen else selection.chain
-    attempts = [{"provider": p, "stage": "probe", "ok": False, **probe_for(project, p).to_dict()} for p in passed]
+    attempts = [{"provider": a.provider, "stage": "probe", "ok": False, **a.to_dict()} for a in selection.skipped]
     return report.fallback_warnings(attempts, selection.source)
 
 

@@ -161,18 +161,19 @@ class ImagePlan:
 
 
 def choose_provider(project: Project, provider: str | None) -> str:
-    """--provider, else GPUX_PROVIDER or runtime.backend when they name one, else cpu (the portable image)."""
-    from gpux.plan.choice import choose
+    """The selection's first provider (--provider, GPUX_PROVIDER, `gpux use`, runtime.backend, the tune lock),
+    made for another machine (nothing probed here); under auto the last resort (the portable image)."""
+    from gpux.plan.select import last_resort, select
 
     if provider and ("," in provider or provider == "auto"):
         raise UsageError(f"--provider {provider}: an image is made for one provider",
                          hint=f"pick one of {', '.join(IMAGES)}")
-    _, selection, warnings = choose(project, provider)
-    for w in warnings:
+    selection = select(project, provider, here=False)
+    for w in selection.warnings:
         report.warn(w)
     name = selection.chain[0]
-    if selection.source == "auto" and "cpu" in selection.chain:
-        name = "cpu"
+    if selection.source == "auto" and last_resort() in selection.chain:
+        name = last_resort()
     if name in REFUSED:
         raise UsageError(f"cannot package {name}: {REFUSED[name]}", hint=f"package one of {', '.join(IMAGES)}")
     if name not in IMAGES:

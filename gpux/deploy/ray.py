@@ -125,8 +125,7 @@ def apps(targets: Sequence[str | Project], *, provider: str | None = None, store
     where Ray's proxy sends that model's requests. Artifacts are built here first."""
     from gpux.artifacts.build import build
     from gpux.config.locate import open_project
-    from gpux.plan.choice import choose
-    from gpux.providers import probe
+    from gpux.plan.select import select
 
     chosen_ones: list[tuple[Project, str]] = []
     names: set[str] = set()
@@ -134,9 +133,9 @@ def apps(targets: Sequence[str | Project], *, provider: str | None = None, store
         project = target if isinstance(target, Project) else open_project(str(target))
         if project.name in names:
             raise ValueError(f"two projects named {project.name!r}: a Ray application serves one version per model")
-        project, selection, _ = choose(project, provider, strict, store)  # gpux use, the tune lock, as everywhere
-        chain = selection.chain
-        chosen = next((p for p in chain if probe(p).ok), chain[-1])
+        selection = select(project, provider, strict, store_dir=store)  # gpux use, the tune lock, as everywhere
+        project = selection.project or project
+        chosen = selection.runs_on or selection.chain[-1]
         build(project, chosen, store_dir=store, log=log)
         names.add(project.name)
         chosen_ones.append((project, chosen))

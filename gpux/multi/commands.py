@@ -8,7 +8,7 @@ from typing import Any
 from gpux import report
 from gpux.errors import GpuxError, UsageError
 from gpux.multi.project import Models, choose, derived, open_models
-from gpux.plan.choice import read, write
+from gpux.plan.choice import keep, read, write
 
 # `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
 UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline", "report")
@@ -82,6 +82,7 @@ def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_
     from gpux.artifacts.build import build
 
     choice = choose(ms, provider)
+    keep(choice.selection.reset)  # building settles the choice: a reset saved choice is saved
     for w in choice.warnings:
         report.warn(w)
     log = report.progress(as_json)

@@ -3,15 +3,15 @@ its enabled models, where its saved choice lives, and the provider it runs: the 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpux.config.load import Project
 from gpux.config.workspace import Workspace
-from gpux.plan.choice import Place, settle
+from gpux.plan.choice import Place
 from gpux.plan.offer import Offer, compute
+from gpux.plan.select import Selection
 
 
 @dataclass
@@ -54,42 +54,28 @@ def pinned(project: Project) -> Project:
 class Choice:
     """The provider every model of a workspace runs on, where that came from, and what was said on the way."""
 
-    provider: str
-    source: str
-    warnings: tuple[str, ...] = ()
+    selection: Selection
+
+    @property
+    def provider(self) -> str:
+        return self.selection.chain[0]
+
+    @property
+    def source(self) -> str:
+        return self.selection.source
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.selection.warnings
 
 
 def choose(ms: Models, provider: str | None) -> Choice:
-    """--provider > $GPUX_PROVIDER > the saved choice > the workspace's runtime.backend > the best offered;
-    a request outside the offer is refused naming the models that block it."""
-    from gpux.errors import ProviderUnavailable, UsageError
-    from gpux.plan.select import ENV_PROVIDER, parse_request
+    """The workspace's one provider, as plan.select.select_shared decides it (nothing is written: `gpux build`
+    keeps a reset saved choice with plan.choice.keep)."""
+    from gpux.plan.select import select_shared
 
-    offer = ms.offer()
-    wanted: str | None = None
-    source = "auto"
-    said: tuple[str, ...] = ()
-    for value, where in ((provider, "--provider"), (os.environ.get(ENV_PROVIDER), ENV_PROVIDER)):
-        if value:
-            names = parse_request(value, where)
-            if len(names) > 1:
-                raise UsageError(f"{where}: {value}: a workspace runs one provider for all its models")
-            wanted, source = (None if names == ("auto",) else names[0]), where
-            break
-    else:
-        saved, why = settle(ms.place, ms.models)
-        said = (why,) if why else ()
-        backend = ms.workspace.config.runtime.backend if ms.workspace else "auto"
-        wanted, source = (saved, "gpux use") if saved else \
-            ((backend, "runtime.backend") if backend != "auto" else (None, "auto"))
-    if wanted is not None:
-        offer.refuse(wanted, source)
-        return Choice(wanted, source, said)
-    if offer.best is None:  # cpu is the last resort: say what keeps even it out
-        raise ProviderUnavailable("no provider runs every enabled model here "
-                                  f"(cpu: {'; '.join(offer.blockers('cpu'))})",
-                                  hint="see `gpux inspect` for the model × provider matrix")
-    return Choice(offer.best, source, said)
+    backend = ms.workspace.config.runtime.backend if ms.workspace else "auto"
+    return Choice(select_shared(ms.models, ms.place, provider, backend))
 
 
 def derived(project: Project, provider: str) -> dict[str, Any]:

@@ -64,15 +64,11 @@ def read_lock(project: Project) -> tuple[Locked | None, str | None]:
     return Locked(choice["provider"], dict(choice.get("options") or {}), arts, doc.get("figures")), None
 
 
-def apply_lock(project: Project, provider: str | None) -> tuple[Project, str | None, str | None]:
-    """(project with the locked options, the locked provider, a warning) when nothing more explicit decides."""
-    import os
-
-    from gpux.plan.select import ENV_PROVIDER
+def apply_lock(project: Project) -> tuple[Project, str | None, str | None]:
+    """(project with the locked options, the locked provider, a warning): asked by plan.select.ladder only when
+    nothing more explicit decides."""
     from gpux.plan.targets import fitted_options, with_options
 
-    if provider or os.environ.get(ENV_PROVIDER) or project.config.runtime.backend != ("auto",):
-        return project, None, None
     locked, why = read_lock(project)
     if locked is None:
         return project, None, why

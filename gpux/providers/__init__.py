@@ -82,7 +82,8 @@ class Provider:
     hardware: str = ""
     builtin: bool = False  # present in every install of its runtime: no import needed to know
     options: str = "Options"  # its gpux.yml block's option model: 'module:Class' (a bare name: gpux.providers.options)
-    fallback: tuple[str, ...] = ()  # what an explicit request for it falls back to, before cpu
+    fallback: tuple[str, ...] = ()  # what an explicit request for it falls back to, before the last resort
+    last_resort: bool = False  # runs everywhere its package installs: where every non-strict request ends
     ort_package: str = ""  # the ONNX Runtime distribution that carries its EP (for the fix line)
     also_accepted: tuple[str, ...] = ()  # other EPs that serve it
     torch: TorchDevice | None = None  # PyTorch itself runs on it (`runtime: torch`): how
@@ -130,7 +131,7 @@ PROVIDERS: dict[str, Provider] = {
                  "Intel CPU / GPU / NPU", options="OpenVINOOptions", precisions=("fp32", "fp16", "int8"),
                  targets="gpux.plan.targets:openvino_targets"),
         Provider("cpu", "onnxruntime", "CPUExecutionProvider", "cpu", ("linux", "win32", "darwin"), None,
-                 "any CPU", builtin=True, options="CPUOptions", ort_package="onnxruntime",
+                 "any CPU", builtin=True, last_resort=True, options="CPUOptions", ort_package="onnxruntime",
                  torch=TorchDevice("cpu", index="cpu", variants=(("off", "fp32"), ("default", "fp32"))),
                  precisions=("fp32", "fp16", "int8"), targets="gpux.plan.targets:cpu_targets"),
     )

@@ -15,7 +15,7 @@ from gpux.config.load import Project
 from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed, first_line
 from gpux.model.io import ModelIO
 from gpux.plan.select import Selection
-from gpux.providers import Runner, probe_for
+from gpux.providers import Runner
 from gpux.runtimes import resolve, step_of
 
 
@@ -99,7 +99,7 @@ class Fallback:
         passing_over = self.selection.source == "auto" and not self.selection.strict
         while self.pending:
             provider = self.pending.pop(0)
-            avail = probe_for(self.project, provider)
+            avail = self.selection.available(provider)
             if not avail.ok:
                 self.fail(provider, "probe", avail.reason, avail.fix)
                 continue

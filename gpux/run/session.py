@@ -228,10 +228,11 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
     conflict = ort_conflict_warning()
     if conflict:
         warnings.append(conflict)
-    from gpux.plan.choice import choose
+    from gpux.plan.select import select
 
-    project, selection, why = choose(project, provider, strict, store_dir, provider_source)
-    warnings += why
+    selection = select(project, provider, strict, store_dir=store_dir, given_by=provider_source)
+    project = selection.project or project
+    warnings += selection.warnings
     fallback = Fallback(project, io, selection, store_dir, force, verify, log or (lambda _m: None),
                         strict if verified_only is None else verified_only)
     return Session(fallback, fallback.next(), warnings=warnings, placement=placement)
