@@ -26,6 +26,11 @@ def reading_only() -> Iterator[None]:
         _READING.reset(token)
 
 
+def may_write_memos() -> bool:
+    """False within reading_only()."""
+    return not _READING.get()
+
+
 def store_root(project_root: Path, override: str | Path | None = None) -> Path:
     """`.gpux/` beside gpux.yml unless --store or GPUX_STORE says otherwise."""
     chosen = override or os.environ.get(STORE_ENV)
@@ -54,7 +59,7 @@ def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path]
             entry = memo[key] = [st.st_size, st.st_mtime_ns, compute(p)]
             changed = True
         out.append(entry[2])
-    if changed and memo_file is not None and memo_file.parent.is_dir() and not _READING.get():
+    if changed and memo_file is not None and memo_file.parent.is_dir() and may_write_memos():
         with contextlib.suppress(OSError):
             atomic_write_text(memo_file, json.dumps(memo))
     return out

@@ -108,7 +108,9 @@ def ort_limits(cache_file: Path | None = None) -> tuple[int, int] | None:
         got = known[key]
         return (got[0], got[1]) if got else None
     limits = _probe_limits()
-    if cache_file is not None and cache_file.parent.is_dir():  # a store that exists: reading never creates one
+    from gpux.files import may_write_memos
+
+    if cache_file is not None and cache_file.parent.is_dir() and may_write_memos():  # never from inspect
         import contextlib
         import json
 
