@@ -120,6 +120,10 @@ class Provider:
     image: ImageRow | None = None  # its container image (gpux package); None: no image, see no_container
     no_container: str = ""  # why a Linux container cannot run it at all
     triton: tuple[tuple[str, Flavor], ...] = ()  # (runtime it runs with, how Triton serves that artifact)
+    # `gpux tune` on its own runtime: (precision label, option fields) rows, and the int8 refinements: (the
+    # fields that mark its plain int8 row, [(what a refinement changes, its build time in the plain one's)])
+    tune: tuple[tuple[str, dict[str, Any]], ...] = field(default=(), compare=False)
+    refine: tuple[dict[str, Any], tuple[tuple[dict[str, Any], float], ...]] | None = field(default=None, compare=False)
 
     @property
     def option_model(self) -> Any:
