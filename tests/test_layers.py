@@ -4,6 +4,7 @@ module takes part in an import cycle. Read from the source with `ast`: nothing i
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -110,3 +111,61 @@ def test_modules_stay_small(limit: int) -> None:
     big = {module_name(p): n for p in ROOT.rglob("*.py") if GENERATED not in p.parts
            and (n := len(p.read_text().splitlines())) > limit}
     assert not big, f"modules over {limit} lines: {big}"
+
+
+# 'module:attribute' strings are imports made later (registry rows, steps, lazy hooks): they must resolve and,
+# like an import, point down the room order. Rows and steps (providers/, runtimes/) name the code of a runtime,
+# run by the rooms above it: they may name providers/ and runtimes/ only.
+NAMED_CODE = re.compile(r"^gpux(?:\.\w+)+:\w+$")
+ROW_ROOMS = ("providers", "runtimes")
+NAMED_UP: dict[tuple[str, str], str] = {}  # (module, the string) -> why it may point up; none may
+
+
+def defined(module: str, name: str) -> bool:
+    """Is `name` defined (or imported) at the top level of gpux module `module`? Read with `ast`."""
+    p = ROOT.parent / module.replace(".", "/")
+    path = p.with_suffix(".py") if p.with_suffix(".py").is_file() else p / "__init__.py"
+    if not path.is_file():
+        return False
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return True
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return True
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            return True
+    return False
+
+
+def named_code() -> list[tuple[str, str]]:
+    """(module, 'module:attribute' string) for every such string constant in gpux."""
+    found = []
+    for path in ROOT.rglob("*.py"):
+        if GENERATED in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and NAMED_CODE.match(node.value):
+                found.append((module_name(path), node.value))
+    return sorted(found)
+
+
+def test_code_named_by_string_resolves_and_points_down() -> None:
+    wrong = []
+    for module, named in named_code():
+        target, _, attr = named.partition(":")
+        if not defined(target, attr):
+            wrong.append(f"{module}: {named!r} names nothing")
+        here, there = room(module), room(target)
+        allowed = ROW_ROOMS if here in ROW_ROOMS else [r for r, level in LEVEL.items() if level <= LEVEL[here]]
+        if there not in allowed and (module, named) not in NAMED_UP:
+            wrong.append(f"{module} ({here}) names {named!r} ({there}): " + (
+                "a row or step names a runtime's code only" if here in ROW_ROOMS else "a room above it"))
+    assert not wrong, "\n".join(wrong)
+    assert set(NAMED_UP) <= set(named_code()), "remove the stale NAMED_UP entries"
+
+
+def test_the_named_code_check_sees_strings() -> None:
+    assert ("gpux.providers.builtin", "gpux.runtimes.tensorrt:tensorrt_targets") in named_code()
+    assert defined("gpux.runtimes", "targets") and not defined("gpux.runtimes.tensorrt", "no_such_planner")

@@ -17,7 +17,8 @@ def test_registry_order_and_exact_ep_strings() -> None:
     assert {n: p.ep for n, p in PROVIDERS.items()} == {
         "tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider",
         "rocm": "MIGraphXExecutionProvider", "coreml": "CoreMLExecutionProvider",
-        "mps": None, "directml": "DmlExecutionProvider", "openvino": None, "cpu": "CPUExecutionProvider"}
+        "mps": None, "directml": "DmlExecutionProvider", "openvino": "OpenVINOExecutionProvider",
+        "cpu": "CPUExecutionProvider"}
 
 
 @pytest.mark.parametrize("name", list(PROVIDERS))
@@ -58,14 +59,13 @@ def test_third_party_providers_register_through_entry_points(monkeypatch: pytest
 
 
 def test_each_row_and_onnx_runtime_name_the_same_execution_providers() -> None:
-    from gpux.providers.options import EP_NAMES
-    from gpux.runtimes.onnxruntime_options import ort_ep_name
+    from gpux.runtimes.onnxruntime_options import EP_CHOICES, ort_ep_name
 
     for name, row in PROVIDERS.items():
-        if row.ep is None:  # not an ONNX Runtime provider by default (openvino, mps)
+        if row.ep is None:  # no ONNX Runtime EP runs it (mps)
             continue
         assert ort_ep_name(name) == row.ep, name  # the EP its default options open
-        assert set(row.also_accepted) <= set(EP_NAMES.values()), name
+        assert set(row.also_accepted) <= {row.ep, *EP_CHOICES.values()}, name
 
 
 def test_a_plugin_row_is_selectable_like_a_built_in_one(monkeypatch: pytest.MonkeyPatch, mlp_project) -> None:

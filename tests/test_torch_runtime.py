@@ -16,8 +16,8 @@ import gpux
 from gpux.artifacts.build import build, keyed_targets
 from gpux.config.load import load_config
 from gpux.errors import ConfigError
-from gpux.plan.targets import targets
 from gpux.providers import probe_torch
+from gpux.runtimes import targets
 
 from .conftest import gpux as cli
 from .conftest import write

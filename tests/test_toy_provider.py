@@ -16,15 +16,7 @@ from gpux.errors import UsageError
 from gpux.plan.select import select
 from gpux.providers import Provider
 from gpux.run.session import load
-from gpux.runtimes import Step
-
-RUNTIME = "tests.toy_runtime"
-TOY = Provider(
-    "toy", "onnx-reference", None, "", ("linux", "win32", "darwin"), hardware="any CPU",
-    targets=f"{RUNTIME}:targets", probe_with=f"{RUNTIME}:probe",
-    steps=(("toy-copy", Step(f"{RUNTIME}:build", f"{RUNTIME}:verify_runner", ("onnx",), "none",
-                             f"{RUNTIME}:open_runner")),),
-)
+from tests.toy_runtime import ROW as TOY
 
 
 @pytest.fixture

@@ -225,7 +225,7 @@ def test_detector_and_dense_map_build_and_run_with_a_default_config(kind: str, t
 
 def test_shapes_ranges_make_tensorrt_profiles(tmp_path: Path) -> None:
     from gpux.model.io import Tensor
-    from gpux.plan.targets import trt_profiles
+    from gpux.runtimes.tensorrt import trt_profiles
 
     save(tmp_path, [helper.make_node("Relu", ["x"], ["y"])], [vi("x", ["batch", "seq"])], [vi("y", ["batch", "seq"])],
          yml="shapes:\n  batch: {min: 1, opt: 4, max: 16}\n  seq: 128\n")

@@ -1,7 +1,10 @@
-"""A toy runtime for tests/test_toy_provider.py: runs ONNX models with onnx's own reference evaluator.
+"""A toy provider for tests/test_toy_provider.py and tests/test_plugin_provider.py: runs ONNX models with onnx's
+own reference evaluator.
 
-It is everything a new backend brings besides its registry row: the targets it needs, how its artifact is
-built, how the build checks it, and how a session opens it."""
+It is everything a new backend brings: its registry row (`ROW`, registered through the `gpux.providers` entry
+point group), the option model of its gpux.yml block, the targets it needs, how its artifact is built, how the
+build checks it, and how a session opens it. Nothing heavy is imported at the top: gpux reads the row while it
+builds gpux.yml's schema."""
 
 from __future__ import annotations
 
@@ -9,16 +12,39 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gpux.plan.targets import Target
-from gpux.providers import Availability, Runner
+from pydantic import Field
+
+from gpux.providers import Availability, Provider, Runner
+from gpux.providers.options import Options
+from gpux.runtimes import Step
+
+RUNTIME = "tests.toy_runtime"
+
+
+class ToyOptions(Options):
+    """onnx's reference evaluator (a toy provider)."""
+
+    verbose: int = Field(0, ge=0, le=4, description="ReferenceEvaluator's verbosity (0 = quiet).")
+
+
+ROW = Provider(
+    "toy", "onnx-reference", None, "", ("linux", "win32", "darwin"), hardware="any CPU",
+    options=f"{RUNTIME}:ToyOptions", targets=f"{RUNTIME}:targets", probe_with=f"{RUNTIME}:probe",
+    title="onnx's reference evaluator.",
+    steps=(("toy-copy", Step(f"{RUNTIME}:build", f"{RUNTIME}:verify_runner", ("onnx",), "none",
+                             f"{RUNTIME}:open_runner")),),
+)
 
 
 def probe(name: str) -> Availability:
     return Availability(name, "ok", "onnx's reference evaluator runs anywhere onnx imports")
 
 
-def targets(project: Any, provider: str, inputs: Any = None) -> list[Target]:
-    return [Target("toy-reference", "toy-copy", provider, "fp32", {})]
+def targets(project: Any, provider: str, inputs: Any = None) -> list[Any]:
+    from gpux.plan.targets import Target
+
+    block = getattr(project.config.providers, provider, None) or ToyOptions()  # a block when gpux.yml knows it
+    return [Target("toy-reference", "toy-copy", provider, "fp32", block.model_dump(mode="json"))]
 
 
 def build(ctx: Any) -> dict[str, Any]:
@@ -26,10 +52,10 @@ def build(ctx: Any) -> dict[str, Any]:
     return {"main": "model.onnx", "evaluator": "onnx.reference"}
 
 
-def _session(path: Path) -> Any:
+def _session(path: Path, verbose: int = 0) -> Any:
     from onnx.reference import ReferenceEvaluator
 
-    return ReferenceEvaluator(str(path))
+    return ReferenceEvaluator(str(path), verbose=verbose)
 
 
 def verify_runner(artifact: Path, target: Any) -> Any:
@@ -38,7 +64,7 @@ def verify_runner(artifact: Path, target: Any) -> Any:
 
 
 def open_runner(provider: str, project: Any, artifact: Any) -> Runner:
-    sess = _session(artifact.main)
+    sess = _session(artifact.main, artifact.manifest["target"]["options"].get("verbose", 0))
     names = [o.name for o in sess.proto_.graph.output]
     return Runner(run=lambda feeds: sess.run(None, feeds), output_names=names, used="onnx.reference",
                   native=sess)

@@ -17,8 +17,8 @@ from gpux.files import digest_files, locked, store_root
 from gpux.machine import cpu_identity, gpu_identity
 from gpux.model.io import ModelIO, Tensor, effective_io, load_checked, source_files
 from gpux.optional import installed_ort_distributions, version_of
-from gpux.plan.targets import Target, resolve_shapes, targets
-from gpux.runtimes import STEP_HINTS, Context, Job, Log, Step, resolve, step_of
+from gpux.plan.targets import Target, resolve_shapes
+from gpux.runtimes import STEP_HINTS, Context, Job, Log, Step, resolve, step_of, targets
 from gpux.version import __version__
 
 

@@ -14,35 +14,9 @@ from typing import Any
 
 from gpux.config.load import Project
 from gpux.errors import UsageError
+from gpux.providers.builtin import ACCURACY_CONTROL_COST
 
-# (precision label, option fields) tried per provider on its own runtime (see option_rows for runtime: torch);
-# the precision label is what the table shows. int8 builds at the level where ONNX Runtime fuses Q/DQ pairs
-# into int8 kernels (extended and above; at basic a QDQ model runs its float operators between them)
-CANDIDATES: dict[str, list[tuple[str, dict[str, Any]]]] = {
-    "cpu": [("fp32", {"precision": "fp32", "optimization": "basic"}),
-            ("fp32", {"precision": "fp32", "optimization": "all"}),
-            ("fp16", {"precision": "fp16", "optimization": "basic"}),
-            ("int8", {"precision": "int8", "quantization": "dynamic", "optimization": "all"}),
-            ("int8", {"precision": "int8", "quantization": "static", "optimization": "all"})],
-    "openvino": [("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "latency"}),
-                 ("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "throughput"}),
-                 ("bf16", {"precision": "fp32", "inference_precision": "bf16", "hint": "latency"}),
-                 ("fp16", {"precision": "fp16", "inference_precision": "f32", "hint": "latency"}),
-                 ("int8", {"precision": "int8", "int8_mode": "quantize", "hint": "latency"})],
-    "tensorrt": [("fp32", {"precision": "fp32"}), ("fp16", {"precision": "fp16"}), ("int8", {"precision": "int8"})],
-}
-SLOWER = 10  # accuracy control validates a model per layer it gives back: about this many plain builds
-# provider -> (the fields that mark its plain int8 row, [(what a refinement changes, how many times the plain
-# one's build time it may take: tried only while the budget left covers that)]). Entropy calibration comes last:
-# its KL search over 2048-bin histograms runs in Python (MobileNetV2, 33 samples: 65-75 s against 6 s for minmax)
-REFINEMENTS: dict[str, tuple[dict[str, Any], list[tuple[dict[str, Any], float]]]] = {
-    "cpu": ({"quantization": "static"},
-            [({"calibration_method": "percentile"}, 4), ({"keep_fp32": 0.05}, 3), ({"keep_fp32": 0.15}, 1.5),
-             ({"keep_fp32": 0.3}, 1.5), ({"calibration_method": "entropy"}, 12)]),
-    "openvino": ({"int8_mode": "quantize"},
-                 [({"preset": "mixed"}, 1.5), ({"bias_correction": "full"}, 4), ({"keep_fp32": 0.05}, 3),
-                  ({"keep_fp32": 0.15}, 1.5), ({"keep_fp32": 0.3}, 1.5), ({"int8_mode": "accuracy"}, SLOWER)]),
-}
+SLOWER = ACCURACY_CONTROL_COST  # accuracy control's builds, in plain ones (each registry row holds its own table)
 
 
 @dataclass
@@ -83,13 +57,13 @@ def ms(v: float | None) -> float | None:
 
 def option_rows(project: Project, provider: str) -> list[tuple[str, dict[str, Any]]]:
     """(precision label, option fields) tune tries on `provider`, in the runtime the project runs it with:
-    ONNX Runtime's, OpenVINO's or TensorRT's fields (CANDIDATES), or with `runtime: torch` the `torch:` block's
-    compile mode and precision (the registry row's variants); fields of another runtime are never candidates."""
+    ONNX Runtime's, OpenVINO's or TensorRT's fields (its registry row's `tune`), or with `runtime: torch` the
+    `torch:` block's compile mode and precision (the row's variants); fields of another runtime are never candidates."""
     from gpux.providers import registry, runtime_of
 
-    if runtime_of(project, provider) != "torch":
-        return CANDIDATES.get(provider, [])
     row = registry().get(provider)
+    if runtime_of(project, provider) != "torch":
+        return list(row.tune) if row is not None else []
     variants = row.torch.variants if row is not None and row.torch is not None else ()
     return [(precision, {"torch": {"compile": mode, "precision": precision}}) for mode, precision in variants]
 
@@ -101,7 +75,8 @@ def candidates(project: Project, providers: tuple[str, ...] | None, precisions: 
 
     supported = project.config.runtime.supported
     out = []
-    for provider in dict.fromkeys([*CANDIDATES, *registry()]):
+    registered = registry()  # the rows with tune options from the most portable up (cpu first), then the rest
+    for provider in dict.fromkeys([*reversed([n for n, r in registered.items() if r.tune]), *registered]):
         if providers is not None and provider not in providers:
             continue
         rows = [(label, opts) for label, opts in option_rows(project, provider) if label in precisions]
@@ -118,9 +93,12 @@ def candidates(project: Project, providers: tuple[str, ...] | None, precisions: 
 
 
 def refinements(project: Project, plain: Outcome) -> list[Outcome]:
-    """The refinements of `plain` when it is its provider's plain int8 row (REFINEMENTS), less any that builds
-    what it builds (a calibration method its block declares already)."""
-    entry = REFINEMENTS.get(plain.provider)
+    """The refinements of `plain` when it is its provider's plain int8 row (its registry row's `refine`), less any
+    that builds what it builds (a calibration method its block declares already)."""
+    from gpux.providers import registry
+
+    row = registry().get(plain.provider)
+    entry = row.refine if row is not None else None
     if entry is None or plain.precision != "int8" or any(plain.options.get(k) != v for k, v in entry[0].items()):
         return []
     built = block_of(project, plain.provider, plain.options)

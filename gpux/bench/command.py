@@ -294,8 +294,9 @@ def every_provider_rows(project: Project, rows_of: Rows) -> list[dict[str, Any]]
         for precision in row.precisions:
             rows_of.log(f"benchmarking {name} {precision} ...")
             rows.append(bench_one(with_precision(ort, name, precision), name, precision, rows_of, pinned=True))
-        if name == "openvino" and "OpenVINOExecutionProvider" in (ort_available_eps() or ()):
-            rows_of.log("benchmarking openvino through ONNX Runtime's OpenVINO EP ...")
+        # a provider whose own runtime is another that ONNX Runtime's EP also runs (openvino): that EP too
+        if row.runtime != "onnxruntime" and row.ep and row.ep in (ort_available_eps() or ()):
+            rows_of.log(f"benchmarking {name} through ONNX Runtime's {row.ep} ...")
             rows.append(bench_one(with_options(project, name, runtime="onnxruntime"), name, "fp32 (onnxruntime EP)",
                                   rows_of, pinned=True))
     return rows + torch_rows(project, rows_of)

@@ -201,6 +201,9 @@ def _note(line: str, comment: str) -> str:
 
 def render(src: Path, inputs: list[Tensor], outputs: list[Tensor], fmt: str, symbolic: list[str],
            providers: list[str]) -> str:
+    from gpux.providers import registry
+
+    rows = registry()
     name = re.sub(r"[^a-z0-9-]+", "-", src.parent.name.lower()).strip("-") or "model"
     name = name if name[0].isalpha() else f"model-{name}"
     lines = [
@@ -220,7 +223,7 @@ def render(src: Path, inputs: list[Tensor], outputs: list[Tensor], fmt: str, sym
         _note("  backend: auto", "the first provider that runs here, in gpux's order; or a list"),
         _note("providers:", f"runs here: {', '.join(providers) or 'none found'} (`gpux inspect` says why "
               "others do not)"),
-        *[f"  {p}: {{precision: fp32}}" for p in providers if p in ("cpu", "openvino", "cuda", "tensorrt")],
+        *[f"  {p}: {{precision: fp32}}" for p in providers if "precision" in rows[p].option_model.model_fields],
     ]
     if symbolic:
         lines += ["benchmark:",

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpux.config.parse import Loc
 from gpux.config.problems import did_you_mean
+from gpux.providers import registry
 
 Note = tuple[Loc, str]
 
@@ -36,7 +37,6 @@ TENSOR_DROPPED = {
                   "[batch, 512]), then remove it",
 }
 GPU_KEYS = ("backend", "memory")
-NO_MEMORY_LIMIT = ("coreml", "directml", "openvino", "cpu")  # v1 providers without a memory option
 
 
 @dataclass
@@ -189,12 +189,21 @@ def _gpu(m: Migration, runtime: dict[str, Any], gpu: dict[str, Any]) -> None:
         _memory(m, gpu["memory"], backend)
 
 
+def memory_block(backend: Any) -> str | None:
+    """The provider block whose `memory` option takes the earlier format's runtime.gpu.memory: the backend's own,
+    else its fallback's (tensorrt: the CUDA arena); for auto (or a name no row has), the first row with one."""
+    rows = registry()
+    row = rows.get(backend) if isinstance(backend, str) else None
+    names = (row.name, *row.fallback) if row else tuple(rows)
+    return next((n for n in names if n in rows and "memory" in rows[n].option_model.model_fields), None)
+
+
 def _memory(m: Migration, memory: Any, backend: Any) -> None:
     old = ("runtime", "gpu", "memory")
-    if backend in NO_MEMORY_LIMIT:
+    target = memory_block(backend)
+    if target is None:
         m.notes.append((old, f"ignored: gpux.yml v1 has no memory limit for {backend}; remove it"))
         return
-    target = "rocm" if backend == "rocm" else "cuda"  # auto, cuda and tensorrt: the CUDA arena
     providers = _section(m, "providers")
     block = (providers or {}).get(target) or {}
     if providers is None or not isinstance(block, dict):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
 from gpux.config.inputs import Preprocess, check_preprocess, check_routes
@@ -15,10 +15,11 @@ from gpux.config.problems import NAME_RE, did_you_mean, show_value
 from gpux.config.steps import Postprocess, check_labels
 from gpux.config.thresholds import Verify
 from gpux.formats import ONNX_DTYPE_NAMES
-from gpux.providers import PROVIDERS as BUILT_IN
 from gpux.providers import options as opts
+from gpux.providers import registry
 
-PROVIDERS = tuple(BUILT_IN)  # gpux.yml's provider blocks, in priority order (the registry's built-in rows)
+ROWS = registry()  # gpux.yml's provider blocks, in priority order: the registry's rows, plugins' included
+PROVIDERS = tuple(ROWS)
 # gpux/formats.py's element types; ONNX's own names for two of them (TensorProto FLOAT, DOUBLE, in
 # ONNX_DTYPE_NAMES) are accepted and read as the gpux name
 DType = Annotated[Literal[
@@ -209,15 +210,12 @@ class Runtime(Strict):
         return self
 
 
-class Providers(Strict):
-    tensorrt: opts.TensorRTOptions = Field(default_factory=opts.TensorRTOptions, description="TensorRT.")
-    cuda: opts.CUDAOptions = Field(default_factory=opts.CUDAOptions, description="ONNX Runtime CUDA EP.")
-    rocm: opts.ROCmOptions = Field(default_factory=opts.ROCmOptions, description="ROCm / MIGraphX EP.")
-    coreml: opts.CoreMLOptions = Field(default_factory=opts.CoreMLOptions, description="Core ML.")
-    mps: opts.MPSOptions = Field(default_factory=opts.MPSOptions, description="PyTorch on Apple Metal (MPS).")
-    directml: opts.DirectMLOptions = Field(default_factory=opts.DirectMLOptions, description="DirectML EP.")
-    openvino: opts.OpenVINOOptions = Field(default_factory=opts.OpenVINOOptions, description="OpenVINO.")
-    cpu: opts.CPUOptions = Field(default_factory=opts.CPUOptions, description="ONNX Runtime CPU.")
+# one block per registry row, typed by the row's option model (`providers.<name>` in gpux.yml)
+Providers: type[Strict] = create_model(  # type: ignore[call-overload]  # field definitions built from the rows
+    "Providers", __base__=Strict, __module__=__name__,
+    **{name: (row.option_model, Field(default_factory=row.option_model, description=row.title or
+                                      f"{name}: {row.hardware or 'a plugin provider'}."))
+       for name, row in ROWS.items()})
 
 
 class Benchmark(Strict):
@@ -232,7 +230,7 @@ class Benchmark(Strict):
     )
 
 
-ProviderKey = Literal["tensorrt", "cuda", "rocm", "coreml", "mps", "directml", "openvino", "cpu"]
+ProviderKey = Literal[PROVIDERS]  # type: ignore[valid-type]  # a provider's name (the registry's rows)
 
 
 class Package(Strict):

@@ -1,13 +1,15 @@
 """The image of each provider: its base image, runtime distributions, pinned requirements and Dockerfile.
 
-One row per provider (`IMAGES`, `TORCH_IMAGES` for providers set to `runtime: torch`, `REFUSED` for those a
-Linux container cannot run) says how its image is made and run; `plan_image` turns a row, gpux.yml's
-`package:` section and the key parts of the artifacts this machine builds into an `ImagePlan`: the pins that
-let those artifacts be reused inside the image (or why they cannot be), and the Dockerfile text.
+Each registry row says how its provider's image is made and run (`Provider.image`, `TorchDevice.image` for
+providers set to `runtime: torch`, `Provider.no_container` for those a Linux container cannot run);
+`plan_image` turns such a row, gpux.yml's `package:` section and the key parts of the artifacts this machine
+builds into an `ImagePlan`: the pins that let those artifacts be reused inside the image (or why they cannot
+be), and the Dockerfile text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -20,69 +22,26 @@ from gpux import report
 from gpux.config.load import Project
 from gpux.deploy.wheel import wheel_name, wheel_requirements
 from gpux.errors import UsageError
-from gpux.providers import PROVIDERS, TORCH_INDEX_URL
+from gpux.providers import TORCH_INDEX_URL, ImageRow, registry
+from gpux.providers.builtin import CUDA_BASE
 from gpux.serve.image import ServeImage, serve_requirements
 from gpux.version import __version__
 
-CUDA_BASE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"  # Ubuntu 24.04: Python 3.12 from apt (22.04 has 3.10)
 VENV = "/opt/gpux"
 MODEL_DIR = "/model"
 STORE_DIR = "/var/lib/gpux/store"
 HOME_DIR = "/var/lib/gpux/home"
 
 
-@dataclass(frozen=True)
-class ImageRow:
-    """How the image of one provider is made and run."""
 
-    base_image: str | None  # None: the user must name one (--base-image or package.base_image)
-    pip: tuple[str, ...]  # runtime distributions pip installs beside gpux
-    apt: tuple[str, ...] = ()  # system packages the base image needs for Python >= 3.11 and venv
-    gpus: bool = False  # request every GPU at run time (DeviceRequest count=-1, capabilities [[gpu]])
-    devices: tuple[str, ...] = ()  # host devices passed at run time
-    host_build: str | None = None  # provider whose artifacts this machine builds and the image may reuse
-    image_build: str | None = None  # provider `gpux build` runs for at image build time
-    no_device_probe: bool = False  # the image build machine has no GPU: build without the device probe
-    note: str = ""
-    torch_index: str | None = None  # runtime torch: the PyTorch wheel index torch is installed from
+def _placed(row: ImageRow) -> ImageRow:
+    """The row with its note naming the image's artifact store."""
+    return dataclasses.replace(row, note=row.note.format(store=STORE_DIR))
 
 
-IMAGES: dict[str, ImageRow] = {
-    "cpu": ImageRow("python:3.11-slim", ("onnxruntime",), host_build="cpu", image_build="cpu"),
-    "openvino": ImageRow("python:3.11-slim", ("openvino", "nncf", "onnxruntime"), host_build="openvino",
-                         image_build="openvino"),
-    "cuda": ImageRow(CUDA_BASE, ("onnxruntime-gpu",), ("python3", "python3-venv"), gpus=True,
-                     host_build="cuda", image_build="cuda", no_device_probe=True),
-    "tensorrt": ImageRow(CUDA_BASE, ("onnxruntime-gpu", "tensorrt"), ("python3", "python3-venv"), gpus=True,
-                         host_build="cuda", image_build="cuda", no_device_probe=True,
-                         note="the TensorRT engine is keyed by the GPU: it is built on the first run; mount a "
-                              f"volume at {STORE_DIR} to keep it"),
-    "rocm": ImageRow(None, (), devices=("/dev/kfd", "/dev/dri"), host_build="rocm", image_build="rocm",
-                     no_device_probe=True,
-                     note="ONNX Runtime for ROCm is not on PyPI: the base image must provide it"),
-}  # fmt: skip
-_COMPILED_ON_FIRST_RUN = ("PyTorch compiles for the GPU it runs on: the first run builds the artifact (and "
-                         f"its Inductor cache) in the container; mount a volume at {STORE_DIR} to keep it")
-
-
-def _torch_index(provider: str) -> str | None:
-    torch = PROVIDERS[provider].torch
-    return torch.index if torch else None
-
-
-# providers set to `runtime: torch`: PyTorch from its own wheel index (the builds with that backend's libraries)
-TORCH_IMAGES: dict[str, ImageRow] = {
-    "cpu": ImageRow("python:3.11-slim", (), host_build="cpu", image_build="cpu",
-                    torch_index=_torch_index("cpu")),
-    "cuda": ImageRow("python:3.11-slim", (), gpus=True, torch_index=_torch_index("cuda"), note=_COMPILED_ON_FIRST_RUN),
-    "rocm": ImageRow("python:3.11-slim", (), devices=("/dev/kfd", "/dev/dri"), torch_index=_torch_index("rocm"),
-                     note=_COMPILED_ON_FIRST_RUN),
-}
-REFUSED = {
-    "mps": "Metal (MPS) runs on macOS only; a Linux container cannot reach the Apple GPU",
-    "coreml": "Core ML runs on macOS only; a Linux container cannot reach the Apple Neural Engine or GPU",
-    "directml": "DirectML needs Windows and DirectX 12; a Linux container cannot use it",
-}
+# providers with an image, and those a Linux container cannot run (and why): read from the registry's rows
+IMAGES: dict[str, ImageRow] = {name: _placed(row.image) for name, row in registry().items() if row.image is not None}
+REFUSED: dict[str, str] = {name: row.no_container for name, row in registry().items() if row.no_container}
 
 
 @dataclass
@@ -185,9 +144,11 @@ def image_row(project: Project, provider: str) -> ImageRow:
     """The provider's image row: PyTorch's own for a provider set to `runtime: torch`."""
     from gpux.providers import runtime_of
 
-    if runtime_of(project, provider) == "torch" and provider in TORCH_IMAGES:
-        return TORCH_IMAGES[provider]
-    return IMAGES[provider]
+    row = registry()[provider].image_for(runtime_of(project, provider))
+    if row is None:
+        raise UsageError(f"cannot package {provider}: {REFUSED.get(provider) or 'it has no image'}",
+                         hint=f"package one of {', '.join(IMAGES)}")
+    return _placed(row)
 
 
 def torch_requirement(reqs: list[str]) -> tuple[list[str], str]:
@@ -293,5 +254,5 @@ def chosen_ca_bundle(project: Project, flag: str | None) -> Path | None:
 
 
 
-__all__ = ["IMAGES", "REFUSED", "TORCH_IMAGES", "ImagePlan", "ImageRow", "choose_provider", "default_tag", "image_row",
+__all__ = ["CUDA_BASE", "IMAGES", "REFUSED", "ImagePlan", "ImageRow", "choose_provider", "default_tag", "image_row",
            "pin_requirements", "plan_image"]

@@ -19,45 +19,34 @@ from gpux.config.steps import declared_steps
 from gpux.errors import UsageError
 from gpux.formats import TRITON_DATA_TYPES
 from gpux.model.io import Tensor
+from gpux.providers.row import Flavor
 
 DATA_TYPES = TRITON_DATA_TYPES  # gpux dtype -> Triton config data_type (gpux/formats.py)
 
 
-@dataclass(frozen=True)
-class Flavor:
-    """How one provider's artifact is served by Triton: which platform or backend, on which device kind."""
-
-    platform: str | None  # e.g. onnxruntime_onnx
-    backend: str | None  # e.g. openvino
-    kind: str  # KIND_CPU | KIND_GPU
-    files: tuple[str, ...]  # the file names Triton looks for in a version folder
-    accelerator: str | None = None  # ONNX Runtime execution accelerator Triton adds
-
-
 ONNX = ("model.onnx",)
-FLAVORS: dict[str, Flavor] = {
-    "cpu": Flavor("onnxruntime_onnx", None, "KIND_CPU", ONNX),
-    "cuda": Flavor("onnxruntime_onnx", None, "KIND_GPU", ONNX),
-    "tensorrt": Flavor("onnxruntime_onnx", None, "KIND_GPU", ONNX, "tensorrt"),
-    "openvino": Flavor(None, "openvino", "KIND_CPU", ("model.xml", "model.bin")),
-    "openvino-ep": Flavor("onnxruntime_onnx", None, "KIND_CPU", ONNX, "openvino"),
-}
-NOT_IN_TRITON = {p: "Triton has no backend or ONNX Runtime accelerator for it"
-                 for p in ("rocm", "coreml", "mps", "directml")}
+
+
+def flavors() -> dict[tuple[str, str], Flavor]:
+    """(provider, the runtime it runs with) -> how Triton serves that artifact, from the registry's rows."""
+    from gpux.providers import registry
+
+    return {(name, runtime): f for name, row in registry().items() for runtime, f in row.triton}
 
 
 def flavor_of(project: Project, provider: str) -> Flavor:
-    if provider in NOT_IN_TRITON:
-        raise UsageError(f"--provider {provider}: {NOT_IN_TRITON[provider]}",
-                         hint="export for cpu, cuda, tensorrt or openvino")
     from gpux.providers import runtime_of
 
-    if runtime_of(project, provider) == "torch":
-        raise UsageError(f"--provider {provider}: the project runs it with runtime: torch; this exporter writes "
-                         "ONNX and OpenVINO models", hint="export with a provider on its ONNX Runtime default")
-    if provider == "openvino" and project.config.providers.openvino.runtime == "onnxruntime":
-        return FLAVORS["openvino-ep"]
-    return FLAVORS[provider]
+    served = flavors()
+    if not any(p == provider for p, _ in served):
+        names = list(dict.fromkeys(p for p, _ in served))
+        raise UsageError(f"--provider {provider}: Triton has no backend or ONNX Runtime accelerator for it",
+                         hint=f"export for {', '.join(names[:-1])} or {names[-1]}")
+    runtime = runtime_of(project, provider)
+    if (provider, runtime) not in served:
+        raise UsageError(f"--provider {provider}: the project runs it with runtime: {runtime}; this exporter "
+                         "writes ONNX and OpenVINO models", hint="export with a provider on its ONNX Runtime default")
+    return served[provider, runtime]
 
 
 def dims(t: Tensor, batched: bool) -> list[int]:
@@ -84,30 +73,17 @@ def tensor_entries(tensors: dict[str, Tensor], batched: bool) -> list[dict[str, 
     return out
 
 
-def accelerators(project: Project, flavor: Flavor) -> dict[str, Any]:
-    """`optimization.execution_accelerators` mapped from the provider options."""
-    if flavor.accelerator == "tensorrt":
-        t = project.config.providers.tensorrt
-        params = {"precision_mode": {"fp32": "FP32", "fp16": "FP16", "best": "FP16", "int8": "INT8"}
-                  .get(t.precision, "FP32")}
-        if t.workspace:
-            params["max_workspace_size_bytes"] = str(int(t.workspace))
-        return {"gpu_execution_accelerator": [{"name": "tensorrt", "parameters": params}]}
-    if flavor.accelerator == "openvino":
-        return {"cpu_execution_accelerator": [{"name": "openvino"}]}
-    return {}
+def accelerators(block: Any, flavor: Flavor) -> dict[str, Any]:
+    """`optimization.execution_accelerators`: the flavor's accelerator, its parameters mapped from the block."""
+    if not flavor.accelerator:
+        return {}
+    from pkgutil import resolve_name
 
-
-def openvino_parameters(project: Project) -> dict[str, Any]:
-    from gpux.runtimes.openvino_options import OPENVINO_PROPERTIES
-
-    o = project.config.providers.openvino
-    out = {}
-    for field, (prop, convert) in OPENVINO_PROPERTIES.items():
-        value = convert(getattr(o, field))
-        if value is not None:
-            out[prop] = {"string_value": str(value)}
-    return out
+    entry: dict[str, Any] = {"name": flavor.accelerator}
+    if flavor.accelerator_parameters:
+        entry["parameters"] = resolve_name(flavor.accelerator_parameters)(block)
+    device = "gpu" if flavor.kind == "KIND_GPU" else "cpu"
+    return {f"{device}_execution_accelerator": [entry]}
 
 
 def config_dict(project: Project, provider: str, inputs: dict[str, Tensor], outputs: dict[str, Tensor],
@@ -125,17 +101,20 @@ def config_dict(project: Project, provider: str, inputs: dict[str, Tensor], outp
     cfg["max_batch_size"] = serve.max_batch_size
     cfg["input"] = tensor_entries(inputs, batched)
     cfg["output"] = tensor_entries(outputs, batched)
+    block = getattr(project.config.providers, provider)
     group: dict[str, Any] = {"count": serve.instances, "kind": flavor.kind}
     if flavor.kind == "KIND_GPU":
-        group["gpus"] = [getattr(getattr(project.config.providers, provider), "device_id", 0)]
+        group["gpus"] = [getattr(block, "device_id", 0)]
     cfg["instance_group"] = [group]
     if batched:
         cfg["dynamic_batching"] = {"max_queue_delay_microseconds": serve.max_queue_delay_us}
-    acc = accelerators(project, flavor)
+    acc = accelerators(block, flavor)
     if acc:
         cfg["optimization"] = {"execution_accelerators": acc}
-    if flavor.backend == "openvino":
-        cfg["parameters"] = openvino_parameters(project)
+    if flavor.parameters:
+        from pkgutil import resolve_name
+
+        cfg["parameters"] = resolve_name(flavor.parameters)(block)
     return cfg
 
 
@@ -151,7 +130,7 @@ def check(cfg: dict[str, Any], folder: Path, model_ranks: dict[str, int] | None 
     versions = [p for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
     if not versions:
         found.append("no version folder")
-    wanted = next((f.files for f in FLAVORS.values() if (f.platform, f.backend) ==
+    wanted = next((f.files for f in flavors().values() if (f.platform, f.backend) ==
                    (cfg.get("platform"), cfg.get("backend"))), ())
     for v in versions:
         if not v.name.isdigit() or int(v.name) < 1:
@@ -227,21 +206,24 @@ class Exported:
         return {**dataclasses.asdict(self), "folder": str(self.folder)}
 
 
-def onnx_project(project: Project, provider: str) -> Project:
-    """The project whose cpu block builds the portable ONNX artifact `provider` serves in Triton: the config's
-    own cpu block for cpu, fp32 at the basic level for GPU providers (TensorRT's int8 needs the calibrated
-    QDQ model); Triton's ONNX Runtime applies the accelerator itself."""
-    from gpux.plan.targets import with_options
+# the fields of the builder's block a provider's ONNX plan decides; those it leaves out go back to their defaults
+PLANNED = ("optimization", "precision", "quantization", "calibration", "calibration_samples")
 
-    if provider == "cpu":
+
+def served_project(project: Project, provider: str, flavor: Flavor) -> Project:
+    """The project whose `flavor.builder` block builds the artifact `provider` serves in Triton: the project itself
+    when the provider builds it; else the portable ONNX artifact the provider's own plan starts from (fp32 at the
+    basic level for GPU providers; TensorRT's int8 the calibrated QDQ model); Triton applies the accelerator."""
+    if flavor.builder == provider:
         return project
-    t = project.config.providers.tensorrt
-    int8 = provider == "tensorrt" and t.precision == "int8"
-    opts: dict[str, Any] = {"optimization": "basic", "precision": "int8" if int8 else "fp32",
-                            "quantization": "static" if int8 else "dynamic",
-                            "calibration": t.calibration if int8 else None,
-                            "calibration_samples": t.calibration_samples if int8 else 16}
-    return with_options(project, "cpu", **opts)
+    from gpux.plan.targets import with_options
+    from gpux.runtimes import targets
+    from gpux.runtimes.onnxruntime_plan import ONNX_STEPS
+
+    onnx = next(t for t in targets(project, provider) if t.step in ONNX_STEPS.values())
+    fields = type(getattr(project.config.providers, flavor.builder)).model_fields
+    opts = {k: onnx.options.get(k, fields[k].get_default(call_default_factory=True)) for k in PLANNED if k in fields}
+    return with_options(project, flavor.builder, **opts)
 
 
 def artifact_files(art_dir: Path, main: str, flavor: Flavor) -> list[tuple[Path, str]]:
@@ -285,8 +267,7 @@ def export(project: Project, provider: str, repo: Path, version: int = 1, store_
     io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
     cfg = config_dict(project, provider, inputs, outputs)
-    target = project if flavor.backend == "openvino" else onnx_project(project, provider)
-    built = build(target, "openvino" if flavor.backend == "openvino" else "cpu", store_dir=store_dir, log=log, io=io)
+    built = build(served_project(project, provider, flavor), flavor.builder, store_dir=store_dir, log=log, io=io)
     art = built.final.artifact
     files = artifact_files(art.dir, art.manifest["main"], flavor)
     folder = write_model(repo, cfg, version, files)

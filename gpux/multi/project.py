@@ -80,7 +80,7 @@ def choose(ms: Models, provider: str | None) -> Choice:
 
 def derived(project: Project, provider: str) -> dict[str, Any]:
     """The one choice turned into this model's own settings: its provider block, precision and artifact."""
-    from gpux.plan.targets import targets
+    from gpux.runtimes import targets
 
     chain = targets(project, provider)
     final = chain[-1]

@@ -5,138 +5,20 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
 from pkgutil import resolve_name
-from typing import Any, Literal
+from typing import Any
 
-from gpux.machine import cuda_device_problem
 from gpux.optional import install_hint, installed_ort_distributions, is_installed
+from gpux.providers.builtin import PROVIDERS
+from gpux.providers.row import Availability, Flavor, ImageRow, Provider, Runner, Status, TorchDevice
 
-Status = Literal["ok", "not installed", "import failed", "no device"]
 ENTRY_POINT_GROUP = "gpux.providers"
-
-
-@dataclass(frozen=True)
-class Availability:
-    provider: str
-    status: Status
-    reason: str = ""
-    fix: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def to_dict(self) -> dict[str, object]:
-        return {"provider": self.provider, "status": self.status, "reason": self.reason, "fix": self.fix}
-
-
-@dataclass
-class Runner:
-    """An opened artifact: `run(feeds)` returns outputs in `output_names` order."""
-
-    run: Callable[[dict[str, Any]], list[Any]]
-    output_names: list[str]
-    used: str  # what executes, e.g. "CPUExecutionProvider" or "OpenVINO CPU"
-    dropped: str | None = None  # why the runtime did not take the requested device (None: it did)
-    details: dict[str, Any] = field(default_factory=dict)
-    close: Callable[[], None] = lambda: None
-    native: Any = None  # the runtime's own session / compiled model
-    binder: Callable[[dict[str, Any], int], list[Callable[[], object]]] | None = None
-    fast: Callable[[dict[str, Any]], list[Any]] | None = None  # run() without the runtime's Python-side checks
-
-    def bind(self, feeds: dict[str, Any], n: int = 1) -> list[Callable[[], object]]:
-        """`n` zero-argument callables that each run `feeds` with the least per-call work (for timing loops);
-        each may be used from its own thread."""
-        if self.binder is not None:
-            return self.binder(feeds, n)
-        run = self.run
-        return [lambda: run(feeds)] * n
-
-
-@dataclass(frozen=True)
-class TorchDevice:
-    """How PyTorch reaches a provider's device (`runtime: torch`)."""
-
-    type: str  # torch.device type (ROCm builds call HIP "cuda")
-    build: str = ""  # the PyTorch build it needs: CUDA | ROCm ("": any)
-    index: str | None = None  # its wheels at download.pytorch.org/whl/<index> (None: PyPI's own)
-    compiles: bool = False  # `compile: auto` means torch.compile here (eager elsewhere)
-    variants: tuple[tuple[str, str], ...] = ()  # (compile, precision) rows `run --benchmark -p all` adds
-
-
-@dataclass(frozen=True)
-class Provider:
-    """One row of the registry: every fact gpux keeps about one provider. Plugins add rows through the
-    `gpux.providers` entry-point group; a row names its code as 'module:attribute', imported only when used."""
-
-    name: str
-    runtime: str  # what runs it unless its block says otherwise: onnxruntime | openvino | torch | a plugin's
-    ep: str | None  # exact ONNX Runtime execution provider string
-    extra: str  # pip extra of gpux-ml that installs it
-    platforms: tuple[str, ...]  # sys.platform prefixes where it can run
-    device: Callable[[], str | None] | None = field(default=None, compare=False)  # None = ok, else why not
-    hardware: str = ""
-    builtin: bool = False  # present in every install of its runtime: no import needed to know
-    options: str = "Options"  # its gpux.yml block's option model: 'module:Class' (a bare name: gpux.providers.options)
-    fallback: tuple[str, ...] = ()  # what an explicit request for it falls back to, before the last resort
-    last_resort: bool = False  # runs everywhere its package installs: where every non-strict request ends
-    ort_package: str = ""  # the ONNX Runtime distribution that carries its EP (for the fix line)
-    also_accepted: tuple[str, ...] = ()  # other EPs that serve it
-    torch: TorchDevice | None = None  # PyTorch itself runs on it (`runtime: torch`): how
-    precisions: tuple[str, ...] = ("fp32",)  # what `run --benchmark -p all` measures
-    targets: str = "gpux.plan.targets:onnx_targets"  # (project, provider, inputs) -> the artifacts it needs
-    steps: tuple[tuple[str, Any], ...] = ()  # kinds of artifact its runtime adds: (name, gpux.runtimes.Step)
-    probe_with: str = ""  # its own probe (name -> Availability) where gpux has none for its runtime
-    gpu_resource: str | None = None  # the Kubernetes extended resource of its device
-
-    @property
-    def option_model(self) -> Any:
-        return resolve_name(self.options if ":" in self.options else f"gpux.providers.options:{self.options}")
-
-
-def _rocm_device() -> str | None:
-    return None if os.path.exists("/dev/kfd") else "no AMD GPU found (/dev/kfd is missing)"
-
-
-PROVIDERS: dict[str, Provider] = {
-    p.name: p
-    for p in (
-        Provider("tensorrt", "onnxruntime", "TensorrtExecutionProvider", "tensorrt", ("linux", "win32"),
-                 cuda_device_problem, "NVIDIA GPU", options="TensorRTOptions", fallback=("cuda",),
-                 ort_package="onnxruntime-gpu (+ TensorRT libraries)", precisions=("fp32", "fp16", "int8"),
-                 targets="gpux.plan.targets:tensorrt_targets", gpu_resource="nvidia.com/gpu"),
-        Provider("cuda", "onnxruntime", "CUDAExecutionProvider", "cuda", ("linux", "win32"),
-                 cuda_device_problem, "NVIDIA GPU", options="CUDAOptions", ort_package="onnxruntime-gpu",
-                 gpu_resource="nvidia.com/gpu",
-                 torch=TorchDevice("cuda", "CUDA", "cu128", compiles=True, variants=(
-                     ("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp32"), ("reduce-overhead", "fp16"),
-                     ("default", "bf16")))),
-        Provider("rocm", "onnxruntime", "MIGraphXExecutionProvider", "", ("linux",), _rocm_device, "AMD GPU",
-                 options="ROCmOptions", also_accepted=("MIGraphXExecutionProvider", "ROCMExecutionProvider"),
-                 ort_package="onnxruntime-migraphx or onnxruntime-rocm from AMD's package index (not on PyPI)",
-                 gpu_resource="amd.com/gpu",
-                 torch=TorchDevice("cuda", "ROCm", "rocm6.4", compiles=True, variants=(
-                     ("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp16")))),
-        Provider("coreml", "onnxruntime", "CoreMLExecutionProvider", "coreml", ("darwin",), None,
-                 "Apple Neural Engine / GPU", options="CoreMLOptions", ort_package="onnxruntime (macOS wheel)"),
-        Provider("mps", "torch", None, "torch", ("darwin",), None, "Apple GPU (Metal)", options="MPSOptions",
-                 torch=TorchDevice("mps", variants=(("off", "fp32"), ("off", "fp16")))),
-        Provider("directml", "onnxruntime", "DmlExecutionProvider", "directml", ("win32",), None,
-                 "DirectX 12 GPU", options="DirectMLOptions", ort_package="onnxruntime-directml"),
-        Provider("openvino", "openvino", None, "openvino", ("linux", "win32", "darwin"), None,
-                 "Intel CPU / GPU / NPU", options="OpenVINOOptions", precisions=("fp32", "fp16", "int8"),
-                 targets="gpux.plan.targets:openvino_targets"),
-        Provider("cpu", "onnxruntime", "CPUExecutionProvider", "cpu", ("linux", "win32", "darwin"), None,
-                 "any CPU", builtin=True, last_resort=True, options="CPUOptions", ort_package="onnxruntime",
-                 torch=TorchDevice("cpu", index="cpu", variants=(("off", "fp32"), ("default", "fp32"))),
-                 precisions=("fp32", "fp16", "int8"), targets="gpux.plan.targets:cpu_targets"),
-    )
-}  # fmt: skip
+__all__ = ["ENTRY_POINT_GROUP", "PROVIDERS", "Availability", "Flavor", "ImageRow", "Provider", "Runner", "Status",
+           "TorchDevice", "probe", "probe_for", "probe_torch", "registry", "runtime_of"]
 PLATFORM_NAMES = {"linux": "Linux", "win32": "Windows", "darwin": "macOS"}
+
 
 def _fix(p: Provider) -> str:
     package = p.ort_package or f"the ONNX Runtime build that has {p.ep}"
@@ -173,8 +55,8 @@ def _probe_ort(p: Provider) -> Availability:
 def _probe_openvino(p: Provider) -> Availability:
     if not is_installed("openvino"):
         eps = ort_available_eps() if is_installed("onnxruntime") else ()
-        if "OpenVINOExecutionProvider" in eps:
-            return Availability(p.name, "ok", "ONNX Runtime's OpenVINOExecutionProvider (the openvino package "
+        if p.ep in eps:
+            return Availability(p.name, "ok", f"ONNX Runtime's {p.ep} (the openvino package "
                                 "is not installed: use providers.openvino.runtime: onnxruntime)")
         return Availability(p.name, "not installed", "openvino is not installed", install_hint(p.extra))
     try:

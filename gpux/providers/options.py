@@ -358,11 +358,3 @@ class DirectMLOptions(Options):
                       "without device_id (an explicit adapter index overrides them)")
         return self
 
-
-# EP key (a provider, or migraphx for rocm's other execution provider) -> ONNX Runtime's name for it.
-EP_NAMES = {
-    "tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider",
-    "rocm": "ROCMExecutionProvider", "migraphx": "MIGraphXExecutionProvider",
-    "coreml": "CoreMLExecutionProvider", "directml": "DmlExecutionProvider",
-    "openvino": "OpenVINOExecutionProvider", "cpu": "CPUExecutionProvider",
-}

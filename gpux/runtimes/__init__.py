@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from gpux.plan.targets import Target
 
 Log = Callable[[str], None]
-__all__ = ["STEPS", "STEP_HINTS", "Context", "Job", "Log", "Step", "int8_did_nothing", "resolve", "step_of"]
+__all__ = ["STEPS", "STEP_HINTS", "Context", "Job", "Log", "Step", "int8_did_nothing", "resolve", "step_of", "targets"]
+EXPORT_OPSET = 17  # pinned: the ONNX opset PyTorch sources are exported at
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,28 @@ def step_of(name: str) -> Step:
 
     added = {n: step for row in registry().values() for n, step in row.steps}
     return added[name]
+
+
+def targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+    """The targets that provider `provider` needs, in build order, as its row's planner says (`inputs`: the
+    model's Tensors, which fix TensorRT's shape profiles). A PyTorch source runs in PyTorch itself (runtime
+    torch), is converted by the row's own PyTorch planner, or is first exported to ONNX, which the rest consume."""
+    from gpux.formats import TORCH_FORMATS, source_format
+    from gpux.plan.targets import Target
+    from gpux.providers import registry, runtime_of
+
+    row = registry().get(provider)
+    plan = resolve(row.targets if row else "gpux.runtimes.onnxruntime_plan:onnx_targets")  # unknown: ORT's artifact
+    fmt = source_format(project)
+    if fmt not in TORCH_FORMATS:
+        return list(plan(project, provider, inputs))
+    if row is not None and row.torch is not None and runtime_of(project, provider) == "torch":
+        return [resolve("gpux.runtimes.torch_module:torch_target")(project, provider, fmt)]
+    if row is not None and row.torch_targets:  # it converts PyTorch itself (coremltools: an ML Program package)
+        return list(resolve(row.torch_targets)(project, provider, fmt))
+    export = Target("onnx-export", "torch-export", "torch", "fp32", {"opset": EXPORT_OPSET, "source_format": fmt})
+    return [export, *(dataclasses.replace(t, consumes=export.id) if t.consumes == "source" else t
+                      for t in plan(project, provider, inputs))]
 
 
 def int8_did_nothing(ctx: Any, problem: str) -> dict[str, str]:

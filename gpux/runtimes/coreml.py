@@ -383,3 +383,13 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
                   {"compute_units": units, "package": str(artifact.main),
                    "precision": (artifact.manifest.get("info") or {}).get("precision")},
                   native=model)
+
+
+def package_targets(project: Any, provider: str, fmt: str) -> list[Any]:
+    """coremltools converts a PyTorch source directly into an ML Program package (TensorRT's profiles bound it)."""
+    from gpux.plan.targets import Target
+
+    o = getattr(project.config.providers, provider)
+    profiles = {d: r.model_dump() for d, r in project.config.providers.tensorrt.profiles.items()}
+    return [Target(f"coreml-package-{o.compute_precision}", "coreml-package", provider, o.compute_precision,
+                   {**o.model_dump(mode="json"), "source_format": fmt, "profiles": profiles})]

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpux.providers import registry
-from gpux.providers.options import EP_NAMES, Options, ROCmOptions, TensorRTOptions
+from gpux.providers.options import Options, ROCmOptions, TensorRTOptions
 
 # onnxruntime.SessionOptions attribute -> value DirectML requires (execution_mode: ExecutionMode member name).
 DIRECTML_SESSION_SETTINGS: dict[str, Any] = {"enable_mem_pattern": False, "execution_mode": "ORT_SEQUENTIAL"}
@@ -126,6 +126,10 @@ def _check(provider: str, opts: Options | None) -> Options:
     return model() if opts is None else opts
 
 
+# rocm's `execution_provider` choices -> ONNX Runtime's name (every other EP is its row's `ep`)
+EP_CHOICES = {"migraphx": "MIGraphXExecutionProvider", "rocm": "ROCMExecutionProvider"}
+
+
 def _ep_key(provider: str, opts: Options) -> str:
     return "migraphx" if isinstance(opts, ROCmOptions) and opts.execution_provider == "migraphx" else provider
 
@@ -134,14 +138,14 @@ def ort_ep_name(provider: str, opts: Options | None = None) -> str:
     """Exact ONNX Runtime execution-provider name for a gpux provider (for rocm: the EP `opts` choose; for a
     plugin's row: the EP the row names)."""
     key = _ep_key(provider, _check(provider, opts))
-    return EP_NAMES.get(key) or str(registry()[provider].ep)
+    return EP_CHOICES.get(key) or str(registry()[provider].ep)
 
 
 def ort_provider_options(provider: str, opts: Options, cache_dir: str | None = None) -> dict[str, str]:
     """ONNX Runtime provider_options (all strings) for `ort_ep_name(provider, opts)`; cpu has none.
 
     `cache_dir` is the artifact-store directory for engine/program caches: without it caches stay off.
-    TensorRT optimization profiles need concrete input shapes: merge in `plan.targets.trt_profile_shapes`.
+    TensorRT optimization profiles need concrete input shapes: merge in `runtimes.tensorrt.trt_profile_shapes`.
     """
     opts = _check(provider, opts)
     key = _ep_key(provider, opts)

@@ -98,3 +98,26 @@ def compile_properties(opts: Any, intra_op: int, cache_dir: Path | None, device:
     if opts.threads is None and intra_op > 0 and split_device(device)[1] == ["CPU"]:
         props["INFERENCE_NUM_THREADS"] = str(intra_op)
     return props
+
+
+# ---- planning and Triton ------------------------------------------------------------------------------
+def openvino_targets(project: Any, provider: str, inputs: dict[str, Any] | None = None) -> list[Any]:
+    """An OpenVINO IR at the block's precision; with runtime: onnxruntime, ONNX Runtime's portable ONNX artifact."""
+    from gpux.plan.targets import Target
+    from gpux.runtimes.onnxruntime_plan import onnx_targets
+
+    o = getattr(project.config.providers, provider)
+    if o.runtime == "onnxruntime":
+        return onnx_targets(project, provider, inputs)
+    label = f"int8-{o.int8_mode}" if o.precision == "int8" else o.precision  # the int8 variants apart
+    return [Target(f"openvino-ir-{label}", "openvino-ir", provider, o.precision, o.model_dump(mode="json"))]
+
+
+def triton_parameters(o: OpenVINOOptions) -> dict[str, Any]:
+    """Triton's OpenVINO backend takes the compile properties as the model's string parameters."""
+    out = {}
+    for field, (prop, convert) in OPENVINO_PROPERTIES.items():
+        value = convert(getattr(o, field))
+        if value is not None:
+            out[prop] = {"string_value": str(value)}
+    return out

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux.machine import gpu_identity
+
+if TYPE_CHECKING:
+    from gpux.providers.options import ProfileRange, TensorRTOptions
 
 ENGINES = "engines"  # folder inside the artifact: engine cache, timing cache
 CONTEXT_MODEL = "model_ctx.onnx"  # ONNX Runtime EP-context model pointing at the engine
@@ -84,3 +88,74 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     opts = artifact.manifest["target"]["options"]
     return open_session_runner(artifact.main, "TensorrtExecutionProvider", ep_options(opts, artifact.dir, False),
                                project.config.runtime.threads)
+
+
+# ---- planning and Triton ------------------------------------------------------------------------------
+def tensorrt_targets(project: Any, provider: str, inputs: dict[str, Any] | None = None) -> list[Any]:
+    """The ONNX artifact (int8: the calibrated QDQ model), then the engine built from it on the GPU."""
+    from gpux.plan.targets import Target
+    from gpux.runtimes.onnxruntime_plan import onnx_target
+
+    t = getattr(project.config.providers, provider)
+    # int8 engines are built from the calibrated QDQ model (explicit quantization)
+    base_opts: dict[str, Any] = {"optimization": "basic", "precision": "fp32"}
+    if t.precision == "int8":
+        base_opts = {"optimization": "basic", "precision": "int8", "quantization": "static",
+                     "calibration": t.calibration, "calibration_samples": t.calibration_samples}
+    base = onnx_target(base_opts)
+    opts = t.model_dump(mode="json")
+    opts["profile_shapes"] = trt_profiles(project, t, inputs or {})
+    return [base, Target(f"tensorrt-engine-{t.precision}", "tensorrt-engine", provider, t.precision, opts,
+                         consumes=base.id)]
+
+
+def trt_profiles(project: Any, t: Any, inputs: dict[str, Any]) -> dict[str, str]:
+    """min/opt/max shapes for TensorRT: `tensorrt.profiles`, else `shapes:` ranges, else each symbolic dim
+    fixed at its resolved size."""
+    from gpux.plan.targets import resolve_shapes
+    from gpux.providers.options import ProfileRange
+
+    sizes = resolve_shapes(project)
+    profiles = {d: v for d, v in project.config.shapes.items() if isinstance(v, ProfileRange)}
+    profiles.update(t.profiles or {})
+    shapes = {n: list(getattr(x, "shape", None) or ()) for n, x in inputs.items()}
+    for dims in shapes.values():
+        for i, d in enumerate(dims):
+            if d is None:
+                dims[i] = d = "?"
+            if isinstance(d, str) and d not in profiles:
+                v = sizes.get(d, 1)
+                profiles[d] = ProfileRange(min=v, opt=v, max=v)
+    return trt_profile_shapes(profiles, shapes)
+
+
+def trt_profile_shapes(profiles: Mapping[str, ProfileRange],
+                       inputs: Mapping[str, Sequence[int | str]]) -> dict[str, str]:
+    """trt_profile_{min,opt,max}_shapes ("name:1x3x224x224,...") for the inputs with symbolic dims.
+
+    `inputs` maps input name -> dims (ints, or symbolic names looked up in `profiles`). Returns {} when
+    every input is static; raises ValueError when a symbolic dim has no profile.
+    """
+    bounds: dict[str, list[str]] = {"min": [], "opt": [], "max": []}
+    for name, dims in inputs.items():
+        missing = sorted({d for d in dims if isinstance(d, str) and d not in profiles})
+        if missing:
+            raise ValueError(f"input {name!r}: dynamic dimension(s) {', '.join(missing)} need "
+                             "min/opt/max in tensorrt.profiles")
+        if all(isinstance(d, int) for d in dims):
+            continue
+        for bound, shapes in bounds.items():
+            sizes = (d if isinstance(d, int) else getattr(profiles[d], bound) for d in dims)
+            shapes.append(f"{name}:{'x'.join(map(str, sizes))}")
+    return {f"trt_profile_{b}_shapes": ",".join(s) for b, s in bounds.items() if s}
+
+
+TRITON_PRECISION = {"fp32": "FP32", "fp16": "FP16", "best": "FP16", "int8": "INT8"}
+
+
+def triton_accelerator(t: TensorRTOptions) -> dict[str, str]:
+    """The parameters of the TensorRT accelerator Triton's ONNX Runtime backend adds."""
+    params = {"precision_mode": TRITON_PRECISION.get(t.precision, "FP32")}
+    if t.workspace:
+        params["max_workspace_size_bytes"] = str(int(t.workspace))
+    return params

@@ -341,3 +341,19 @@ def _warnings_only(msg: str) -> None:
 
     if msg.startswith("warning: "):
         report.info(msg)
+
+
+def torch_target(project: Any, provider: str, fmt: str) -> Any:
+    """PyTorch runs the source on `provider`'s device: `compile: auto` resolved, the device index recorded."""
+    from gpux.plan.targets import Target
+    from gpux.providers import registry
+
+    block = getattr(project.config.providers, provider)
+    t = block.torch
+    torch = registry()[provider].torch
+    compiles = torch is not None and torch.compiles  # compile: auto means torch.compile there, eager elsewhere
+    mode = t.compile if t.compile != "auto" else ("default" if compiles else "off")
+    opts = {**t.model_dump(mode="json"), "compile": mode, "device": provider,
+            "device_id": int(getattr(block, "device_id", 0) or 0), "source_format": fmt}
+    label = "eager" if mode == "off" else mode
+    return Target(f"torch-{provider}-{t.precision}-{label}", "torch-module", provider, t.precision, opts)

@@ -1,0 +1,112 @@
+"""The eight built-in rows of the registry, in priority order: every fact gpux keeps about each provider."""
+
+from __future__ import annotations
+
+import os
+
+from gpux.machine import cuda_device_problem
+from gpux.providers.row import Flavor, ImageRow, Provider, TorchDevice
+
+CUDA_BASE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"  # Ubuntu 24.04: Python 3.12 from apt (22.04 has 3.10)
+SLIM = "python:3.11-slim"
+CUDA_APT = ("python3", "python3-venv")
+AMD_DEVICES = ("/dev/kfd", "/dev/dri")
+COMPILED_ON_FIRST_RUN = ("PyTorch compiles for the GPU it runs on: the first run builds the artifact (and its "
+                         "Inductor cache) in the container; mount a volume at {store} to keep it")
+ORT_ONNX = "onnxruntime_onnx"  # Triton's platform for ONNX Runtime
+ONNX = ("model.onnx",)
+ACCURACY_CONTROL_COST = 10  # NNCF's accuracy control validates a model per layer it gives back: ~this many builds
+
+# `gpux tune`'s rows. int8 builds at the level where ONNX Runtime fuses Q/DQ pairs into int8 kernels (extended
+# and above; at basic a QDQ model runs its float operators between them). Refinements are tried in order while
+# the budget covers their cost; entropy calibration comes last: its KL search over 2048-bin histograms runs in
+# Python (MobileNetV2, 33 samples: 65-75 s against 6 s for minmax)
+CPU_TUNE = (("fp32", {"precision": "fp32", "optimization": "basic"}),
+            ("fp32", {"precision": "fp32", "optimization": "all"}),
+            ("fp16", {"precision": "fp16", "optimization": "basic"}),
+            ("int8", {"precision": "int8", "quantization": "dynamic", "optimization": "all"}),
+            ("int8", {"precision": "int8", "quantization": "static", "optimization": "all"}))
+CPU_REFINE = ({"quantization": "static"},
+              (({"calibration_method": "percentile"}, 4), ({"keep_fp32": 0.05}, 3), ({"keep_fp32": 0.15}, 1.5),
+               ({"keep_fp32": 0.3}, 1.5), ({"calibration_method": "entropy"}, 12)))
+OPENVINO_TUNE = (("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "latency"}),
+                 ("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "throughput"}),
+                 ("bf16", {"precision": "fp32", "inference_precision": "bf16", "hint": "latency"}),
+                 ("fp16", {"precision": "fp16", "inference_precision": "f32", "hint": "latency"}),
+                 ("int8", {"precision": "int8", "int8_mode": "quantize", "hint": "latency"}))
+OPENVINO_REFINE = ({"int8_mode": "quantize"},
+                   (({"preset": "mixed"}, 1.5), ({"bias_correction": "full"}, 4), ({"keep_fp32": 0.05}, 3),
+                    ({"keep_fp32": 0.15}, 1.5), ({"keep_fp32": 0.3}, 1.5),
+                    ({"int8_mode": "accuracy"}, ACCURACY_CONTROL_COST)))
+TENSORRT_TUNE = (("fp32", {"precision": "fp32"}), ("fp16", {"precision": "fp16"}), ("int8", {"precision": "int8"}))
+
+
+def _rocm_device() -> str | None:
+    return None if os.path.exists("/dev/kfd") else "no AMD GPU found (/dev/kfd is missing)"
+
+
+PROVIDERS: dict[str, Provider] = {
+    p.name: p
+    for p in (
+        Provider("tensorrt", "onnxruntime", "TensorrtExecutionProvider", "tensorrt", ("linux", "win32"),
+                 cuda_device_problem, "NVIDIA GPU", options="TensorRTOptions", fallback=("cuda",),
+                 ort_package="onnxruntime-gpu (+ TensorRT libraries)", precisions=("fp32", "fp16", "int8"),
+                 targets="gpux.runtimes.tensorrt:tensorrt_targets", gpu_resource="nvidia.com/gpu", title="TensorRT.",
+                 tune=TENSORRT_TUNE,
+                 image=ImageRow(CUDA_BASE, ("onnxruntime-gpu", "tensorrt"), CUDA_APT, gpus=True, host_build="cuda",
+                                image_build="cuda", no_device_probe=True,
+                                note="the TensorRT engine is keyed by the GPU: it is built on the first run; mount "
+                                     "a volume at {store} to keep it"),
+                 triton=(("onnxruntime", Flavor(ORT_ONNX, None, "KIND_GPU", ONNX, "tensorrt", accelerator_parameters=
+                                                "gpux.runtimes.tensorrt:triton_accelerator")),)),
+        Provider("cuda", "onnxruntime", "CUDAExecutionProvider", "cuda", ("linux", "win32"),
+                 cuda_device_problem, "NVIDIA GPU", options="CUDAOptions", ort_package="onnxruntime-gpu",
+                 gpu_resource="nvidia.com/gpu", title="ONNX Runtime CUDA EP.",
+                 torch=TorchDevice("cuda", "CUDA", "cu128", compiles=True, variants=(
+                     ("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp32"), ("reduce-overhead", "fp16"),
+                     ("default", "bf16")), image=ImageRow(SLIM, (), gpus=True, note=COMPILED_ON_FIRST_RUN)),
+                 image=ImageRow(CUDA_BASE, ("onnxruntime-gpu",), CUDA_APT, gpus=True, host_build="cuda",
+                                image_build="cuda", no_device_probe=True),
+                 triton=(("onnxruntime", Flavor(ORT_ONNX, None, "KIND_GPU", ONNX)),)),
+        Provider("rocm", "onnxruntime", "MIGraphXExecutionProvider", "", ("linux",), _rocm_device, "AMD GPU",
+                 options="ROCmOptions", also_accepted=("MIGraphXExecutionProvider", "ROCMExecutionProvider"),
+                 ort_package="onnxruntime-migraphx or onnxruntime-rocm from AMD's package index (not on PyPI)",
+                 gpu_resource="amd.com/gpu", title="ROCm / MIGraphX EP.",
+                 torch=TorchDevice("cuda", "ROCm", "rocm6.4", compiles=True, variants=(
+                     ("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp16")),
+                     image=ImageRow(SLIM, (), devices=AMD_DEVICES, note=COMPILED_ON_FIRST_RUN)),
+                 image=ImageRow(None, (), devices=AMD_DEVICES, host_build="rocm", image_build="rocm",
+                                no_device_probe=True,
+                                note="ONNX Runtime for ROCm is not on PyPI: the base image must provide it")),
+        Provider("coreml", "onnxruntime", "CoreMLExecutionProvider", "coreml", ("darwin",), None,
+                 "Apple Neural Engine / GPU", options="CoreMLOptions", ort_package="onnxruntime (macOS wheel)",
+                 torch_targets="gpux.runtimes.coreml:package_targets", title="Core ML.",
+                 no_container="Core ML runs on macOS only; a Linux container cannot reach the Apple Neural Engine "
+                              "or GPU"),
+        Provider("mps", "torch", None, "torch", ("darwin",), None, "Apple GPU (Metal)", options="MPSOptions",
+                 torch=TorchDevice("mps", variants=(("off", "fp32"), ("off", "fp16"))),
+                 title="PyTorch on Apple Metal (MPS).",
+                 no_container="Metal (MPS) runs on macOS only; a Linux container cannot reach the Apple GPU"),
+        Provider("directml", "onnxruntime", "DmlExecutionProvider", "directml", ("win32",), None,
+                 "DirectX 12 GPU", options="DirectMLOptions", ort_package="onnxruntime-directml", title="DirectML EP.",
+                 no_container="DirectML needs Windows and DirectX 12; a Linux container cannot use it"),
+        Provider("openvino", "openvino", "OpenVINOExecutionProvider", "openvino", ("linux", "win32", "darwin"),
+                 None, "Intel CPU / GPU / NPU", options="OpenVINOOptions", precisions=("fp32", "fp16", "int8"),
+                 targets="gpux.runtimes.openvino_options:openvino_targets", title="OpenVINO.",
+                 tune=OPENVINO_TUNE, refine=OPENVINO_REFINE,
+                 image=ImageRow(SLIM, ("openvino", "nncf", "onnxruntime"), host_build="openvino",
+                                image_build="openvino"),
+                 triton=(("openvino", Flavor(None, "openvino", "KIND_CPU", ("model.xml", "model.bin"),
+                                             builder="openvino",
+                                             parameters="gpux.runtimes.openvino_options:triton_parameters")),
+                         ("onnxruntime", Flavor(ORT_ONNX, None, "KIND_CPU", ONNX, "openvino")))),
+        Provider("cpu", "onnxruntime", "CPUExecutionProvider", "cpu", ("linux", "win32", "darwin"), None,
+                 "any CPU", builtin=True, last_resort=True, options="CPUOptions", ort_package="onnxruntime",
+                 torch=TorchDevice("cpu", index="cpu", variants=(("off", "fp32"), ("default", "fp32")),
+                                   image=ImageRow(SLIM, (), host_build="cpu", image_build="cpu")),
+                 precisions=("fp32", "fp16", "int8"), targets="gpux.runtimes.onnxruntime_plan:cpu_targets",
+                 title="ONNX Runtime CPU.", tune=CPU_TUNE, refine=CPU_REFINE,
+                 image=ImageRow(SLIM, ("onnxruntime",), host_build="cpu", image_build="cpu"),
+                 triton=(("onnxruntime", Flavor(ORT_ONNX, None, "KIND_CPU", ONNX)),)),
+    )
+}  # fmt: skip

@@ -1,0 +1,35 @@
+"""What ONNX Runtime's providers plan: the one portable ONNX artifact, at the options their blocks give."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpux.config.load import Project
+from gpux.plan.targets import Target
+
+# ONNX artifact precision -> build step that makes it from the source model
+ONNX_STEPS = {"fp32": "optimize", "fp16": "float16", "int8": "quantize"}
+
+
+def onnx_targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+    """ONNX Runtime execution providers (cuda, rocm, directml, coreml) load the portable ONNX artifact."""
+    return [onnx_target({"optimization": "basic", "precision": "fp32"})]
+
+
+def cpu_targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+    """The CPU's ONNX artifact is built at its block's options (optimization level, precision, int8 mode)."""
+    return [onnx_target(getattr(project.config.providers, provider).model_dump(mode="json"))]
+
+
+def onnx_target(options: dict[str, Any]) -> Target:
+    """The ONNX artifact at `options`; one serves every ONNX Runtime provider that asks for the same options."""
+    precision = options.get("precision", "fp32")
+    opts = {k: v for k, v in options.items() if v is not None}
+    label = precision
+    if precision == "int8":
+        label = f"int8-{opts.get('quantization', 'dynamic')}"
+    else:
+        for k in ("quantization", "calibration", "calibration_samples", "per_channel"):
+            opts.pop(k, None)
+    level = opts.get("optimization", "basic")
+    return Target(f"onnx-{label}-{level}", ONNX_STEPS[precision], "onnxruntime", precision, opts)
