@@ -136,7 +136,7 @@ class ServerThread:
         from gpux.serve.server import Server, ServeRequest
 
         load = LoadRequest(provider=self.provider, strict=self.provider is not None)
-        self.server = Server(ServeRequest([open_project(str(p)) for p in self.paths], host="127.0.0.1",
+        self.server = Server(ServeRequest(projects=[open_project(str(p)) for p in self.paths], host="127.0.0.1",
                                           http_port=0, grpc_port=0, api_key=self.api_key, load=load, drain_s=5))
         self.loop = asyncio.get_running_loop()
         await self.server.start()

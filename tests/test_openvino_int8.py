@@ -116,19 +116,20 @@ def test_a_bad_combination_in_gpux_yml_is_a_config_error_at_build(tmp_path: Path
 
 
 def test_tune_measures_the_accuracy_candidate_only_where_plain_int8_failed_and_budget_allows() -> None:
-    plain = Outcome("openvino", "int8", {"precision": "int8", "int8_mode": "quantize"}, "ok")
-    acc = Outcome("openvino", "int8", {"precision": "int8", "int8_mode": "accuracy"}, refines=plain,
-                  changes={"int8_mode": "accuracy"}, cost=SLOWER)
+    plain = Outcome(provider="openvino", precision="int8", options={"precision": "int8", "int8_mode": "quantize"},
+                    status="ok")
+    acc = Outcome(provider="openvino", precision="int8", options={"precision": "int8", "int8_mode": "accuracy"},
+                  refines=plain, changes={"int8_mode": "accuracy"}, cost=SLOWER)
     assert needless(acc, [plain], {id(plain): 2.0}, 300)[0] == "not needed"
     plain.status = "failed verification"
     assert needless(acc, [plain], {id(plain): 2.0}, 300) == ("pending", "")
     status, why = needless(acc, [plain], {id(plain): 60.0}, 300)
     assert status == "over budget" and "600 s" in why
-    mixed = Outcome("openvino", "int8", {"precision": "int8", "keep_fp32": 0.05}, "ok", refines=plain,
-                    changes={"keep_fp32": 0.05})
+    mixed = Outcome(provider="openvino", precision="int8", options={"precision": "int8", "keep_fp32": 0.05},
+                    status="ok", refines=plain, changes={"keep_fp32": 0.05})
     status, why = needless(acc, [plain, mixed], {id(plain): 2.0}, 300)
     assert status == "not needed" and why == "keep_fp32=0.05 passed verification first"
     plain.status, plain.why = "unavailable", "NNCF int8 (quantize) failed"
     assert needless(acc, [plain], {}, 300)[0] == "unavailable"
-    other = Outcome("openvino", "fp32", {"precision": "fp32"})
+    other = Outcome(provider="openvino", precision="fp32", options={"precision": "fp32"})
     assert needless(other, [plain], {}, 0) == ("pending", "")

@@ -9,7 +9,8 @@ import pytest
 from gpux import providers
 from gpux.providers import PROVIDERS, Availability, Provider, probe
 
-PLUGIN = Provider("npu-x", "onnxruntime", "NpuXExecutionProvider", "npu-x", ("linux",), None, "NPU-X card")
+PLUGIN = Provider(name="npu-x", runtime="onnxruntime", ep="NpuXExecutionProvider", extra="npu-x", platforms=("linux",),
+                  device=None, hardware="NPU-X card")
 
 
 def test_registry_order_and_exact_ep_strings() -> None:
@@ -33,7 +34,8 @@ def test_probe_answers_with_a_status_and_a_fix(name: str) -> None:
 def test_probe_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom() -> str:
         raise RuntimeError("driver exploded")
-    broken = Provider("cuda", "onnxruntime", "CUDAExecutionProvider", "cuda", ("linux",), boom, "GPU", builtin=True)
+    broken = Provider(name="cuda", runtime="onnxruntime", ep="CUDAExecutionProvider", extra="cuda",
+                      platforms=("linux",), device=boom, hardware="GPU", builtin=True)
     monkeypatch.setitem(PROVIDERS, "cuda", broken)
     probe.cache_clear()
     try:

@@ -74,7 +74,7 @@ def test_tune_with_runtime_torch_tries_and_locks_torch_options_only(tmp_path: Pa
     """ONNX Runtime's optimization levels (an error with `runtime: torch`) are no candidates: the cpu row's torch
     variants are, and the lock holds one that `run` applies."""
     project = with_providers(make_mlp_project(tmp_path / "mlp", "tune-torch"), "  cpu: {runtime: torch}\n")
-    rows = candidates(load_config(project), TuneRequest(str(project), providers=("cpu",)))
+    rows = candidates(load_config(project), TuneRequest(target=str(project), providers=("cpu",)))
     assert [(o.precision, o.options) for o in rows] == [
         ("fp32", {"torch": {"compile": "off", "precision": "fp32"}}),
         ("fp32", {"torch": {"compile": "default", "precision": "fp32"}})]

@@ -215,7 +215,7 @@ def test_benchmark_all_adds_torch_rows_per_device(pt2: Path, monkeypatch: pytest
         cpu, torch=dataclasses.replace(cpu.torch, variants=(("off", "fp32"), ("off", "bf16")))))
     project = load_config(pt2)
     protocol = bench.Protocol(warmup=1, warmup_seconds=0, runs=5, seconds=0, concurrency=1, batch=1)
-    rows = benchmark.torch_rows(project, benchmark.Rows(protocol, {}, log=lambda _m: None))
+    rows = benchmark.torch_rows(project, benchmark.Rows(protocol=protocol, shapes={}, log=lambda _m: None))
     by = {(r["provider"], r["precision"]): r for r in rows}
     assert by[("cpu", "fp32 (torch eager)")]["status"] == "ok"
     assert by[("cpu", "fp32 (torch eager)")]["runs_on"] == "PyTorch cpu fp32 eager"

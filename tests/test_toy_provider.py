@@ -69,7 +69,8 @@ def test_every_list_of_providers_has_the_toy(toy: Provider, mlp_project: Path) -
 def test_a_provider_on_an_onnx_runtime_ep_is_its_row_alone(monkeypatch: pytest.MonkeyPatch, mlp_project: Path) -> None:
     """A new ONNX Runtime execution provider needs no runtime module: the row names its EP (here the CPU EP
     under another name, the one EP every build has)."""
-    row = Provider("my-ep", "onnxruntime", "CPUExecutionProvider", "", ("linux", "win32", "darwin"), builtin=True)
+    row = Provider(name="my-ep", runtime="onnxruntime", ep="CPUExecutionProvider", extra="",
+                   platforms=("linux", "win32", "darwin"), builtin=True)
     monkeypatch.setitem(providers.PROVIDERS, "my-ep", row)
     providers.probe.cache_clear()
     try:

@@ -69,8 +69,8 @@ def test_a_candidate_failing_its_tolerance_is_out_and_says_by_how_much(mlp_proje
 
 def test_choose_never_takes_a_failed_candidate_however_fast() -> None:
     def outcome(precision: str, status: str, p50: float) -> Outcome:
-        return Outcome("cpu", precision, {"precision": precision}, status,
-                       {"stats": {"p50": p50, "throughput": 1 / p50}})
+        return Outcome(provider="cpu", precision=precision, options={"precision": precision}, status=status,
+                       row={"stats": {"p50": p50, "throughput": 1 / p50}})
 
     failed = outcome("int8", "failed verification", 0.001)
     slow, fast = outcome("fp32", "ok", 0.004), outcome("fp16", "ok", 0.002)
@@ -90,8 +90,8 @@ def test_why_cell_keeps_short_reasons_whole_and_cuts_long_ones_at_a_word() -> No
 
 
 def outcome(precision: str, p50: float, verification: str = "verified") -> Outcome:
-    return Outcome("cpu", precision, {"precision": precision}, "ok",
-                   {"stats": {"p50": p50, "throughput": 1 / p50}, "verification_status": verification})
+    return Outcome(provider="cpu", precision=precision, options={"precision": precision}, status="ok",
+                   row={"stats": {"p50": p50, "throughput": 1 / p50}, "verification_status": verification})
 
 
 def test_an_unverified_candidate_is_listed_not_chosen_unless_allowed() -> None:

@@ -36,7 +36,7 @@ def test_rounds_rotate_the_order_pause_between_slices_and_keep_a_score_per_round
     def call(name: str) -> Any:
         return lambda: order.append(name)
 
-    entries = [rounds.Entry(call("a")), rounds.Entry(call("b")), rounds.Entry(call("plain"))]
+    entries = [rounds.Entry(call=call("a")), rounds.Entry(call=call("b")), rounds.Entry(call=call("plain"))]
     protocol = rounds.bench.Protocol(runs=5, seconds=0.0, warmup=0, warmup_seconds=0.0)
     done = rounds.measure_rounds(entries, protocol, 0.0, "latency", deadline=float("inf"), rounds=3,
                                  sleep=pauses.append)
@@ -63,8 +63,8 @@ def test_speedup_is_the_baseline_median_over_the_candidate_with_the_per_round_ra
 
 def measured(precision: str, scores: list[float]) -> Outcome:
     p50 = float(np.median(scores))
-    return Outcome("cpu", precision, {"precision": precision}, "ok",
-                   {"stats": {"p50": p50, "throughput": 1 / p50}, "verification_status": "verified",
+    return Outcome(provider="cpu", precision=precision, options={"precision": precision}, status="ok",
+                   row={"stats": {"p50": p50, "throughput": 1 / p50}, "verification_status": "verified",
                     "round_scores": scores})
 
 

@@ -112,7 +112,7 @@ def test_an_int8_candidate_without_calibration_of_its_own_borrows_the_projects(t
     shutil.copytree(ROOT / "examples" / "mobilenet_v2", folder, ignore=shutil.ignore_patterns("*.onnx", "*.npz"))
     np.savez(folder / "crops.npz", x=np.zeros((4, 1, 3, 224, 224), np.float32))
     project = load_config(folder, require_model=False)
-    rows = candidates(project, TuneRequest(str(folder), providers=("openvino", "cpu")))
+    rows = candidates(project, TuneRequest(target=str(folder), providers=("openvino", "cpu")))
     ov = [o for o in rows if o.provider == "openvino" and o.precision == "int8"]
     assert ov and all(o.options["calibration"] == "crops.npz" for o in ov)
     assert all(o.note == "calibration from providers.cpu.calibration" for o in ov)

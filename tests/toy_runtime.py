@@ -28,11 +28,11 @@ class ToyOptions(Options):
 
 
 ROW = Provider(
-    "toy", "onnx-reference", None, "", ("linux", "win32", "darwin"), hardware="any CPU",
+    name="toy", runtime="onnx-reference", ep=None, extra="", platforms=("linux", "win32", "darwin"), hardware="any CPU",
     options=f"{RUNTIME}:ToyOptions", targets=f"{RUNTIME}:targets", probe_with=f"{RUNTIME}:probe",
     title="onnx's reference evaluator.",
-    steps=(("toy-copy", Step(f"{RUNTIME}:build", f"{RUNTIME}:verify_runner", ("onnx",), "none",
-                             f"{RUNTIME}:open_runner")),),
+    steps=(("toy-copy", Step(build=f"{RUNTIME}:build", verify=f"{RUNTIME}:verify_runner", packages=("onnx",),
+                             device="none", open=f"{RUNTIME}:open_runner")),),
 )
 
 

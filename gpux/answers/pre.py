@@ -21,7 +21,7 @@ ORIENTATION = 0x0112  # the EXIF tag; 5..8 swap width and height
 MODES = {"rgb": "RGB", "bgr": "RGB", "gray": "L"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Placement:
     """Where the upright original image sits in the tensor: tensor pixel = original pixel * scale + offset, per
     axis (letterbox padding adds, a crop subtracts); `width` x `height` is the original."""
@@ -150,7 +150,8 @@ def image_tensor(source: Any, steps: ImageSteps, dtype: str, name: str) -> tuple
     np.multiply(src.transpose(2, 0, 1) if nchw else src, k, out=view, casting="unsafe")
     if b.any():
         np.add(view, b, out=view, casting="unsafe")
-    return out, Placement(g.resized[0] / width, g.resized[1] / height, g.at[0], g.at[1], width, height)
+    return out, Placement(scale_x=g.resized[0] / width, scale_y=g.resized[1] / height, offset_x=g.at[0],
+                          offset_y=g.at[1], width=width, height=height)
 
 
 def _dtype(dtype: str, name: str) -> Any:

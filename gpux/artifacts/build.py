@@ -93,7 +93,8 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
     source_digest = digest_files(files, project.source.parent, root / ".hashes.json")
     inputs, _ = effective_io(project, io)
     shapes = resolve_shapes(project, shapes)
-    job = Job(project, inputs, shapes, verify, log, _usable_source(project, io, root, log), strict, force)
+    job = Job(project=project, inputs=inputs, shapes=shapes, verify=verify, log=log,
+              source=_usable_source(project, io, root, log), strict=strict, force=force)
     result = BuildResult(project, provider)
     for target, parts, key in keyed_targets(project, provider, inputs, source_digest, shapes):
         folder = root / project.name / f"{target.id}-{key[:12]}"
@@ -305,9 +306,9 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
     step = step_of(target.step)
     workdir = store.new_workdir(root, folder.name).resolve()
     try:
-        ctx = Context(project, target, src.resolve(), workdir, inputs, shapes, log,
-                      lambda: calibrate.feeds(project, target, inputs, shapes, log), job.strict,
-                      lambda: accuracy_goal(job, target))
+        ctx = Context(project=project, target=target, src=src.resolve(), workdir=workdir, inputs=inputs, shapes=shapes,
+                      log=log, calibration=lambda: calibrate.feeds(project, target, inputs, shapes, log),
+                      strict=job.strict, goal=lambda: accuracy_goal(job, target))
         started = time.perf_counter()
         try:
             with store.scratch(workdir):

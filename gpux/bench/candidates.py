@@ -19,7 +19,7 @@ from gpux.providers.builtin import ACCURACY_CONTROL_COST
 SLOWER = ACCURACY_CONTROL_COST  # accuracy control's builds, in plain ones (each registry row holds its own table)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Outcome:
     """One candidate's row: what it is, how it did, and why it was or was not chosen."""
 
@@ -83,7 +83,7 @@ def candidates(project: Project, providers: tuple[str, ...] | None, precisions: 
         if not rows or (supported and provider not in supported) or not probe_for(project, provider).ok:
             continue
         for label, opts in rows:
-            plain = Outcome(provider, label, opts)
+            plain = Outcome(provider=provider, precision=label, options=opts)
             plain.options, plain.note = borrowed(project, provider, opts)
             out += [plain, *refinements(project, plain)]
     if not out:
@@ -106,8 +106,8 @@ def refinements(project: Project, plain: Outcome) -> list[Outcome]:
     for changes, cost in entry[1]:
         options = {**plain.options, **changes}
         if block_of(project, plain.provider, options) != built:
-            out.append(Outcome(plain.provider, "int8", options, refines=plain, changes=changes, cost=cost,
-                               note=plain.note))
+            out.append(Outcome(provider=plain.provider, precision="int8", options=options, refines=plain,
+                               changes=changes, cost=cost, note=plain.note))
     return out
 
 

@@ -23,7 +23,7 @@ WIDTH_INCHES = 7.5
 TEXT_INCHES = 4.0  # the speedup chart's accuracy column
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Series:
     """One measured row as the charts draw it; latencies in ms."""
 

@@ -62,7 +62,7 @@ def protocol_for(project: Project, runs: int | None, warmup: int | None, duratio
                           concurrency=concurrency or b.concurrency, batch=batch or b.batch or 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Rows:
     """What every row of one benchmark shares: the protocol, the inputs (a file, else synthetic ones of these
     sizes), the store and the progress log; `stages`: each call through the declared steps, timed per stage, on
@@ -95,7 +95,7 @@ def bench_one(project: Project, provider: str | None, precision: str | None, row
         return measured_row(opened, m, protocol.concurrency)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class OpenedRow:
     """A session opened for a row, the inputs it is measured on and what the row says before its timings."""
 
@@ -134,13 +134,15 @@ def open_one(project: Project, provider: str | None, precision: str | None, rows
 
             split = open_split(session, project, list(rows.files), rows.shapes, feeds)
             feeds, first_s = split.first()
-            return OpenedRow(session, feeds, provider, precision, first_s, split)
+            return OpenedRow(session=session, feeds=feeds, requested=provider, precision=precision, first_s=first_s,
+                             split=split)
         started = time.perf_counter()
         session.run_feeds(feeds)
     except BaseException:
         session.close()
         raise
-    return OpenedRow(session, feeds, provider, precision, time.perf_counter() - started)
+    return OpenedRow(session=session, feeds=feeds, requested=provider, precision=precision,
+                     first_s=time.perf_counter() - started)
 
 
 def measured_row(opened: OpenedRow, m: bench.Measurement, concurrency: int) -> dict[str, Any]:
@@ -196,7 +198,7 @@ def verification_status(verification: dict[str, Any] | None) -> str:
     return "verified" if v.get("passed") else "skipped"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchmarkRequest:
     """What `gpux run --benchmark` was asked for (the click options, by name)."""
 
@@ -233,7 +235,8 @@ def benchmark_command(req: BenchmarkRequest) -> int:
     stages = bool(files) or (bool(declared_steps(project.config)) and not tensors)
     protocol = protocol_for(project, req.runs, req.warmup, req.duration, 1 if stages else req.batch, req.concurrency)
     log = report.progress(req.as_json or req.as_csv)
-    rows_of = Rows(protocol, shape_values, req.store, req.input_file, log, stages, files)
+    rows_of = Rows(protocol=protocol, shapes=shape_values, store=req.store, input_file=req.input_file, log=log,
+                   stages=stages, files=files)
     if req.provider == "all":
         rows = every_provider_rows(project, rows_of)
     else:

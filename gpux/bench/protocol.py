@@ -35,7 +35,7 @@ MAD_TO_SIGMA = 1.4826  # scales the median absolute deviation to the standard de
 Infer = Callable[[], object]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Protocol:
     """How long to warm up and measure; ``max_*`` cap the measurement, counts are pooled over workers."""
 
@@ -57,7 +57,7 @@ class Protocol:
             raise ValueError(f"invalid benchmark protocol: need {', '.join(failed)}")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Phases:
     """Wall time of each phase of a run, in seconds; None where a phase did not happen."""
 
@@ -78,7 +78,7 @@ class Phases:
         return {**asdict(self), "time_to_ready_s": self.time_to_ready_s}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Stats:
     """Summary of per-call latencies (seconds) and throughput (samples per second)."""
 

@@ -20,7 +20,7 @@ FAILED = "failed verification"
 AGREEMENT = (("top1", "top-1"), ("top1_confident", "confident top-1"), ("top5", "top-5"))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Page:
     """What the page shows, read from a benchmark or tune document."""
 
@@ -79,9 +79,10 @@ def benchmark_page(doc: dict[str, Any], name: str) -> Page:
                                             [*(r.get("failures") or ()), str(r.get("error"))][0]))
             continue
         verdict = r.get("verification_status")
-        s = Series(slug(label, taken), label, str(r.get("precision")), r.get("status") == "ok" and verdict not in (
-            "unverified", "failed"), stats["p50"] * 1e3, _pair(stats.get("median_ci"), 1e3), _ms(stats.get("p99"), 1e3),
-            samples=r.get("latencies_ms") or (), accuracy=accuracy_text(verdict, r.get("accuracy")))
+        s = Series(key=slug(label, taken), label=label, precision=str(r.get("precision")),
+                   ok=r.get("status") == "ok" and verdict not in ("unverified", "failed"), p50=stats["p50"] * 1e3,
+                   ci=_pair(stats.get("median_ci"), 1e3), p99=_ms(stats.get("p99"), 1e3),
+                   samples=r.get("latencies_ms") or (), accuracy=accuracy_text(verdict, r.get("accuracy")))
         series.append(s)
         table.append((s, r, str(r.get("status")), "; ".join(stats.get("warnings") or ())))
     ref = next((s for s in series if s.label == "cpu fp32" and s.ok), None)
@@ -93,9 +94,10 @@ def benchmark_page(doc: dict[str, Any], name: str) -> Page:
         "one row measured: nothing to compare (`-p all` measures every provider and precision)" if len(timed) <= 1
         else "no verified cpu fp32 row measured: no ONNX Runtime reference to compare against")
     env = doc.get("environment") or {}
-    return Page("benchmark", f"gpux run --benchmark: {name}", series,
-                "cpu fp32 (ONNX Runtime CPU EP, this project's options)" if not why else None, why,
-                f"{len(timed)} rows measured, {len(left)} not", [_row_cells(*t) for t in table], left, env)
+    return Page(kind="benchmark", title=f"gpux run --benchmark: {name}", series=series,
+                reference="cpu fp32 (ONNX Runtime CPU EP, this project's options)" if not why else None, no_speedup=why,
+                summary=f"{len(timed)} rows measured, {len(left)} not", rows=[_row_cells(*t) for t in table],
+                left_out=left, environment=env)
 
 
 def tune_page(doc: dict[str, Any]) -> Page:
@@ -117,9 +119,9 @@ def tune_page(doc: dict[str, Any]) -> Page:
             continue
         chosen = str(c.get("why", "")).startswith("chosen")
         vs = c.get("vs_plain_ort")
-        s = Series(slug(label, taken), label + ("  (locked)" if chosen else ""), str(c.get("precision")),
-                   c.get("status") == "ok", c["p50_ms"], _pair(c.get("median_ci_ms")), c.get("p99_ms"),
-                   samples=c.get("latencies_ms") or (),
+        s = Series(key=slug(label, taken), label=label + ("  (locked)" if chosen else ""),
+                   precision=str(c.get("precision")), ok=c.get("status") == "ok", p50=c["p50_ms"],
+                   ci=_pair(c.get("median_ci_ms")), p99=c.get("p99_ms"), samples=c.get("latencies_ms") or (),
                    rounds=[x * 1e3 for x in c.get("round_scores") or ()] if latency else (),
                    speedup=(vs["speedup"], vs["low"], vs["high"]) if vs else None,
                    accuracy=accuracy_text(c.get("verification"), c.get("accuracy")))
@@ -128,8 +130,8 @@ def tune_page(doc: dict[str, Any]) -> Page:
     base = doc.get("baseline") or {}
     if base.get("p50_ms") is not None:
         spread = base.get("round_spread") or []
-        series.append(Series(slug(PLAIN_ORT, taken), PLAIN_ORT, "fp32", True, base["p50_ms"],
-                             _pair(base.get("median_ci_ms")), base.get("p99_ms"),
+        series.append(Series(key=slug(PLAIN_ORT, taken), label=PLAIN_ORT, precision="fp32", ok=True, p50=base["p50_ms"],
+                             ci=_pair(base.get("median_ci_ms")), p99=base.get("p99_ms"),
                              rounds=spread if latency else ()))
     measured = any(s.speedup for s in series)
     why = "" if measured else str(base.get("error") or "no candidate was measured beside plain ONNX Runtime")
@@ -139,9 +141,9 @@ def tune_page(doc: dict[str, Any]) -> Page:
                f"objective {doc.get('objective')}; nothing locked: no candidate passed verification and ran")
     env = {**environment_facts(), "fingerprint": doc.get("fingerprint"), "measured": doc.get("measured"),
            "tuned_in_s": doc.get("tuned_in_s")}
-    return Page("tune", f"gpux tune: {doc.get('name')}", series,
-                "plain ONNX Runtime (default InferenceSession on the source model)" if measured else None, why,
-                summary, table, left, env)
+    return Page(kind="tune", title=f"gpux tune: {doc.get('name')}", series=series,
+                reference="plain ONNX Runtime (default InferenceSession on the source model)" if measured else None,
+                no_speedup=why, summary=summary, rows=table, left_out=left, environment=env)
 
 
 def failed_series(key: str, label: str, precision: str, acc: dict[str, Any] | None, failure: str) -> Any:
@@ -151,7 +153,7 @@ def failed_series(key: str, label: str, precision: str, acc: dict[str, Any] | No
     from gpux.bench.charts import Series
 
     figures = accuracy_text(FAILED, acc) if acc else f"{FAILED} · {textwrap.shorten(failure, 90, placeholder=' …')}"
-    return Series(key, label, precision, False, 0.0, accuracy=figures, measured=False)
+    return Series(key=key, label=label, precision=precision, ok=False, p50=0.0, accuracy=figures, measured=False)
 
 
 def accuracy_text(verdict: str | None, acc: dict[str, Any] | None) -> str:

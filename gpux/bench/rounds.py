@@ -25,7 +25,7 @@ MARGIN = 0.05  # the least median-round lead that counts as faster
 BASELINE = "onnxruntime.InferenceSession(source, providers=['CPUExecutionProvider']), default options"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Entry:
     """One thing measured in the rounds: its call (or one per worker) and what each round gave."""
 

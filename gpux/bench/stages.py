@@ -88,7 +88,7 @@ def noise_png(height: int, width: int) -> bytes:
     return buf.getvalue()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Split:
     """A zero-argument call for the protocol: the next item's preprocess, inference, postprocess, each clocked.
     Safe to share between workers (list appends and the item counter are atomic)."""
@@ -171,7 +171,7 @@ def open_split(session: Any, project: Any, files: list[str], sizes: dict[str, in
     steps = Steps.of(project, session.inputs, session.outputs)
     if files and not steps.images:
         raise InputError(f"{files[0]}: {project.name} declares no preprocess for its inputs, so it takes tensors only")
-    return Split(session, steps, stage_inputs(steps, files, sizes), feeds)
+    return Split(session=session, steps=steps, inputs=stage_inputs(steps, files, sizes), feeds=feeds)
 
 
 def speed_line(row: dict[str, Any]) -> str | None:

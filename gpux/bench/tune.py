@@ -30,7 +30,7 @@ UNVERIFIED = ("unverified (int8 on generated data only, or on under 10 real samp
 LIMITING_SHOWN = 8  # the most sensitive layers the lock lists per ranking
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TuneRequest:
     target: str = "."
     objective: str = "latency"
@@ -70,9 +70,9 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
         def one(calls: list[Any]) -> Any:
             return calls if concurrency > 1 else calls[0]
 
-        entries = [rounds.Entry(one(p.session.runner.bind(p.feeds, concurrency))) for _, p in opened]
+        entries = [rounds.Entry(call=one(p.session.runner.bind(p.feeds, concurrency))) for _, p in opened]
         plain, base = baseline_entry(project, opened[0][1].feeds, concurrency)
-        every = entries + ([rounds.Entry(one(plain[0]), keep=plain[1])] if plain else [])
+        every = entries + ([rounds.Entry(call=one(plain[0]), keep=plain[1])] if plain else [])
         log(f"measuring {len(entries)} candidates{' and a plain ONNX Runtime session' if plain else ''} "
             f"interleaved in {rounds.ROUNDS} rounds ...")
         done = rounds.measure_rounds(every, protocol, req.seconds, req.objective, deadline)
@@ -112,8 +112,8 @@ def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protoc
         started = time.monotonic()
         log(f"tuning {i}/{len(outcomes)}: {o.provider} {o.precision} {_opts(o.options)}")
         candidate = with_options(project, o.provider, **fitted_options(project, o.provider, o.options))
-        got = open_one(candidate, o.provider, o.precision, Rows(protocol, resolve_shapes(candidate), req.store,
-                                                               None, log), pinned=True)
+        got = open_one(candidate, o.provider, o.precision, Rows(protocol=protocol, shapes=resolve_shapes(candidate),
+                                                                store=req.store, input_file=None, log=log), pinned=True)
         spent[id(o)] = time.monotonic() - started
         if isinstance(got, dict):
             o.row = got

@@ -81,7 +81,8 @@ def deploy_ray(targets: tuple[str, ...], address: str | None, host: str, port: i
     the Open Inference Protocol over HTTP themselves."""
     from gpux.deploy.launch import RayLaunch, launch
 
-    sys.exit(launch(RayLaunch(list(targets), address, host, port, provider, strict, api_key, store)))
+    sys.exit(launch(RayLaunch(targets=list(targets), address=address, host=host, port=port, provider=provider,
+                              strict=strict, api_key=api_key, store=store)))
 
 
 @click.group()

@@ -221,8 +221,9 @@ def serve(targets: tuple[str, ...], host: str | None, port: int | None, grpc_por
     from gpux.serve.command import ServeCommand, serve_command
 
     overrides["request_timeout_s"] = overrides.pop("request_timeout")
-    sys.exit(serve_command(ServeCommand(list(targets), host, port, grpc_port, not no_grpc, provider, strict, store,
-                                        api_key, not no_access_log, overrides)))
+    sys.exit(serve_command(ServeCommand(targets=list(targets), host=host, port=port, grpc_port=grpc_port,
+                                        grpc=not no_grpc, provider=provider, strict=strict, store=store,
+                                        api_key=api_key, access_log=not no_access_log, overrides=overrides)))
 
 
 @cli.command()
@@ -252,7 +253,7 @@ def tune(target: str, precisions: str, providers: str | None, report: str | None
 
     if report:
         check_report_path(report)
-    lock = run_tune(TuneRequest(target, precisions=tuple(precisions.split(",")),
+    lock = run_tune(TuneRequest(target=target, precisions=tuple(precisions.split(",")),
                                 providers=tuple(providers.split(",")) if providers else None, **kwargs))
     out.emit_json(lock) if kwargs["as_json"] else render(lock)
     if report:

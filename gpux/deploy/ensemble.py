@@ -47,7 +47,7 @@ def write_ensemble(ms: Models, members: list[Exported], repo: Path, version: int
     problems = check(cfg, folder)
     if problems:
         raise UsageError(f"{folder}: " + "; ".join(problems))
-    return Exported(name, members[0].provider, folder, version, [], cfg)
+    return Exported(name=name, provider=members[0].provider, folder=folder, version=version, files=[], config=cfg)
 
 
 def triton_command(targets: list[str], repo: str, provider: str | None, version: int, store: str | None,

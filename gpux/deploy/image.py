@@ -44,7 +44,7 @@ IMAGES: dict[str, ImageRow] = {name: _placed(row.image) for name, row in registr
 REFUSED: dict[str, str] = {name: row.no_container for name, row in registry().items() if row.no_container}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ImagePlan:
     """Everything the Dockerfile and the build context are made from."""
 
@@ -234,10 +234,10 @@ def plan_image(project: Project, provider: str, key_parts: list[dict[str, Any]],
         notes.append("artifacts are built inside the image, not copied from here: " + "; ".join(misses))
     apt = list(dict.fromkeys([*row.apt, *cfg.system_packages]))
     ports = project.config.serve
-    return ImagePlan(project.name, str(project.config.version), provider, row, base,
-                     tag or default_tag(project, provider), reqs, apt, wheel_name(), reuse, notes,
-                     ca_bundle=chosen_ca_bundle(project, ca_bundle), torch=torch,
-                     serve=ServeImage(ports.http_port or 8000, ports.grpc_port) if serve else None)
+    return ImagePlan(name=project.name, version=str(project.config.version), provider=provider, row=row,
+                     base_image=base, tag=tag or default_tag(project, provider), requirements=reqs, apt=apt,
+                     wheel=wheel_name(), reuse=reuse, notes=notes, ca_bundle=chosen_ca_bundle(project, ca_bundle),
+                     torch=torch, serve=ServeImage(ports.http_port or 8000, ports.grpc_port) if serve else None)
 
 
 def chosen_ca_bundle(project: Project, flag: str | None) -> Path | None:

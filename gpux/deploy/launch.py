@@ -11,7 +11,7 @@ from gpux import report
 from gpux.optional import require
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RayLaunch:
     targets: list[str]
     address: str | None = None

@@ -131,7 +131,7 @@ def host_key_parts(project: Project, provider: str | None, io: Any) -> list[dict
     return [parts for _, parts, _ in keyed_targets(project, provider, inputs, "")]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PackageRequest:
     """What `gpux package` was asked for (the click options, by name)."""
 

@@ -192,7 +192,7 @@ def _scalar(v: Any, key: str) -> str:
     return str(v) if key in ENUMS else '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Exported:
     name: str
     provider: str
@@ -276,4 +276,5 @@ def export(project: Project, provider: str, repo: Path, version: int = 1, store_
     if problems:
         raise UsageError(f"{folder}: " + "; ".join(problems))
     # a Triton repository serves the model's tensors only: clients run the declared steps (or `gpux serve` does)
-    return Exported(cfg["name"], provider, folder, version, [n for _, n in files], cfg, declared_steps(project.config))
+    return Exported(name=cfg["name"], provider=provider, folder=folder, version=version, files=[n for _, n in files],
+                    config=cfg, not_carried=declared_steps(project.config))

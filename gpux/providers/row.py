@@ -27,7 +27,7 @@ class Availability:
         return {"provider": self.provider, "status": self.status, "reason": self.reason, "fix": self.fix}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Runner:
     """An opened artifact: `run(feeds)` returns outputs in `output_names` order."""
 
@@ -50,7 +50,7 @@ class Runner:
         return [lambda: run(feeds)] * n
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ImageRow:
     """How the container image of one provider is made and run (gpux.deploy.image)."""
 
@@ -66,7 +66,7 @@ class ImageRow:
     torch_index: str | None = None  # runtime torch: the PyTorch wheel index torch is installed from
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TorchDevice:
     """How PyTorch reaches a provider's device (`runtime: torch`)."""
 
@@ -78,7 +78,7 @@ class TorchDevice:
     image: ImageRow | None = None  # the container image of a project that runs it with runtime torch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Flavor:
     """How Triton serves one provider's artifact: which platform or backend, on which device kind."""
 
@@ -92,7 +92,7 @@ class Flavor:
     accelerator_parameters: str = ""  # 'module:function' (its options) -> the accelerator's parameters
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Provider:
     """One row of the registry: every fact gpux keeps about one provider. Plugins add rows through the
     `gpux.providers` entry-point group; a row names its code as 'module:attribute', imported only when used."""

@@ -76,7 +76,7 @@ class Rule:
         return {k: (None if k in CLASS_METRICS_ONLY and k not in self.user else v) for k, v in self.tol.items()}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Verification:
     passed: bool
     precision: str
@@ -152,7 +152,8 @@ def compare(names: Sequence[str], reference: Sequence[Sequence[Any]], got: Seque
             problems += _scores(name, ref, out, judged, kind, metrics)
         outputs[name] = metrics
         failures += problems
-    return Verification(not failures, precision, tol, outputs, failures, len(reference))
+    return Verification(passed=not failures, precision=precision, tolerances=tol, outputs=outputs, failures=failures,
+                        samples=len(reference))
 
 
 def output_kind(ref: list[Any], declared: str, named: bool) -> str:

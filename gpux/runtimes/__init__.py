@@ -20,7 +20,7 @@ __all__ = ["STEPS", "STEP_HINTS", "Context", "Job", "Log", "Step", "int8_did_not
 EXPORT_OPSET = 17  # pinned: the ONNX opset PyTorch sources are exported at
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Step:
     """How one kind of target is built and checked (functions named lazily as 'module:function')."""
 
@@ -34,25 +34,26 @@ class Step:
     shapes: bool = False  # the resolved sizes of symbolic dims shape the artifact (key them)
 
 
-ORT_STEP = Step("gpux.runtimes.onnxruntime:build_onnx", "gpux.runtimes.onnxruntime:verify_runner",
-                ("onnxruntime", "onnx"), "cpu-if-level")
+ORT_STEP = Step(build="gpux.runtimes.onnxruntime:build_onnx", verify="gpux.runtimes.onnxruntime:verify_runner",
+                packages=("onnxruntime", "onnx"), device="cpu-if-level")
 STEPS: dict[str, Step] = {
     "optimize": ORT_STEP,
     "float16": ORT_STEP,
     "quantize": dataclasses.replace(ORT_STEP, build="gpux.runtimes.onnxruntime_int8:build_int8"),
-    "torch-export": Step("gpux.runtimes.torch_export:export_onnx", "gpux.runtimes.onnxruntime:verify_runner",
-                         ("torch", "onnx"), "none"),
-    "coreml-package": Step("gpux.runtimes.coreml:build_package", "gpux.runtimes.coreml:verify_runner",
-                           ("coremltools", "torch"), "none", "gpux.runtimes.coreml:open_runner", shapes=True),
-    "openvino-ir": Step("gpux.runtimes.openvino:build_ir", "gpux.runtimes.openvino:verify_runner",
-                        ("openvino", "nncf", "onnxruntime"), "cpu", "gpux.runtimes.openvino:open_runner",
-                        shapes=True),
-    "torch-module": Step("gpux.runtimes.torch_module:build_module", "gpux.runtimes.torch_module:verify_runner",
-                         ("torch",), "torch", "gpux.runtimes.torch_module:open_runner", needs_device=True,
-                         shapes=True),
-    "tensorrt-engine": Step("gpux.runtimes.tensorrt:build_engine", "gpux.runtimes.tensorrt:verify_runner",
-                            ("tensorrt", "onnxruntime"), "gpu", "gpux.runtimes.tensorrt:open_runner",
-                            on_run=False, needs_device=True),
+    "torch-export": Step(build="gpux.runtimes.torch_export:export_onnx",
+                         verify="gpux.runtimes.onnxruntime:verify_runner", packages=("torch", "onnx"), device="none"),
+    "coreml-package": Step(build="gpux.runtimes.coreml:build_package", verify="gpux.runtimes.coreml:verify_runner",
+                           packages=("coremltools", "torch"), device="none", open="gpux.runtimes.coreml:open_runner",
+                           shapes=True),
+    "openvino-ir": Step(build="gpux.runtimes.openvino:build_ir", verify="gpux.runtimes.openvino:verify_runner",
+                        packages=("openvino", "nncf", "onnxruntime"), device="cpu",
+                        open="gpux.runtimes.openvino:open_runner", shapes=True),
+    "torch-module": Step(build="gpux.runtimes.torch_module:build_module",
+                         verify="gpux.runtimes.torch_module:verify_runner", packages=("torch",), device="torch",
+                         open="gpux.runtimes.torch_module:open_runner", needs_device=True, shapes=True),
+    "tensorrt-engine": Step(build="gpux.runtimes.tensorrt:build_engine", verify="gpux.runtimes.tensorrt:verify_runner",
+                            packages=("tensorrt", "onnxruntime"), device="gpu",
+                            open="gpux.runtimes.tensorrt:open_runner", on_run=False, needs_device=True),
 }
 
 
@@ -114,7 +115,7 @@ STEP_HINTS = {
 }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Context:
     """What a build step receives: its input file, a private folder, and the model's interface."""
 
@@ -130,7 +131,7 @@ class Context:
     goal: Callable[[], Any] | None = None  # verification inputs, FP32 outputs and min cosine (accuracy-aware)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Job:
     """What every target of one build shares: the project, the model's interface and the verification setup."""
 

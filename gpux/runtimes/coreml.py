@@ -379,8 +379,8 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
                                   hint="run it on a Mac, or choose another provider")
     units = project.config.providers.coreml.compute_units
     run, model, names = _runner(artifact.main, units)
-    return Runner(run, names, f"Core ML {units}", None,
-                  {"compute_units": units, "package": str(artifact.main),
+    return Runner(run=run, output_names=names, used=f"Core ML {units}", dropped=None,
+                  details={"compute_units": units, "package": str(artifact.main),
                    "precision": (artifact.manifest.get("info") or {}).get("precision")},
                   native=model)
 

@@ -231,8 +231,9 @@ def open_session_runner(model: Path, ep: str, ep_opts: dict[str, str], threads: 
     dropped = None
     if used != ep:
         dropped = f"ONNX Runtime did not take {ep} (it would run on {used})"
-    return Runner(sess.run, sess.output_names, used, dropped,
-                  {"ep": ep, "ep_options": ep_opts, "session_providers": sess.used}, sess.close, sess.session,
+    return Runner(run=sess.run, output_names=sess.output_names, used=used, dropped=dropped,
+                  details={"ep": ep, "ep_options": ep_opts, "session_providers": sess.used}, close=sess.close,
+                  native=sess.session,
                   binder=lambda feeds, n: bind_device(sess, feeds, n, device) if device else bind(sess, feeds, n),
                   fast=native_run(sess))
 

@@ -288,8 +288,9 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
                "properties": props, "compile_seconds": round(seconds, 4), "cache": cache_state,
                "inference_precision": _precision(compiled), "output_order": order,
                "optimal_requests": compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")}
-    return Runner(requests.run, names, "OpenVINO " + ",".join(execution), dropped(opts.device, execution),
-                  details, requests.close, compiled, binder=lambda feeds, n: bound_requests(compiled, feeds, n))
+    return Runner(run=requests.run, output_names=names, used="OpenVINO " + ",".join(execution),
+                  dropped=dropped(opts.device, execution), details=details, close=requests.close, native=compiled,
+                  binder=lambda feeds, n: bound_requests(compiled, feeds, n))
 
 
 def bound_requests(compiled: Any, feeds: Feeds, n: int) -> list[Callable[[], object]]:

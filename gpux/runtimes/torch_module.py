@@ -36,7 +36,7 @@ Feeds = dict[str, Any]
 _BUILT: dict[str, Opened] = {}  # artifact main (in its build folder) -> the module compiled there, for verify
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Setup:
     """How to run: the target's options, resolved by the plan."""
 
@@ -50,9 +50,9 @@ class Setup:
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> Setup:
-        return cls(options["device"], int(options.get("device_id") or 0), options["compile"],
-                   options["precision"], bool(options.get("channels_last")), bool(options.get("cuda_graphs")),
-                   options.get("source_format", "torchscript"))
+        return cls(device=options["device"], device_id=int(options.get("device_id") or 0), compile=options["compile"],
+                   precision=options["precision"], channels_last=bool(options.get("channels_last")),
+                   cuda_graphs=bool(options.get("cuda_graphs")), fmt=options.get("source_format", "torchscript"))
 
     @property
     def torch_device(self) -> str:
@@ -327,7 +327,7 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     opened.details["open_s"] = round(time.perf_counter() - started, 4)
     if failed:
         opened.details["compile_failed"] = failed
-    return Runner(opened.run, opened.names, _runs_on(setup, opened), details=opened.details)
+    return Runner(run=opened.run, output_names=opened.names, used=_runs_on(setup, opened), details=opened.details)
 
 
 def _runs_on(setup: Setup, opened: Opened) -> str:

@@ -24,7 +24,7 @@ class Limits:
     header_timeout_s: float = 10.0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Reply:
     status: int
     body: bytes
@@ -35,7 +35,7 @@ class Reply:
 
 
 def json_reply(doc: Any, status: int = 200) -> Reply:
-    return Reply(status, json.dumps(doc, separators=(",", ":")).encode())
+    return Reply(status=status, body=json.dumps(doc, separators=(",", ":")).encode())
 
 
 # Content-Encoding -> zlib window bits (tritonclient's request_compression_algorithm sends gzip or deflate)
@@ -100,7 +100,8 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
     req_id = doc.get("id")
     if req_id is not None and not isinstance(req_id, str):
         raise BadRequest(f"'id' must be a string, got {req_id!r}")
-    request = InferRequest(name, version, req_id or "", inputs, outputs, classes, params, in_shm)
+    request = InferRequest(model=name, version=version, id=req_id or "", inputs=inputs, outputs=outputs,
+                           classification=classes, parameters=params, shm_outputs=in_shm)
     return request, binary
 
 
@@ -231,8 +232,9 @@ def render_infer(result: InferResult, request: InferRequest, binary: dict[str, b
         head = head.replace('"outputs":null', f'"outputs":[{outputs}]', 1)
     raw = head.encode()
     if not blobs:
-        return Reply(200, raw)
-    return Reply(200, b"".join([raw, *blobs]), b"application/octet-stream", header_length=len(raw))
+        return Reply(status=200, body=raw)
+    return Reply(status=200, body=b"".join([raw, *blobs]), content_type=b"application/octet-stream",
+                 header_length=len(raw))
 
 
 def _compact(doc: dict[str, Any]) -> str:

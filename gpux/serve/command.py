@@ -14,7 +14,7 @@ from gpux.errors import UsageError
 SERVE_OVERRIDES = ("max_batch_size", "max_queue_delay_us", "instances", "request_timeout_s")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServeCommand:
     targets: list[str]
     host: str | None = None
@@ -51,7 +51,7 @@ def serve_command(cmd: ServeCommand) -> int:
         for name, root in places:
             held.enter_context(holding(name, root, cmd.store, "gpux serve"))
         load = LoadRequest(cmd.provider, cmd.strict, cmd.store, fixed, pipelines)
-        serve(ServeRequest(projects, host=cmd.host, http_port=cmd.port, grpc_port=cmd.grpc_port, grpc=cmd.grpc,
+        serve(ServeRequest(projects=projects, host=cmd.host, http_port=cmd.port, grpc_port=cmd.grpc_port, grpc=cmd.grpc,
                            api_key=cmd.api_key or None, load=load))
     return 0
 

@@ -243,8 +243,9 @@ def decode(request: Any, limits: Limits) -> InferRequest:
                for o in request.outputs if "classification" in o.parameters}
     in_shm = {o.name: ref for o in request.outputs
               if (ref := shm.ref_of(f"output '{o.name}'", _params(o.parameters))) is not None}
-    return InferRequest(request.model_name, request.model_version, request.id, inputs, outputs, classes,
-                        _params(request.parameters), in_shm)
+    return InferRequest(model=request.model_name, version=request.model_version, id=request.id, inputs=inputs,
+                        outputs=outputs, classification=classes, parameters=_params(request.parameters),
+                        shm_outputs=in_shm)
 
 
 def _params(parameters: Any) -> dict[str, Any]:

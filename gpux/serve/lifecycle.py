@@ -61,7 +61,8 @@ class Lifecycle:
         self._known(name)
         async with self._locks.setdefault(name, asyncio.Lock()):
             old = list(self.repo.models[name].values())
-            fresh = [Model(p) for p in await asyncio.get_running_loop().run_in_executor(None, reopen, name, old)]
+            reopened = await asyncio.get_running_loop().run_in_executor(None, reopen, name, old)
+            fresh = [Model(project=p) for p in reopened]
             try:
                 for model in fresh:
                     await self.open(model)

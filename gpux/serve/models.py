@@ -25,7 +25,7 @@ INLINE_PROBES = 5
 INLINE_BELOW_S = 0.0002  # a warm inference shorter than this runs on the event loop: a thread hop costs more
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Model:
     """One version of one model: its interface, its worker once loaded, and what it runs on."""
 
@@ -84,7 +84,7 @@ class Repository:
         self.metrics = metrics
         self.models: dict[str, dict[str, Model]] = {}
         for p in projects:
-            self.models.setdefault(p.name, {})[str(p.config.version)] = Model(p)
+            self.models.setdefault(p.name, {})[str(p.config.version)] = Model(project=p)
         self._versions = {name: sorted(versions, key=version_key) for name, versions in self.models.items()}
         self.live = True
         self.draining = False  # SIGTERM: accepted requests finish, new ones are refused

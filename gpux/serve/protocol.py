@@ -29,7 +29,7 @@ class InferInput:
     shm: Ref | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class InferRequest:
     model: str
     version: str = ""

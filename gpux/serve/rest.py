@@ -119,7 +119,7 @@ class RestApp:
     async def _route(self, method: str, path: str, body: bytes, headers: dict[bytes, bytes]) -> Reply:
         parts = path.strip("/").split("/")
         if parts == ["metrics"]:
-            return Reply(200, self.metrics.render(), METRICS_TYPE.encode())
+            return Reply(status=200, body=self.metrics.render(), content_type=METRICS_TYPE.encode())
         if parts[0] != "v2":
             raise NotFound(f"unknown path {path}; the API lives under /v2")
         rest = parts[1:]
@@ -129,7 +129,7 @@ class RestApp:
             ok = self.repo.live if rest[1] == "live" else self.repo.ready
             if not ok:
                 raise Unavailable("server is shutting down" if self.repo.draining else f"server is not {rest[1]}")
-            return Reply(200, b"")
+            return Reply(status=200, body=b"")
         if rest[0] == "repository" and self.lifecycle is not None:
             return await self._repository(method, rest[1:], body)
         if rest[0] == "systemsharedmemory":
@@ -150,7 +150,7 @@ class RestApp:
             return json_reply(self.repo.statistics(name, version))
         if action == ["ready"]:
             self.repo.get(name, version)
-            return Reply(200, b"")
+            return Reply(status=200, body=b"")
         if action == ["infer"]:
             if method != "POST":
                 return json_reply({"error": "use POST for infer"}, 405)
@@ -170,7 +170,7 @@ class RestApp:
             return json_reply(self.lifecycle.index(ready))
         if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
             await (self.lifecycle.load if rest[2] == "load" else self.lifecycle.unload)(rest[1])
-            return Reply(200, b"")
+            return Reply(status=200, body=b"")
         raise NotFound(f"unknown path /v2/repository/{'/'.join(rest)}")
 
     def _shared_memory(self, method: str, rest: list[str], body: bytes) -> Reply:
@@ -188,7 +188,7 @@ class RestApp:
             else:
                 doc = _options(body)
                 self.repo.shm.register(name, doc.get("key"), doc.get("offset", 0), doc.get("byte_size"))
-            return Reply(200, b"")
+            return Reply(status=200, body=b"")
         raise NotFound(f"unknown path /v2/systemsharedmemory/{'/'.join(rest)}")
 
     async def _infer(self, name: str, version: str, body: bytes, headers: dict[bytes, bytes]) -> Reply:

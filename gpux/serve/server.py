@@ -22,7 +22,7 @@ log = logging.getLogger("gpux.serve")
 KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this (uvicorn's default, said here)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServeRequest:
     """What `gpux serve` was asked for; None means the first project's serve: block decides."""
 
