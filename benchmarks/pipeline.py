@@ -33,8 +33,8 @@ def main() -> None:
     args = ap.parse_args()
     subprocess.run([sys.executable, str(EX / "make_models.py")], check=True, capture_output=True)
     import gpux
-    from gpux.multi.pipeline import open_pipeline
-    from gpux.multi.project import choose, open_models
+    from gpux.workspace.pipeline import open_pipeline
+    from gpux.workspace.project import choose, open_models
 
     ms = open_models(str(EX))
     pipe = open_pipeline(ms, choose(ms, "cpu"), None, lambda _m: None)

@@ -23,10 +23,10 @@ ROOMS = [
     ("plan",),  # providers to try, targets, the offer, the saved choice and the tune lock
     ("runtimes",),  # per backend: build an artifact, open a runner
     ("quality",),  # calibration, verification
-    ("artifacts",),  # the store, locked builds, replay
+    ("artifacts",),  # the store, locked builds, an unchanged build answered
     ("run",),  # the Session: ordered fallback over built artifacts
     ("bench",),  # protocol, run --benchmark, tune
-    ("multi",),  # several projects as one
+    ("workspace",),  # several projects as one: a gpux.workspace.yml
     ("serve",),  # the Open Inference Protocol server
     ("deploy",),  # images, Triton, KServe, Ray Serve
     ("cli", "__main__"),  # nothing imports it

@@ -97,9 +97,9 @@ def test_the_precedence_and_the_saved_choice_are_read_in_one_module() -> None:
     env = re.compile(r"environ(\.get\(|\[)\s*(ENV_PROVIDER|[\"']GPUX_PROVIDER)")
     readers = re.compile(r"\b(saved_choice|apply_lock|ladder|read_lock)\(")
     askers = ("cli/build.py", "cli/inspect.py", "run/session.py", "deploy/image.py", "deploy/ray.py",
-              "multi/project.py")
+              "workspace/project.py")
     no_probes = ("cli/build.py", "cli/run.py", "run/fallback.py", "run/session.py", "deploy/image.py",
-                 "deploy/ray.py", "multi/project.py")
+                 "deploy/ray.py", "workspace/project.py")
     allowed = {"plan/lock.py": {"apply_lock", "read_lock"}, "cli/inspect.py": {"read_lock"}}  # defined; the lock shown
     for path in GPUX.rglob("*.py"):
         rel, text = path.relative_to(GPUX).as_posix(), path.read_text()

@@ -36,11 +36,11 @@ def parse_sizes(shapes: tuple[str, ...]) -> dict[str, int] | None:
 
 
 def build_command(req: BuildRequest) -> int:
-    from gpux.artifacts import replay
+    from gpux.artifacts import unchanged
     from gpux.config import find
 
     if find(req.path):  # checked without importing the config models: a no-op build must stay light
-        from gpux.multi.commands import build_workspace, workspace_of
+        from gpux.workspace.commands import build_workspace, workspace_of
 
         ws = workspace_of(req.path, req.store)
         assert ws is not None
@@ -48,7 +48,7 @@ def build_command(req: BuildRequest) -> int:
     request = {"provider": req.provider, "strict": req.strict, "verify": req.verify, "store": req.store,
                "shapes": req.shapes}
     if not req.force and not req.dry_run:
-        replayed = replay.replay(req.path, request)
+        replayed = unchanged.replay(req.path, request)
         if replayed is not None:
             report.emit_json(replayed) if req.as_json else report.render_build(replayed)
             return 0
@@ -71,7 +71,7 @@ def build_command(req: BuildRequest) -> int:
     keep(selection.reset)  # a build settles the choice: a saved one no longer offered is reset on disk
     log = report.progress(req.as_json)
     name, cannot_run, attempts = choose_builder(project, selection)
-    before, config_sha = replay.snapshot(watched_inputs(project, io)), replay.config_digest(project.path)
+    before, config_sha = unchanged.snapshot(watched_inputs(project, io)), unchanged.config_digest(project.path)
     result = build(project, name, force=req.force, verify=req.verify, store_dir=req.store, log=log, io=io,
                    shapes=req.shapes, strict=req.strict)
     remember(project)
@@ -82,7 +82,7 @@ def build_command(req: BuildRequest) -> int:
     outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
     # the folders a later `gpux use` (use.json) or `gpux tune` (gpux.lock.json) writes into: a new choice is a new build
     outputs += [Place(project.name, project.root, req.store).file.parent, project.root]
-    replay.record(project, request, doc, before, config_sha, outputs)
+    unchanged.record(project, request, doc, before, config_sha, outputs)
     report.emit_json(doc) if req.as_json else report.render_build(doc)
     return 0
 

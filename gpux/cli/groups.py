@@ -79,7 +79,7 @@ def deploy_ray(targets: tuple[str, ...], address: str | None, host: str, port: i
                strict: bool, api_key: str | None, store: str | None) -> None:
     """Deploy to Ray Serve: an application per model (deploy.ray: replicas, autoscaling) whose replicas answer
     the Open Inference Protocol over HTTP themselves."""
-    from gpux.deploy.launch import RayLaunch, launch
+    from gpux.deploy.ray_launch import RayLaunch, launch
 
     sys.exit(launch(RayLaunch(targets=list(targets), address=address, host=host, port=port, provider=provider,
                               strict=strict, api_key=api_key, store=store)))

@@ -10,7 +10,7 @@ from gpux.files import store_root
 
 def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     from gpux.files import reading_only
-    from gpux.multi.commands import inspect_workspace, workspace_of
+    from gpux.workspace.commands import inspect_workspace, workspace_of
 
     with reading_only():  # inspect writes nothing: not the saved choice, not even a memo of hashes
         if (ws := workspace_of(target, store_dir)) is not None:

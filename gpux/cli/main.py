@@ -269,7 +269,7 @@ def tune(target: str, precisions: str, providers: str | None, report: str | None
 def use(provider: str, target: str, store: str | None, as_json: bool) -> None:
     """Save the provider build, run, serve and package use for a project or workspace on this machine
     (auto: forget it). Refused while a run, benchmark or server of it is in progress."""
-    from gpux.multi.commands import use_command
+    from gpux.workspace.commands import use_command
 
     sys.exit(use_command(provider, target, store, as_json))
 

@@ -40,8 +40,8 @@ class RunRequest:
 
 def run_command(req: RunRequest) -> int:
     from gpux.config.locate import open_project
-    from gpux.multi.commands import run_workspace, workspace_of
     from gpux.run.inuse import holding
+    from gpux.workspace.commands import run_workspace, workspace_of
 
     if req.save and not req.files:
         from gpux.errors import UsageError

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpux.deploy.triton import Exported, check, export, tensor_entries, write_model
 from gpux.errors import UsageError
-from gpux.multi.project import Models, choose
+from gpux.workspace.project import Models, choose
 
 
 def export_workspace(ms: Models, provider: str | None, repo: Path, version: int = 1, store_dir: str | None = None,
@@ -24,7 +24,7 @@ def export_workspace(ms: Models, provider: str | None, repo: Path, version: int 
 def write_ensemble(ms: Models, members: list[Exported], repo: Path, version: int) -> Exported:
     """config.pbtxt of the ensemble and its (empty) version folder; checked with Triton's rules."""
     from gpux.model.io import effective_io, load_checked
-    from gpux.multi.pipeline import wire
+    from gpux.workspace.pipeline import wire
 
     io = {n: effective_io(p, load_checked(p)) for n, p in ms.models.items()}
     plan = wire(ms, io)
@@ -56,7 +56,7 @@ def triton_command(targets: list[str], repo: str, provider: str | None, version:
     from gpux import report
     from gpux.config.locate import open_project
     from gpux.deploy.image import choose_provider
-    from gpux.multi.commands import workspace_of
+    from gpux.workspace.commands import workspace_of
 
     done, log = [], report.progress(as_json)
     for target in targets:

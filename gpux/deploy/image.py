@@ -20,11 +20,11 @@ from typing import Any
 
 from gpux import report
 from gpux.config.load import Project
+from gpux.deploy.serve_image import ServeImage, serve_requirements
 from gpux.deploy.wheel import wheel_name, wheel_requirements
 from gpux.errors import UsageError
 from gpux.providers import TORCH_INDEX_URL, ImageRow, registry
 from gpux.providers.builtin import CUDA_BASE
-from gpux.serve.image import ServeImage, serve_requirements
 from gpux.version import __version__
 
 VENV = "/opt/gpux"

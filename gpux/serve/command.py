@@ -62,8 +62,8 @@ def _open(cmd: ServeCommand) -> tuple[list[Any], dict[str, str], list[tuple[str,
     workspace chose, and its pipeline (if any) as a model named after the workspace."""
     from gpux.config.locate import open_project
     from gpux.config.workspace import pipeline_project
-    from gpux.multi.commands import workspace_of
-    from gpux.multi.project import choose
+    from gpux.workspace.commands import workspace_of
+    from gpux.workspace.project import choose
 
     projects, fixed, places, pipelines = [], {}, [], {}
     for t in cmd.targets or ["."]:

@@ -250,7 +250,7 @@ def warm_seconds(run: Any, feeds: dict[str, np.ndarray]) -> float:
 
 def _open_pipeline(model: Model, request: LoadRequest) -> list[Callable[[dict[str, Any]], dict[str, Any]]]:
     """A workspace's pipeline served as one model: its inputs in, its last step's outputs out."""
-    from gpux.multi.pipeline import open_pipeline
+    from gpux.workspace.pipeline import open_pipeline
 
     models, choice = request.pipelines[model.name]
     pipes = [open_pipeline(models, choice, request.store, lambda _m: None) for _ in range(model.settings.instances)]

@@ -7,8 +7,8 @@ from typing import Any
 
 from gpux import report
 from gpux.errors import GpuxError, UsageError
-from gpux.multi.project import Models, choose, derived, open_models
 from gpux.plan.choice import keep, read, write
+from gpux.workspace.project import Models, choose, derived, open_models
 
 # `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
 UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline", "report")
@@ -99,8 +99,8 @@ def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_
 def run_workspace(ms: Models, kw: dict[str, Any]) -> int:
     """Run the pipeline once on given inputs, or benchmark it per step and end to end."""
     from gpux.model.inputs import load_file, parse_json, synthetic
-    from gpux.multi.pipeline import benchmark, open_pipeline
     from gpux.run.inuse import holding
+    from gpux.workspace.pipeline import benchmark, open_pipeline
 
     if ms.workspace is None or not ms.workspace.config.pipeline:
         raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to run; run one model by its folder")

@@ -10,8 +10,8 @@ from typing import Any
 
 from gpux.errors import ConfigError, Problem
 from gpux.model.io import Tensor
-from gpux.multi.project import Choice, Models
 from gpux.run.session import Session
+from gpux.workspace.project import Choice, Models
 
 
 @dataclass
