@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gpux.providers import PROVIDERS
+from gpux.providers import BUILTIN_ROWS
 from gpux.providers import options as o
 from gpux.providers.options import (
     CoreMLOptions,
@@ -26,7 +26,7 @@ from gpux.runtimes import onnxruntime_options as ortopts
 from gpux.runtimes import openvino_options as ovopts
 from gpux.runtimes.tensorrt import trt_profile_shapes
 
-OPTIONS = {name: row.option_model for name, row in PROVIDERS.items()}
+OPTIONS = {name: row.option_model for name, row in BUILTIN_ROWS.items()}
 MODELS = [*OPTIONS.values(), ProfileRange]
 PROFILE = {"min": 1, "opt": 8, "max": 32}
 
@@ -404,7 +404,7 @@ def test_directml_session_settings_apply_to_onnxruntime(relu_model: bytes) -> No
 
 def test_ep_names_are_known_to_onnxruntime() -> None:
     ort = pytest.importorskip("onnxruntime")
-    named = {ep for row in PROVIDERS.values() for ep in (row.ep, *row.also_accepted) if ep}
+    named = {ep for row in BUILTIN_ROWS.values() for ep in (row.ep, *row.also_accepted) if ep}
     current = named - {"ROCMExecutionProvider"}  # the ROCm EP left ONNX Runtime in 1.23
     assert current <= set(ort.get_all_providers())
 

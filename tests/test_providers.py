@@ -7,22 +7,22 @@ from importlib import metadata
 import pytest
 
 from gpux import providers
-from gpux.providers import PROVIDERS, Availability, Provider, probe
+from gpux.providers import BUILTIN_ROWS, Availability, Provider, probe
 
 PLUGIN = Provider(name="npu-x", runtime="onnxruntime", ep="NpuXExecutionProvider", extra="npu-x", platforms=("linux",),
-                  device=None, hardware="NPU-X card")
+                  hardware="NPU-X card")
 
 
 def test_registry_order_and_exact_ep_strings() -> None:
-    assert list(PROVIDERS) == ["tensorrt", "cuda", "rocm", "coreml", "mps", "directml", "openvino", "cpu"]
-    assert {n: p.ep for n, p in PROVIDERS.items()} == {
+    assert list(BUILTIN_ROWS) == ["tensorrt", "cuda", "rocm", "coreml", "mps", "directml", "openvino", "cpu"]
+    assert {n: p.ep for n, p in BUILTIN_ROWS.items()} == {
         "tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider",
         "rocm": "MIGraphXExecutionProvider", "coreml": "CoreMLExecutionProvider",
         "mps": None, "directml": "DmlExecutionProvider", "openvino": "OpenVINOExecutionProvider",
         "cpu": "CPUExecutionProvider"}
 
 
-@pytest.mark.parametrize("name", list(PROVIDERS))
+@pytest.mark.parametrize("name", list(BUILTIN_ROWS))
 def test_probe_answers_with_a_status_and_a_fix(name: str) -> None:
     a = probe(name)
     assert a.status in ("ok", "not installed", "import failed", "no device")
@@ -35,8 +35,8 @@ def test_probe_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom() -> str:
         raise RuntimeError("driver exploded")
     broken = Provider(name="cuda", runtime="onnxruntime", ep="CUDAExecutionProvider", extra="cuda",
-                      platforms=("linux",), device=boom, hardware="GPU", builtin=True)
-    monkeypatch.setitem(PROVIDERS, "cuda", broken)
+                      platforms=("linux",), device_problem=boom, hardware="GPU", in_every_build=True)
+    monkeypatch.setitem(BUILTIN_ROWS, "cuda", broken)
     probe.cache_clear()
     try:
         a = probe("cuda")
@@ -63,7 +63,7 @@ def test_third_party_providers_register_through_entry_points(monkeypatch: pytest
 def test_each_row_and_onnx_runtime_name_the_same_execution_providers() -> None:
     from gpux.runtimes.onnxruntime_options import EP_CHOICES, ort_ep_name
 
-    for name, row in PROVIDERS.items():
+    for name, row in BUILTIN_ROWS.items():
         if row.ep is None:  # no ONNX Runtime EP runs it (mps)
             continue
         assert ort_ep_name(name) == row.ep, name  # the EP its default options open

@@ -208,10 +208,10 @@ def test_channels_last_on_cpu_is_verified(cnn: Path) -> None:
 def test_benchmark_all_adds_torch_rows_per_device(pt2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpux.bench import command as benchmark
     from gpux.bench import protocol as bench
-    from gpux.providers import PROVIDERS
+    from gpux.providers import BUILTIN_ROWS
 
-    cpu = PROVIDERS["cpu"]  # no compiles here: eager fp32 and bf16 rows
-    monkeypatch.setitem(PROVIDERS, "cpu", dataclasses.replace(
+    cpu = BUILTIN_ROWS["cpu"]  # no compiles here: eager fp32 and bf16 rows
+    monkeypatch.setitem(BUILTIN_ROWS, "cpu", dataclasses.replace(
         cpu, torch=dataclasses.replace(cpu.torch, variants=(("off", "fp32"), ("off", "bf16")))))
     project = load_config(pt2)
     protocol = bench.Protocol(warmup=1, warmup_seconds=0, runs=5, seconds=0, concurrency=1, batch=1)

@@ -21,7 +21,7 @@ from tests.toy_runtime import ROW as TOY
 
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch) -> Provider:
-    monkeypatch.setitem(providers.PROVIDERS, "toy", TOY)  # the one row
+    monkeypatch.setitem(providers.BUILTIN_ROWS, "toy", TOY)  # the one row
     providers.probe.cache_clear()
     yield TOY
     providers.probe.cache_clear()
@@ -70,8 +70,8 @@ def test_a_provider_on_an_onnx_runtime_ep_is_its_row_alone(monkeypatch: pytest.M
     """A new ONNX Runtime execution provider needs no runtime module: the row names its EP (here the CPU EP
     under another name, the one EP every build has)."""
     row = Provider(name="my-ep", runtime="onnxruntime", ep="CPUExecutionProvider", extra="",
-                   platforms=("linux", "win32", "darwin"), builtin=True)
-    monkeypatch.setitem(providers.PROVIDERS, "my-ep", row)
+                   platforms=("linux", "win32", "darwin"), in_every_build=True)
+    monkeypatch.setitem(providers.BUILTIN_ROWS, "my-ep", row)
     providers.probe.cache_clear()
     try:
         session = load(mlp_project, provider="my-ep", strict=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from gpux.providers import PROVIDERS
+from gpux.providers import BUILTIN_ROWS
 
-PROVIDER_HELP = f"auto, one of {', '.join(PROVIDERS)}, or a comma list"
+PROVIDER_HELP = f"auto, one of {', '.join(BUILTIN_ROWS)}, or a comma list"
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 REPORT = click.option("--report", type=click.Path(dir_okay=False), default=None, metavar="FILE.html",
                       help="Also write one self-contained HTML page: charts of latency and speedup, accuracy, "
@@ -18,7 +18,7 @@ STORE = click.option("--store", type=click.Path(file_okay=False), default=None,
 def complete_provider(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
     """Shell completion of --provider: auto, all and the built-in providers (the part after the last comma)."""
     head, _, tail = incomplete.rpartition(",")
-    return [f"{head}," * bool(head) + p for p in ("auto", "all", *PROVIDERS) if p.startswith(tail)]
+    return [f"{head}," * bool(head) + p for p in ("auto", "all", *BUILTIN_ROWS) if p.startswith(tail)]
 
 
 PROVIDER = click.option("--provider", "-p", default=None, shell_complete=complete_provider,

@@ -11,12 +11,26 @@ from pkgutil import resolve_name
 from typing import Any
 
 from gpux.optional import install_hint, installed_ort_distributions, is_installed
-from gpux.providers.builtin import PROVIDERS
+from gpux.providers.builtin import BUILTIN_ROWS
 from gpux.providers.row import Availability, Flavor, ImageRow, Provider, Runner, Status, TorchDevice
 
 ENTRY_POINT_GROUP = "gpux.providers"
-__all__ = ["ENTRY_POINT_GROUP", "PROVIDERS", "Availability", "Flavor", "ImageRow", "Provider", "Runner", "Status",
-           "TorchDevice", "probe", "probe_for", "probe_torch", "registry", "runtime_of"]
+__all__ = [
+    "BUILTIN_ROWS",
+    "ENTRY_POINT_GROUP",
+    "Availability",
+    "Flavor",
+    "ImageRow",
+    "Provider",
+    "Runner",
+    "Status",
+    "TorchDevice",
+    "probe",
+    "probe_for",
+    "probe_torch",
+    "registry",
+    "runtime_of",
+]
 PLATFORM_NAMES = {"linux": "Linux", "win32": "Windows", "darwin": "macOS"}
 
 
@@ -39,7 +53,7 @@ def ort_available_eps() -> tuple[str, ...] | str:
 def _probe_ort(p: Provider) -> Availability:
     if not is_installed("onnxruntime"):
         return Availability(p.name, "not installed", "onnxruntime is not installed", _fix(p))
-    if p.builtin:
+    if p.in_every_build:
         return Availability(p.name, "ok", f"{p.ep} is part of every ONNX Runtime build")
     eps = ort_available_eps()
     if isinstance(eps, str):
@@ -87,8 +101,8 @@ def probe(name: str) -> Availability:
         if p.runtime == "torch":
             return probe_torch(name)
         avail = _probe_openvino(p) if p.runtime == "openvino" else _probe_ort(p)
-        if avail.ok and p.device is not None and os.environ.get("GPUX_PROBE_DEVICES", "1") != "0":
-            why = p.device()
+        if avail.ok and p.device_problem is not None and os.environ.get("GPUX_PROBE_DEVICES", "1") != "0":
+            why = p.device_problem()
             if why:
                 return Availability(name, "no device", why, f"run on a machine with {p.hardware}")
         return avail
@@ -148,7 +162,7 @@ def _torch_device(torch: Any, provider: str, device_id: int) -> Availability:
 
 def registry() -> dict[str, Provider]:
     """Every provider in priority order: the built-in rows, then those plugins register."""
-    return {**PROVIDERS, **plugin_providers()}
+    return {**BUILTIN_ROWS, **plugin_providers()}
 
 
 def runtime_of(project: Any, name: str) -> str:
@@ -185,7 +199,7 @@ def plugin_providers() -> dict[str, Provider]:
             obj = ep.load()
         except Exception:
             continue
-        if isinstance(obj, Provider) and obj.name not in PROVIDERS:
+        if isinstance(obj, Provider) and obj.name not in BUILTIN_ROWS:
             found[obj.name] = obj
     return found
 

@@ -41,15 +41,15 @@ OPENVINO_REFINE = ({"int8_mode": "quantize"},
 TENSORRT_TUNE = (("fp32", {"precision": "fp32"}), ("fp16", {"precision": "fp16"}), ("int8", {"precision": "int8"}))
 
 
-def _rocm_device() -> str | None:
+def _rocm_device_problem() -> str | None:
     return None if os.path.exists("/dev/kfd") else "no AMD GPU found (/dev/kfd is missing)"
 
 
-PROVIDERS: dict[str, Provider] = {
+BUILTIN_ROWS: dict[str, Provider] = {
     p.name: p
     for p in (
         Provider(name="tensorrt", runtime="onnxruntime", ep="TensorrtExecutionProvider", extra="tensorrt",
-                 platforms=("linux", "win32"), device=cuda_device_problem, hardware="NVIDIA GPU",
+                 platforms=("linux", "win32"), device_problem=cuda_device_problem, hardware="NVIDIA GPU",
                  options="TensorRTOptions", fallback=("cuda",),
                  ort_package="onnxruntime-gpu (+ TensorRT libraries)", precisions=("fp32", "fp16", "int8"),
                  targets="gpux.runtimes.tensorrt:tensorrt_targets", gpu_resource="nvidia.com/gpu", title="TensorRT.",
@@ -62,9 +62,9 @@ PROVIDERS: dict[str, Provider] = {
                                                 accelerator="tensorrt",
                                                 accelerator_parameters="gpux.runtimes.tensorrt:triton_accelerator")),)),
         Provider(name="cuda", runtime="onnxruntime", ep="CUDAExecutionProvider", extra="cuda",
-                 platforms=("linux", "win32"), device=cuda_device_problem, hardware="NVIDIA GPU", options="CUDAOptions",
-                 ort_package="onnxruntime-gpu",
-                 gpu_resource="nvidia.com/gpu", title="ONNX Runtime CUDA EP.",
+                 platforms=("linux", "win32"), device_problem=cuda_device_problem, hardware="NVIDIA GPU",
+                 options="CUDAOptions", ort_package="onnxruntime-gpu", gpu_resource="nvidia.com/gpu",
+                 title="ONNX Runtime CUDA EP.",
                  torch=TorchDevice(type="cuda", build="CUDA", index="cu128", compiles=True, variants=(
                      ("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp32"), ("reduce-overhead", "fp16"),
                      ("default", "bf16")), image=ImageRow(base_image=SLIM, pip=(), gpus=True,
@@ -73,7 +73,7 @@ PROVIDERS: dict[str, Provider] = {
                                 host_build="cuda", image_build="cuda", no_device_probe=True),
                  triton=(("onnxruntime", Flavor(platform=ORT_ONNX, backend=None, kind="KIND_GPU", files=ONNX)),)),
         Provider(name="rocm", runtime="onnxruntime", ep="MIGraphXExecutionProvider", extra="", platforms=("linux",),
-                 device=_rocm_device, hardware="AMD GPU",
+                 device_problem=_rocm_device_problem, hardware="AMD GPU",
                  options="ROCmOptions", also_accepted=("MIGraphXExecutionProvider", "ROCMExecutionProvider"),
                  ort_package="onnxruntime-migraphx or onnxruntime-rocm from AMD's package index (not on PyPI)",
                  gpu_resource="amd.com/gpu", title="ROCm / MIGraphX EP.",
@@ -84,22 +84,22 @@ PROVIDERS: dict[str, Provider] = {
                                 no_device_probe=True,
                                 note="ONNX Runtime for ROCm is not on PyPI: the base image must provide it")),
         Provider(name="coreml", runtime="onnxruntime", ep="CoreMLExecutionProvider", extra="coreml",
-                 platforms=("darwin",), device=None,
+                 platforms=("darwin",),
                  hardware="Apple Neural Engine / GPU", options="CoreMLOptions", ort_package="onnxruntime (macOS wheel)",
                  torch_targets="gpux.runtimes.coreml:package_targets", title="Core ML.",
                  no_container="Core ML runs on macOS only; a Linux container cannot reach the Apple Neural Engine "
                               "or GPU"),
-        Provider(name="mps", runtime="torch", ep=None, extra="torch", platforms=("darwin",), device=None,
+        Provider(name="mps", runtime="torch", ep=None, extra="torch", platforms=("darwin",),
                  hardware="Apple GPU (Metal)", options="MPSOptions",
                  torch=TorchDevice(type="mps", variants=(("off", "fp32"), ("off", "fp16"))),
                  title="PyTorch on Apple Metal (MPS).",
                  no_container="Metal (MPS) runs on macOS only; a Linux container cannot reach the Apple GPU"),
         Provider(name="directml", runtime="onnxruntime", ep="DmlExecutionProvider", extra="directml",
-                 platforms=("win32",), device=None, hardware="DirectX 12 GPU", options="DirectMLOptions",
+                 platforms=("win32",), hardware="DirectX 12 GPU", options="DirectMLOptions",
                  ort_package="onnxruntime-directml", title="DirectML EP.",
                  no_container="DirectML needs Windows and DirectX 12; a Linux container cannot use it"),
         Provider(name="openvino", runtime="openvino", ep="OpenVINOExecutionProvider", extra="openvino",
-                 platforms=("linux", "win32", "darwin"), device=None, hardware="Intel CPU / GPU / NPU",
+                 platforms=("linux", "win32", "darwin"), hardware="Intel CPU / GPU / NPU",
                  options="OpenVINOOptions", precisions=("fp32", "fp16", "int8"),
                  targets="gpux.runtimes.openvino_options:openvino_targets", title="OpenVINO.",
                  tune=OPENVINO_TUNE, refine=OPENVINO_REFINE,
@@ -111,8 +111,8 @@ PROVIDERS: dict[str, Provider] = {
                          ("onnxruntime", Flavor(platform=ORT_ONNX, backend=None, kind="KIND_CPU", files=ONNX,
                                                 accelerator="openvino")))),
         Provider(name="cpu", runtime="onnxruntime", ep="CPUExecutionProvider", extra="cpu",
-                 platforms=("linux", "win32", "darwin"), device=None,
-                 hardware="any CPU", builtin=True, last_resort=True, options="CPUOptions", ort_package="onnxruntime",
+                 platforms=("linux", "win32", "darwin"), hardware="any CPU", in_every_build=True, last_resort=True,
+                 options="CPUOptions", ort_package="onnxruntime",
                  torch=TorchDevice(type="cpu", index="cpu", variants=(("off", "fp32"), ("default", "fp32")),
                                    image=ImageRow(base_image=SLIM, pip=(), host_build="cpu", image_build="cpu")),
                  precisions=("fp32", "fp16", "int8"), targets="gpux.runtimes.onnxruntime_plan:cpu_targets",

@@ -102,9 +102,9 @@ class Provider:
     ep: str | None  # exact ONNX Runtime execution provider string (also where its default runtime is another)
     extra: str  # pip extra of gpux-ml that installs it
     platforms: tuple[str, ...]  # sys.platform prefixes where it can run
-    device: Callable[[], str | None] | None = field(default=None, compare=False)  # None = ok, else why not
+    device_problem: Callable[[], str | None] | None = field(default=None, compare=False)  # why no device (None: found)
     hardware: str = ""
-    builtin: bool = False  # present in every install of its runtime: no import needed to know
+    in_every_build: bool = False  # its EP is in every build of its runtime: no import needed to know
     last_resort: bool = False  # runs everywhere its package installs: where every non-strict request ends
     options: str = "Options"  # its gpux.yml block's option model: 'module:Class' (a bare name: gpux.providers.options)
     fallback: tuple[str, ...] = ()  # what an explicit request for it falls back to, before cpu
