@@ -16,7 +16,7 @@ from pydantic import Field
 
 from gpux.providers import Availability, Provider, Runner
 from gpux.providers.options import Options
-from gpux.runtimes import Step
+from gpux.runtimes import ArtifactKind
 
 RUNTIME = "tests.toy_runtime"
 
@@ -31,8 +31,8 @@ ROW = Provider(
     name="toy", runtime="onnx-reference", ep=None, extra="", platforms=("linux", "win32", "darwin"), hardware="any CPU",
     options=f"{RUNTIME}:ToyOptions", targets=f"{RUNTIME}:targets", probe_with=f"{RUNTIME}:probe",
     title="onnx's reference evaluator.",
-    steps=(("toy-copy", Step(build=f"{RUNTIME}:build", verify=f"{RUNTIME}:verify_runner", packages=("onnx",),
-                             device="none", open=f"{RUNTIME}:open_runner")),),
+    kinds=(("toy-copy", ArtifactKind(build=f"{RUNTIME}:build", verify=f"{RUNTIME}:verify_runner", packages=("onnx",),
+                                     device="none", open=f"{RUNTIME}:open_runner")),),
 )
 
 

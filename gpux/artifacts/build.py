@@ -18,7 +18,7 @@ from gpux.machine import cpu_identity, gpu_identity
 from gpux.model.io import ModelIO, Tensor, effective_io, load_checked, source_files
 from gpux.optional import installed_ort_distributions, version_of
 from gpux.plan.targets import Target, resolve_shapes
-from gpux.runtimes import STEP_HINTS, Context, Job, Log, Step, resolve, step_of, targets
+from gpux.runtimes import KIND_HINTS, ArtifactKind, Context, Job, Log, kind_of, resolve, targets
 from gpux.version import __version__
 
 
@@ -33,7 +33,7 @@ def runtime_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
     return out
 
 
-def device_identity(step: Step, target: Target) -> dict[str, Any]:
+def device_identity(step: ArtifactKind, target: Target) -> dict[str, Any]:
     if step.device == "none" or (
         step.device == "cpu-if-level" and target.options.get("optimization") in (None, "disabled", "basic")
     ):
@@ -109,7 +109,7 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
                 if art is None and for_run and not project.config.runtime.build_on_run:
                     raise NeedsBuild(project, target, parts, root, provider)
                 if art is None:
-                    slow = for_run and not step_of(target.step).on_run
+                    slow = for_run and not kind_of(target.step).on_run
                     stale = stale_why(project, target, parts, root) if slow else None
                     from gpux.report import SLOW_BUILD
 
@@ -208,7 +208,7 @@ def _cached(folder: Path, key: str, full: bool = False, verify: bool = False) ->
 
 def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input_key: str,
               shapes: dict[str, int] | None = None) -> dict[str, Any]:
-    step = step_of(target.step)
+    step = kind_of(target.step)
     return {
         "gpux": __version__,
         "step": target.step,
@@ -303,7 +303,7 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
 
     root = folder.parent.parent
     project, inputs, shapes, log = job.project, job.inputs, job.shapes, job.log
-    step = step_of(target.step)
+    step = kind_of(target.step)
     workdir = store.new_workdir(root, folder.name).resolve()
     try:
         ctx = Context(project=project, target=target, src=src.resolve(), workdir=workdir, inputs=inputs, shapes=shapes,
@@ -321,7 +321,7 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
         except Exception as exc:  # runtimes raise anything on a model they cannot take
             from gpux.quality.verify import short
 
-            failed = BuildFailed(f"{target.id}: {short(exc)}", hint=STEP_HINTS.get(target.step, STEP_HINTS[""]))
+            failed = BuildFailed(f"{target.id}: {short(exc)}", hint=KIND_HINTS.get(target.step, KIND_HINTS[""]))
             failed.conversion = True  # type: ignore[attr-defined]
             raise failed from exc
         seconds = time.perf_counter() - started
@@ -357,4 +357,4 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
 
 
 def needs_device(project: Project, provider: str) -> bool:
-    return any(step_of(t.step).needs_device for t in targets(project, provider))
+    return any(kind_of(t.step).needs_device for t in targets(project, provider))

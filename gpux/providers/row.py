@@ -114,7 +114,7 @@ class Provider:
     precisions: tuple[str, ...] = ("fp32",)  # what `run --benchmark -p all` measures
     targets: str = "gpux.runtimes.onnxruntime_plan:onnx_targets"  # (project, provider, inputs) -> artifacts it needs
     torch_targets: str = ""  # (project, provider, source format) -> its own targets from a PyTorch source
-    steps: tuple[tuple[str, Any], ...] = ()  # kinds of artifact its runtime adds: (name, gpux.runtimes.Step)
+    kinds: tuple[tuple[str, Any], ...] = ()  # kinds of artifact its runtime adds: (name, runtimes.ArtifactKind)
     probe_with: str = ""  # its own probe (name -> Availability) where gpux has none for its runtime
     gpu_resource: str | None = None  # the Kubernetes extended resource of its device
     title: str = ""  # what its gpux.yml block is (the schema's description of providers.<name>)

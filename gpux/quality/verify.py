@@ -16,7 +16,7 @@ from gpux.quality.metrics import KEYS, LOSSY, Rule, Verification, compare, poole
 if TYPE_CHECKING:
     from gpux.plan.targets import Target
     from gpux.quality.calibrate import Data
-    from gpux.runtimes import Job, Step
+    from gpux.runtimes import ArtifactKind, Job
 
 
 def classifications(project: Project) -> set[str]:
@@ -134,14 +134,14 @@ def accuracy_goal(job: Job, target: Target) -> Goal:
     return Goal(feeds, reference_outputs(job, run, feeds, data), float(wanted or 0.0), data)
 
 
-def run_verification(job: Job, step: Step, target: Target, artifact: Any) -> dict[str, Any]:
+def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any) -> dict[str, Any]:
     """Verify one built artifact at the precision it executes at, on representative data where declared. A
     lossy (int8) artifact checked on generated data only is "unverified", whatever its metrics; a candidate
     runtime that cannot run the inputs fails the build (a fallback reason)."""
-    if step.verify is None:
+    if kind.verify is None:
         return {"status": "skipped", "skipped": f"{target.step} cannot run on this machine"}
     try:
-        runner = resolve_runner(step, artifact, target)
+        runner = resolve_runner(kind, artifact, target)
     except GpuxError:
         raise
     except Exception as exc:
@@ -168,10 +168,10 @@ def run_verification(job: Job, step: Step, target: Target, artifact: Any) -> dic
     return verdict(job, target, result, data)
 
 
-def resolve_runner(step: Step, artifact: Any, target: Target) -> Any:
+def resolve_runner(kind: ArtifactKind, artifact: Any, target: Target) -> Any:
     from gpux.runtimes import resolve
 
-    return resolve(step.verify or "")(artifact, target)
+    return resolve(kind.verify or "")(artifact, target)
 
 
 def _reference_on_data(job: Job, target: Target) -> tuple[list[str], Data, list[Any], Job]:

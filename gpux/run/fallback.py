@@ -16,7 +16,7 @@ from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, 
 from gpux.model.io import ModelIO
 from gpux.plan.select import Selection
 from gpux.providers import Runner
-from gpux.runtimes import resolve, step_of
+from gpux.runtimes import kind_of, resolve
 
 
 @dataclass(frozen=True)
@@ -164,5 +164,5 @@ def unverified(result: BuildResult) -> str:
 
 def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:
     """Open an artifact with the runtime its build step names."""
-    opener = resolve(step_of(artifact.manifest["target"]["step"]).open)
+    opener = resolve(kind_of(artifact.manifest["target"]["step"]).open)
     return opener(provider, project, artifact)

@@ -1,5 +1,6 @@
-"""The kinds of artifact (steps) and what a build step is handed: how each kind is built, checked on this
-machine and opened, named as 'module:function' so nothing heavy is imported until a step runs."""
+"""The kinds of artifact (`ArtifactKind`; a target's `step` names one) and what a build is handed: how each
+kind is built, checked on this machine and opened, named as 'module:function' so nothing heavy is imported until
+one is built. (The pre- and post-processing steps a gpux.yml declares are another thing: gpux.answers.steps.)"""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ if TYPE_CHECKING:
     from gpux.plan.targets import Target
 
 Log = Callable[[str], None]
-__all__ = ["STEPS", "STEP_HINTS", "Context", "Job", "Log", "Step", "int8_did_nothing", "resolve", "step_of", "targets"]
+__all__ = ["ARTIFACT_KINDS", "KIND_HINTS", "ArtifactKind", "Context", "Job", "Log", "int8_did_nothing", "kind_of",
+           "resolve", "targets"]
 EXPORT_OPSET = 17  # pinned: the ONNX opset PyTorch sources are exported at
 
 
 @dataclass(frozen=True, kw_only=True)
-class Step:
+class ArtifactKind:
     """How one kind of target is built and checked (functions named lazily as 'module:function')."""
 
     build: str
@@ -34,36 +36,40 @@ class Step:
     shapes: bool = False  # the resolved sizes of symbolic dims shape the artifact (key them)
 
 
-ORT_STEP = Step(build="gpux.runtimes.onnxruntime:build_onnx", verify="gpux.runtimes.onnxruntime:verify_runner",
-                packages=("onnxruntime", "onnx"), device="cpu-if-level")
-STEPS: dict[str, Step] = {
-    "optimize": ORT_STEP,
-    "float16": ORT_STEP,
-    "quantize": dataclasses.replace(ORT_STEP, build="gpux.runtimes.onnxruntime_int8:build_int8"),
-    "torch-export": Step(build="gpux.runtimes.torch_export:export_onnx",
-                         verify="gpux.runtimes.onnxruntime:verify_runner", packages=("torch", "onnx"), device="none"),
-    "coreml-package": Step(build="gpux.runtimes.coreml:build_package", verify="gpux.runtimes.coreml:verify_runner",
-                           packages=("coremltools", "torch"), device="none", open="gpux.runtimes.coreml:open_runner",
-                           shapes=True),
-    "openvino-ir": Step(build="gpux.runtimes.openvino:build_ir", verify="gpux.runtimes.openvino:verify_runner",
-                        packages=("openvino", "nncf", "onnxruntime"), device="cpu",
-                        open="gpux.runtimes.openvino:open_runner", shapes=True),
-    "torch-module": Step(build="gpux.runtimes.torch_module:build_module",
-                         verify="gpux.runtimes.torch_module:verify_runner", packages=("torch",), device="torch",
-                         open="gpux.runtimes.torch_module:open_runner", needs_device=True, shapes=True),
-    "tensorrt-engine": Step(build="gpux.runtimes.tensorrt:build_engine", verify="gpux.runtimes.tensorrt:verify_runner",
-                            packages=("tensorrt", "onnxruntime"), device="gpu",
-                            open="gpux.runtimes.tensorrt:open_runner", on_run=False, needs_device=True),
+ORT_KIND = ArtifactKind(build="gpux.runtimes.onnxruntime:build_onnx", verify="gpux.runtimes.onnxruntime:verify_runner",
+                        packages=("onnxruntime", "onnx"), device="cpu-if-level")
+ARTIFACT_KINDS: dict[str, ArtifactKind] = {
+    "optimize": ORT_KIND,
+    "float16": ORT_KIND,
+    "quantize": dataclasses.replace(ORT_KIND, build="gpux.runtimes.onnxruntime_int8:build_int8"),
+    "torch-export": ArtifactKind(
+        build="gpux.runtimes.torch_export:export_onnx", verify="gpux.runtimes.onnxruntime:verify_runner",
+        packages=("torch", "onnx"), device="none"),
+    "coreml-package": ArtifactKind(
+        build="gpux.runtimes.coreml:build_package", verify="gpux.runtimes.coreml:verify_runner",
+        packages=("coremltools", "torch"), device="none", open="gpux.runtimes.coreml:open_runner", shapes=True),
+    "openvino-ir": ArtifactKind(
+        build="gpux.runtimes.openvino:build_ir", verify="gpux.runtimes.openvino:verify_runner",
+        packages=("openvino", "nncf", "onnxruntime"), device="cpu", open="gpux.runtimes.openvino:open_runner",
+        shapes=True),
+    "torch-module": ArtifactKind(
+        build="gpux.runtimes.torch_module:build_module", verify="gpux.runtimes.torch_module:verify_runner",
+        packages=("torch",), device="torch", open="gpux.runtimes.torch_module:open_runner", needs_device=True,
+        shapes=True),
+    "tensorrt-engine": ArtifactKind(
+        build="gpux.runtimes.tensorrt:build_engine", verify="gpux.runtimes.tensorrt:verify_runner",
+        packages=("tensorrt", "onnxruntime"), device="gpu", open="gpux.runtimes.tensorrt:open_runner", on_run=False,
+        needs_device=True),
 }
 
 
-def step_of(name: str) -> Step:
+def kind_of(name: str) -> ArtifactKind:
     """The kind of artifact `name`: built in, or added by a registry row (a plugin runtime's own kind)."""
-    if name in STEPS:
-        return STEPS[name]
+    if name in ARTIFACT_KINDS:
+        return ARTIFACT_KINDS[name]
     from gpux.providers import registry
 
-    added = {n: step for row in registry().values() for n, step in row.steps}
+    added = {n: kind for row in registry().values() for n, kind in row.kinds}
     return added[name]
 
 
@@ -105,8 +111,8 @@ def int8_did_nothing(ctx: Any, problem: str) -> dict[str, str]:
     return {"int8_warning": problem}
 
 
-# what to do when a build step's runtime raises, by step
-STEP_HINTS = {
+# what to do when building a kind of artifact raises, by kind
+KIND_HINTS = {
     "float16": "the fp16 conversion failed for this model (an already-quantized model cannot be converted); "
                "keep precision: fp32. GPUX_DEBUG=1 shows details",
     "quantize": "int8 quantization failed for this model; keep precision: fp32 or try another quantization "
