@@ -4,8 +4,9 @@
 
 For each example: `gpux tune` (latency objective) writes gpux.lock.json; then, in alternating rounds, a plain
 ONNX Runtime session with default options on the source model and the session `gpux.load` opens by following
-the lock are timed on the same seeded input (median per call, both through their ordinary Python calls:
-`InferenceSession.run` and `Session.prepared()`). The tuned choice's accuracy comes from its verification.
+the lock are timed on the same seeded input (median per call, through their ordinary Python calls:
+`InferenceSession.run`, and the tuned session's `Session.prepared()` and `Session.run(dict)`). The tuned choice's
+accuracy comes from its verification.
 """
 
 from __future__ import annotations
@@ -64,28 +65,31 @@ def bench_model(name: str, seconds: float, rounds: int, budget: float, min_cosin
         fast = s.prepared()
         ref, got = plain.run(None, feeds)[0], fast(feeds)[0]
         cos = float(np.dot(ref.ravel(), got.ravel()) / (np.linalg.norm(ref) * np.linalg.norm(got)))
-        a, b = [], []
-        for _ in range(rounds):  # alternate, so both see the same machine
+        a, b, d = [], [], []
+        for _ in range(rounds):  # alternate, so all see the same machine
             a.append(median_ms(lambda: plain.run(None, feeds), seconds))
             b.append(median_ms(lambda: fast(feeds), seconds))
+            d.append(median_ms(lambda: s.run(feeds), seconds))
         used = s.used
     best = min((c for c in lock["candidates"] if c["status"] == "ok"), key=lambda c: c["p50_ms"])
     table = [(c["provider"], c["precision"], c["options"], c["status"], c["p50_ms"], c["why"][:60])
              for c in lock["candidates"]]
     return {"name": name, "table": table, "choice": lock["choice"], "runs_on": used, "plain_ms": statistics.median(a),
-            "tuned_ms": statistics.median(b), "cosine_vs_plain": cos, "verified": lock["figures"]["accuracy"],
+            "tuned_ms": statistics.median(b), "dict_ms": statistics.median(d), "cosine_vs_plain": cos,
+            "verified": lock["figures"]["accuracy"],
             "tuned_s": tuned_s, "best_candidate_ms": best["p50_ms"],
             "candidates": len(lock["candidates"]), "ok": sum(c["status"] == "ok" for c in lock["candidates"])}
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    out = ["| model | tuned choice | plain ORT ms | gpux (tuned) ms | speed-up | cosine vs plain | tune time |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| model | tuned choice | plain ORT ms | gpux prepared() ms | speed-up | gpux run(dict) ms | speed-up | "
+           "cosine vs plain | tune time |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["choice"]
         opts = ", ".join(f"{k}={v}" for k, v in c["options"].items())
         out.append(f"| {r['name']} | {c['provider']} {c['precision']} ({opts}) on {r['runs_on']} | "
                    f"{r['plain_ms']:.4f} | {r['tuned_ms']:.4f} | **{r['plain_ms'] / r['tuned_ms']:.2f}×** | "
+                   f"{r['dict_ms']:.4f} | **{r['plain_ms'] / r['dict_ms']:.2f}×** | "
                    f"{r['cosine_vs_plain']:.6f} | {r['tuned_s']:.0f} s ({r['ok']}/{r['candidates']} verified) |")
     for r in rows:
         out += ["", f"{r['name']} candidates (p50 ms measured by tune, best first):", ""]
