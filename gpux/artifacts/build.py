@@ -183,11 +183,13 @@ def digest_of(parts: dict[str, Any] | None) -> str:
 
 def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor], source_digest: str,
                   shapes: dict[str, int] | None = None) -> list[tuple[Target, dict[str, Any], str]]:
-    """The provider's targets with their key parts and cache keys; a target's key covers its input's."""
+    """The provider's targets with their key parts and cache keys; a target's key covers its input's. The sizes
+    of symbolic dims are resolved once, here (`shapes`: --shape)."""
     keys: dict[str, str] = {"source": source_digest}
+    sizes = resolve_shapes(project, shapes)
     out = []
     for target in targets(project, provider, inputs):
-        parts = key_parts(project, target, inputs, keys[target.consumes], shapes)
+        parts = key_parts(project, target, inputs, keys[target.consumes], sizes)
         keys[target.id] = digest_of(parts)
         out.append((target, parts, keys[target.id]))
     return out
@@ -208,7 +210,8 @@ def _cached(folder: Path, key: str, full: bool = False, verify: bool = False) ->
 
 
 def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input_key: str,
-              shapes: dict[str, int] | None = None) -> dict[str, Any]:
+              sizes: dict[str, int]) -> dict[str, Any]:
+    """What `target`'s cache key covers (`sizes`: the symbolic dims, as plan.targets.resolve_shapes resolves them)."""
     step = kind_of(target.step)
     return {
         "gpux": __version__,
@@ -220,8 +223,8 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
         "calibration": _calibration_digest(project, target),
         "verify": project.config.verify.model_dump(mode="json"),
         "verify_data": _data_digest(project, project.config.verify.data, "verify"),
-        "judged": _judged(project, shapes),
-        "shapes": {"sizes": resolve_shapes(project, shapes),
+        "judged": _judged(project, sizes),
+        "shapes": {"sizes": sizes,
                    "ranges": {d: r.model_dump() for d, r in project.config.shapes.items() if not isinstance(r, int)}}
         if step.shapes else None,
         "versions": runtime_versions(step.packages),
@@ -229,7 +232,7 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
     }
 
 
-def _judged(project: Project, shapes: dict[str, int] | None) -> dict[str, Any]:
+def _judged(project: Project, sizes: dict[str, int]) -> dict[str, Any]:
     """What else a verdict depends on: which outputs are class scores (labeled, or answering top-k), the
     post-processing whose answers are compared, and what generated inputs look like (value ranges, sizes of
     symbolic dims) when no real data is declared."""
@@ -237,7 +240,7 @@ def _judged(project: Project, shapes: dict[str, int] | None) -> dict[str, Any]:
     from gpux.quality.verify import classifications, postprocessing
 
     generated = None if project.config.verify.data else {"ranges": ranges(project),
-                                                         "sizes": resolve_shapes(project, shapes)}
+                                                         "sizes": sizes}
     answers = {n: p.model_dump(mode="json") for n, p in postprocessing(project).items()}
     return {"classes": sorted(classifications(project)), "answers": answers, "generated": generated}
 
