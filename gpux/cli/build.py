@@ -50,9 +50,9 @@ def build_command(req: BuildRequest) -> int:
     from gpux.artifacts.build import build
     from gpux.config.locate import remember
     from gpux.model.io import load_checked
-    from gpux.workspace.project import open_models
     from gpux.plan.choice import Place, keep
     from gpux.plan.select import select
+    from gpux.workspace.project import open_models
 
     ms = open_models(req.path, req.store)
     if ms.workspace is not None:
