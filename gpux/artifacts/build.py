@@ -15,7 +15,7 @@ from gpux.config.load import Project
 from gpux.errors import BuildFailed, DataError, GpuxError, VerificationFailed
 from gpux.files import digest_files, locked, store_root
 from gpux.machine import cpu_identity, gpu_identity
-from gpux.model.io import ModelIO, Tensor, effective_io, load_checked, source_files
+from gpux.model.io import Tensor, check_model, effective_io, source_files
 from gpux.optional import installed_ort_distributions, version_of
 from gpux.plan.targets import Target, resolve_shapes
 from gpux.runtimes import KIND_HINTS, ArtifactKind, Context, Job, Log, kind_of, resolve, targets
@@ -78,13 +78,14 @@ class BuildResult:
 
 def build(project: Project, provider: str, *, force: bool = False, verify: bool = True,
           store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
-          io: ModelIO | None = None, full_check: bool = False, for_run: bool = False,
-          strict: bool = False) -> BuildResult:
+          full_check: bool = False, for_run: bool = False, strict: bool = False) -> BuildResult:
     """Build (or find in the cache) every target provider `provider` needs. `full_check` re-hashes cached
     artifacts (what `run` does before loading) instead of trusting their recorded size and mtime. `strict`
-    refuses an artifact that is not verified (lossy on generated data only, or built with --no-verify)."""
+    refuses an artifact that is not verified (lossy on generated data only, or built with --no-verify). The
+    model is the one the project checked (`check_model`: read once per process)."""
     log = log or (lambda _msg: None)
-    io = io or load_checked(project, store_dir)
+    checked = check_model(project, store_dir)
+    io = checked.io
     root = store_root(project.root, store_dir)
     files = source_files(project, io)
     missing = [f for f in files if not f.is_file()]
@@ -94,7 +95,7 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
     inputs, _ = effective_io(project, io)
     shapes = resolve_shapes(project, shapes)
     job = Job(project=project, inputs=inputs, shapes=shapes, verify=verify, log=log,
-              source=_usable_source(project, io, root, log), strict=strict, force=force)
+              source=_usable_source(project, checked.compat, root, log), strict=strict, force=force)
     result = BuildResult(project, provider)
     for target, parts, key in keyed_targets(project, provider, inputs, source_digest, shapes):
         folder = root / project.name / f"{target.id}-{key[:12]}"
@@ -182,11 +183,13 @@ def digest_of(parts: dict[str, Any] | None) -> str:
 
 def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor], source_digest: str,
                   shapes: dict[str, int] | None = None) -> list[tuple[Target, dict[str, Any], str]]:
-    """The provider's targets with their key parts and cache keys; a target's key covers its input's."""
+    """The provider's targets with their key parts and cache keys; a target's key covers its input's. The sizes
+    of symbolic dims are resolved once, here (`shapes`: --shape)."""
     keys: dict[str, str] = {"source": source_digest}
+    sizes = resolve_shapes(project, shapes)
     out = []
     for target in targets(project, provider, inputs):
-        parts = key_parts(project, target, inputs, keys[target.consumes], shapes)
+        parts = key_parts(project, target, inputs, keys[target.consumes], sizes)
         keys[target.id] = digest_of(parts)
         out.append((target, parts, keys[target.id]))
     return out
@@ -207,7 +210,8 @@ def _cached(folder: Path, key: str, full: bool = False, verify: bool = False) ->
 
 
 def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input_key: str,
-              shapes: dict[str, int] | None = None) -> dict[str, Any]:
+              sizes: dict[str, int]) -> dict[str, Any]:
+    """What `target`'s cache key covers (`sizes`: the symbolic dims, as plan.targets.resolve_shapes resolves them)."""
     step = kind_of(target.step)
     return {
         "gpux": __version__,
@@ -219,8 +223,8 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
         "calibration": _calibration_digest(project, target),
         "verify": project.config.verify.model_dump(mode="json"),
         "verify_data": _data_digest(project, project.config.verify.data, "verify"),
-        "judged": _judged(project, shapes),
-        "shapes": {"sizes": resolve_shapes(project, shapes),
+        "judged": _judged(project, sizes),
+        "shapes": {"sizes": sizes,
                    "ranges": {d: r.model_dump() for d, r in project.config.shapes.items() if not isinstance(r, int)}}
         if step.shapes else None,
         "versions": runtime_versions(step.packages),
@@ -228,7 +232,7 @@ def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input
     }
 
 
-def _judged(project: Project, shapes: dict[str, int] | None) -> dict[str, Any]:
+def _judged(project: Project, sizes: dict[str, int]) -> dict[str, Any]:
     """What else a verdict depends on: which outputs are class scores (labeled, or answering top-k), the
     post-processing whose answers are compared, and what generated inputs look like (value ranges, sizes of
     symbolic dims) when no real data is declared."""
@@ -236,7 +240,7 @@ def _judged(project: Project, shapes: dict[str, int] | None) -> dict[str, Any]:
     from gpux.quality.verify import classifications, postprocessing
 
     generated = None if project.config.verify.data else {"ranges": ranges(project),
-                                                         "sizes": resolve_shapes(project, shapes)}
+                                                         "sizes": sizes}
     answers = {n: p.model_dump(mode="json") for n, p in postprocessing(project).items()}
     return {"classes": sorted(classifications(project)), "answers": answers, "generated": generated}
 
@@ -284,12 +288,10 @@ def _build_remembering(job: Job, target: Target, parts: dict[str, Any], key: str
         raise
 
 
-def _usable_source(project: Project, io: ModelIO, root: Path, log: Log) -> Path:
-    """The source, or a copy in the store with its IR version lowered to what ONNX Runtime reads."""
-    from gpux.model.io import compat_check
-
-    compat = compat_check(io, root) if io.ir_version else None
-    if compat is None or compat.lower_ir_to is None:
+def _usable_source(project: Project, compat: Any, root: Path, log: Log) -> Path:
+    """The source, or a copy in the store with its IR version lowered to what ONNX Runtime reads (`compat`:
+    gpux.model.compat.Compat, as the project's model was checked)."""
+    if compat.lower_ir_to is None:
         return project.source
     from gpux.model.compat import lowered_source
 

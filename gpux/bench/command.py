@@ -222,12 +222,11 @@ class BenchmarkRequest:
     command_line: str = ""  # as typed, for the page
 
 
-def benchmark_command(req: BenchmarkRequest) -> int:
+def benchmark_command(project: Project, req: BenchmarkRequest) -> int:
+    """`project`: the one `req.target` opened (by `gpux run`, which holds its in-use lock meanwhile)."""
     from gpux.bench.stages import check_files
-    from gpux.config.locate import open_project
     from gpux.config.steps import declared_steps
 
-    project = open_project(req.target)
     base = load_baseline(req.baseline) if req.baseline else None  # a bad baseline fails before minutes of measuring
     tensors = [flag for flag, v in (("--file", req.input_file), ("--batch", req.batch), ("--shape", req.shapes)) if v]
     files = tuple(check_files(project, req.files, req.store, tensors)) if req.files else ()

@@ -36,15 +36,10 @@ def parse_sizes(shapes: tuple[str, ...]) -> dict[str, int] | None:
 
 
 def build_command(req: BuildRequest) -> int:
+    """An unchanged build is replayed without loading the config models (a workspace never is); else the target
+    is opened once (`open_models`: a workspace, or one project) and everything below is handed the project."""
     from gpux.artifacts import unchanged
-    from gpux.config import find
 
-    if find(req.path):  # checked without importing the config models: a no-op build must stay light
-        from gpux.workspace.commands import build_workspace, workspace_of
-
-        ws = workspace_of(req.path, req.store)
-        assert ws is not None
-        return build_workspace(ws, req.provider, req.store, req.as_json)
     request = {"provider": req.provider, "strict": req.strict, "verify": req.verify, "store": req.store,
                "shapes": req.shapes}
     if not req.force and not req.dry_run:
@@ -53,12 +48,18 @@ def build_command(req: BuildRequest) -> int:
             report.emit_json(replayed) if req.as_json else report.render_build(replayed)
             return 0
     from gpux.artifacts.build import build
-    from gpux.config.locate import open_project, remember
+    from gpux.config.locate import remember
     from gpux.model.io import load_checked
     from gpux.plan.choice import Place, keep
     from gpux.plan.select import select
+    from gpux.workspace.project import open_models
 
-    project = open_project(req.path)
+    ms = open_models(req.path, req.store)
+    if ms.workspace is not None:
+        from gpux.workspace.commands import build_workspace
+
+        return build_workspace(ms, req.provider, req.store, req.as_json)
+    project = ms.project
     for w in project.warnings:
         report.warn(w)
     io = load_checked(project, req.store)
@@ -72,7 +73,7 @@ def build_command(req: BuildRequest) -> int:
     log = report.progress(req.as_json)
     name, cannot_run, attempts = choose_builder(project, selection)
     before, config_sha = unchanged.snapshot(watched_inputs(project, io)), unchanged.config_digest(project.path)
-    result = build(project, name, force=req.force, verify=req.verify, store_dir=req.store, log=log, io=io,
+    result = build(project, name, force=req.force, verify=req.verify, store_dir=req.store, log=log,
                    shapes=req.shapes, strict=req.strict)
     remember(project)
     doc = {**result.to_dict(), "requested": selection.to_dict(),

@@ -39,21 +39,21 @@ class RunRequest:
 
 
 def run_command(req: RunRequest) -> int:
-    from gpux.config.locate import open_project
     from gpux.run.inuse import holding
-    from gpux.workspace.commands import run_workspace, workspace_of
+    from gpux.workspace.commands import run_workspace
+    from gpux.workspace.project import open_models
 
     if req.save and not req.files:
         from gpux.errors import UsageError
 
         raise UsageError(f"--save {req.save} draws the answers of image files; pass FILES (gpux run NAME FILE...)")
-    ws = workspace_of(req.target, req.store)
-    if ws is not None and req.files:
+    ms = open_models(req.target, req.store)  # the target is told apart and opened once
+    if ms.workspace is not None and req.files:
         from gpux.errors import UsageError
 
         raise UsageError("files are answered by one model; name its folder, not the workspace")
-    if ws is not None:
-        return run_workspace(ws, {k: v for k, v in dataclasses.asdict(req).items() if k != "target"})
+    if ms.workspace is not None:
+        return run_workspace(ms, {k: v for k, v in dataclasses.asdict(req).items() if k != "target"})
     if req.report:  # before minutes of measuring
         from gpux.bench.report_html import check_report_path
         from gpux.errors import UsageError
@@ -61,7 +61,7 @@ def run_command(req: RunRequest) -> int:
         if not req.benchmark:
             raise UsageError(f"--report {req.report} draws a benchmark; add --benchmark (or use gpux tune --report)")
         check_report_path(req.report)
-    project = open_project(req.target)
+    project = ms.project
     if req.files and not req.benchmark:
         from gpux.cli.answer import answer_files
 
@@ -71,7 +71,7 @@ def run_command(req: RunRequest) -> int:
 
         asked = BenchmarkRequest(**{f.name: getattr(req, f.name) for f in dataclasses.fields(BenchmarkRequest)})
         with holding(project.name, project.root, req.store, "gpux run --benchmark"):
-            return benchmark_command(asked)
+            return benchmark_command(project, asked)
     return run_once(project, req)
 
 

@@ -129,10 +129,10 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
     the installed runtimes); else, unless `model` is off, compare the declared I/O with the model file
     when it is present (read without importing onnx)."""
     if path.name.endswith(".workspace.yml"):  # a workspace: its own fields, its models, its pipeline's names
-        from gpux.config.workspace import load
+        from gpux.config.workspace import load_workspace
 
         try:
-            load(path, require_model=check_model)
+            load_workspace(path, require_model=check_model)
         except ConfigError as exc:
             return Result(path, sorted(exc.problems, key=lambda p: (p.line, p.col)))
         return Result(path)
@@ -140,9 +140,9 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
         project = open_project(str(path)) if path.suffix.lower() == ".onnx" else \
             load_config(path, require_model=check_model)
         if check_model:
-            from gpux.model.io import compat_check, load_checked
+            from gpux.model import io as model_io
 
-            note = compat_check(load_checked(project)).note
+            note = model_io.check_model(project).compat.note
             if note:
                 project.notes.append(project.problem(("model", "source"), note))
         elif model:

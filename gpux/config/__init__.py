@@ -10,7 +10,7 @@ CONFIG_NAMES = ("gpux.yml", "gpux.yaml")
 WORKSPACE_NAME = "gpux.workspace.yml"
 
 
-def find(target: str) -> Path | None:
+def find_workspace(target: str) -> Path | None:
     """The workspace file `target` means (the file, or a folder holding one), else None."""
     p = Path(target or ".")
     if p.is_file() and p.name.endswith(".workspace.yml"):

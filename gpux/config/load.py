@@ -6,9 +6,10 @@ Every problem is reported at once (ConfigError), located at file:line:col as the
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -18,6 +19,26 @@ from gpux.config.parse import Loc, Marks, Written, parse_yaml
 from gpux.config.problems import describe_errors, show_value
 from gpux.config.schema import GpuxConfig
 from gpux.errors import ConfigError, Problem
+
+T = TypeVar("T")
+
+
+@dataclass
+class Derived:
+    """What the rooms above derive from a project's files once per process (`gpux.model.io.check_model`: the
+    model's checked I/O and its versions against ONNX Runtime), kept with the project so no room reads the
+    model again. Copies made with `dataclasses.replace` share it; each value is kept with the key it was
+    derived under (the model file's size and mtime, the declared I/O) and derived again when that changes."""
+
+    values: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+    def get(self, name: str, key: Any, derive: Callable[[], T]) -> T:
+        kept = self.values.get(name)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        value = derive()
+        self.values[name] = (key, value)
+        return value
 
 
 @dataclass(frozen=True)
@@ -38,6 +59,7 @@ class Project:
     notes: list[Problem] = field(default_factory=list, repr=False)  # the warnings, located
     shown: str = ""
     implied: bool = False
+    derived: Derived = field(default_factory=Derived, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shown", self.shown or str(self.path))

@@ -9,7 +9,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpux.config import find
 from gpux.config.load import Project, load_config
 from gpux.config.problems import NAME_RE
 from gpux.errors import ConfigError, Problem
@@ -79,7 +78,7 @@ def pipeline_project(ws: Workspace) -> Project:
     return Project(path=ws.path, config=config)
 
 
-def load(path: Path, require_model: bool = True) -> Workspace:
+def load_workspace(path: Path, require_model: bool = True) -> Workspace:
     """Read and check a workspace file, then every project it names and its pipeline (those problems at once)."""
     from gpux.config.parse import parse_yaml
 
@@ -144,4 +143,4 @@ def pipeline_problems(config: WorkspaceConfig) -> list[tuple[tuple[Any, ...], st
     return out
 
 
-__all__ = ["Workspace", "WorkspaceConfig", "find", "load"]
+__all__ = ["Workspace", "WorkspaceConfig", "load_workspace", "pipeline_project"]

@@ -165,7 +165,7 @@ def package_command(req: PackageRequest) -> int:
     plan = plan_image(project, name, host_key_parts(project, row.host_build, io), base_image=req.base_image,
                       tag=req.tag, ca_bundle=req.ca_bundle, serve=req.serve)
     if plan.reuse and row.host_build:
-        built = build(project, row.host_build, store_dir=req.store, log=report.progress(req.as_json), io=io)
+        built = build(project, row.host_build, store_dir=req.store, log=report.progress(req.as_json))
         plan.artifacts = [r.artifact.dir for r in built.results]
     for note in plan.notes:
         report.info(f"note: {note}")

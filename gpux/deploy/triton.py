@@ -267,7 +267,7 @@ def export(project: Project, provider: str, repo: Path, version: int = 1, store_
     io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
     cfg = config_dict(project, provider, inputs, outputs)
-    built = build(served_project(project, provider, flavor), flavor.builder, store_dir=store_dir, log=log, io=io)
+    built = build(served_project(project, provider, flavor), flavor.builder, store_dir=store_dir, log=log)
     art = built.final.artifact
     files = artifact_files(art.dir, art.manifest["main"], flavor)
     folder = write_model(repo, cfg, version, files)

@@ -17,6 +17,8 @@ def structural_problems(model: Any, path: Path, external: tuple[str, ...]) -> li
     """What makes `model` (read from `path`, external data not loaded) unusable by any runtime."""
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         return ["not an ONNX model: no graph (empty or not a model file)"]
+    if any(not (path.parent / f).is_file() for f in external):
+        return []  # the caller names the missing files (the checker would only say it cannot read them)
     out = _truncated(model, path) if external else []
     onnx = require("onnx")
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)

@@ -214,17 +214,36 @@ def compat_check(io: ModelIO, store: Path | None = None) -> Any:
         else Compat()
 
 
-def load_checked(project: Project, store_dir: str | Path | None = None) -> ModelIO:
-    """The model's interface, after checking the declared inputs/outputs against it."""
-    from gpux.files import store_root
+@dataclass(frozen=True)
+class Checked:
+    """A project's model, checked: its interface (matching the declared one) and how its versions meet the
+    installed ONNX Runtime (`gpux.model.compat.Compat`: an IR version to lower to, with its note)."""
 
+    io: ModelIO
+    compat: Any
+
+
+def check_model(project: Project, store_dir: str | Path | None = None) -> Checked:
+    """The model read and checked once per project per process (kept on `project.derived`, read again only when
+    the model file or the declared I/O changes); raises ConfigError listing every problem."""
     if not project.source.is_file():
         raise ConfigError([project.problem(("model", "source"), f"file not found: {project.source}")])
+    st = project.source.stat()
+    cfg = project.config
+    key = (project.source, st.st_size, st.st_mtime_ns, cfg.model, cfg.inputs, cfg.outputs)
+    return project.derived.get("model", key, lambda: _checked(project, store_dir))
+
+
+def _checked(project: Project, store_dir: str | Path | None) -> Checked:
+    from gpux.files import store_root
+    from gpux.model.compat import Compat
+
     if source_format(project) in TORCH_FORMATS:
-        return declared_io(project)
+        return Checked(declared_io(project), Compat())
     store = store_root(project.root, store_dir)
     io = read_io(project.source, store / ".model-io.json")
-    model_problems = [*io.problems, *compat_check(io, store).problems]
+    compat = compat_check(io, store)
+    model_problems = [*io.problems, *compat.problems]
     if model_problems:
         named = "" if project.implied else f"{project.source.name}: "  # else the problem names the model
         raise ConfigError([project.problem(("model", "source"), named + m) for m in model_problems])
@@ -235,7 +254,12 @@ def load_checked(project: Project, store_dir: str | Path | None = None) -> Model
                                            f"{', '.join(missing)}"))
     if problems:
         raise ConfigError(problems)
-    return io
+    return Checked(io, compat)
+
+
+def load_checked(project: Project, store_dir: str | Path | None = None) -> ModelIO:
+    """The model's interface, after checking the declared inputs/outputs against it (once: `check_model`)."""
+    return check_model(project, store_dir).io
 
 
 def source_files(project: Project, io: ModelIO) -> list[Path]:

@@ -123,7 +123,7 @@ class Fallback:
         started = time.perf_counter()
         try:
             result = build(self.project, provider, force=self.force, verify=self.verify, store_dir=self.store_dir,
-                           log=self.log, io=self.io, full_check=True, for_run=True, strict=self.strict)
+                           log=self.log, full_check=True, for_run=True, strict=self.strict)
         except (ModelError, InputError):
             raise  # the model itself, or the inputs in hand: no other provider helps
         except GpuxError as exc:

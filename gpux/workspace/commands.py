@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from gpux import report
 from gpux.errors import GpuxError, UsageError
 from gpux.plan.choice import keep, read, write
-from gpux.workspace.project import Models, choose, derived, open_models
+from gpux.workspace.project import Models, choose, derived, open_models, workspace_of
 
 # `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
 UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline", "report")
@@ -155,13 +154,6 @@ def _render_run(doc: dict[str, Any], as_json: bool) -> None:
     rows.append(["end to end", doc["provider"], f"{e['p50_ms']:.4f}", f"{e['p99_ms']:.4f}", f"{e['mean_ms']:.4f}"])
     print(report.format_table(["step", "provider", "p50 ms", "p99 ms", "mean ms"], rows))
     print(f"{doc['runs']} runs after {doc['warmup']} warm-up; {e['per_s']:.1f} pipelines/s")
-
-
-def workspace_of(target: str, store_dir: str | Path | None) -> Models | None:
-    """The workspace `target` names, opened; None for a plain project."""
-    from gpux.config import find
-
-    return open_models(target, store_dir) if find(target) else None
 
 
 __all__ = ["InUse", "build_workspace", "inspect_workspace", "run_workspace", "use_command", "workspace_of"]

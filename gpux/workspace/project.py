@@ -26,20 +26,38 @@ class Models:
     def offer(self) -> Offer:
         return compute(self.models)
 
+    @property
+    def project(self) -> Project:
+        """The one project of a target that is not a workspace."""
+        [project] = self.models.values()
+        return project
+
 
 def open_models(target: str, store_dir: str | Path | None = None) -> Models:
-    """A workspace file (or a folder with one), else a gpux.yml project of one model."""
+    """A workspace file (or a folder with one), else a gpux.yml project of one model: the target is told apart
+    and opened once, here."""
     from gpux.config.locate import open_project
-    from gpux.config.workspace import find, load
 
-    path = find(target)
-    if path is not None:
-        ws = load(path)
-        off = [n for n in ws.projects if n not in ws.enabled]
-        models = ws.enabled if ws.config.runtime.build_on_run else {n: pinned(p) for n, p in ws.enabled.items()}
-        return Models(Place(ws.name, ws.root, store_dir), models, off, ws)
+    ms = workspace_of(target, store_dir)
+    if ms is not None:
+        return ms
     project = open_project(target)
     return Models(Place(project.name, project.root, store_dir), {project.name: project})
+
+
+def workspace_of(target: str, store_dir: str | Path | None = None) -> Models | None:
+    """The workspace `target` names (the file, or a folder holding one and no gpux.yml), opened; None for a
+    plain project (then nothing is loaded)."""
+    from gpux.config import find_workspace
+    from gpux.config.workspace import load_workspace
+
+    path = find_workspace(target)
+    if path is None:
+        return None
+    ws = load_workspace(path)
+    off = [n for n in ws.projects if n not in ws.enabled]
+    models = ws.enabled if ws.config.runtime.build_on_run else {n: pinned(p) for n, p in ws.enabled.items()}
+    return Models(Place(ws.name, ws.root, store_dir), models, off, ws)
 
 
 def pinned(project: Project) -> Project:
@@ -89,4 +107,4 @@ def derived(project: Project, provider: str) -> dict[str, Any]:
             "steps": [t.id for t in chain], "options": block.model_dump(mode="json")}
 
 
-__all__ = ["Choice", "Models", "choose", "derived", "open_models"]
+__all__ = ["Choice", "Models", "choose", "derived", "open_models", "workspace_of"]
