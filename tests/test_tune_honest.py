@@ -49,9 +49,9 @@ def test_rounds_rotate_the_order_pause_between_slices_and_keep_a_score_per_round
 def test_speedup_is_the_baseline_median_over_the_candidate_with_the_per_round_range() -> None:
     base, cand = [2.0, 2.2, 1.8], [1.0, 1.0, 1.0]  # seconds per round
     vs = rounds.speedup(2.0, base, 1.0, cand, "latency")
-    assert vs == {"speedup": 2.0, "low": 1.8, "high": 2.2, "rounds": 3}
+    assert vs == {"speedup": 2.0, "low": 1.8, "high": 2.2, "paired": 2.0, "rounds": 3}
     thr = rounds.speedup(100.0, [100.0, 90.0], 150.0, [150.0, 180.0], "throughput")
-    assert thr["speedup"] == 1.5 and (thr["low"], thr["high"]) == (1.5, 2.0)
+    assert thr["speedup"] == 1.5 and (thr["low"], thr["high"], thr["paired"]) == (1.5, 2.0, 1.75)
     assert rounds.clearly_faster([1.0, 1.0, 1.0], [1.1, 1.2, 1.05], "latency")
     assert not rounds.clearly_faster([1.0, 1.0, 1.0], [1.1, 0.99, 1.05], "latency"), "slower in one round"
     five = [1.0] * 5
@@ -78,6 +78,19 @@ def test_a_candidate_within_noise_of_a_faster_one_is_not_called_faster() -> None
     fp32 = measured("fp32", [1.0, 1.02, 1.05])
     assert choose([fp32, clear], "latency") is clear
     assert "slower than the chosen one" in fp32.why
+
+
+def test_candidates_are_ranked_by_their_median_round_ratio_not_by_pooled_latencies() -> None:
+    """A candidate whose pooled p50 looks best because the rounds it shone in were quiet ones is not the fastest:
+    each round's load is divided out by the plain session measured in the same round."""
+    base = [1.0, 1.0, 3.0, 3.0, 3.0]  # the machine slowed down after round 2
+    fp32 = measured("fp32", [0.9, 0.9, 2.9, 2.9, 2.9])  # just under plain ORT in every round
+    int8 = measured("int8", [0.6, 0.6, 1.8, 1.8, 1.8])  # 1.67x in every round
+    fp32.row["stats"]["p50"], int8.row["stats"]["p50"] = 0.9, 1.8  # pooled medians skewed by which rounds counted
+    for o in (fp32, int8):
+        o.row["vs_plain_ort"] = rounds.speedup(2.0, base, o.row["stats"]["p50"], o.row["round_scores"], "latency")
+    assert choose([fp32, int8], "latency") is int8
+    assert fp32.why.startswith("1.6") and "slower than the chosen one" in fp32.why
 
 
 def test_tune_measures_a_plain_ort_baseline_and_the_lock_holds_figures_and_accuracy(mlp_project: Path) -> None:

@@ -86,11 +86,12 @@ def ratios(base: Sequence[float], other: Sequence[float], objective: str) -> lis
 def speedup(base: float, base_scores: Sequence[float], value: float, scores: Sequence[float],
             objective: str) -> dict[str, Any]:
     """Speedup over the baseline (its median latency over the candidate's, or the candidate's throughput over
-    its) and its noise: the least and greatest ratio of a round."""
+    its), its noise (the least and greatest ratio of a round) and the median ratio of a round (`paired`: each
+    round's load divided out, what candidates are ranked by)."""
     x = base / value if objective == "latency" else value / base
     per_round = ratios(base_scores, scores, objective) or [x]
     return {"speedup": round(x, 4), "low": round(min(per_round), 4), "high": round(max(per_round), 4),
-            "rounds": len(per_round)}
+            "paired": round(statistics.median(per_round), 4), "rounds": len(per_round)}
 
 
 def clearly_faster(a: Sequence[float], b: Sequence[float], objective: str) -> bool:

@@ -173,10 +173,11 @@ PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3}  # ties within noi
 
 
 def choose(outcomes: list[Outcome], objective: str, allow_unverified: bool = False) -> Outcome | None:
-    """The fastest candidate that passed verification and ran (None: none did); each row says why not. One
-    verified on generated data only (a lossy artifact: "unverified") is listed, not chosen, unless allowed. A
-    candidate within noise of the fastest (not clearly slower: gpux.bench.rounds.clearly_faster) ties with it, and
-    ties go to the higher precision, then to the simpler candidate (earlier in the list)."""
+    """The fastest candidate that passed verification and ran (None: none did; ranked by the median round ratio over
+    the plain session where it was measured, so a round slowed by the machine slows everyone in it); each row says
+    why not. One verified on generated data only (a lossy artifact: "unverified") is listed, not chosen, unless
+    allowed. A candidate within noise of the fastest (not clearly slower: gpux.bench.rounds.clearly_faster) ties
+    with it, and ties go to the higher precision, then to the simpler candidate (earlier in the list)."""
     from gpux.bench import rounds
 
     for o in outcomes:
@@ -186,24 +187,28 @@ def choose(outcomes: list[Outcome], objective: str, allow_unverified: bool = Fal
     if not ok:
         return None
 
-    def score(o: Outcome) -> float:
+    paired = all((o.row.get("vs_plain_ort") or {}).get("paired") for o in ok)
+
+    def speed(o: Outcome) -> float:  # higher is faster: the median round ratio over the plain session, else p50
+        if paired:
+            return float(o.row["vs_plain_ort"]["paired"])
         s = o.row["stats"]
-        return float(s["p50"] if objective == "latency" else -s["throughput"])
+        return float(1 / s["p50"] if objective == "latency" else s["throughput"])
 
     def beats(a: Outcome, b: Outcome) -> bool:
         ra, rb = a.row.get("round_scores"), b.row.get("round_scores")
-        return rounds.clearly_faster(ra, rb, objective) if ra and rb else score(a) < score(b)
+        return rounds.clearly_faster(ra, rb, objective) if ra and rb else speed(a) > speed(b)
 
-    fastest = min(ok, key=score)
+    fastest = max(ok, key=speed)
     tied = [o for o in ok if not beats(fastest, o)]
     best = min(tied, key=lambda o: (PRECISION_RANK.get(o.precision, 0), outcomes.index(o)))
     for o in ok:
-        o.why = _why(o, best, fastest, objective, beats(best, o), score)
+        o.why = _why(o, best, fastest, objective, beats(best, o), speed)
     return best
 
 
 def _why(o: Outcome, best: Outcome, fastest: Outcome, objective: str, slower: bool,
-         score: Callable[[Outcome], float]) -> str:
+         speed: Callable[[Outcome], float]) -> str:
     from gpux.bench import rounds
 
     def noise(a: Outcome, b: Outcome) -> str:  # how many times faster a was than b, per round
@@ -215,7 +220,7 @@ def _why(o: Outcome, best: Outcome, fastest: Outcome, objective: str, slower: bo
     if o is best:
         return (f"chosen: within noise of the fastest ({fastest.provider} {fastest.precision}"
                 f"{noise(fastest, o)}), {'higher precision' if o.precision != fastest.precision else 'simpler'}")
-    ratio = score(o) / score(best) if objective == "latency" else score(best) / score(o)
+    ratio = speed(best) / speed(o)
     if slower:
         return f"{ratio:.2f}× slower than the chosen one"
     return f"within noise of the chosen one{noise(o, best)}; chosen for precision or simplicity"
