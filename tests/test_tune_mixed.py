@@ -87,7 +87,7 @@ def test_tune_tries_the_mixed_ladder_where_plain_int8_fails_and_locks_one_meetin
     assert r.returncode == 0, r.stderr
     lock = json.loads(r.stdout)
     plain = next(c for c in lock["candidates"] if c["options"].get("quantization") == "static" and not c["refines"])
-    assert plain["status"] == "failed verification" and plain["accuracy"]["top1"] < 0.9
+    assert plain["status"] == "failed verification" and plain["accuracy"]["top5"] < 0.99
     mixed = [c for c in lock["candidates"] if (c["changes"] or {}).get("keep_fp32")]
     assert [c["changes"]["keep_fp32"] for c in mixed] == [0.05, 0.15, 0.3]
     tried = [c for c in lock["candidates"] if c["status"] not in ("not needed", "over budget")]
@@ -99,7 +99,8 @@ def test_tune_tries_the_mixed_ladder_where_plain_int8_fails_and_locks_one_meetin
     acc = passed["accuracy"]
     assert acc["data"].startswith("calibration hold-out (11 of 44") and acc["representative"] is True
     floor = acc["tolerances"]
-    assert acc["top1"] >= floor["min_top1"] and acc["top5"] >= floor["min_top5"]
+    assert floor["min_top1"] is None, "below fp32 a classifier's top-1 over every row is not a default floor"
+    assert acc["top5"] >= floor["min_top5"]
     assert acc["top1_confident"] >= floor["min_top1_confident"]
     assert passed in mixed and passed["keep_fp32"]["ranked_on"]["samples"] == 33
     assert len(passed["keep_fp32"]["kept"]) == {0.05: 3, 0.15: 8, 0.3: 16}[passed["changes"]["keep_fp32"]]
