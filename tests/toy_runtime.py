@@ -44,7 +44,8 @@ def targets(project: Any, provider: str, inputs: Any = None) -> list[Any]:
     from gpux.plan.targets import Target
 
     block = getattr(project.config.providers, provider, None) or ToyOptions()  # a block when gpux.yml knows it
-    return [Target("toy-reference", "toy-copy", provider, "fp32", block.model_dump(mode="json"))]
+    return [Target(id="toy-reference", step="toy-copy", provider=provider, precision="fp32",
+                   options=block.model_dump(mode="json"))]
 
 
 def build(ctx: Any) -> dict[str, Any]:

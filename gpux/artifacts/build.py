@@ -45,7 +45,7 @@ def device_identity(step: ArtifactKind, target: Target) -> dict[str, Any]:
     return cpu_identity()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TargetResult:
     target: Target
     key: str
@@ -118,7 +118,8 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
                                              (stale or reason2 or reason) + (f"; {SLOW_BUILD}" if slow else ""))
                 else:
                     cached = True
-        r = TargetResult(target, key, art, cached, time.perf_counter() - started, "" if cached else reason)
+        r = TargetResult(target=target, key=key, artifact=art, cached=cached, seconds=time.perf_counter() - started,
+                         reason="" if cached else reason)
         log(f"{target.id}: {'cached' if cached else 'built'} → {art.dir}")
         result.results.append(r)
     _refuse_unverified(project, result, strict, log)

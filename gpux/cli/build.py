@@ -11,7 +11,7 @@ from gpux.errors import ProviderUnavailable
 from gpux.files import digest_files
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BuildRequest:
     """What `gpux build` was asked for (the click options, by name)."""
 

@@ -10,12 +10,14 @@ from gpux.files import store_root
 
 def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     from gpux.files import reading_only
-    from gpux.workspace.commands import inspect_workspace, workspace_of
+    from gpux.workspace.commands import inspect_workspace
+    from gpux.workspace.project import open_models
 
     with reading_only():  # inspect writes nothing: not the saved choice, not even a memo of hashes
-        if (ws := workspace_of(target, store_dir)) is not None:
-            return inspect_workspace(ws, store_dir, as_json)
-        doc, warnings = describe(target, store_dir)
+        ms = open_models(target, store_dir)
+        if ms.workspace is not None:
+            return inspect_workspace(ms, store_dir, as_json)
+        doc, warnings = describe(ms.project, store_dir)
     if as_json:
         report.emit_json(doc)
         return 0
@@ -23,17 +25,15 @@ def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
     return 0
 
 
-def describe(target: str, store_dir: str | None) -> tuple[dict[str, Any], list[str]]:
+def describe(project: Any, store_dir: str | None) -> tuple[dict[str, Any], list[str]]:
     """The inspect document, and its warnings (the text report ends with them): this installation, the
     choice (a reset `gpux use`, a lock measured elsewhere) and the providers asked for that a run would skip."""
     from gpux.config import CONFIG_NAMES
-    from gpux.config.locate import open_project
     from gpux.model.io import effective_io, load_checked, source_files
     from gpux.plan.lock import LOCK_NAME, read_lock
     from gpux.plan.select import select
     from gpux.providers import ort_conflict_warning, probe_for, registry, runtime_of
 
-    project = open_project(target)
     io = load_checked(project, store_dir)
     inputs, outputs = effective_io(project, io)
     avail = [{**probe_for(project, p).to_dict(), "runtime": runtime_of(project, p)} for p in registry()]

@@ -137,7 +137,7 @@ def run(target: str, **kwargs: Any) -> None:
     """
     from gpux.cli.run import RunRequest, run_command
 
-    sys.exit(run_command(RunRequest(target, command_line=command_line(), **kwargs)))
+    sys.exit(run_command(RunRequest(target=target, command_line=command_line(), **kwargs)))
 
 
 @cli.command()

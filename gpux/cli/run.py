@@ -9,7 +9,7 @@ from typing import Any
 from gpux import report
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunRequest:
     """What `gpux run` was asked for (the click options, by name); the benchmark's own ones included."""
 

@@ -41,7 +41,7 @@ class Derived:
         return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Project:
     """A loaded gpux.yml: the validated config plus where it lives.
 

@@ -54,17 +54,16 @@ def triton_command(targets: list[str], repo: str, provider: str | None, version:
                    as_json: bool) -> int:
     """Export each target (a project on its chosen provider, or a workspace) into one repository."""
     from gpux import report
-    from gpux.config.locate import open_project
     from gpux.deploy.image import choose_provider
-    from gpux.workspace.commands import workspace_of
+    from gpux.workspace.project import open_models
 
     done, log = [], report.progress(as_json)
     for target in targets:
-        ws = workspace_of(target, store)
-        if ws is not None:
-            done += export_workspace(ws, provider, Path(repo), version, store, log)
+        ms = open_models(target, store)
+        if ms.workspace is not None:
+            done += export_workspace(ms, provider, Path(repo), version, store, log)
             continue
-        project = open_project(target)
+        project = ms.project
         done.append(export(project, choose_provider(project, provider), Path(repo), version, store, log))
     if as_json:
         report.emit_json({"repository": repo, "models": [e.to_dict() for e in done]})

@@ -27,7 +27,7 @@ class Tensor:
         return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelIO:
     inputs: tuple[Tensor, ...]
     outputs: tuple[Tensor, ...]
@@ -45,8 +45,9 @@ class ModelIO:
                                 tuple(None if isinstance(d, int) and d < 0 else d for d in t["shape"]))
                          for t in items)
 
-        return cls(tensors(d["inputs"]), tensors(d["outputs"]), d["opset"], d["ir_version"], d["producer"],
-                   tuple(d["external_data"]), dict(d.get("opsets") or {}), tuple(d.get("problems") or ()))
+        return cls(inputs=tensors(d["inputs"]), outputs=tensors(d["outputs"]), opset=d["opset"],
+                   ir_version=d["ir_version"], producer=d["producer"], external_data=tuple(d["external_data"]),
+                   opsets=dict(d.get("opsets") or {}), problems=tuple(d.get("problems") or ()))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -202,7 +203,7 @@ def declared_io(project: Project) -> ModelIO:
     def tensors(specs: Mapping[str, TensorSpec] | None) -> tuple[Tensor, ...]:
         return tuple(Tensor(n, s.dtype, tuple(s.shape) if s.shape else None) for n, s in (specs or {}).items())
 
-    return ModelIO(tensors(cfg.inputs), tensors(cfg.outputs), producer=source_format(project))
+    return ModelIO(inputs=tensors(cfg.inputs), outputs=tensors(cfg.outputs), producer=source_format(project))
 
 
 def compat_check(io: ModelIO, store: Path | None = None) -> Any:

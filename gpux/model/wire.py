@@ -127,4 +127,4 @@ def _read(buf: memoryview) -> ModelIO:
             inputs.append(_tensor(v))
         elif n == GRAPH_OUTPUT:
             outputs.append(_tensor(v))
-    return ModelIO(tuple(t for t in inputs if t.name not in init), tuple(outputs), ir_version=ir)
+    return ModelIO(inputs=tuple(t for t in inputs if t.name not in init), outputs=tuple(outputs), ir_version=ir)

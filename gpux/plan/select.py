@@ -23,7 +23,7 @@ BACKEND = "runtime.backend"
 AUTO = "auto"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Selection:
     """The ordered providers to try, where that order came from, and what this machine said about them."""
 
@@ -134,7 +134,8 @@ def select(project: Project, provider: str | None = None, strict: bool = False, 
     chain = _chain(project, request, source, strict)
     notes = ("strict with backend auto: the best available provider is used; none → exit 4",) \
         if strict and request == (AUTO,) else ()
-    sel = Selection(chain, source, strict, notes, tuple(warnings), project=project, reset=reset)
+    sel = Selection(chain=chain, source=source, strict=strict, notes=notes, warnings=tuple(warnings), project=project,
+                    reset=reset)
     if not here:
         return sel
     skipped: list[Availability] = []
@@ -199,7 +200,7 @@ def select_shared(models: dict[str, Project], place: Place, provider: str | None
                                   hint="see `gpux inspect` for the model × provider matrix")
     chosen = wanted or offer.best
     assert chosen is not None
-    return Selection((chosen,), source, True, warnings=tuple(warnings), runs_on=chosen, reset=reset)
+    return Selection(chain=(chosen,), source=source, strict=True, warnings=tuple(warnings), runs_on=chosen, reset=reset)
 
 
 __all__ = ["ENV_PROVIDER", "Selection", "ladder", "last_resort", "parse_request", "select", "select_shared"]

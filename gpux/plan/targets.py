@@ -10,7 +10,7 @@ from typing import Any
 from gpux.config.load import Project
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Target:
     """One artifact to build: what makes it, from what, with which resolved options."""
 

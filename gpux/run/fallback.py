@@ -49,7 +49,7 @@ class Opened:
     timings: dict[str, float]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Fallback:
     """The providers still to try, in order, and every attempt so far."""
 

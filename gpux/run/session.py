@@ -233,8 +233,8 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
     selection = select(project, provider, strict, store_dir=store_dir, given_by=provider_source)
     project = selection.project or project
     warnings += selection.warnings
-    fallback = Fallback(project, io, selection, store_dir, force, verify, log or (lambda _m: None),
-                        strict if verified_only is None else verified_only)
+    fallback = Fallback(project=project, io=io, selection=selection, store_dir=store_dir, force=force, verify=verify,
+                        log=log or (lambda _m: None), strict=strict if verified_only is None else verified_only)
     return Session(fallback, fallback.next(), warnings=warnings, placement=placement)
 
 

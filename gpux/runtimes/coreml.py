@@ -391,5 +391,6 @@ def package_targets(project: Any, provider: str, fmt: str) -> list[Any]:
 
     o = getattr(project.config.providers, provider)
     profiles = {d: r.model_dump() for d, r in project.config.providers.tensorrt.profiles.items()}
-    return [Target(f"coreml-package-{o.compute_precision}", "coreml-package", provider, o.compute_precision,
-                   {**o.model_dump(mode="json"), "source_format": fmt, "profiles": profiles})]
+    return [Target(id=f"coreml-package-{o.compute_precision}", step="coreml-package", provider=provider,
+                   precision=o.compute_precision,
+                   options={**o.model_dump(mode="json"), "source_format": fmt, "profiles": profiles})]

@@ -32,4 +32,5 @@ def onnx_target(options: dict[str, Any]) -> Target:
         for k in ("quantization", "calibration", "calibration_samples", "per_channel"):
             opts.pop(k, None)
     level = opts.get("optimization", "basic")
-    return Target(f"onnx-{label}-{level}", ONNX_STEPS[precision], "onnxruntime", precision, opts)
+    return Target(id=f"onnx-{label}-{level}", step=ONNX_STEPS[precision], provider="onnxruntime", precision=precision,
+                  options=opts)

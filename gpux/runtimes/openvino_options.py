@@ -110,7 +110,8 @@ def openvino_targets(project: Any, provider: str, inputs: dict[str, Any] | None 
     if o.runtime == "onnxruntime":
         return onnx_targets(project, provider, inputs)
     label = f"int8-{o.int8_mode}" if o.precision == "int8" else o.precision  # the int8 variants apart
-    return [Target(f"openvino-ir-{label}", "openvino-ir", provider, o.precision, o.model_dump(mode="json"))]
+    return [Target(id=f"openvino-ir-{label}", step="openvino-ir", provider=provider, precision=o.precision,
+                   options=o.model_dump(mode="json"))]
 
 
 def triton_parameters(o: OpenVINOOptions) -> dict[str, Any]:

@@ -105,8 +105,8 @@ def tensorrt_targets(project: Any, provider: str, inputs: dict[str, Any] | None 
     base = onnx_target(base_opts)
     opts = t.model_dump(mode="json")
     opts["profile_shapes"] = trt_profiles(project, t, inputs or {})
-    return [base, Target(f"tensorrt-engine-{t.precision}", "tensorrt-engine", provider, t.precision, opts,
-                         consumes=base.id)]
+    return [base, Target(id=f"tensorrt-engine-{t.precision}", step="tensorrt-engine", provider=provider,
+                         precision=t.precision, options=opts, consumes=base.id)]
 
 
 def trt_profiles(project: Any, t: Any, inputs: dict[str, Any]) -> dict[str, str]:

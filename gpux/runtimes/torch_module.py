@@ -356,4 +356,5 @@ def torch_target(project: Any, provider: str, fmt: str) -> Any:
     opts = {**t.model_dump(mode="json"), "compile": mode, "device": provider,
             "device_id": int(getattr(block, "device_id", 0) or 0), "source_format": fmt}
     label = "eager" if mode == "off" else mode
-    return Target(f"torch-{provider}-{t.precision}-{label}", "torch-module", provider, t.precision, opts)
+    return Target(id=f"torch-{provider}-{t.precision}-{label}", step="torch-module", provider=provider,
+                  precision=t.precision, options=opts)

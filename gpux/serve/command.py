@@ -60,28 +60,24 @@ def _open(cmd: ServeCommand) -> tuple[list[Any], dict[str, str], list[tuple[str,
     """(the projects to serve, model name → provider a workspace fixed for it, whose in-use lock to hold,
     pipelines served as one model). A workspace target serves each enabled model on the one provider the
     workspace chose, and its pipeline (if any) as a model named after the workspace."""
-    from gpux.config.locate import open_project
     from gpux.config.workspace import pipeline_project
-    from gpux.workspace.commands import workspace_of
-    from gpux.workspace.project import choose
+    from gpux.workspace.project import choose, open_models
 
     projects, fixed, places, pipelines = [], {}, [], {}
     for t in cmd.targets or ["."]:
-        ws = workspace_of(t, cmd.store)
-        if ws is None:
-            project = open_project(t)
-            projects.append(_override(project, cmd.overrides))
-            places.append((project.name, project.root))
+        ms = open_models(t, cmd.store)
+        places.append((ms.place.name, ms.place.root))
+        if ms.workspace is None:
+            projects.append(_override(ms.project, cmd.overrides))
             continue
-        choice = choose(ws, cmd.provider)
+        choice = choose(ms, cmd.provider)
         for w in choice.warnings:
             logging.getLogger("gpux.serve").warning(w)
-        projects += [_override(p, cmd.overrides) for p in ws.models.values()]
-        fixed.update({p.name: choice.provider for p in ws.models.values()})
-        places.append((ws.place.name, ws.place.root))
-        if ws.workspace and ws.workspace.config.pipeline:
-            projects.append(_override(pipeline_project(ws.workspace), cmd.overrides))
-            pipelines[ws.place.name] = (ws, choice)
+        projects += [_override(p, cmd.overrides) for p in ms.models.values()]
+        fixed.update({p.name: choice.provider for p in ms.models.values()})
+        if ms.workspace.config.pipeline:
+            projects.append(_override(pipeline_project(ms.workspace), cmd.overrides))
+            pipelines[ms.place.name] = (ms, choice)
     return projects, fixed, places, pipelines
 
 

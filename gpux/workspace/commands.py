@@ -7,7 +7,7 @@ from typing import Any
 from gpux import report
 from gpux.errors import GpuxError, UsageError
 from gpux.plan.choice import keep, read, write
-from gpux.workspace.project import Models, choose, derived, open_models, workspace_of
+from gpux.workspace.project import Models, choose, derived, open_models
 
 # `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
 UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline", "report")
@@ -156,4 +156,4 @@ def _render_run(doc: dict[str, Any], as_json: bool) -> None:
     print(f"{doc['runs']} runs after {doc['warmup']} warm-up; {e['per_s']:.1f} pipelines/s")
 
 
-__all__ = ["InUse", "build_workspace", "inspect_workspace", "run_workspace", "use_command", "workspace_of"]
+__all__ = ["InUse", "build_workspace", "inspect_workspace", "run_workspace", "use_command"]

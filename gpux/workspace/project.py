@@ -34,26 +34,16 @@ class Models:
 
 
 def open_models(target: str, store_dir: str | Path | None = None) -> Models:
-    """A workspace file (or a folder with one), else a gpux.yml project of one model: the target is told apart
-    and opened once, here."""
-    from gpux.config.locate import open_project
-
-    ms = workspace_of(target, store_dir)
-    if ms is not None:
-        return ms
-    project = open_project(target)
-    return Models(Place(project.name, project.root, store_dir), {project.name: project})
-
-
-def workspace_of(target: str, store_dir: str | Path | None = None) -> Models | None:
-    """The workspace `target` names (the file, or a folder holding one and no gpux.yml), opened; None for a
-    plain project (then nothing is loaded)."""
+    """A workspace file (or a folder with one and no gpux.yml), else a project of one model (`workspace` None):
+    the target is told apart and opened once, here, for every command that takes either."""
     from gpux.config import find_workspace
+    from gpux.config.locate import open_project
     from gpux.config.workspace import load_workspace
 
     path = find_workspace(target)
     if path is None:
-        return None
+        project = open_project(target)
+        return Models(Place(project.name, project.root, store_dir), {project.name: project})
     ws = load_workspace(path)
     off = [n for n in ws.projects if n not in ws.enabled]
     models = ws.enabled if ws.config.runtime.build_on_run else {n: pinned(p) for n, p in ws.enabled.items()}
@@ -107,4 +97,4 @@ def derived(project: Project, provider: str) -> dict[str, Any]:
             "steps": [t.id for t in chain], "options": block.model_dump(mode="json")}
 
 
-__all__ = ["Choice", "Models", "choose", "derived", "open_models", "workspace_of"]
+__all__ = ["Choice", "Models", "choose", "derived", "open_models"]
