@@ -122,8 +122,23 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
                          reason="" if cached else reason)
         log(f"{target.id}: {'cached' if cached else 'built'} → {art.dir}")
         result.results.append(r)
+    _keep_model_facts(project, checked, root)
     _refuse_unverified(project, result, strict, log)
     return result
+
+
+def _keep_model_facts(project: Project, checked: Any, root: Path) -> None:
+    """What the model check read (the model's I/O, what ONNX Runtime reads) kept in the store, now that it exists:
+    a first build checked the model before there was a store to keep them in, and a server or session opening the
+    artifact later should read neither the model nor ONNX Runtime's limits again (nor import onnx to do it)."""
+    from gpux.files import memoised
+    from gpux.model.io import compat_check
+
+    if checked.io.ir_version is None or not root.is_dir():
+        return  # a PyTorch source: its I/O is the declared one
+    memoised([project.source], root / ".model-io.json", lambda _p: checked.io.to_dict())
+    if not (root / ".ort-limits.json").is_file():
+        compat_check(checked.io, root)
 
 
 def _refuse_unverified(project: Project, result: BuildResult, strict: bool, log: Log) -> None:

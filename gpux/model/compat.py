@@ -97,7 +97,6 @@ def _ort_loads(data: bytes) -> bool:
     return True
 
 
-@cache
 def ort_limits(cache_file: Path | None = None) -> tuple[int, int] | None:
     """(newest IR version, newest default-domain opset) the installed ONNX Runtime loads; None: none here.
     Found by loading probe models (onnx and a session per try); with `cache_file`, kept there per installed
@@ -133,6 +132,7 @@ def _read_limits(cache_file: Path | None) -> dict[str, Any]:
     return got if isinstance(got, dict) else {}
 
 
+@cache
 def _probe_limits() -> tuple[int, int] | None:
     onnx = require("onnx")
     ir = next((v for v in range(onnx.IR_VERSION, 6, -1) if _ort_loads(_probe_model(v, 13))), None)
