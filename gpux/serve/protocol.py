@@ -61,10 +61,14 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
     started = time.perf_counter()
     model.active += 1
     try:
-        with repo.shm.hold(shm.refs(request)) as held:  # regions stay open until the outputs are written
-            await shm.read_inputs(held, request.inputs)
+        regions = shm.refs(request)
+        if not regions:  # the common case: tensors in the request, outputs in the reply
             result = await _infer(model, request, timeout)
-            result.shm = await shm.write_outputs(held, result.outputs, request.shm_outputs)
+        else:
+            with repo.shm.hold(regions) as held:  # regions stay open until the outputs are written
+                await shm.read_inputs(held, request.inputs)
+                result = await _infer(model, request, timeout)
+                result.shm = await shm.write_outputs(held, result.outputs, request.shm_outputs)
     except Exception:
         model.stats.fail.add(time.perf_counter() - started)
         raise
