@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from gpux.serve.body import Reply, json_reply
 from gpux.serve.errors import BadRequest, NotFound, ServeError
-from gpux.serve.rest import Receive, RestApp, Send, error_reply
+from gpux.serve.rest import Receive, RestApp, Send, error_reply, read_body
 from gpux.serve.rest import _options as options
 
 REPLICA_ACTOR = "SERVE_REPLICA::{app}#{deployment}#"  # Ray Serve's name of a replica actor, then its id
@@ -181,13 +181,5 @@ def empty(peer: Peer) -> dict[str, Any]:
 
 async def _small_body(receive: Receive, limit: int = 64 * 1024) -> bytes:
     """The body of a repository or statistics request (a small JSON object at most)."""
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(f"request body over {limit} bytes; a repository request is a small JSON object")
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
+    return await read_body(receive, limit, lambda: BadRequest(
+        f"request body over {limit} bytes; a repository request is a small JSON object"))

@@ -59,6 +59,20 @@ def infer_target(path: str) -> tuple[str, str] | None:
     return (parts[2], parts[4]) if len(parts) == 6 and parts[3] == "versions" else None
 
 
+async def read_body(receive: Receive, limit: int, over: Callable[[], ServeError]) -> bytes:
+    """A request's body, at most `limit` bytes (`over()` is raised past it)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise over()
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 class RestApp:
     """ASGI app; `repo` holds the models, `api_key` (when set) guards everything but the health routes."""
 
@@ -105,16 +119,8 @@ class RestApp:
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise TooLarge(f"request body of {int(declared)} bytes exceeds the limit of {limit} (serve.max_body_bytes)")
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise TooLarge(f"request body exceeds the limit of {limit} bytes (serve.max_body_bytes)")
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return await read_body(receive, limit, lambda: TooLarge(
+            f"request body exceeds the limit of {limit} bytes (serve.max_body_bytes)"))
 
     async def _route(self, method: str, path: str, body: bytes, headers: dict[bytes, bytes]) -> Reply:
         parts = path.strip("/").split("/")
