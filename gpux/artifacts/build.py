@@ -132,13 +132,13 @@ def _keep_model_facts(project: Project, checked: Any, root: Path) -> None:
     a first build checked the model before there was a store to keep them in, and a server or session opening the
     artifact later should read neither the model nor ONNX Runtime's limits again (nor import onnx to do it)."""
     from gpux.files import memoised
-    from gpux.model.io import compat_check
+    from gpux.model.compat import ort_limits
 
     if checked.io.ir_version is None or not root.is_dir():
         return  # a PyTorch source: its I/O is the declared one
     memoised([project.source], root / ".model-io.json", lambda _p: checked.io.to_dict())
     if not (root / ".ort-limits.json").is_file():
-        compat_check(checked.io, root)
+        ort_limits(root / ".ort-limits.json")  # probed once per process: kept, not probed again
 
 
 def _refuse_unverified(project: Project, result: BuildResult, strict: bool, log: Log) -> None:
