@@ -75,6 +75,10 @@ class Worker:
         """Whether `infer(feeds)` runs on the event loop's thread (small feeds of a fast model, no batching)."""
         return self.inline and sum(v.size for v in feeds.values()) <= self.inline_elements
 
+    def infer_inline(self, feeds: Feeds) -> dict[str, Any]:
+        """Run `feeds` here, on the caller's thread (what `infer` does for feeds that `runs_inline`)."""
+        return self._run_one(feeds, time.perf_counter())
+
     async def infer(self, feeds: Feeds) -> dict[str, Any]:
         if self.runs_inline(feeds):
             return self._run_one(feeds, time.perf_counter())

@@ -98,14 +98,15 @@ async def _infer(model: Model, request: InferRequest, timeout: float | None) -> 
         raise _runtime_error(exc) from None
     ready = time.perf_counter()
     picked = {n: np.asarray(outputs[n]) for n in wanted}
-    named = [n for n in wanted if answers and model.steps is not None and n in model.steps.post
-             and n not in request.classification]
+    named = [n for n in wanted if n in model.steps.post and n not in request.classification] \
+        if answers and model.steps is not None else []
     if named:
         shape = item.array.shape if item is not None else None
         picked.update(await asyncio.get_running_loop().run_in_executor(
             None, answer, model, picked, placements, shape, named))
-    result = InferResult(model, [(n, classify(n, a, request.classification[n], model.labels.get(n))
-                                  if n in request.classification else a) for n, a in picked.items()])
+    classes = request.classification
+    result = InferResult(model, [(n, classify(n, a, classes[n], model.labels.get(n)) if n in classes else a)
+                                 for n, a in picked.items()] if classes else list(picked.items()))
     model.stats.compute_output.add(time.perf_counter() - ready)
     return result
 
@@ -120,8 +121,8 @@ async def _run(model: Model, request: InferRequest, item: InferInput | None,
     feeds = check_inputs(model, request.inputs)
     checked = time.perf_counter()
     model.stats.compute_input.add(checked - started)
-    if model.worker.inline and model.worker.runs_inline(feeds):  # runs to completion here: limit checked after
-        out = await model.worker.infer(feeds)
+    if model.worker.runs_inline(feeds):  # runs to completion here: limit checked after
+        out = model.worker.infer_inline(feeds)
         if time.perf_counter() - checked > limit:
             raise TimeoutError
         return out, None
