@@ -67,3 +67,11 @@ def test_a_plugin_provider_is_validated_planned_built_and_run(plugin_env: dict[s
                          capture_output=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout.splitlines()[-1]) == {"provider": "toy", "used": "onnx.reference", "close": True}
+
+
+def test_shell_completion_offers_a_plugin_provider(plugin_env: dict[str, str]) -> None:
+    words = "gpux build . --provider t"
+    env = {**plugin_env, "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1),
+           "_GPUX_COMPLETE": "bash_complete"}
+    got = [line.split(",", 1)[1] for line in cli(env=env).stdout.splitlines()]
+    assert got == ["tensorrt", "toy"], got
