@@ -42,7 +42,8 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path], Any]) -> list[Any]:
+def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path], Any],
+             still_true: Callable[[Path, Any], bool] | None = None) -> list[Any]:
     """`compute(p)` for each path, remembered in `memo_file` by (size, mtime_ns) so unchanged files are not
     read again; the memo is read once and written once, and only into a store that exists already (commands
     that only read, such as `inspect`, never create one)."""
@@ -55,7 +56,8 @@ def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path]
         st = p.stat()
         key = str(p.resolve())
         entry = memo.get(key)
-        if not (isinstance(entry, list) and entry[:2] == [st.st_size, st.st_mtime_ns]):
+        if not (isinstance(entry, list) and entry[:2] == [st.st_size, st.st_mtime_ns]
+                and (still_true is None or still_true(p, entry[2]))):
             entry = memo[key] = [st.st_size, st.st_mtime_ns, compute(p)]
             changed = True
         out.append(entry[2])

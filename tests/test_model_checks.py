@@ -209,3 +209,19 @@ def test_a_checked_model_opens_without_onnx_and_the_runtime_limits_are_kept_per_
     (tmp_path / ".gpux" / ".ort-limits.json").write_text(json.dumps({"onnxruntime 0.0, onnx 0.0": [7, 7]}))
     assert cli("validate", "--check-model", str(tmp_path)).returncode == 0
     assert len(json.loads((tmp_path / ".gpux" / ".ort-limits.json").read_text())) == 2, "another version's kept"
+
+
+def test_a_remembered_reading_is_not_trusted_once_an_external_data_file_changes(tmp_path: Path) -> None:
+    """The model's I/O is remembered by the .onnx file's size and mtime; a reading made while its external data
+    file was missing must not hide that the file, once there, is truncated."""
+    from gpux.model.io import read_io
+
+    phrase = broken("truncated-external-data", tmp_path)
+    data = tmp_path / "weights.bin"
+    kept = data.read_bytes()
+    data.unlink()
+    memo = tmp_path / "memo.json"
+    assert read_io(tmp_path / "model.onnx", memo).external_data == ("weights.bin",)
+    assert memo.is_file()
+    data.write_bytes(kept)  # back, and truncated
+    assert any(phrase in p for p in read_io(tmp_path / "model.onnx", memo).problems)

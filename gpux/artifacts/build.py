@@ -131,12 +131,12 @@ def _keep_model_facts(project: Project, checked: Any, root: Path) -> None:
     """What the model check read (the model's I/O, what ONNX Runtime reads) kept in the store, now that it exists:
     a first build checked the model before there was a store to keep them in, and a server or session opening the
     artifact later should read neither the model nor ONNX Runtime's limits again (nor import onnx to do it)."""
-    from gpux.files import memoised
     from gpux.model.compat import ort_limits
+    from gpux.model.io import keep_io
 
     if checked.io.ir_version is None or not root.is_dir():
         return  # a PyTorch source: its I/O is the declared one
-    memoised([project.source], root / ".model-io.json", lambda _p: checked.io.to_dict())
+    keep_io(project.source, root / ".model-io.json", checked.io, checked.stamp)
     if not (root / ".ort-limits.json").is_file():
         ort_limits(root / ".ort-limits.json")  # probed once per process: kept, not probed again
 

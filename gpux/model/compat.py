@@ -103,7 +103,10 @@ def ort_limits(cache_file: Path | None = None) -> tuple[int, int] | None:
     onnxruntime and onnx version, so a process that opens a checked model imports neither to ask again."""
     if not is_installed("onnxruntime") or not is_installed("onnx"):
         return None
-    key = f"onnxruntime {version_of('onnxruntime')}, onnx {version_of('onnx')}"
+    from gpux.optional import installed_ort_distributions
+
+    runtimes = ", ".join(f"{d} {version_of(d)}" for d in installed_ort_distributions()) or "onnxruntime None"
+    key = f"{runtimes}, onnx {version_of('onnx')}"
     known = _read_limits(cache_file)
     if key in known:
         got = known[key]

@@ -83,8 +83,42 @@ def read_io(path: Path, memo: Path | None = None, check: bool = True) -> ModelIO
         return _parse_io(path, check)
     from gpux.files import memoised
 
-    [cached] = memoised([path], memo, lambda p: _parse_io(p).to_dict())
-    return ModelIO.from_dict(cached)
+    def parse(p: Path) -> dict[str, Any]:
+        got = _parse_io(p).to_dict()
+        return {**got, "beside": _stamps(p, got["external_data"])}
+
+    [cached] = memoised([path], memo, parse, _still_true)
+    return ModelIO.from_dict({k: v for k, v in cached.items() if k != "beside"})
+
+
+def keep_io(path: Path, memo: Path, io: ModelIO, stamp: tuple[int, int]) -> None:
+    """Remember `io` in `memo` as what `path` holds, if the file is still the one that was read (`stamp`: its size
+    and mtime then): a model replaced meanwhile is read again next time, not trusted."""
+    from gpux.files import memoised
+
+    st = path.stat()
+    if (st.st_size, st.st_mtime_ns) != stamp:
+        return
+    got = io.to_dict()
+    memoised([path], memo, lambda p: {**got, "beside": _stamps(p, got["external_data"])}, _still_true)
+
+
+def _still_true(path: Path, got: Any) -> bool:
+    return isinstance(got, dict) and got.get("beside") == _stamps(path, got.get("external_data") or [])
+
+
+def _stamps(path: Path, names: list[str]) -> list[list[int] | None]:
+    """(size, mtime) of the external data files beside `path` (None: missing): a memoised reading depends on them
+    too, so one made while a file was missing or truncated is not trusted once that file changes."""
+    out: list[list[int] | None] = []
+    for name in names:
+        try:
+            st = (path.parent / name).stat()
+        except OSError:
+            out.append(None)
+            continue
+        out.append([st.st_size, st.st_mtime_ns])
+    return out
 
 
 def _parse_io(path: Path, check: bool = True) -> ModelIO:
@@ -222,6 +256,7 @@ class Checked:
 
     io: ModelIO
     compat: Any
+    stamp: tuple[int, int] = (0, 0)  # the model file's (size, mtime_ns) when it was read
 
 
 def check_model(project: Project, store_dir: str | Path | None = None) -> Checked:
@@ -232,15 +267,15 @@ def check_model(project: Project, store_dir: str | Path | None = None) -> Checke
     st = project.source.stat()
     cfg = project.config
     key = (project.source, st.st_size, st.st_mtime_ns, cfg.model, cfg.inputs, cfg.outputs)
-    return project.derived.get("model", key, lambda: _checked(project, store_dir))
+    return project.derived.get("model", key, lambda: _checked(project, store_dir, (st.st_size, st.st_mtime_ns)))
 
 
-def _checked(project: Project, store_dir: str | Path | None) -> Checked:
+def _checked(project: Project, store_dir: str | Path | None, stamp: tuple[int, int]) -> Checked:
     from gpux.files import store_root
     from gpux.model.compat import Compat
 
     if source_format(project) in TORCH_FORMATS:
-        return Checked(declared_io(project), Compat())
+        return Checked(declared_io(project), Compat(), stamp)
     store = store_root(project.root, store_dir)
     io = read_io(project.source, store / ".model-io.json")
     compat = compat_check(io, store)
@@ -255,7 +290,7 @@ def _checked(project: Project, store_dir: str | Path | None) -> Checked:
                                            f"{', '.join(missing)}"))
     if problems:
         raise ConfigError(problems)
-    return Checked(io, compat)
+    return Checked(io, compat, stamp)
 
 
 def load_checked(project: Project, store_dir: str | Path | None = None) -> ModelIO:
