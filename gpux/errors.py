@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -79,6 +81,20 @@ class InputError(GpuxError):
     """Inputs given to `run` do not fit the model."""
 
     exit_code = ExitCode.USAGE
+
+
+@contextlib.contextmanager
+def reading_file(name: str, kind: str = "a file") -> Iterator[None]:
+    """A user's file read within the block: missing, a folder (`kind` says what it should be) or unreadable is
+    one InputError naming `name`."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise InputError(f"{name}: file not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{name}: a folder, not {kind}") from None
+    except OSError as exc:
+        raise InputError(f"{name}: cannot read the file: {exc.strerror or exc}") from None
 
 
 class DataError(GpuxError):

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from gpux.config.inputs import BytesSteps
-from gpux.errors import InputError
+from gpux.errors import InputError, reading_file
 
 
 def read_ends(source: Any, head: int, tail: int, name: str) -> tuple[bytes, bytes]:
@@ -19,18 +19,11 @@ def read_ends(source: Any, head: int, tail: int, name: str) -> tuple[bytes, byte
         return data[:head], data[max(0, len(data) - tail):] if tail else b""
     if not isinstance(source, str | os.PathLike):
         raise InputError(f"{name}: raw-bytes inputs take a path or bytes, not {type(source).__name__}")
-    try:
-        with open(source, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            first = f.read(head)
-            f.seek(max(0, size - tail))
-            return first, f.read(tail) if tail else b""
-    except FileNotFoundError:
-        raise InputError(f"{name}: file not found") from None
-    except IsADirectoryError:
-        raise InputError(f"{name}: a folder, not a file") from None
-    except OSError as exc:
-        raise InputError(f"{name}: cannot read the file: {exc.strerror or exc}") from None
+    with reading_file(name), open(source, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        first = f.read(head)
+        f.seek(max(0, size - tail))
+        return first, f.read(tail) if tail else b""
 
 
 def bytes_tensor(source: Any, steps: BytesSteps, dtype: str, name: str) -> Any:

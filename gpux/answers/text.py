@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux.config.inputs import TextSteps
-from gpux.errors import InputError
+from gpux.errors import InputError, reading_file
 from gpux.optional import require
 
 TEXT_SUFFIXES = (".txt",)
@@ -53,18 +53,13 @@ def read_text(source: Any, name: str) -> str:
     if isinstance(source, str):
         return source
     try:
-        if isinstance(source, bytes | bytearray | memoryview):
-            return bytes(source).decode("utf-8")
-        if isinstance(source, os.PathLike):
-            return Path(source).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{name}: file not found") from None
-    except IsADirectoryError:
-        raise InputError(f"{name}: a folder, not a text file") from None
+        with reading_file(name, "a text file"):
+            if isinstance(source, bytes | bytearray | memoryview):
+                return bytes(source).decode("utf-8")
+            if isinstance(source, os.PathLike):
+                return Path(source).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{name}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-    except OSError as exc:
-        raise InputError(f"{name}: cannot read the file: {exc.strerror or exc}") from None
     raise InputError(f"{name}: text inputs take a str, a path or UTF-8 bytes, not {type(source).__name__}")
 
 
