@@ -16,10 +16,17 @@ PROCESSES = 2  # at most; large JSON bodies beyond that wait their turn
 
 
 async def on_thread(large: bool, fn: Callable[..., Any], *args: Any) -> Any:
-    """fn(*args) here when small, on a thread of the default executor when large."""
+    """fn(*args) here when small, on a thread of the default executor when large. A caller cancelled meanwhile (a
+    client that went away) waits for the thread to end before it goes on: what it lent the thread (a shared memory
+    region's file, a buffer) must not be released under it."""
     if not large:
         return fn(*args)
-    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    done = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        await asyncio.wait([done])
+        raise
 
 
 class Offload:

@@ -22,6 +22,7 @@ import numpy as np
 
 from gpux.serve import codec
 from gpux.serve.errors import BadRequest
+from gpux.serve.offload import on_thread
 
 EXTENSION = "system_shared_memory"
 SHM_DIR = "/dev/shm"
@@ -231,7 +232,7 @@ async def read_inputs(held: dict[str, Region], inputs: list[Any]) -> None:
         ref = item.shm
         if ref is not None:
             where = f"input '{item.name}'"
-            raw = await _copy(ref.byte_size > LARGE, held[ref.region].read, ref, where)
+            raw = await on_thread(ref.byte_size > LARGE, held[ref.region].read, ref, where)
             item.array = codec.from_bytes(item.name, item.datatype, ref.shape, raw)
 
 
@@ -248,22 +249,7 @@ async def write_outputs(held: dict[str, Region], outputs: list[tuple[str, Any]],
             raise BadRequest(f"output '{name}': {len(data)} bytes (shape {list(array.shape)} of "
                              f"{codec.datatype_of(array)}) do not fit parameters.shared_memory_byte_size "
                              f"{ref.byte_size}")
-        await _copy(len(data) > LARGE, held[ref.region].write, ref, data, f"output '{name}'")
+        await on_thread(len(data) > LARGE, held[ref.region].write, ref, data, f"output '{name}'")
         written[name] = {"shared_memory_region": ref.region, "shared_memory_byte_size": len(data),
                          **({"shared_memory_offset": ref.offset} if ref.offset else {})}
     return written
-
-
-async def _copy(large: bool, fn: Any, *args: Any) -> Any:
-    """fn(*args) here, or on a thread for a large copy. A request cancelled meanwhile (a client that went away)
-    waits for its copy to end before its regions can be released: their files must not close under the thread."""
-    if not large:
-        return fn(*args)
-    import asyncio
-
-    done = asyncio.get_running_loop().run_in_executor(None, fn, *args)
-    try:
-        return await asyncio.shield(done)
-    except asyncio.CancelledError:
-        await asyncio.wait([done])
-        raise
