@@ -137,8 +137,7 @@ def _keep_model_facts(project: Project, checked: Any, root: Path) -> None:
     if checked.io.ir_version is None or not root.is_dir():
         return  # a PyTorch source: its I/O is the declared one
     keep_io(project.source, root / ".model-io.json", checked.io, checked.stamp)
-    if not (root / ".ort-limits.json").is_file():
-        ort_limits(root / ".ort-limits.json")  # probed once per process: kept, not probed again
+    ort_limits(root / ".ort-limits.json")  # what this process probed, kept under this install's versions
 
 
 def _refuse_unverified(project: Project, result: BuildResult, strict: bool, log: Log) -> None:

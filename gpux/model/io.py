@@ -83,11 +83,7 @@ def read_io(path: Path, memo: Path | None = None, check: bool = True) -> ModelIO
         return _parse_io(path, check)
     from gpux.files import memoised
 
-    def parse(p: Path) -> dict[str, Any]:
-        got = _parse_io(p).to_dict()
-        return {**got, "beside": _stamps(p, got["external_data"])}
-
-    [cached] = memoised([path], memo, parse, _still_true)
+    [cached] = memoised([path], memo, lambda p: _entry(p, _parse_io(p)), _still_true)
     return ModelIO.from_dict({k: v for k, v in cached.items() if k != "beside"})
 
 
@@ -99,8 +95,12 @@ def keep_io(path: Path, memo: Path, io: ModelIO, stamp: tuple[int, int]) -> None
     st = path.stat()
     if (st.st_size, st.st_mtime_ns) != stamp:
         return
-    got = io.to_dict()
-    memoised([path], memo, lambda p: {**got, "beside": _stamps(p, got["external_data"])}, _still_true)
+    memoised([path], memo, lambda p: _entry(p, io), _still_true)
+
+
+def _entry(path: Path, io: ModelIO) -> dict[str, Any]:
+    """A memo entry: the model's I/O, and the stamps of the external data files it was read with."""
+    return {**io.to_dict(), "beside": _stamps(path, list(io.external_data))}
 
 
 def _still_true(path: Path, got: Any) -> bool:

@@ -81,7 +81,7 @@ class Worker:
 
     async def infer(self, feeds: Feeds) -> dict[str, Any]:
         if self.runs_inline(feeds):
-            return self._run_one(feeds, time.perf_counter())
+            return self.infer_inline(feeds)
         loop = asyncio.get_running_loop()
         if not self.batching:
             return await loop.run_in_executor(self.pool, self._run_one, feeds, time.perf_counter())
