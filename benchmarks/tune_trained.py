@@ -39,23 +39,17 @@ def held_out_crops(scales: tuple[int, ...] = (256, 320), size: int = 224) -> Any
     3×3 grid and normalized as the example's crops are (those among them that are calibration crops too are left
     out by verification, which says how many)."""
     import numpy as np
-    from PIL import Image
 
     sys.path.insert(0, str(EXAMPLE))
-    import make_model  # the example's photos and normalization
+    import make_model  # the example's photos, resizing and normalization
 
     out = []
     for rgb in make_model.photos():
         for scale in scales:
-            img = Image.fromarray(rgb)
-            k = scale / min(img.size)
-            img = img.resize((max(size, round(img.width * k)), max(size, round(img.height * k))),
-                             Image.Resampling.BILINEAR)
+            img = make_model.resized(rgb, scale, size)
             w, h = img.size
-            for y in (0, (h - size) // 2, h - size):
-                for x in (0, (w - size) // 2, w - size):
-                    a = np.asarray(img.crop((x, y, x + size, y + size)), np.float32) / 255
-                    out.append(((a - make_model.MEAN) / make_model.STD).transpose(2, 0, 1))
+            out += [make_model.normalized(img, x, y, size)
+                    for y in (0, (h - size) // 2, h - size) for x in (0, (w - size) // 2, w - size)]
     return np.stack(out).astype(np.float32)
 
 

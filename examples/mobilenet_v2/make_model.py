@@ -46,21 +46,30 @@ def photos() -> list[Any]:
     return [np.asarray(Image.open(folder / n).convert("RGB")) for n in PHOTOS if (folder / n).is_file()]
 
 
-def crops(size: int = 224, per_photo: int = 4) -> Any:
-    """[N, 3, size, size] float32: each photo resized by its shorter side to 256, then its centre and corners."""
+def resized(rgb: Any, shorter: int, size: int = 224) -> Any:
+    """A photo as a PIL image resized (bilinear) so its shorter side is `shorter` (at least `size` either way)."""
     from PIL import Image
 
+    img = Image.fromarray(rgb)
+    scale = shorter / min(img.size)
+    return img.resize((max(size, round(img.width * scale)), max(size, round(img.height * scale))),
+                      Image.Resampling.BILINEAR)
+
+
+def normalized(img: Any, x: int, y: int, size: int = 224) -> Any:
+    """The size x size crop at (x, y), scaled to [0, 1] and normalized with ImageNet's mean and std, as CHW."""
+    a = np.asarray(img.crop((x, y, x + size, y + size)), np.float32) / 255
+    return ((a - MEAN) / STD).transpose(2, 0, 1)
+
+
+def crops(size: int = 224, per_photo: int = 4) -> Any:
+    """[N, 3, size, size] float32: each photo resized by its shorter side to 256, then its centre and corners."""
     out = []
     for rgb in photos():
-        img = Image.fromarray(rgb)
-        scale = 256 / min(img.size)
-        img = img.resize((max(size, round(img.width * scale)), max(size, round(img.height * scale))),
-                         Image.Resampling.BILINEAR)
+        img = resized(rgb, 256, size)
         w, h = img.size
         corners = [((w - size) // 2, (h - size) // 2), (0, 0), (w - size, 0), (0, h - size), (w - size, h - size)]
-        for x, y in corners[:per_photo]:
-            a = np.asarray(img.crop((x, y, x + size, y + size)), np.float32) / 255
-            out.append(((a - MEAN) / STD).transpose(2, 0, 1))
+        out += [normalized(img, x, y, size) for x, y in corners[:per_photo]]
     return np.stack(out).astype(np.float32)
 
 
