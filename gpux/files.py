@@ -42,15 +42,30 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def read_memo(memo_file: Path | None) -> dict[str, Any]:
+    """A memo file's entries ({} when there is none, or it is unreadable)."""
+    if memo_file is None or not memo_file.is_file():
+        return {}
+    with contextlib.suppress(OSError, ValueError):
+        got = json.loads(memo_file.read_text())
+        return got if isinstance(got, dict) else {}
+    return {}
+
+
+def write_memo(memo_file: Path | None, memo: dict[str, Any]) -> None:
+    """Replace a memo file, only in a store that exists already and never within reading_only() (commands that
+    only read, such as `inspect`, never create or change one); a read-only store is left as it is."""
+    if memo_file is not None and memo_file.parent.is_dir() and may_write_memos():
+        with contextlib.suppress(OSError):
+            atomic_write_text(memo_file, json.dumps(memo))
+
+
 def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path], Any],
              still_true: Callable[[Path, Any], bool] | None = None) -> list[Any]:
     """`compute(p)` for each path, remembered in `memo_file` by (size, mtime_ns) so unchanged files are not
     read again; the memo is read once and written once, and only into a store that exists already (commands
     that only read, such as `inspect`, never create one)."""
-    memo: dict[str, list[Any]] = {}
-    if memo_file is not None and memo_file.is_file():
-        with contextlib.suppress(OSError, ValueError):
-            memo = json.loads(memo_file.read_text())
+    memo = read_memo(memo_file)
     changed, out = False, []
     for p in paths:
         st = p.stat()
@@ -61,9 +76,8 @@ def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path]
             entry = memo[key] = [st.st_size, st.st_mtime_ns, compute(p)]
             changed = True
         out.append(entry[2])
-    if changed and memo_file is not None and memo_file.parent.is_dir() and may_write_memos():
-        with contextlib.suppress(OSError):
-            atomic_write_text(memo_file, json.dumps(memo))
+    if changed:
+        write_memo(memo_file, memo)
     return out
 
 

@@ -107,32 +107,15 @@ def ort_limits(cache_file: Path | None = None) -> tuple[int, int] | None:
 
     runtimes = ", ".join(f"{d} {version_of(d)}" for d in installed_ort_distributions()) or "onnxruntime None"
     key = f"{runtimes}, onnx {version_of('onnx')}"
-    known = _read_limits(cache_file)
+    from gpux.files import read_memo, write_memo
+
+    known = read_memo(cache_file)
     if key in known:
         got = known[key]
         return (got[0], got[1]) if got else None
     limits = _probe_limits()
-    from gpux.files import may_write_memos
-
-    if cache_file is not None and cache_file.parent.is_dir() and may_write_memos():  # never from inspect
-        import contextlib
-        import json
-
-        from gpux.files import atomic_write_text
-
-        with contextlib.suppress(OSError):  # a read-only store: probe again next time
-            atomic_write_text(cache_file, json.dumps({**known, key: list(limits) if limits else None}))
+    write_memo(cache_file, {**known, key: list(limits) if limits else None})
     return limits
-
-
-def _read_limits(cache_file: Path | None) -> dict[str, Any]:
-    import json
-
-    try:
-        got = json.loads(cache_file.read_text()) if cache_file is not None else {}
-    except (OSError, ValueError):
-        return {}
-    return got if isinstance(got, dict) else {}
 
 
 @cache
