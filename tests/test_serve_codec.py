@@ -48,6 +48,6 @@ def test_json_text_is_json_with_non_finite_values_as_strings(size: int) -> None:
     def strict(token: str) -> None:
         raise AssertionError(f"bare {token}")
 
-    data = json.loads(f"[{codec.json_text(values)}]", parse_constant=strict)
+    data = json.loads(b"[" + codec.json_text(values) + b"]", parse_constant=strict)
     assert data[:2] == ["NaN", "Infinity"] and data[-1] == "-Infinity" and data[2:-1] == list(range(2, size - 1))
     np.testing.assert_array_equal(np.array(data, dtype=np.float32), values)  # as tritonclient's as_numpy reads it

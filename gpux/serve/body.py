@@ -8,16 +8,19 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from gpux.serve import codec, shm
 from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, TooLarge
 from gpux.serve.protocol import InferInput, InferRequest, InferResult
 
 JSON_TYPE = b"application/json"
+OCTET_TYPE = b"application/octet-stream"
 NESTING = 500  # where a body too deep for the JSON parser is reported (tensor data nests as deep as its shape)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Limits:
     max_body_bytes: int
     max_tensor_elements: int
@@ -70,13 +73,69 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
         split = int(header_length)
     else:
         split = size
-    doc = load_json(body[:split])
-    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
-        raise BadRequest("request JSON must be an object with an 'inputs' list")
+    head = body[:split] if split < size else body
+    # a header without JSON data (binary tensors, shared memory) is read once: a client sends the same one each time
+    key = (head, limits) if header_length is not None else None
+    plan = PLANS.get(key) if key is not None else None
+    if plan is None:
+        plan = _plan(head, limits)
+        if key is not None and plan.reusable:
+            _keep(PLANS, key, plan)
     tail = memoryview(body)[split:]
-    inputs, used = _inputs(doc["inputs"], tail, limits)
+    inputs, used = _arrays(plan.inputs, tail)
     if used != len(tail):
         raise BadRequest(f"{len(tail) - used} bytes of binary data follow the JSON header but no input claims them")
+    request = InferRequest(model=name, version=version, id=plan.id, inputs=inputs, outputs=plan.outputs,
+                           classification=plan.classes, parameters=plan.params, shm_outputs=plan.in_shm)
+    return request, plan.binary
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What an infer header asks, checked: its inputs (data still to read), outputs and parameters. Shared by every
+    request with the same header, so nothing downstream may change it."""
+
+    inputs: list[Spec]
+    outputs: list[str] | None
+    binary: dict[str, bool]  # output -> sent as binary data ("": the default)
+    classes: dict[str, int]
+    in_shm: dict[str, shm.Ref]
+    params: dict[str, Any]
+    id: str
+
+    @property
+    def reusable(self) -> bool:
+        return all(s.data is None for s in self.inputs)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One input of a header: its data is `size` bytes of the binary tail, a shared memory region, or JSON data."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    size: int | None = None
+    ref: shm.Ref | None = None
+    data: Any = None
+
+
+KEPT = 256  # headers read, and reply headers written, kept at most (a client sends the same few)
+PLANS: dict[tuple[bytes, Limits], Plan] = {}
+HEADS: dict[tuple[Any, ...], bytes] = {}
+
+
+def _keep(memo: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(memo) >= KEPT:
+        memo.clear()  # one step, safe beside a thread reading it; refilled by the next few requests
+    memo[key] = value
+
+
+def _plan(head: bytes, limits: Limits) -> Plan:
+    doc = load_json(head)
+    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
+        raise BadRequest("request JSON must be an object with an 'inputs' list")
+    specs = _specs(doc["inputs"], limits)
     params = _dict(doc.get("parameters"), "parameters")
     default_binary = _flag(params, "binary_data_output", False, "parameters")
     outputs, binary, classes, in_shm = None, {}, {}, {}
@@ -100,14 +159,20 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
     req_id = doc.get("id")
     if req_id is not None and not isinstance(req_id, str):
         raise BadRequest(f"'id' must be a string, got {req_id!r}")
-    request = InferRequest(model=name, version=version, id=req_id or "", inputs=inputs, outputs=outputs,
-                           classification=classes, parameters=params, shm_outputs=in_shm)
-    return request, binary
+    return Plan(inputs=specs, outputs=outputs, binary=binary, classes=classes, in_shm=in_shm, params=params,
+                id=req_id or "")
 
 
 def load_json(text: bytes) -> Any:
     """The request JSON; bare NaN/Infinity kept as markers for codec to name (JSON has none), nesting too deep for
-    the parser a 400 that says where."""
+    the parser a 400 that says where. orjson reads valid UTF-8 JSON in a fifth of json's time; what it refuses is
+    read again by json, whose answer (markers, UTF-16 bodies) or error is the one given. So is a body with a run of
+    20 digits: orjson reads an integer beyond 64 bits as a float."""
+    if LONG_NUMBER.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
     try:
         return DECODER.decode(text.decode(json.detect_encoding(text)))
     except RecursionError:
@@ -116,6 +181,7 @@ def load_json(text: bytes) -> Any:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
 
 
+LONG_NUMBER = re.compile(rb"\d{20}")
 DECODER = json.JSONDecoder(parse_constant=codec.NonFinite)  # made once: json.loads(**options) makes one a call
 # a JSON string, or one structural character: enough to follow nesting without parsing values
 TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
@@ -168,8 +234,8 @@ def _flag(params: dict[str, Any], key: str, default: bool, where: str) -> bool:
     return value
 
 
-def _inputs(items: list[Any], tail: memoryview, limits: Limits) -> tuple[list[InferInput], int]:
-    out, offset = [], 0
+def _specs(items: list[Any], limits: Limits) -> list[Spec]:
+    out = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise BadRequest(f"inputs[{i}] needs a 'name', a 'shape', a 'datatype' and 'data'")
@@ -183,30 +249,65 @@ def _inputs(items: list[Any], tail: memoryview, limits: Limits) -> tuple[list[In
             if size is not None or "data" in item:
                 raise BadRequest(f"input '{name}' has parameters.shared_memory_region and also "
                                  f"{'binary data' if size is not None else 'data'}; send one")
-            out.append(InferInput(name, datatype, shm.UNREAD, ref))
-            continue
-        if size is not None:
+            out.append(Spec(name, datatype, shape, ref=ref))
+        elif size is not None:
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise BadRequest(f"input '{name}': parameters.binary_data_size must be a non-negative integer, "
                                  f"got {size!r}")
-            if offset + size > len(tail):
-                raise BadRequest(f"input '{name}': binary_data_size {size} but only {len(tail) - offset} bytes of "
-                                 f"binary data remain (truncated body?)")
-            array = codec.from_bytes(name, datatype, shape, tail[offset:offset + size])
-            offset += size
+            out.append(Spec(name, datatype, shape, size=size))
         elif "data" in item:
-            array = codec.from_json(name, datatype, shape, item["data"])
+            out.append(Spec(name, datatype, shape, data=item["data"]))
         else:
             raise BadRequest(f"input '{name}' has neither 'data' nor parameters.binary_data_size")
-        out.append(InferInput(name, datatype, array))
+    return out
+
+
+def _arrays(specs: list[Spec], tail: memoryview) -> tuple[list[InferInput], int]:
+    """Each input's array: read from its slice of the binary tail, or its JSON data (shared memory: later)."""
+    out, offset = [], 0
+    for s in specs:
+        if s.ref is not None:
+            out.append(InferInput(s.name, s.datatype, shm.UNREAD, s.ref))
+            continue
+        if s.size is not None:
+            if offset + s.size > len(tail):
+                raise BadRequest(f"input '{s.name}': binary_data_size {s.size} but only {len(tail) - offset} bytes "
+                                 f"of binary data remain (truncated body?)")
+            array = codec.from_bytes(s.name, s.datatype, s.shape, tail[offset:offset + s.size])
+            offset += s.size
+        else:
+            array = codec.from_json(s.name, s.datatype, s.shape, s.data)
+        out.append(InferInput(s.name, s.datatype, array))
     return out, offset
 
 
 def render_infer(result: InferResult, request: InferRequest, binary: dict[str, bool]) -> Reply:
-    """The response JSON, with binary outputs appended after it when asked; always JSON (never a bare NaN). Large
-    JSON data is rendered in slices (codec.json_text) and spliced in as text."""
-    entries: list[dict[str, Any] | str] = []
-    blobs = []
+    """The reply: a reply whose outputs all go as numeric binary data reuses the JSON header written for the last
+    reply of that model, id, names, dtypes and shapes."""
+    key = _head_key(result, request, binary)
+    head = HEADS.get(key) if key is not None else None
+    if head is None:
+        reply = _render(result, request, binary)
+        if key is not None and reply.header_length is not None:
+            _keep(HEADS, key, reply.body[:reply.header_length])
+        return reply
+    return Reply(status=200, body=b"".join([head, *(codec.to_bytes(a) for _, a in result.outputs)]),
+                 content_type=OCTET_TYPE, header_length=len(head))
+
+
+def _head_key(result: InferResult, request: InferRequest, binary: dict[str, bool]) -> tuple[Any, ...] | None:
+    if result.shm or not result.outputs:
+        return None
+    default = binary[""]
+    if not all(binary.get(n, default) and a.dtype.kind in "biuf" for n, a in result.outputs):
+        return None
+    return (result.model.name, result.model.version, request.id,
+            *((n, a.dtype.str, a.shape) for n, a in result.outputs))
+
+
+def _render(result: InferResult, request: InferRequest, binary: dict[str, bool]) -> Reply:
+    """The response JSON, with binary outputs appended after it when asked; always JSON (never a bare NaN)."""
+    entries, blobs = [], []
     for name, array in result.outputs:
         entry: dict[str, Any] = {"name": name, "datatype": codec.datatype_of(array), "shape": list(array.shape)}
         if name in result.shm:  # written to shared memory: the reply says where, without the data
@@ -217,28 +318,14 @@ def render_infer(result: InferResult, request: InferRequest, binary: dict[str, b
             blobs.append(blob)
         elif array.size <= codec.JSON_SLICE:
             entry["data"] = codec.to_json(array)
-        else:
-            entries.append(f'{_compact(entry)[:-1]},"data":[{codec.json_text(array)}]}}')
+        else:  # large: encoded in slices (codec.json_text), spliced in
+            entries.append(codec.dumps(entry)[:-1] + b',"data":[' + codec.json_text(array) + b"]}")
             continue
-        entries.append(entry)
-    spliced = any(isinstance(e, str) for e in entries)
-    doc = {"model_name": result.model.name, "model_version": result.model.version,
-           "outputs": None if spliced else entries}
+        entries.append(codec.dumps(entry))
+    doc = {"model_name": result.model.name, "model_version": result.model.version, "outputs": None}
     if request.id:
         doc["id"] = request.id
-    head = _compact(doc)
-    if spliced:
-        outputs = ",".join(e if isinstance(e, str) else _compact(e) for e in entries)
-        head = head.replace('"outputs":null', f'"outputs":[{outputs}]', 1)
-    raw = head.encode()
+    raw = codec.dumps(doc).replace(b'"outputs":null', b'"outputs":[' + b",".join(entries) + b"]", 1)
     if not blobs:
         return Reply(status=200, body=raw)
-    return Reply(status=200, body=b"".join([raw, *blobs]), content_type=b"application/octet-stream",
-                 header_length=len(raw))
-
-
-def _compact(doc: dict[str, Any]) -> str:
-    try:
-        return codec.COMPACT.encode(doc)
-    except ValueError:  # NaN or Infinity in an output's data: JSON has neither
-        return codec.COMPACT.encode(codec.finite_or_text(doc))
+    return Reply(status=200, body=b"".join([raw, *blobs]), content_type=OCTET_TYPE, header_length=len(raw))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import struct
 from typing import Any
 
 import numpy as np
+import orjson
 
 from gpux.formats import PROTOCOL_DATATYPES, WIRE_DTYPES
 from gpux.serve.errors import BadRequest
@@ -153,32 +153,28 @@ def to_bytes(array: np.ndarray) -> bytes:
 
 
 def to_json(array: np.ndarray) -> list[Any]:
-    """An output array as flat JSON values (BYTES as text); json_text says how NaN and Infinity travel."""
+    """An output array as flat JSON values (BYTES as text; NaN and Infinity as the strings "NaN", "Infinity" and
+    "-Infinity", which numpy, and so tritonclient's as_numpy, reads back: JSON has neither)."""
     flat = array.reshape(-1)
     if datatype_of(array) == "BYTES":
         return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]
-    return flat.tolist()
+    values = flat.tolist()
+    return values if flat.dtype.kind != "f" or _finite(flat) else finite_or_text(values)
 
 
-JSON_SLICE = 16384  # values per json.dumps call: a thread encoding a large output lets the event loop run between
-COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)  # made once: json.dumps(**options) makes one a call
+JSON_SLICE = 16384  # values per encoding call: a thread encoding a large output lets the event loop run between
 
 
-def json_text(array: np.ndarray) -> str:
-    """An output's flat JSON values as text, without the brackets: to_json in slices (one json.dumps of a million
-    fresh floats holds the GIL, and so stalls the event loop, for a second). JSON has no NaN or Infinity: they
-    travel as the strings "NaN", "Infinity", "-Infinity", which numpy (and so tritonclient's as_numpy) reads back."""
+def dumps(doc: Any) -> bytes:
+    """Compact JSON. orjson: a tenth of the time of json's encoder on a reply; it writes a non-finite float as
+    null, so values come through to_json."""
+    return orjson.dumps(doc)
+
+
+def json_text(array: np.ndarray) -> bytes:
+    """An output's flat JSON values without the brackets, encoded in slices of JSON_SLICE values."""
     flat = array.reshape(-1)
-    if flat.size <= JSON_SLICE:
-        return _values_text(to_json(flat))
-    return ",".join(_values_text(to_json(flat[i:i + JSON_SLICE])) for i in range(0, flat.size, JSON_SLICE))
-
-
-def _values_text(values: list[Any]) -> str:
-    try:
-        return COMPACT.encode(values)[1:-1]
-    except ValueError:  # a non-finite float
-        return COMPACT.encode(finite_or_text(values))[1:-1]
+    return b",".join(dumps(to_json(flat[i:i + JSON_SLICE]))[1:-1] for i in range(0, max(flat.size, 1), JSON_SLICE))
 
 
 def finite_or_text(value: Any) -> Any:
