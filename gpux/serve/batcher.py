@@ -13,18 +13,10 @@ from typing import Any
 import numpy as np
 
 from gpux.serve.errors import BadRequest
+from gpux.serve.stats import ModelStats
 
 Feeds = dict[str, np.ndarray]
 RunFn = Callable[[Feeds], dict[str, Any]]
-
-
-@dataclass
-class Observer:
-    """Where the worker reports each request's queue time and each inference's (seconds, rows, requests):
-    Prometheus and the model's statistics, or no-ops."""
-
-    queue: Callable[[float], None] = lambda _s: None
-    executed: Callable[[float, int, int], None] = lambda _s, _rows, _requests: None
 
 
 @dataclass
@@ -37,10 +29,12 @@ class Pending:
 
 
 class Worker:
-    """One model version: `instances` runners (each run on its own thread); batching when max_batch > 1."""
+    """One model version: `instances` runners (each run on its own thread); batching when max_batch > 1. Each
+    request's queue time and each inference are counted in `stats`, on the event loop's thread (where everything
+    else that counts runs: no locks, no lost counts)."""
 
     def __init__(self, runners: list[RunFn], max_batch: int = 0, delay_us: int = 0,
-                 observer: Observer | None = None, inline_elements: int = 0) -> None:
+                 stats: ModelStats | None = None, inline_elements: int = 0) -> None:
         self.runners = runners
         # a single instance whose inference is shorter than a thread hop runs on the event loop's thread, for
         # feeds of at most `inline_elements` values (larger ones take longer: they run on a thread)
@@ -48,7 +42,7 @@ class Worker:
         self.inline = self.inline_elements > 0 and max_batch <= 1
         self.max_batch = max_batch
         self.delay = delay_us / 1e6
-        self.observe = observer or Observer()
+        self.stats = stats if stats is not None else ModelStats()
         self.pool = ThreadPoolExecutor(len(runners), thread_name_prefix="gpux-infer")
         self._idle: queue.SimpleQueue[RunFn] = queue.SimpleQueue()
         for r in runners:
@@ -77,29 +71,36 @@ class Worker:
 
     def infer_inline(self, feeds: Feeds) -> dict[str, Any]:
         """Run `feeds` here, on the caller's thread (what `infer` does for feeds that `runs_inline`)."""
-        return self._run_one(feeds, time.perf_counter())
+        out, waited, seconds = self._run_one(feeds, time.perf_counter())
+        self._count(waited, seconds, feeds)
+        return out
 
     async def infer(self, feeds: Feeds) -> dict[str, Any]:
         if self.runs_inline(feeds):
             return self.infer_inline(feeds)
         loop = asyncio.get_running_loop()
         if not self.batching:
-            return await loop.run_in_executor(self.pool, self._run_one, feeds, time.perf_counter())
+            out, waited, seconds = await loop.run_in_executor(self.pool, self._run_one, feeds, time.perf_counter())
+            self._count(waited, seconds, feeds)
+            return out
         assert self._queue is not None, "Worker.start() was not called"
         pending = Pending(feeds, batch_rows(feeds), batch_key(feeds), loop.create_future())
         self._queue.put_nowait(pending)
         return await pending.future
 
-    def _run_one(self, feeds: Feeds, enqueued: float) -> dict[str, Any]:
+    def _run_one(self, feeds: Feeds, enqueued: float) -> tuple[dict[str, Any], float, float]:
+        """The outputs, the time waited for an idle runner and the time the inference took."""
         runner = self._idle.get()
         try:
             started = time.perf_counter()
-            self.observe.queue(started - enqueued)
             out = runner(feeds)
-            self.observe.executed(time.perf_counter() - started, _rows(feeds), 1)
-            return out
+            return out, started - enqueued, time.perf_counter() - started
         finally:
             self._idle.put(runner)
+
+    def _count(self, waited: float, seconds: float, feeds: Feeds) -> None:
+        self.stats.queue.add(waited)
+        self.stats.executed(seconds, _rows(feeds), 1)
 
     async def _batch_loop(self, runner: RunFn) -> None:
         assert self._queue is not None
@@ -138,13 +139,14 @@ class Worker:
     async def _run_batch(self, loop: asyncio.AbstractEventLoop, runner: RunFn, batch: list[Pending]) -> None:
         now = time.perf_counter()
         for p in batch:
-            self.observe.queue(now - p.enqueued)
+            self.stats.queue.add(now - p.enqueued)
         try:  # nothing may end this loop: every waiting request gets its answer or the error
             feeds = batch[0].feeds if len(batch) == 1 else {
                 k: np.concatenate([p.feeds[k] for p in batch]) for k in batch[0].feeds}
             small = sum(v.size for v in feeds.values()) <= self.inline_elements
-            out = (_timed(runner, feeds, self.observe, len(batch)) if small
-                   else await loop.run_in_executor(self.pool, _timed, runner, feeds, self.observe, len(batch)))
+            out, seconds = _timed(runner, feeds) if small else await loop.run_in_executor(self.pool, _timed, runner,
+                                                                                         feeds)
+            self.stats.executed(seconds, _rows(feeds), len(batch))
         except Exception as exc:
             for p in batch:
                 if not p.future.done():
@@ -181,11 +183,10 @@ def batch_key(feeds: Feeds) -> tuple[Any, ...]:
     return tuple((k, v.shape[1:], v.dtype.str) for k, v in feeds.items())
 
 
-def _timed(runner: RunFn, feeds: Feeds, observe: Observer, requests: int) -> dict[str, Any]:
+def _timed(runner: RunFn, feeds: Feeds) -> tuple[dict[str, Any], float]:
     started = time.perf_counter()
     out = runner(feeds)
-    observe.executed(time.perf_counter() - started, _rows(feeds), requests)
-    return out
+    return out, time.perf_counter() - started
 
 
 def _rows(feeds: Feeds) -> int:

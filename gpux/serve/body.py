@@ -90,7 +90,7 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
     return request, plan.binary
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Plan:
     """What an infer header asks, checked: its inputs (data still to read), outputs and parameters. Shared by every
     request with the same header, so nothing downstream may change it."""
@@ -108,7 +108,7 @@ class Plan:
         return all(s.data is None for s in self.inputs)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Spec:
     """One input of a header: its data is `size` bytes of the binary tail, a shared memory region, or JSON data."""
 

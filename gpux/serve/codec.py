@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
+import sys
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ def datatype_of(array: np.ndarray) -> str:
     return BY_NUMPY.get(array.dtype.str.lstrip("<|="), "BYTES")
 
 
+LITTLE_ENDIAN = sys.byteorder == "little"
 MAX_RANK = 32  # numpy 1.x holds at most 32 dims
 # what JSON `data` may hold per datatype (Triton's JSON rules: bools only for BOOL, strings only for BYTES)
 FLOATS = ("FP16", "FP32", "FP64", "BF16")
@@ -149,6 +151,8 @@ def to_bytes(array: np.ndarray) -> bytes:
             b = item if isinstance(item, bytes) else str(item).encode()
             parts.append(struct.pack("<I", len(b)) + b)
         return b"".join(parts)
+    if array.dtype.byteorder == "<" or (array.dtype.byteorder in "=|" and LITTLE_ENDIAN):
+        return array.tobytes()  # row-major whatever the array's layout
     return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
 
 

@@ -1,14 +1,16 @@
 """Prometheus metrics of the server: requests, latency, queue time, batch sizes, the provider each model runs on.
 
-The per-request counters and histograms are plain counts under one lock each (a bisect and two adds), turned into
-Prometheus's text by a collector at scrape time: prometheus_client's own children take several locks and calls
-per observation, which showed on the request path. Gauges, set once per load, stay prometheus_client's."""
+Requests and their latency are plain counts under one lock each (a bisect and two adds); queue time, inference time
+and batch sizes are read from each model's statistics (gpux/serve/stats.py), which the request path bumps once for
+both. Both become Prometheus's text in a collector at scrape time: prometheus_client's own children take several
+locks and calls per observation, which showed on the request path. Gauges, set once per load, stay
+prometheus_client's."""
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +18,8 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 
-LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+from gpux.serve.stats import LATENCY_BUCKETS, ModelStats
+
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -49,6 +52,10 @@ class Buckets:
             self.counts[i] += 1
             self.total += value
 
+    def merge(self, counts: Sequence[int], total: float) -> None:
+        self.counts = [a + b for a, b in zip(self.counts, counts, strict=True)]
+        self.total += total
+
 
 class Family:
     """A counter or histogram by label values, collected into Prometheus metric families at scrape time."""
@@ -75,12 +82,44 @@ class Family:
         for values, b in list(self.children.items()):
             with b.lock:
                 counts, total = list(b.counts), b.total
-            cumulative, running = [], 0
-            for bound, n in zip([*map(_bound, b.bounds), "+Inf"], counts, strict=True):
-                running += n
-                cumulative.append((bound, running))
-            hist.add_metric(list(values), cumulative, total)
+            hist.add_metric(list(values), _cumulative(b.bounds, counts), total)
         return [hist]
+
+
+def _cumulative(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:
+    running, out = 0, list[tuple[str, float]]()
+    for bound, n in zip([*map(_bound, bounds), "+Inf"], counts, strict=True):
+        running += n
+        out.append((bound, running))
+    return out
+
+
+Source = Callable[[], Iterable[tuple[str, ModelStats]]]  # (model name, its statistics), versions apart
+
+
+STATS_FAMILIES = (  # name, help, bounds: read from the models' statistics
+    ("gpux_queue_duration_seconds", "Time a request waited for a model instance.", LATENCY_BUCKETS),
+    ("gpux_compute_duration_seconds", "Time one (batched) inference ran.", LATENCY_BUCKETS),
+    ("gpux_batch_size", "Rows per inference the model ran (after dynamic batching; one per request for a model "
+     "without a batch dim).", BATCH_BUCKETS),
+)
+
+
+def from_stats(source: Source) -> list[Metric]:
+    """Queue time (per request), inference time and batch size (per inference) by model, its versions summed."""
+    summed: dict[str, tuple[Buckets, ...]] = {}
+    for name, stats in source():
+        queue, compute, batch = summed.setdefault(name, tuple(Buckets(b) for _, _, b in STATS_FAMILIES))
+        queue.merge(stats.queue.buckets, stats.queue.seconds)
+        compute.merge(stats.runs.buckets, stats.runs.seconds)
+        for size, d in list(stats.batches.items()):
+            batch.counts[bisect_left(BATCH_BUCKETS, size)] += d.count
+            batch.total += size * d.count
+    families = [HistogramMetricFamily(name, doc, labels=["model"]) for name, doc, _ in STATS_FAMILIES]
+    for name, hists in summed.items():
+        for family, h in zip(families, hists, strict=True):
+            family.add_metric([name], _cumulative(h.bounds, h.counts), h.total)
+    return list(families)
 
 
 def _bound(b: float) -> str:
@@ -88,14 +127,16 @@ def _bound(b: float) -> str:
 
 
 class Collector:
-    """The families of one server, for its registry."""
+    """The families of one server, and its models' statistics, for its registry."""
 
     def __init__(self, families: Sequence[Family]) -> None:
         self.families = families
+        self.sources: list[Source] = []
 
     def collect(self) -> Iterator[Metric]:
         for f in self.families:
             yield from f.collect()
+        yield from from_stats(lambda: (pair for source in self.sources for pair in source()))
 
 
 @dataclass
@@ -111,13 +152,8 @@ class Metrics:
                                ["model", "version", "protocol", "status"])
         self.latency = Family("gpux_request_duration_seconds", "Time from request decoded to answer ready.",
                               ["model", "protocol"], LATENCY_BUCKETS)
-        self.queue = Family("gpux_queue_duration_seconds", "Time a request waited for a model instance.",
-                            ["model"], LATENCY_BUCKETS)
-        self.compute = Family("gpux_compute_duration_seconds", "Time one (batched) inference ran.",
-                              ["model"], LATENCY_BUCKETS)
-        self.batch = Family("gpux_batch_size", "Rows per inference the model ran (after dynamic batching).",
-                            ["model"], BATCH_BUCKETS)
-        r.register(Collector([self.requests, self.latency, self.queue, self.compute, self.batch]))
+        self.collector = Collector([self.requests, self.latency])
+        r.register(self.collector)
         self.model_info = Gauge("gpux_model_info", "1 per loaded model version, labelled with the provider in use.",
                                 ["model", "version", "provider", "runs_on", "instances"], registry=r)
         self.ready = Gauge("gpux_model_ready", "1 when the model version is loaded and warmed up.",
@@ -131,6 +167,10 @@ class Metrics:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+    def watch(self, source: Source) -> None:
+        """Report the statistics of the models `source` lists (read at each scrape)."""
+        self.collector.sources.append(source)
 
     def answered(self, model: str, version: str, protocol: str, status: int, seconds: float | None) -> None:
         self.requests.child(model, version, protocol, str(status)).inc()

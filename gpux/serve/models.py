@@ -12,7 +12,7 @@ import numpy as np
 
 from gpux.config.load import Project
 from gpux.model.io import Tensor
-from gpux.serve.batcher import Observer, Worker
+from gpux.serve.batcher import Worker
 from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotFound, Unavailable
@@ -43,6 +43,7 @@ class Model:
     files: str | None = None  # the input that takes encoded files (BYTES), through its declared preprocess
     stats: ModelStats = field(default_factory=ModelStats)  # the statistics extension's counters
     active: int = 0  # requests in flight
+    checked: set[tuple[Any, ...]] = field(default_factory=set)  # input signatures known to pass (serve/protocol.py)
     unloaded: bool = False  # taken out of service by the repository API (gpux/serve/lifecycle.py)
     reason: str = ""  # why it is unloaded
 
@@ -89,6 +90,7 @@ class Repository:
         self.live = True
         self.draining = False  # SIGTERM: accepted requests finish, new ones are refused
         self.shm = Regions()  # the system shared memory extension's registered regions
+        metrics.watch(lambda: [(m.name, m.stats) for m in self.all()])
 
     def all(self) -> list[Model]:
         return [m for versions in self.models.values() for m in versions.values()]
@@ -202,31 +204,11 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     inline = inline_elements(warm_seconds(runs[0], feeds), feeds)
     model.batchable = batchable(model)
     model.labels = labels_of(model.project)
-    observer = observe(model, metrics)
+    model.stats.batchable = model.batchable
     max_batch = settings.max_batch_size if model.batchable else 0
-    model.worker = Worker(runs, max_batch, settings.max_queue_delay_us, observer, inline)
+    model.worker = Worker(runs, max_batch, settings.max_queue_delay_us, model.stats, inline)
     metrics.child(metrics.model_info, model.name, model.version, model.provider, model.runs_on,
                   str(settings.instances)).set(1)
-
-
-def observe(model: Model, metrics: Metrics) -> Observer:
-    """The worker's reports into Prometheus and the model's statistics (a model that takes no batch counts one
-    inference per request, as Triton does)."""
-    queue = metrics.child(metrics.queue, model.name).observe
-    compute = metrics.child(metrics.compute, model.name).observe
-    batch = metrics.child(metrics.batch, model.name).observe
-    stats, batchable = model.stats, model.batchable
-
-    def queued(seconds: float) -> None:
-        queue(seconds)
-        stats.queue.add(seconds)
-
-    def executed(seconds: float, rows: int, requests: int) -> None:
-        compute(seconds)
-        batch(rows)
-        stats.executed(seconds, rows if batchable else requests, requests)
-
-    return Observer(queued, executed)
 
 
 def inline_elements(seconds: float, feeds: dict[str, np.ndarray]) -> int:

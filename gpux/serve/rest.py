@@ -6,7 +6,6 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -204,11 +203,15 @@ class RestApp:
         args = (name, version, body, split, self.limits)
         if (int(split) if split is not None and split.isdigit() else len(body)) > OFF_LOOP_BYTES:  # JSON: process
             request, binary = await self.offload.in_process(parse_infer, *args)
-        else:  # a small JSON header: a large binary tail decodes on a thread
-            request, binary = await on_thread(len(body) > OFF_LOOP_BYTES, parse_infer, *args)
+        elif len(body) > OFF_LOOP_BYTES:  # a small JSON header: a large binary tail decodes on a thread
+            request, binary = await on_thread(True, parse_infer, *args)
+        else:
+            request, binary = parse_infer(*args)
         result = await infer(self.repo, request)
-        values = sum(math.prod(a.shape) for _, a in result.outputs)
-        reply = await on_thread(values > OFF_LOOP_ELEMENTS, render_infer, result, request, binary)
+        if sum(a.size for _, a in result.outputs) > OFF_LOOP_ELEMENTS:
+            reply = await on_thread(True, render_infer, result, request, binary)
+        else:
+            reply = render_infer(result, request, binary)
         reply.labels, reply.seconds = (result.model.name, result.model.version), time.perf_counter() - started
         return reply
 
