@@ -77,14 +77,20 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
     # a header without JSON data (binary tensors, shared memory) is read once: a client sends the same one each time
     key = (head, limits) if header_length is not None else None
     plan = PLANS.get(key) if key is not None else None
-    if plan is None:
-        plan = _plan(head, limits)
-        if key is not None and plan.reusable:
-            _keep(PLANS, key, plan)
     tail = memoryview(body)[split:]
-    inputs, used = _arrays(plan.inputs, tail)
-    if used != len(tail):
-        raise BadRequest(f"{len(tail) - used} bytes of binary data follow the JSON header but no input claims them")
+    try:
+        if plan is None:
+            plan = _plan(load_json(head), limits)
+            if key is not None and plan.reusable:
+                _keep(PLANS, key, plan)
+        inputs = _arrays(plan.inputs, tail)
+    except BadRequest:
+        if LONG_NUMBER.search(head) is None:
+            raise
+        # orjson reads an integer beyond 64 bits as a float: a refused request holding one is read again by json,
+        # whose reading (and so its message, or its answer) is the one given
+        plan = _plan(load_json(head, fast=False), limits)
+        inputs = _arrays(plan.inputs, tail)
     request = InferRequest(model=name, version=version, id=plan.id, inputs=inputs, outputs=plan.outputs,
                            classification=plan.classes, parameters=plan.params, shm_outputs=plan.in_shm)
     return request, plan.binary
@@ -131,8 +137,7 @@ def _keep(memo: dict[Any, Any], key: Any, value: Any) -> None:
     memo[key] = value
 
 
-def _plan(head: bytes, limits: Limits) -> Plan:
-    doc = load_json(head)
+def _plan(doc: Any, limits: Limits) -> Plan:
     if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
         raise BadRequest("request JSON must be an object with an 'inputs' list")
     specs = _specs(doc["inputs"], limits)
@@ -163,12 +168,11 @@ def _plan(head: bytes, limits: Limits) -> Plan:
                 id=req_id or "")
 
 
-def load_json(text: bytes) -> Any:
+def load_json(text: bytes, fast: bool = True) -> Any:
     """The request JSON; bare NaN/Infinity kept as markers for codec to name (JSON has none), nesting too deep for
-    the parser a 400 that says where. orjson reads valid UTF-8 JSON in a fifth of json's time; what it refuses is
-    read again by json, whose answer (markers, UTF-16 bodies) or error is the one given. So is a body with a run of
-    20 digits: orjson reads an integer beyond 64 bits as a float."""
-    if LONG_NUMBER.search(text) is None:
+    the parser a 400 that says where. orjson (`fast`) reads valid UTF-8 JSON in a tenth of json's time; what it
+    refuses is read again by json, whose answer (markers, UTF-16 bodies) or error is the one given."""
+    if fast:
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -181,7 +185,7 @@ def load_json(text: bytes) -> Any:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
 
 
-LONG_NUMBER = re.compile(rb"\d{20}")
+LONG_NUMBER = re.compile(rb"\d{20}")  # an integer orjson may have read as a float
 DECODER = json.JSONDecoder(parse_constant=codec.NonFinite)  # made once: json.loads(**options) makes one a call
 # a JSON string, or one structural character: enough to follow nesting without parsing values
 TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
@@ -262,8 +266,9 @@ def _specs(items: list[Any], limits: Limits) -> list[Spec]:
     return out
 
 
-def _arrays(specs: list[Spec], tail: memoryview) -> tuple[list[InferInput], int]:
-    """Each input's array: read from its slice of the binary tail, or its JSON data (shared memory: later)."""
+def _arrays(specs: list[Spec], tail: memoryview) -> list[InferInput]:
+    """Each input's array: read from its slice of the binary tail, or its JSON data (shared memory: later); every
+    byte of the tail must belong to an input."""
     out, offset = [], 0
     for s in specs:
         if s.ref is not None:
@@ -278,7 +283,9 @@ def _arrays(specs: list[Spec], tail: memoryview) -> tuple[list[InferInput], int]
         else:
             array = codec.from_json(s.name, s.datatype, s.shape, s.data)
         out.append(InferInput(s.name, s.datatype, array))
-    return out, offset
+    if offset != len(tail):
+        raise BadRequest(f"{len(tail) - offset} bytes of binary data follow the JSON header but no input claims them")
+    return out
 
 
 def render_infer(result: InferResult, request: InferRequest, binary: dict[str, bool]) -> Reply:
