@@ -164,5 +164,5 @@ def unverified(result: BuildResult) -> str:
 
 def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:
     """Open an artifact with the runtime its build step names."""
-    opener = resolve(kind_of(artifact.manifest["target"]["step"]).open)
+    opener = resolve(kind_of(artifact.kind).open)
     return opener(provider, project, artifact)
