@@ -257,17 +257,24 @@ class Checked:
     io: ModelIO
     compat: Any
     stamp: tuple[int, int] = (0, 0)  # the model file's (size, mtime_ns) when it was read
+    beside: tuple[list[int] | None, ...] = ()  # its external data files' (size, mtime_ns) then (None: missing)
 
 
 def check_model(project: Project, store_dir: str | Path | None = None) -> Checked:
     """The model read and checked once per project per process (kept on `project.derived`, read again only when
-    the model file or the declared I/O changes); raises ConfigError listing every problem."""
+    the model file, its external data files or the declared I/O change); raises ConfigError listing every
+    problem."""
     if not project.source.is_file():
         raise ConfigError([project.problem(("model", "source"), f"file not found: {project.source}")])
     st = project.source.stat()
     cfg = project.config
     key = (project.source, st.st_size, st.st_mtime_ns, cfg.model, cfg.inputs, cfg.outputs)
-    return project.derived.get("model", key, lambda: _checked(project, store_dir, (st.st_size, st.st_mtime_ns)))
+    return project.derived.get("model", key, lambda: _checked(project, store_dir, (st.st_size, st.st_mtime_ns)),
+                               lambda kept: kept.beside == _beside(project.source, kept.io))
+
+
+def _beside(path: Path, io: ModelIO) -> tuple[list[int] | None, ...]:
+    return tuple(_stamps(path, list(io.external_data)))
 
 
 def _checked(project: Project, store_dir: str | Path | None, stamp: tuple[int, int]) -> Checked:
@@ -290,7 +297,7 @@ def _checked(project: Project, store_dir: str | Path | None, stamp: tuple[int, i
                                            f"{', '.join(missing)}"))
     if problems:
         raise ConfigError(problems)
-    return Checked(io, compat, stamp)
+    return Checked(io, compat, stamp, _beside(project.source, io))
 
 
 def load_checked(project: Project, store_dir: str | Path | None = None) -> ModelIO:
