@@ -230,11 +230,10 @@ def test_package_installs_torch_from_the_backend_wheel_index(cnn: Path, provider
                                                              reuse: bool) -> None:
     from gpux.deploy.image import image_row, plan_image
     from gpux.deploy.package import host_key_parts
-    from gpux.model.io import load_checked
 
     project = load_config(with_providers(cnn, f"  {provider}: {{runtime: torch}}\n"))
     row = image_row(project, provider)
-    parts = host_key_parts(project, row.host_build, load_checked(project))
+    parts = host_key_parts(project, row.host_build)
     plan = plan_image(project, provider, parts)
     text = plan.dockerfile()
     version = torch.__version__.split("+")[0]

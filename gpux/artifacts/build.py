@@ -15,7 +15,7 @@ from gpux.config.load import Project
 from gpux.errors import BuildFailed, DataError, GpuxError, VerificationFailed
 from gpux.files import digest_files, locked, store_root
 from gpux.machine import cpu_identity, gpu_identity
-from gpux.model.io import Tensor, check_model, effective_io, source_files
+from gpux.model.io import Tensor, check_model, source_files
 from gpux.optional import installed_ort_distributions, version_of
 from gpux.plan.targets import Target, resolve_shapes
 from gpux.runtimes import KIND_HINTS, ArtifactKind, Context, Job, Log, kind_of, resolve, targets
@@ -92,7 +92,7 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
     if missing:
         raise BuildFailed(f"{project.source}: external data file not found: {missing[0]}")
     source_digest = digest_files(files, project.source.parent, root / ".hashes.json")
-    inputs, _ = effective_io(project, io)
+    inputs = checked.inputs
     shapes = resolve_shapes(project, shapes)
     job = Job(project=project, inputs=inputs, shapes=shapes, verify=verify, log=log,
               source=_usable_source(project, checked.compat, root, log), strict=strict, force=force)

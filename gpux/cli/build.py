@@ -109,9 +109,9 @@ def choose_builder(project: Any, selection: Any) -> tuple[str, Any, list[Any]]:
 def show_plan(project: Any, io: Any, selection: Any, req: BuildRequest) -> None:
     """`--dry-run`: the targets the first provider of the chain would build, their options and cache keys."""
     from gpux.artifacts.build import keyed_targets
-    from gpux.model.io import effective_io, source_files
+    from gpux.model.io import check_model, source_files
 
-    inputs, _ = effective_io(project, io)
+    inputs = check_model(project, req.store).inputs
     digest = digest_files(source_files(project, io), project.root)
     first = selection.chain[0]
     keyed = keyed_targets(project, first, inputs, digest, req.shapes)

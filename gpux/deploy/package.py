@@ -120,14 +120,14 @@ def _link_or_copy(src: Any, dst: Any) -> Any:
 
 
 # -- the command -----------------------------------------------------------------------------------------------
-def host_key_parts(project: Project, provider: str | None, io: Any) -> list[dict[str, Any]]:
+def host_key_parts(project: Project, provider: str | None) -> list[dict[str, Any]]:
     """Key parts of the targets this machine would build for `provider` (versions, device), without building."""
     from gpux.artifacts.build import keyed_targets
-    from gpux.model.io import effective_io
+    from gpux.model.io import interface
 
     if provider is None:
         return []
-    inputs, _ = effective_io(project, io)
+    inputs, _ = interface(project)
     return [parts for _, parts, _ in keyed_targets(project, provider, inputs, "")]
 
 
@@ -162,7 +162,7 @@ def package_command(req: PackageRequest) -> int:
     client = None if req.out_dir else connect()  # before building anything: fail fast without an engine
     io = load_checked(project)
     row = image_row(project, name)
-    plan = plan_image(project, name, host_key_parts(project, row.host_build, io), base_image=req.base_image,
+    plan = plan_image(project, name, host_key_parts(project, row.host_build), base_image=req.base_image,
                       tag=req.tag, ca_bundle=req.ca_bundle, serve=req.serve)
     if plan.reuse and row.host_build:
         built = build(project, row.host_build, store_dir=req.store, log=report.progress(req.as_json))

@@ -13,7 +13,7 @@ from gpux.artifacts import store
 from gpux.artifacts.build import BuildResult, build
 from gpux.config.load import Project
 from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed, first_line
-from gpux.model.io import ModelIO
+from gpux.model.io import Checked
 from gpux.plan.select import Selection
 from gpux.providers import Runner
 from gpux.runtimes import kind_of, resolve
@@ -54,7 +54,7 @@ class Fallback:
     """The providers still to try, in order, and every attempt so far."""
 
     project: Project
-    io: ModelIO
+    checked: Checked  # the project's model, checked (gpux.model.io.check_model)
     selection: Selection
     store_dir: str | Path | None = None
     force: bool = False
