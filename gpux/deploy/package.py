@@ -122,13 +122,14 @@ def _link_or_copy(src: Any, dst: Any) -> Any:
 # -- the command -----------------------------------------------------------------------------------------------
 def host_key_parts(project: Project, provider: str | None) -> list[dict[str, Any]]:
     """Key parts of the targets this machine would build for `provider` (versions, device), without building."""
-    from gpux.artifacts.build import keyed_targets
+    from gpux.artifacts.plan import keyed_targets
     from gpux.model.io import interface
+    from gpux.plan.targets import resolve_shapes
 
     if provider is None:
         return []
     inputs, _ = interface(project)
-    return [parts for _, parts, _ in keyed_targets(project, provider, inputs, "")]
+    return [s.parts for s in keyed_targets(project, provider, inputs, "", resolve_shapes(project))]
 
 
 @dataclass(frozen=True, kw_only=True)
