@@ -90,6 +90,17 @@ def digest_files(paths: list[Path], root: Path, cache_file: Path | None = None) 
     return h.hexdigest()
 
 
+def digest_data(path: Path, root: Path, what: str, named_in: Path) -> str:
+    """The digest of declared sample data: a file, or every file under a folder (`what` and `named_in`: the data's
+    kind and the gpux.yml that names it, for the error when there is none)."""
+    from gpux.errors import DataError
+
+    files = sorted(x for x in path.rglob("*") if x.is_file()) if path.is_dir() else [path]
+    if not files or not all(f.is_file() for f in files):
+        raise DataError(f"{named_in}: {what} data not found: {path}")
+    return digest_files(files, root)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

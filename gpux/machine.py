@@ -73,6 +73,17 @@ def gpu_identity(device_id: int = 0) -> dict[str, Any]:
             "cuda_driver": f"{version.value // 1000}.{version.value % 1000 // 10}"}
 
 
+def device_identity(device: str, options: dict[str, Any]) -> dict[str, Any]:
+    """What keys an artifact to this machine's device (`device`: an artifact kind's, gpux.runtimes.ArtifactKind):
+    nothing ("none", or "cpu-if-level" at an optimization level that fuses nothing machine-specific), the GPU
+    the options name ("gpu"), else the CPU."""
+    if device == "none" or (device == "cpu-if-level" and options.get("optimization") in (None, "disabled", "basic")):
+        return {}
+    if device == "gpu":
+        return gpu_identity(int(options.get("device_id") or 0))
+    return cpu_identity()
+
+
 def environment_facts() -> dict[str, Any]:
     """Cheap facts about the host, from the standard library only (benchmark documents, the tune lock)."""
     affinity = getattr(os, "sched_getaffinity", None)

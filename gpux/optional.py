@@ -79,3 +79,16 @@ def version_of(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+def versions_of(packages: tuple[str, ...]) -> dict[str, str | None]:
+    """The installed version of each distribution (None: not installed); "onnxruntime" names whichever of its
+    distributions is installed, with its version ("onnxruntime-gpu 1.20.0")."""
+    out: dict[str, str | None] = {}
+    for pkg in packages:
+        if pkg == "onnxruntime":
+            dists = installed_ort_distributions()
+            out["onnxruntime"] = f"{dists[0]} {version_of(dists[0])}" if dists else None
+        else:
+            out[pkg] = version_of(pkg)
+    return out

@@ -315,6 +315,16 @@ def build_warnings(doc: dict[str, Any]) -> list[str]:
     return said + [w for w in more if w not in said]
 
 
+def render_plan(doc: dict[str, Any]) -> None:
+    """`gpux build --dry-run`: the targets the first provider of the chain would build, and their options."""
+    avail = doc["available"]
+    print(f"plan for {doc['name']} on {doc['provider']} ({avail['status']}: {avail['reason']})")
+    print(f"  source {doc['source']}")
+    for t in doc["targets"]:
+        opts = ", ".join(f"{k}={v}" for k, v in t["options"].items() if v not in (None, {}, []))
+        print(f"  → {t['id']} [{t['kind']}, {t['precision']}] from {t['consumes']}: {opts}")
+
+
 def render_build(doc: dict[str, Any]) -> None:
     """`gpux build`'s human report: warnings and skipped providers on stderr, one line per target."""
     for w in build_warnings(doc):

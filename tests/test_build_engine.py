@@ -77,6 +77,23 @@ def test_cache_hit_and_miss_matrix(mlp_project: Path) -> None:
     assert changed.artifact.manifest["key_parts"]["input"] != stale.artifact.manifest["key_parts"]["input"]
 
 
+def test_a_manifest_written_with_step_is_still_read(mlp_project: Path) -> None:
+    """Manifests name the target's kind of artifact "kind"; a store whose manifests still say "step" keeps
+    working: the artifact is found in the cache and opened."""
+    art = built(mlp_project).artifact
+    m = json.loads((art.dir / "manifest.json").read_text())
+    assert m["target"]["kind"] == "optimize" and "step" not in m["target"]
+    m["target"]["step"] = m["target"].pop("kind")
+    (art.dir / "manifest.json").write_text(json.dumps(m))
+    again = built(mlp_project)
+    assert again.cached and again.artifact.dir == art.dir and again.artifact.kind == "optimize"
+    session = gpux.load(mlp_project, provider="cpu")
+    try:
+        assert session.run({"x": np.ones((1, 8), np.float32)})
+    finally:
+        session.close()
+
+
 def test_damaged_artifact_is_never_loaded(mlp_project: Path) -> None:
     art = built(mlp_project).artifact
     data = bytearray(art.main.read_bytes())

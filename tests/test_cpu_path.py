@@ -29,7 +29,7 @@ def test_build_writes_optimized_onnx_and_manifest(mlp_project: Path) -> None:
     assert art.main.name == "model.onnx" and art.main.is_file()
     assert art.dir.parent == mlp_project / ".gpux" / "tiny-mlp"
     m = json.loads((art.dir / "manifest.json").read_text())
-    assert m["target"]["step"] == "optimize" and m["target"]["options"]["optimization"] == "basic"
+    assert m["target"]["kind"] == "optimize" and m["target"]["options"]["optimization"] == "basic"
     assert m["files"]["model.onnx"]["size"] == art.main.stat().st_size
     assert m["key_parts"]["versions"]["onnxruntime"].startswith("onnxruntime ")
     assert m["verification"]["passed"] is True

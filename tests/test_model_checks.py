@@ -225,3 +225,27 @@ def test_a_remembered_reading_is_not_trusted_once_an_external_data_file_changes(
     assert memo.is_file()
     data.write_bytes(kept)  # back, and truncated
     assert any(phrase in p for p in read_io(tmp_path / "model.onnx", memo).problems)
+
+
+def test_a_project_checks_its_model_again_once_an_external_data_file_changes(tmp_path: Path) -> None:
+    """The checked model kept on an opened project is keyed by its external data files too: a file truncated
+    (or replaced) between two opens in one process is noticed by the second."""
+    from gpux.config.load import load_config
+    from gpux.errors import ConfigError
+    from gpux.model.io import check_model
+
+    w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    save(tmp_path, [helper.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", shape=[1, 64])],
+         [vi("y", shape=[1, 64])], inits=[w], save_as_external_data=True, location="weights.bin", size_threshold=0)
+    project = load_config(tmp_path)
+    store = tmp_path / "store"
+    store.mkdir()
+    first = check_model(project, store)
+    assert check_model(project, store) is first, "unchanged: kept"
+    data = tmp_path / "weights.bin"
+    kept = data.read_bytes()
+    data.write_bytes(kept[:100])
+    with pytest.raises(ConfigError, match=r"weights\.bin is truncated"):
+        check_model(project, store)
+    data.write_bytes(kept)  # replaced by whole data again: checked again, and fine
+    assert check_model(project, store).io.external_data == ("weights.bin",)

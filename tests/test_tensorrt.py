@@ -12,9 +12,11 @@ import gpux
 from gpux import files
 from gpux import providers as providers_mod
 from gpux.artifacts import store
-from gpux.artifacts.build import NeedsBuild, build, keyed_targets
+from gpux.artifacts.build import NeedsBuild, build
+from gpux.artifacts.plan import keyed_targets
 from gpux.config.load import load_config
-from gpux.model.io import effective_io, load_checked, source_files
+from gpux.model.io import interface, load_checked, source_files
+from gpux.plan.targets import resolve_shapes
 from gpux.providers import Availability
 
 from .conftest import gpux as cli
@@ -65,9 +67,10 @@ def fake_engine(project_dir: Path, gpu: str, trt_version: str) -> store.Artifact
     """Publish an engine artifact as another machine would have built it (no GPU needed to write one)."""
     project = load_config(project_dir)
     io = load_checked(project)
-    inputs, _ = effective_io(project, io)
+    inputs, _ = interface(project)
     digest = files.digest_files(source_files(project, io), project.root)
-    target, parts, _ = keyed_targets(project, "tensorrt", inputs, digest)[-1]
+    planned = keyed_targets(project, "tensorrt", inputs, digest, resolve_shapes(project))[-1]
+    target, parts = planned.target, planned.parts
     parts = {**parts, "device": {"gpu": gpu, "compute_capability": "8.0", "cuda_driver": "12.4"},
              "versions": {**parts["versions"], "tensorrt": trt_version}}
     work = store.new_workdir(project_dir / ".gpux", "fake")

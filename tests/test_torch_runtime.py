@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 import gpux
-from gpux.artifacts.build import build, keyed_targets
+from gpux.artifacts.build import build
+from gpux.artifacts.plan import keyed_targets
 from gpux.config.load import load_config
 from gpux.errors import ConfigError
+from gpux.plan.targets import resolve_shapes
 from gpux.providers import probe_torch
 from gpux.runtimes import targets
 
@@ -146,8 +148,8 @@ def test_compile_auto_is_on_for_gpus_and_off_for_cpu(cnn: Path) -> None:
         "cuda": "torch-cuda-fp32-default", "rocm": "torch-rocm-fp32-default", "cpu": "torch-cpu-fp32-eager",
         "mps": "torch-mps-fp16-eager"}
     assert ids["rocm"].options["device_id"] == 1
-    keys = keyed_targets(project, "cuda", {}, "x")
-    assert keys[0][1]["versions"]["torch"] and "gpu" in keys[0][1]["device"]  # keyed by the GPU (none here)
+    keys = keyed_targets(project, "cuda", {}, "x", resolve_shapes(project))
+    assert keys[0].parts["versions"]["torch"] and "gpu" in keys[0].parts["device"]  # keyed by the GPU (none here)
 
 
 def test_onnx_source_with_runtime_torch_is_a_located_config_error(mlp_project: Path) -> None:
@@ -230,11 +232,10 @@ def test_package_installs_torch_from_the_backend_wheel_index(cnn: Path, provider
                                                              reuse: bool) -> None:
     from gpux.deploy.image import image_row, plan_image
     from gpux.deploy.package import host_key_parts
-    from gpux.model.io import load_checked
 
     project = load_config(with_providers(cnn, f"  {provider}: {{runtime: torch}}\n"))
     row = image_row(project, provider)
-    parts = host_key_parts(project, row.host_build, load_checked(project))
+    parts = host_key_parts(project, row.host_build)
     plan = plan_image(project, provider, parts)
     text = plan.dockerfile()
     version = torch.__version__.split("+")[0]

@@ -308,14 +308,15 @@ def test_rows_count_the_batch_axis_only_where_the_model_has_one() -> None:
 
 
 def test_labels_generated_ranges_and_answers_are_part_of_the_verdicts_key(mlp_project: Path) -> None:
-    from gpux.artifacts.build import keyed_targets
+    from gpux.artifacts.plan import keyed_targets
     from gpux.config.load import load_config
-    from gpux.model.io import effective_io, load_checked
+    from gpux.model.io import interface
+    from gpux.plan.targets import resolve_shapes
 
     def key() -> str:
         project = load_config(mlp_project)
-        inputs, _ = effective_io(project, load_checked(project))
-        return keyed_targets(project, "cpu", inputs, "src")[-1][2]
+        inputs, _ = interface(project)
+        return keyed_targets(project, "cpu", inputs, "src", resolve_shapes(project))[-1].key
 
     labeled = key()
     yml = mlp_project / "gpux.yml"

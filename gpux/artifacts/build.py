@@ -1,9 +1,7 @@
-"""Runs a plan's targets: cache keys from content and environment, locked atomic builds, verification."""
+"""Executes a build plan (artifacts.plan): each target found in the cache or built, locked and atomic, and verified."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -11,38 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from gpux.artifacts import store
+from gpux.artifacts.plan import BuildPlan, Planned, digest_of, plan_build
 from gpux.config.load import Project
-from gpux.errors import BuildFailed, DataError, GpuxError, VerificationFailed
-from gpux.files import digest_files, locked, store_root
-from gpux.machine import cpu_identity, gpu_identity
-from gpux.model.io import Tensor, check_model, effective_io, source_files
-from gpux.optional import installed_ort_distributions, version_of
-from gpux.plan.targets import Target, resolve_shapes
-from gpux.runtimes import KIND_HINTS, ArtifactKind, Context, Job, Log, kind_of, resolve, targets
-from gpux.version import __version__
-
-
-def runtime_versions(packages: tuple[str, ...]) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for pkg in packages:
-        if pkg == "onnxruntime":
-            dists = installed_ort_distributions()
-            out["onnxruntime"] = f"{dists[0]} {version_of(dists[0])}" if dists else None
-        else:
-            out[pkg] = version_of(pkg)
-    return out
-
-
-def device_identity(step: ArtifactKind, target: Target) -> dict[str, Any]:
-    if step.device == "none" or (
-        step.device == "cpu-if-level" and target.options.get("optimization") in (None, "disabled", "basic")
-    ):
-        return {}
-    if step.device == "gpu":
-        return gpu_identity(int(target.options.get("device_id") or 0))
-    if step.device == "torch":
-        return resolve("gpux.runtimes.torch_module:device_identity")(target)
-    return cpu_identity()
+from gpux.errors import BuildFailed, GpuxError, VerificationFailed
+from gpux.files import locked
+from gpux.plan.targets import Target
+from gpux.runtimes import KIND_HINTS, Context, Job, Log, resolve
 
 
 @dataclass(kw_only=True)
@@ -79,50 +51,47 @@ class BuildResult:
 def build(project: Project, provider: str, *, force: bool = False, verify: bool = True,
           store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
           full_check: bool = False, for_run: bool = False, strict: bool = False) -> BuildResult:
-    """Build (or find in the cache) every target provider `provider` needs. `full_check` re-hashes cached
-    artifacts (what `run` does before loading) instead of trusting their recorded size and mtime. `strict`
-    refuses an artifact that is not verified (lossy on generated data only, or built with --no-verify). The
-    model is the one the project checked (`check_model`: read once per process)."""
+    """Plan `provider`'s build (artifacts.plan.plan_build: `shapes` are --shape) and execute it."""
+    plan = plan_build(project, provider, store_dir=store_dir, shapes=shapes)
+    return execute(plan, force=force, verify=verify, log=log, full_check=full_check, for_run=for_run, strict=strict)
+
+
+def execute(plan: BuildPlan, *, force: bool = False, verify: bool = True, log: Log | None = None,
+            full_check: bool = False, for_run: bool = False, strict: bool = False) -> BuildResult:
+    """Find in the cache, or build, every target of `plan` in order. `full_check` re-hashes cached artifacts (what
+    `run` does before loading) instead of trusting their recorded size and mtime. `strict` refuses an artifact
+    that is not verified (lossy on generated data only, or built with --no-verify)."""
     log = log or (lambda _msg: None)
-    checked = check_model(project, store_dir)
-    io = checked.io
-    root = store_root(project.root, store_dir)
-    files = source_files(project, io)
-    missing = [f for f in files if not f.is_file()]
-    if missing:
-        raise BuildFailed(f"{project.source}: external data file not found: {missing[0]}")
-    source_digest = digest_files(files, project.source.parent, root / ".hashes.json")
-    inputs, _ = effective_io(project, io)
-    shapes = resolve_shapes(project, shapes)
-    job = Job(project=project, inputs=inputs, shapes=shapes, verify=verify, log=log,
-              source=_usable_source(project, checked.compat, root, log), strict=strict, force=force)
-    result = BuildResult(project, provider)
-    for target, parts, key in keyed_targets(project, provider, inputs, source_digest, shapes):
-        folder = root / project.name / f"{target.id}-{key[:12]}"
+    project, root = plan.project, plan.root
+    job = Job(project=project, inputs=plan.inputs, shapes=plan.shapes, verify=verify, log=log,
+              source=_usable_source(project, plan.checked.compat, root, log), strict=strict, force=force)
+    result = BuildResult(project, plan.provider)
+    for step in plan.steps:
+        target, folder = step.target, root / project.name / step.folder
         src = job.source if not result.results else result.final.artifact.main
         started = time.perf_counter()
-        art, reason = (None, "--force") if force else _cached(folder, key, full_check, verify and not for_run)
+        check = verify and not for_run
+        art, reason = (None, "--force") if force else _cached(folder, step.key, full_check, check)
         cached = art is not None
         if art is None:
             with locked(root / ".locks" / f"{project.name}-{folder.name}.lock"):
-                art, reason2 = (None, reason) if force else _cached(folder, key, full_check,
-                                                                   verify and not for_run)
+                art, reason2 = (None, reason) if force else _cached(folder, step.key, full_check, check)
                 if art is None and for_run and not project.config.runtime.build_on_run:
-                    raise NeedsBuild(project, target, parts, root, provider)
+                    raise NeedsBuild(project, target, step.parts, root, plan.provider)
                 if art is None:
-                    slow = for_run and not kind_of(target.step).on_run
-                    stale = stale_why(project, target, parts, root) if slow else None
+                    slow = for_run and not step.kind.on_run
+                    stale = stale_why(project, target, step.parts, root) if slow else None
                     from gpux.report import SLOW_BUILD
 
-                    art = _build_remembering(job, target, parts, key, src, folder,
+                    art = _build_remembering(job, step, src, folder,
                                              (stale or reason2 or reason) + (f"; {SLOW_BUILD}" if slow else ""))
                 else:
                     cached = True
-        r = TargetResult(target=target, key=key, artifact=art, cached=cached, seconds=time.perf_counter() - started,
-                         reason="" if cached else reason)
+        r = TargetResult(target=target, key=step.key, artifact=art, cached=cached,
+                         seconds=time.perf_counter() - started, reason="" if cached else reason)
         log(f"{target.id}: {'cached' if cached else 'built'} → {art.dir}")
         result.results.append(r)
-    _keep_model_facts(project, checked, root)
+    _keep_model_facts(project, plan.checked, root)
     _refuse_unverified(project, result, strict, log)
     return result
 
@@ -192,24 +161,6 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return out
 
 
-def digest_of(parts: dict[str, Any] | None) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor], source_digest: str,
-                  shapes: dict[str, int] | None = None) -> list[tuple[Target, dict[str, Any], str]]:
-    """The provider's targets with their key parts and cache keys; a target's key covers its input's. The sizes
-    of symbolic dims are resolved once, here (`shapes`: --shape)."""
-    keys: dict[str, str] = {"source": source_digest}
-    sizes = resolve_shapes(project, shapes)
-    out = []
-    for target in targets(project, provider, inputs):
-        parts = key_parts(project, target, inputs, keys[target.consumes], sizes)
-        keys[target.id] = digest_of(parts)
-        out.append((target, parts, keys[target.id]))
-    return out
-
-
 def _cached(folder: Path, key: str, full: bool = False, verify: bool = False) -> tuple[store.Artifact | None, str]:
     art = store.read_manifest(folder)
     if art is None:
@@ -224,62 +175,10 @@ def _cached(folder: Path, key: str, full: bool = False, verify: bool = False) ->
     return art, ""
 
 
-def key_parts(project: Project, target: Target, inputs: dict[str, Tensor], input_key: str,
-              sizes: dict[str, int]) -> dict[str, Any]:
-    """What `target`'s cache key covers (`sizes`: the symbolic dims, as plan.targets.resolve_shapes resolves them)."""
-    step = kind_of(target.step)
-    return {
-        "gpux": __version__,
-        "step": target.step,
-        "precision": target.precision,
-        "options": target.options,
-        "input": input_key,
-        "inputs": {n: t.to_dict() for n, t in inputs.items()},
-        "calibration": _calibration_digest(project, target),
-        "verify": project.config.verify.model_dump(mode="json"),
-        "verify_data": _data_digest(project, project.config.verify.data, "verify"),
-        "judged": _judged(project, sizes),
-        "shapes": {"sizes": sizes,
-                   "ranges": {d: r.model_dump() for d, r in project.config.shapes.items() if not isinstance(r, int)}}
-        if step.shapes else None,
-        "versions": runtime_versions(step.packages),
-        "device": device_identity(step, target),
-    }
-
-
-def _judged(project: Project, sizes: dict[str, int]) -> dict[str, Any]:
-    """What else a verdict depends on: which outputs are class scores (labeled, or answering top-k), the
-    post-processing whose answers are compared, and what generated inputs look like (value ranges, sizes of
-    symbolic dims) when no real data is declared."""
-    from gpux.quality.calibrate import ranges
-    from gpux.quality.verify import classifications, postprocessing
-
-    generated = None if project.config.verify.data else {"ranges": ranges(project),
-                                                         "sizes": sizes}
-    answers = {n: p.model_dump(mode="json") for n, p in postprocessing(project).items()}
-    return {"classes": sorted(classifications(project)), "answers": answers, "generated": generated}
-
-
-def _calibration_digest(project: Project, target: Target) -> str | None:
-    return _data_digest(project, target.options.get("calibration"), "calibration")
-
-
-def _data_digest(project: Project, path: str | None, what: str) -> str | None:
-    """The digest of declared sample data (a file or a folder), part of the key: new data, a new verdict."""
-    if not path:
-        return None
-    p = project.root / path
-    files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
-    if not files or not all(f.is_file() for f in files):
-        raise DataError(f"{project.path}: {what} data not found: {p}")
-    return digest_files(files, project.root)
-
-
-def _build_remembering(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path,
-                       why: str) -> store.Artifact:
+def _build_remembering(job: Job, step: Planned, src: Path, folder: Path, why: str) -> store.Artifact:
     """Build into `folder` (<store>/<model>/<target>-<key>), remembering a failure for this exact key so later
     runs skip it at once (--force retries)."""
-    name, root = job.project.name, folder.parent.parent
+    name, root, key = job.project.name, folder.parent.parent, step.key
     checked = key + ":verified"  # a verification failure holds only for builds that verify
     known = None if job.force else store.recall_failure(root, name, folder.name, key) or \
         (store.recall_failure(root, name, folder.name, checked) if job.verify else None)
@@ -290,9 +189,9 @@ def _build_remembering(job: Job, target: Target, parts: dict[str, Any], key: str
         if isinstance(again, VerificationFailed):
             again.verification, again.info = known.get("verification"), known.get("info")
         raise again
-    job.log(f"building {target.id} ({why})")
+    job.log(f"building {step.target.id} ({why})")
     try:
-        return _build_one(job, target, parts, key, src, folder)
+        return _build_one(job, step, src, folder)
     except VerificationFailed as exc:  # its key covers the data's digest and the thresholds
         store.remember_failure(root, name, folder.name, checked, exc.message, exc.hint,
                                {"verification": exc.verification, "info": exc.info})
@@ -314,13 +213,13 @@ def _usable_source(project: Project, compat: Any, root: Path, log: Log) -> Path:
     return lowered_source(project.source, compat.lower_ir_to, root / ".lowered")
 
 
-def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: Path, folder: Path) -> store.Artifact:
+def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Artifact:
     from gpux.quality import calibrate
     from gpux.quality.verify import accuracy_goal
 
     root = folder.parent.parent
     project, inputs, shapes, log = job.project, job.inputs, job.shapes, job.log
-    step = kind_of(target.step)
+    target, step = planned.target, planned.kind
     workdir = store.new_workdir(root, folder.name).resolve()
     try:
         ctx = Context(project=project, target=target, src=src.resolve(), workdir=workdir, inputs=inputs, shapes=shapes,
@@ -347,8 +246,8 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
             "name": project.name,
             "version": project.config.version,
             "target": target.to_dict(),
-            "key": key,
-            "key_parts": parts,
+            "key": planned.key,
+            "key_parts": planned.parts,
             "main": info.pop("main"),
             "info": info,
             "source": str(project.source),
@@ -371,7 +270,3 @@ def _build_one(job: Job, target: Target, parts: dict[str, Any], key: str, src: P
     finally:
         if workdir.exists():
             store.discard_tmp(workdir)
-
-
-def needs_device(project: Project, provider: str) -> bool:
-    return any(kind_of(t.step).needs_device for t in targets(project, provider))

@@ -35,6 +35,11 @@ class Artifact:
     def id(self) -> str:
         return str(self.manifest["target"]["id"])
 
+    @property
+    def kind(self) -> str:
+        """Its kind of artifact (gpux.runtimes.ArtifactKind)."""
+        return str(self.manifest["target"]["kind"])
+
     def size(self) -> int:
         return sum(int(f["size"]) for f in self.manifest["files"].values())
 
@@ -71,9 +76,11 @@ def read_manifest(folder: Path) -> Artifact | None:
     target = data.get("target") if isinstance(data, dict) else None
     if (not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA
             or not isinstance(data.get("files"), dict) or not isinstance(data.get("main"), str)
-            or not isinstance(target, dict) or not {"id", "step"} <= set(target)
+            or not isinstance(target, dict) or "id" not in target or not {"kind", "step"} & set(target)
             or not isinstance(data.get("key_parts"), dict)):
         return None
+    if "kind" not in target:  # written before the kind was called so: read as it is named now
+        target["kind"] = target.pop("step")
     return Artifact(folder, data)
 
 

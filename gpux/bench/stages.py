@@ -23,13 +23,13 @@ def check_files(project: Any, files: tuple[str, ...], store: str | None, tensors
     checks them, before anything is built: they exist, and the model takes files."""
     from gpux.answers.steps import Steps, file_kind, input_files
     from gpux.errors import UsageError
-    from gpux.model.io import effective_io, load_checked
+    from gpux.model.io import interface
 
     if tensors_asked:
         raise UsageError(f"{', '.join(tensors_asked)} and files both given: the files run through the declared"
                          " preprocess, one file per call; pass one kind of input")
     found = input_files(list(files), file_kind(project))
-    inputs, outputs = effective_io(project, load_checked(project, store))
+    inputs, outputs = interface(project, store)
     Steps.of(project, inputs, outputs).file_input(found[0])
     return found
 

@@ -13,7 +13,7 @@ def answer_files(project: Any, req: Any) -> int:
     """Files are found before anything is built or loaded; a file that cannot be read stops the run (exit 2)."""
     from gpux.answers.steps import Steps, file_kind, input_files
     from gpux.errors import UsageError
-    from gpux.model.io import effective_io, load_checked
+    from gpux.model.io import interface
     from gpux.run.inuse import holding
     from gpux.run.session import load
 
@@ -21,7 +21,7 @@ def answer_files(project: Any, req: Any) -> int:
     if given:
         raise UsageError(f"{', '.join(given)} and files both given; pass one kind of input")
     files = input_files(req.files, file_kind(project))
-    inputs, outputs = effective_io(project, load_checked(project, req.store))
+    inputs, outputs = interface(project, req.store)
     steps = Steps.of(project, inputs, outputs)  # what the model's real shapes say of the steps, before any build
     steps.file_input(files[0])
     saved = _save_paths(project, steps, files, req.save)

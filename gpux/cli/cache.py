@@ -12,13 +12,15 @@ from gpux.files import digest_files, store_root
 
 def current_folders(project: Any, io: Any, root: Path) -> set[str]:
     """Artifact folder names the current config, model and environment would build, for every provider."""
-    from gpux.artifacts.build import keyed_targets
-    from gpux.model.io import effective_io, source_files
+    from gpux.artifacts.plan import keyed_targets
+    from gpux.model.io import interface, source_files
+    from gpux.plan.targets import resolve_shapes
     from gpux.providers import registry
 
-    inputs, _ = effective_io(project, io)
+    inputs, _ = interface(project)
     digest = digest_files(source_files(project, io), project.root, root / ".hashes.json")
-    return {f"{t.id}-{key[:12]}" for p in registry() for t, _, key in keyed_targets(project, p, inputs, digest)}
+    sizes = resolve_shapes(project)
+    return {s.folder for p in registry() for s in keyed_targets(project, p, inputs, digest, sizes)}
 
 
 def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) -> int:

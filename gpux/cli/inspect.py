@@ -29,13 +29,13 @@ def describe(project: Any, store_dir: str | None) -> tuple[dict[str, Any], list[
     """The inspect document, and its warnings (the text report ends with them): this installation, the
     choice (a reset `gpux use`, a lock measured elsewhere) and the providers asked for that a run would skip."""
     from gpux.config import CONFIG_NAMES
-    from gpux.model.io import effective_io, load_checked, source_files
+    from gpux.model.io import check_model, source_files
     from gpux.plan.lock import LOCK_NAME, read_lock
     from gpux.plan.select import select
     from gpux.providers import ort_conflict_warning, probe_for, registry, runtime_of
 
-    io = load_checked(project, store_dir)
-    inputs, outputs = effective_io(project, io)
+    checked = check_model(project, store_dir)
+    io, inputs, outputs = checked.io, checked.inputs, checked.outputs
     avail = [{**probe_for(project, p).to_dict(), "runtime": runtime_of(project, p)} for p in registry()]
     selection = select(project, None, False, store_dir=store_dir)  # reads only: inspect writes nothing
     project = selection.project or project

@@ -79,7 +79,7 @@ def run_once(project: Any, req: RunRequest) -> int:
     """One inference on the inputs of --input or --file: outputs printed, or written to --output."""
     from gpux.errors import InputError
     from gpux.model.inputs import load_file, parse_json
-    from gpux.model.io import effective_io, load_checked
+    from gpux.model.io import interface
     from gpux.run.inuse import holding
     from gpux.run.session import load
 
@@ -90,7 +90,7 @@ def run_once(project: Any, req: RunRequest) -> int:
         raise InputError("--input and --file both given; pass one")
     if req.output and not req.output.endswith(".npz"):
         raise InputError(f"--output {req.output}: outputs are written as .npz; name the file *.npz")
-    inputs, _ = effective_io(project, load_checked(project, req.store))
+    inputs, _ = interface(project, req.store)
     # inputs are read and checked before anything is built or loaded
     feeds = parse_json(req.input_json, inputs) if req.input_json is not None else \
         load_file(req.input_file or "", inputs)

@@ -28,13 +28,14 @@ class Derived:
     """What the rooms above derive from a project's files once per process (`gpux.model.io.check_model`: the
     model's checked I/O and its versions against ONNX Runtime), kept with the project so no room reads the
     model again. Copies made with `dataclasses.replace` share it; each value is kept with the key it was
-    derived under (the model file's size and mtime, the declared I/O) and derived again when that changes."""
+    derived under (the model file's size and mtime, the declared I/O) and derived again when that changes, or
+    when `still_true` says the kept value no longer holds (the model's external data files changed)."""
 
     values: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
-    def get(self, name: str, key: Any, derive: Callable[[], T]) -> T:
+    def get(self, name: str, key: Any, derive: Callable[[], T], still_true: Callable[[T], bool] | None = None) -> T:
         kept = self.values.get(name)
-        if kept is not None and kept[0] == key:
+        if kept is not None and kept[0] == key and (still_true is None or still_true(kept[1])):
             return kept[1]
         value = derive()
         self.values[name] = (key, value)

@@ -23,10 +23,10 @@ def export_workspace(ms: Models, provider: str | None, repo: Path, version: int 
 
 def write_ensemble(ms: Models, members: list[Exported], repo: Path, version: int) -> Exported:
     """config.pbtxt of the ensemble and its (empty) version folder; checked with Triton's rules."""
-    from gpux.model.io import effective_io, load_checked
+    from gpux.model.io import interface
     from gpux.workspace.pipeline import wire
 
-    io = {n: effective_io(p, load_checked(p)) for n, p in ms.models.items()}
+    io = {n: interface(p) for n, p in ms.models.items()}
     plan = wire(ms, io)
     batches = {int(e.config.get("max_batch_size") or 0) for e in members}
     batch = 0 if 0 in batches else min(batches)  # an ensemble batches no more than each of its models

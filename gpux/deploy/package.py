@@ -120,15 +120,16 @@ def _link_or_copy(src: Any, dst: Any) -> Any:
 
 
 # -- the command -----------------------------------------------------------------------------------------------
-def host_key_parts(project: Project, provider: str | None, io: Any) -> list[dict[str, Any]]:
+def host_key_parts(project: Project, provider: str | None) -> list[dict[str, Any]]:
     """Key parts of the targets this machine would build for `provider` (versions, device), without building."""
-    from gpux.artifacts.build import keyed_targets
-    from gpux.model.io import effective_io
+    from gpux.artifacts.plan import keyed_targets
+    from gpux.model.io import interface
+    from gpux.plan.targets import resolve_shapes
 
     if provider is None:
         return []
-    inputs, _ = effective_io(project, io)
-    return [parts for _, parts, _ in keyed_targets(project, provider, inputs, "")]
+    inputs, _ = interface(project)
+    return [s.parts for s in keyed_targets(project, provider, inputs, "", resolve_shapes(project))]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,7 +163,7 @@ def package_command(req: PackageRequest) -> int:
     client = None if req.out_dir else connect()  # before building anything: fail fast without an engine
     io = load_checked(project)
     row = image_row(project, name)
-    plan = plan_image(project, name, host_key_parts(project, row.host_build, io), base_image=req.base_image,
+    plan = plan_image(project, name, host_key_parts(project, row.host_build), base_image=req.base_image,
                       tag=req.tag, ca_bundle=req.ca_bundle, serve=req.serve)
     if plan.reuse and row.host_build:
         built = build(project, row.host_build, store_dir=req.store, log=report.progress(req.as_json))

@@ -261,11 +261,10 @@ def export(project: Project, provider: str, repo: Path, version: int = 1, store_
            log: Any = None) -> Exported:
     """Build (or reuse) the verified artifact and write `repo/<name>/{config.pbtxt, <version>/...}`."""
     from gpux.artifacts.build import build
-    from gpux.model.io import effective_io, load_checked
+    from gpux.model.io import interface
 
     flavor = flavor_of(project, provider)
-    io = load_checked(project, store_dir)
-    inputs, outputs = effective_io(project, io)
+    inputs, outputs = interface(project, store_dir)
     cfg = config_dict(project, provider, inputs, outputs)
     built = build(served_project(project, provider, flavor), flavor.builder, store_dir=store_dir, log=log)
     art = built.final.artifact

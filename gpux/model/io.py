@@ -249,25 +249,36 @@ def compat_check(io: ModelIO, store: Path | None = None) -> Any:
         else Compat()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Checked:
-    """A project's model, checked: its interface (matching the declared one) and how its versions meet the
+    """A project's model, checked: its interface (matching the declared one), the interface gpux uses
+    (`effective_io`: declared names and shapes where given, derived once here), and how its versions meet the
     installed ONNX Runtime (`gpux.model.compat.Compat`: an IR version to lower to, with its note)."""
 
     io: ModelIO
+    inputs: dict[str, Tensor]
+    outputs: dict[str, Tensor]
     compat: Any
     stamp: tuple[int, int] = (0, 0)  # the model file's (size, mtime_ns) when it was read
+    beside: tuple[list[int] | None, ...] = ()  # its external data files' (size, mtime_ns) then (None: missing)
+    files: tuple[Path, ...] = ()  # the files the model is made of: the source and its external data
 
 
 def check_model(project: Project, store_dir: str | Path | None = None) -> Checked:
     """The model read and checked once per project per process (kept on `project.derived`, read again only when
-    the model file or the declared I/O changes); raises ConfigError listing every problem."""
+    the model file, its external data files or the declared I/O change); raises ConfigError listing every
+    problem."""
     if not project.source.is_file():
         raise ConfigError([project.problem(("model", "source"), f"file not found: {project.source}")])
     st = project.source.stat()
     cfg = project.config
     key = (project.source, st.st_size, st.st_mtime_ns, cfg.model, cfg.inputs, cfg.outputs)
-    return project.derived.get("model", key, lambda: _checked(project, store_dir, (st.st_size, st.st_mtime_ns)))
+    return project.derived.get("model", key, lambda: _checked(project, store_dir, (st.st_size, st.st_mtime_ns)),
+                               lambda kept: kept.beside == _beside(project.source, kept.io))
+
+
+def _beside(path: Path, io: ModelIO) -> tuple[list[int] | None, ...]:
+    return tuple(_stamps(path, list(io.external_data)))
 
 
 def _checked(project: Project, store_dir: str | Path | None, stamp: tuple[int, int]) -> Checked:
@@ -275,7 +286,7 @@ def _checked(project: Project, store_dir: str | Path | None, stamp: tuple[int, i
     from gpux.model.compat import Compat
 
     if source_format(project) in TORCH_FORMATS:
-        return Checked(declared_io(project), Compat(), stamp)
+        return _kept(project, declared_io(project), Compat(), stamp)
     store = store_root(project.root, store_dir)
     io = read_io(project.source, store / ".model-io.json")
     compat = compat_check(io, store)
@@ -290,12 +301,24 @@ def _checked(project: Project, store_dir: str | Path | None, stamp: tuple[int, i
                                            f"{', '.join(missing)}"))
     if problems:
         raise ConfigError(problems)
-    return Checked(io, compat, stamp)
+    return _kept(project, io, compat, stamp)
+
+
+def _kept(project: Project, io: ModelIO, compat: Any, stamp: tuple[int, int]) -> Checked:
+    inputs, outputs = effective_io(project, io)
+    return Checked(io=io, inputs=inputs, outputs=outputs, compat=compat, stamp=stamp,
+                   beside=_beside(project.source, io), files=tuple(source_files(project, io)))
 
 
 def load_checked(project: Project, store_dir: str | Path | None = None) -> ModelIO:
     """The model's interface, after checking the declared inputs/outputs against it (once: `check_model`)."""
     return check_model(project, store_dir).io
+
+
+def interface(project: Project, store_dir: str | Path | None = None) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """The inputs and outputs gpux uses for the project's model (`effective_io`, derived once: `check_model`)."""
+    checked = check_model(project, store_dir)
+    return checked.inputs, checked.outputs
 
 
 def source_files(project: Project, io: ModelIO) -> list[Path]:

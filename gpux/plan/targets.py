@@ -15,7 +15,7 @@ class Target:
     """One artifact to build: what makes it, from what, with which resolved options."""
 
     id: str  # human-readable, also the artifact folder's prefix, e.g. onnx-fp16-basic, openvino-ir-int8-quantize
-    step: str  # a kind of artifact (gpux.runtimes.STEPS, or one a registry row adds)
+    step: str  # its kind of artifact (gpux.runtimes.ARTIFACT_KINDS, or one a registry row adds); "kind" in a manifest
     # provider: the one that asked, or the runtime whose artifact several providers share (onnxruntime, torch)
     provider: str
     precision: str
@@ -23,7 +23,7 @@ class Target:
     consumes: str = "source"  # "source" or another target's id
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "step": self.step, "provider": self.provider, "precision": self.precision,
+        return {"id": self.id, "kind": self.step, "provider": self.provider, "precision": self.precision,
                 "consumes": self.consumes, "options": self.options}
 
 

@@ -36,6 +36,17 @@ def postprocessing(project: Project) -> dict[str, Any]:
     return {n: s.postprocess for n, s in (project.config.outputs or {}).items() if s.postprocess is not None}
 
 
+def judged(project: Project, sizes: dict[str, int]) -> dict[str, Any]:
+    """What a verdict depends on besides the thresholds (part of a cache key): which outputs are class scores
+    (labeled, or answering top-k), the post-processing whose answers are compared, and what generated inputs
+    look like (value ranges, sizes of symbolic dims) when no real data is declared."""
+    from gpux.quality.calibrate import ranges
+
+    generated = None if project.config.verify.data else {"ranges": ranges(project), "sizes": sizes}
+    answers = {n: p.model_dump(mode="json") for n, p in postprocessing(project).items()}
+    return {"classes": sorted(classifications(project)), "answers": answers, "generated": generated}
+
+
 def rules(project: Project, precision: str, names: Sequence[str]) -> dict[str, Rule]:
     """Each output's thresholds (verify:, then verify.outputs.NAME), kind and channel axis."""
     v = project.config.verify

@@ -13,7 +13,7 @@ from gpux.artifacts import store
 from gpux.artifacts.build import BuildResult, build
 from gpux.config.load import Project
 from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed, first_line
-from gpux.model.io import ModelIO
+from gpux.model.io import Checked
 from gpux.plan.select import Selection
 from gpux.providers import Runner
 from gpux.runtimes import kind_of, resolve
@@ -54,7 +54,7 @@ class Fallback:
     """The providers still to try, in order, and every attempt so far."""
 
     project: Project
-    io: ModelIO
+    checked: Checked  # the project's model, checked (gpux.model.io.check_model)
     selection: Selection
     store_dir: str | Path | None = None
     force: bool = False
@@ -164,5 +164,5 @@ def unverified(result: BuildResult) -> str:
 
 def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:
     """Open an artifact with the runtime its build step names."""
-    opener = resolve(kind_of(artifact.manifest["target"]["step"]).open)
+    opener = resolve(kind_of(artifact.kind).open)
     return opener(provider, project, artifact)

@@ -12,7 +12,7 @@ from gpux.config.load import Project
 from gpux.config.locate import open_project
 from gpux.errors import InputError, first_line
 from gpux.model.inputs import cast_all
-from gpux.model.io import Tensor, effective_io, load_checked
+from gpux.model.io import Tensor, check_model
 from gpux.providers import Runner
 from gpux.run.fallback import Attempt, Fallback, Opened
 
@@ -24,8 +24,8 @@ class Session:
 
     def __init__(self, fallback: Fallback, opened: Opened, *, warnings: list[str], placement: bool = False) -> None:
         self._fallback = fallback
-        self.project, self.io, self.selection = fallback.project, fallback.io, fallback.selection
-        self.inputs, self.outputs = effective_io(self.project, self.io)
+        self.project, self.selection = fallback.project, fallback.selection
+        self.io, self.inputs, self.outputs = fallback.checked.io, fallback.checked.inputs, fallback.checked.outputs
         self.warnings = warnings
         self._placement = placement
         self.placement: dict[str, Any] | None = None
@@ -221,7 +221,7 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
     provider only, and only a verified artifact unless `verified_only` says otherwise). `provider_source` is
     what the report calls a given `provider` (`request_source`): `argument` here, `--provider` from the CLI."""
     project = target if isinstance(target, Project) else open_project(str(target))
-    io = load_checked(project, store_dir)
+    checked = check_model(project, store_dir)
     warnings = list(project.warnings)
     from gpux.providers import ort_conflict_warning
 
@@ -233,8 +233,9 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
     selection = select(project, provider, strict, store_dir=store_dir, given_by=provider_source)
     project = selection.project or project
     warnings += selection.warnings
-    fallback = Fallback(project=project, io=io, selection=selection, store_dir=store_dir, force=force, verify=verify,
-                        log=log or (lambda _m: None), strict=strict if verified_only is None else verified_only)
+    fallback = Fallback(project=project, checked=checked, selection=selection, store_dir=store_dir, force=force,
+                        verify=verify, log=log or (lambda _m: None),
+                        strict=strict if verified_only is None else verified_only)
     return Session(fallback, fallback.next(), warnings=warnings, placement=placement)
 
 

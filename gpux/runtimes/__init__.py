@@ -35,6 +35,16 @@ class ArtifactKind:
     needs_device: bool = False  # can only be built on the device it runs on
     shapes: bool = False  # the resolved sizes of symbolic dims shape the artifact (key them)
 
+    def environment(self, target: Target) -> dict[str, Any]:
+        """What of this machine an artifact of this kind depends on (part of its key): the versions of its
+        runtime's packages, and the identity of the device it is made for (a PyTorch module's: its runtime's)."""
+        from gpux.machine import device_identity
+        from gpux.optional import versions_of
+
+        device = resolve("gpux.runtimes.torch_module:device_identity")(target) if self.device == "torch" else \
+            device_identity(self.device, target.options)
+        return {"versions": versions_of(self.packages), "device": device}
+
 
 ORT_KIND = ArtifactKind(build="gpux.runtimes.onnxruntime:build_onnx", verify="gpux.runtimes.onnxruntime:verify_runner",
                         packages=("onnxruntime", "onnx"), device="cpu-if-level")

@@ -184,7 +184,7 @@ def open_module(path: Path, setup: Setup, project: Any, cache_dir: Path | None, 
     """Load the source, place it on the device in its dtype and, unless eager, compile it at the resolved input
     sizes with Inductor's cache in `cache_dir` (timed: `compile_s`, with the cache hits and misses)."""
     from gpux.model.inputs import synthetic
-    from gpux.model.io import effective_io, load_checked
+    from gpux.model.io import interface
     from gpux.plan.targets import resolve_shapes
     from gpux.runtimes import torch_export as pt
 
@@ -192,7 +192,7 @@ def open_module(path: Path, setup: Setup, project: Any, cache_dir: Path | None, 
     threads = project.config.runtime.threads.intra_op
     if threads and setup.device == "cpu":  # runtime.threads.intra_op, as ONNX Runtime takes it (process-wide)
         torch.set_num_threads(threads)
-    inputs, _ = effective_io(project, load_checked(project))
+    inputs, _ = interface(project)
     shapes = resolve_shapes(project)
     module = pt.load(path, setup.fmt)
     names = pt.input_order(module, list(inputs))
