@@ -102,10 +102,10 @@ class Served:
             self.proc.kill()
 
 
-def gpux_serve(project: Path, batching: bool) -> Served:
+def gpux_serve(project: Path, batching: bool, access_log: bool = False) -> Served:
     http, grpc = free_port(), free_port()
-    argv = [sys.executable, "-m", "gpux", "serve", str(project), "--provider", "cpu", "--no-access-log",
-            "--port", str(http), "--grpc-port", str(grpc)]
+    argv = [sys.executable, "-m", "gpux", "serve", str(project), "--provider", "cpu",
+            *([] if access_log else ["--no-access-log"]), "--port", str(http), "--grpc-port", str(grpc)]
     if batching:
         argv += ["--max-batch-size", "16", "--max-queue-delay-us", "200"]
     return Served(argv, http, grpc)

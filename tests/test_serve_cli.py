@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -119,6 +120,10 @@ def test_sigterm_drains_accepted_requests(tmp_path: Path, serve_process: list[Pr
     assert p.proc.wait(30) == 0
     log = p.drain_log()
     assert "draining" in log
+    # every answered request has its access line, written by the log's thread before the process ended
+    lines = [json.loads(x) for x in log.splitlines() if x.startswith("{")]
+    answered = [x for x in lines if x.get("method") == "ModelInfer" or str(x.get("path")).endswith("/infer")]
+    assert len(answered) == 12 and {x["status"] for x in answered} == {200}, log
     import gpux as api
 
     with api.load(str(project)) as session:

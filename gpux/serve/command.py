@@ -42,12 +42,14 @@ def serve_command(cmd: ServeCommand) -> int:
             raise UsageError(f"{p.path}: model {p.name!r} version {key[1]} is served twice",
                              hint="give each version of a model its own `version:` in gpux.yml")
         seen.add(key)
-    _logging(cmd.access_log)
+    _logging()
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # before grpc is imported: no fork chatter from builds
+    from gpux.serve.access import writing
     from gpux.serve.models import LoadRequest
     from gpux.serve.server import ServeRequest, serve
 
     with contextlib.ExitStack() as held:  # `gpux use` is refused for what is being served
+        held.enter_context(writing(sys.stderr, cmd.access_log))
         for name, root in places:
             held.enter_context(holding(name, root, cmd.store, "gpux serve"))
         load = LoadRequest(cmd.provider, cmd.strict, cmd.store, fixed, pipelines)
@@ -89,7 +91,7 @@ def _override(project: Any, overrides: dict[str, Any]) -> Any:
     return dataclasses.replace(project, config=project.config.model_copy(update={"serve": serve}))
 
 
-def _logging(access: bool) -> None:
+def _logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     for name in ("gpux.serve", "uvicorn.error"):
@@ -97,4 +99,3 @@ def _logging(access: bool) -> None:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
-    logging.getLogger("gpux.serve.access").setLevel(logging.INFO if access else logging.WARNING)

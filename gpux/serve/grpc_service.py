@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from gpux.serve import codec, shm
+from gpux.serve import access, codec, shm
 from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, NotFound, ServeError, Unauthorized
 from gpux.serve.lifecycle import Lifecycle
@@ -22,7 +22,7 @@ from gpux.serve.offload import on_thread
 from gpux.serve.proto import inference_pb2 as pb
 from gpux.serve.proto import inference_pb2_grpc as pb_grpc
 from gpux.serve.protocol import InferInput, InferRequest, infer, server_metadata
-from gpux.serve.rest import OFF_LOOP_BYTES, Limits, access_log
+from gpux.serve.rest import OFF_LOOP_BYTES, Limits
 
 # typed `contents` field per datatype, for clients that do not send raw bytes
 CONTENTS = {
@@ -284,11 +284,8 @@ def encode(name: str, version: str, req_id: str, outputs: list[tuple[str, np.nda
 
 
 def _log(request: Any, status: int, started: float) -> None:
-    if access_log.isEnabledFor(logging.INFO):
-        access_log.info(json.dumps({
-            "ts": round(time.time(), 3), "protocol": "grpc", "method": "ModelInfer", "model": request.model_name,
-            "version": request.model_version, "status": status,
-            "ms": round((time.perf_counter() - started) * 1000, 3)}, separators=(",", ":")))
+    access.line(started, protocol="grpc", method="ModelInfer", model=request.model_name,
+                version=request.model_version, status=status)
 
 
 def make_server(service: InferenceService, address: str, limits: Limits) -> tuple[grpc.aio.Server, int]:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gpux.serve import access
 from gpux.serve.body import Limits, Reply, decompress, json_reply, parse_infer, render_infer
 from gpux.serve.errors import BadRequest, NotFound, ServeError, TooLarge, Unauthorized, Unavailable
 from gpux.serve.lifecycle import Lifecycle
@@ -25,7 +26,6 @@ HEADER_LENGTH = "inference-header-content-length"
 # event loop keeps answering everyone else meanwhile
 OFF_LOOP_BYTES = 64 * 1024
 OFF_LOOP_ELEMENTS = 16 * 1024
-access_log = logging.getLogger("gpux.serve.access")
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -225,11 +225,8 @@ class RestApp:
 
     @staticmethod
     def _log(scope: dict[str, Any], reply: Reply, started: float) -> None:
-        if not access_log.isEnabledFor(logging.INFO):
-            return
-        client = scope.get("client") or ("", 0)
-        access_log.info(json.dumps({
-            "ts": round(time.time(), 3), "protocol": "http", "client": f"{client[0]}:{client[1]}",
-            "method": scope["method"], "path": scope["path"], "status": reply.status, "bytes": len(reply.body),
-            "ms": round((time.perf_counter() - started) * 1000, 3)}, separators=(",", ":")))
+        if access.WRITER is not None or access.LOG.isEnabledFor(logging.INFO):
+            client = scope.get("client") or ("", 0)
+            access.line(started, protocol="http", client=f"{client[0]}:{client[1]}", method=scope["method"],
+                        path=scope["path"], status=reply.status, bytes=len(reply.body))
 

@@ -1,0 +1,35 @@
+"""The access log's writer: lines handed over on the event loop, written by a thread, none lost when it closes."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+
+import pytest
+
+from gpux.serve import access
+
+
+def test_every_line_is_written_by_the_time_the_writer_closes() -> None:
+    stream = io.StringIO()
+    with access.writing(stream, True):
+        started = time.perf_counter()
+        for i in range(2000):
+            access.line(started, protocol="http", path=f"/v2/models/m/infer?{i}", status=200)
+    lines = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert [x["path"] for x in lines] == [f"/v2/models/m/infer?{i}" for i in range(2000)]
+    assert all(x["status"] == 200 and x["ms"] >= 0 and x["ts"] > 0 for x in lines)
+    assert access.WRITER is None and not access.LOG.handlers  # nothing left behind
+
+
+def test_off_writes_nothing_and_without_a_writer_lines_are_log_records(caplog: pytest.LogCaptureFixture) -> None:
+    stream = io.StringIO()
+    with access.writing(stream, False):
+        access.line(time.perf_counter(), protocol="grpc", status=200)
+    assert stream.getvalue() == ""
+    caplog.set_level(logging.INFO, logger="gpux.serve.access")
+    access.line(time.perf_counter(), protocol="grpc", method="ModelInfer", status=400)
+    [record] = [r for r in caplog.records if r.name == "gpux.serve.access"]
+    assert json.loads(record.getMessage())["status"] == 400  # JSON text for any handler
