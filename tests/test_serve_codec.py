@@ -51,3 +51,45 @@ def test_json_text_is_json_with_non_finite_values_as_strings(size: int) -> None:
     data = json.loads(b"[" + codec.json_text(values) + b"]", parse_constant=strict)
     assert data[:2] == ["NaN", "Infinity"] and data[-1] == "-Infinity" and data[2:-1] == list(range(2, size - 1))
     np.testing.assert_array_equal(np.array(data, dtype=np.float32), values)  # as tritonclient's as_numpy reads it
+
+
+def test_a_header_read_once_still_reads_and_checks_each_body() -> None:
+    import json
+
+    from gpux.serve import body
+
+    limits = body.Limits(max_body_bytes=2**20, max_tensor_elements=2**20)
+    head = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
+                                   "parameters": {"binary_data_size": 16}}]}).encode()
+    split = str(len(head)).encode()
+    a = np.arange(4, dtype=np.float32)
+    first, _ = body.parse_infer("m", "", head + a.tobytes(), split, limits)
+    second, _ = body.parse_infer("m", "", head + (a + 1).tobytes(), split, limits)
+    assert (head, limits) in body.PLANS  # the second request reused the first one's reading
+    np.testing.assert_array_equal(first.inputs[0].array, a.reshape(1, 4))
+    np.testing.assert_array_equal(second.inputs[0].array, (a + 1).reshape(1, 4))
+    with pytest.raises(BadRequest, match="only 8 bytes of binary data remain"):
+        body.parse_infer("m", "", head + a.tobytes()[:8], split, limits)
+    with pytest.raises(BadRequest, match="2 bytes of binary data follow"):
+        body.parse_infer("m", "", head + a.tobytes() + b"xx", split, limits)
+
+
+def test_a_reply_header_written_once_is_reused_only_for_the_same_names_dtypes_and_shapes() -> None:
+    import json
+
+    from gpux.serve import body
+    from gpux.serve.protocol import InferRequest, InferResult
+
+    model = type("M", (), {"name": "m", "version": "1"})()
+    request = InferRequest(model="m")
+
+    def reply(array: np.ndarray) -> tuple[dict[str, object], bytes]:
+        out = body.render_infer(InferResult(model, [("y", array)]), request, {"": True})  # type: ignore[arg-type]
+        assert out.header_length is not None
+        return json.loads(out.body[:out.header_length]), out.body[out.header_length:]
+
+    (h1, b1), (h2, b2) = reply(np.zeros((1, 3), np.float32)), reply(np.ones((1, 3), np.float32))
+    assert h1 == h2 and b1 != b2 and b2 == np.ones(3, np.float32).tobytes()
+    h3, b3 = reply(np.ones((2, 2), np.float64))
+    assert h3["outputs"] == [{"name": "y", "datatype": "FP64", "shape": [2, 2],  # type: ignore[index]
+                              "parameters": {"binary_data_size": 32}}] and len(b3) == 32

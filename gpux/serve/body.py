@@ -75,7 +75,7 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
         split = size
     head = body[:split] if split < size else body
     # a header without JSON data (binary tensors, shared memory) is read once: a client sends the same one each time
-    key = (head, limits) if header_length is not None else None
+    key = (head, limits) if header_length is not None and len(head) <= PLAN_BYTES else None
     plan = PLANS.get(key) if key is not None else None
     tail = memoryview(body)[split:]
     try:
@@ -114,7 +114,7 @@ class Plan:
         return all(s.data is None for s in self.inputs)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Spec:
     """One input of a header: its data is `size` bytes of the binary tail, a shared memory region, or JSON data."""
 
@@ -127,6 +127,7 @@ class Spec:
 
 
 KEPT = 256  # headers read, and reply headers written, kept at most (a client sends the same few)
+PLAN_BYTES = 4096  # headers kept are at most this long (a few hundred bytes name a few tensors)
 PLANS: dict[tuple[bytes, Limits], Plan] = {}
 HEADS: dict[tuple[Any, ...], bytes] = {}
 
@@ -253,14 +254,14 @@ def _specs(items: list[Any], limits: Limits) -> list[Spec]:
             if size is not None or "data" in item:
                 raise BadRequest(f"input '{name}' has parameters.shared_memory_region and also "
                                  f"{'binary data' if size is not None else 'data'}; send one")
-            out.append(Spec(name, datatype, shape, ref=ref))
+            out.append(Spec(name=name, datatype=datatype, shape=shape, ref=ref))
         elif size is not None:
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise BadRequest(f"input '{name}': parameters.binary_data_size must be a non-negative integer, "
                                  f"got {size!r}")
-            out.append(Spec(name, datatype, shape, size=size))
+            out.append(Spec(name=name, datatype=datatype, shape=shape, size=size))
         elif "data" in item:
-            out.append(Spec(name, datatype, shape, data=item["data"]))
+            out.append(Spec(name=name, datatype=datatype, shape=shape, data=item["data"]))
         else:
             raise BadRequest(f"input '{name}' has neither 'data' nor parameters.binary_data_size")
     return out
