@@ -33,3 +33,26 @@ def test_off_writes_nothing_and_without_a_writer_lines_are_log_records(caplog: p
     access.line(time.perf_counter(), protocol="grpc", method="ModelInfer", status=400)
     [record] = [r for r in caplog.records if r.name == "gpux.serve.access"]
     assert json.loads(record.getMessage())["status"] == 400  # JSON text for any handler
+
+
+class Flaky(io.StringIO):
+    """A stream whose first write fails (a full disk), then works."""
+
+    failed = False
+
+    def write(self, text: str) -> int:
+        if not self.failed:
+            self.failed = True
+            raise OSError(28, "No space left on device")
+        return super().write(text)
+
+
+def test_a_failed_write_loses_that_batch_only(caplog: pytest.LogCaptureFixture) -> None:
+    stream = Flaky()
+    with access.writing(stream, True):
+        access.line(time.perf_counter(), path="/lost", status=200)
+        time.sleep(access.FLUSH_S * 4)  # the first batch meets the full disk
+        assert access.WRITER is not None and access.WRITER.thread.is_alive()
+        access.line(time.perf_counter(), path="/kept", status=200)
+    assert [json.loads(x)["path"] for x in stream.getvalue().splitlines()] == ["/kept"]
+    assert any("access log: cannot write" in r.getMessage() for r in caplog.records)

@@ -93,3 +93,32 @@ def test_a_reply_header_written_once_is_reused_only_for_the_same_names_dtypes_an
     h3, b3 = reply(np.ones((2, 2), np.float64))
     assert h3["outputs"] == [{"name": "y", "datatype": "FP64", "shape": [2, 2],  # type: ignore[index]
                               "parameters": {"binary_data_size": 32}}] and len(b3) == 32
+
+
+def test_a_long_id_is_answered_but_its_reply_header_not_kept() -> None:
+    from gpux.serve import body
+    from gpux.serve.protocol import InferRequest, InferResult
+
+    model = type("M", (), {"name": "m", "version": "1"})()
+    request = InferRequest(model="m", id="i" * 10_000)
+    out = body.render_infer(InferResult(model, [("y", np.zeros(2, np.float32))]), request,  # type: ignore[arg-type]
+                            {"": True})
+    assert out.header_length is not None and out.header_length > 10_000
+    assert not any(k[2] == request.id for k in body.HEADS)
+
+
+def test_json_read_again_where_orjson_differs() -> None:
+    from gpux.serve import body
+    from gpux.serve.protocol import InferResult
+
+    limits = body.Limits(max_body_bytes=2**20, max_tensor_elements=2**20)
+    # an id holding a lone surrogate (json reads it, orjson does not): answered, escaped
+    text = b'{"id":"\\ud800","inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1.0]}]}'
+    request, binary = body.parse_infer("m", "", text, None, limits)
+    model = type("M", (), {"name": "m", "version": "1"})()
+    out = body.render_infer(InferResult(model, [("y", np.ones(1, np.float32))]), request, binary)  # type: ignore[arg-type]
+    assert b'"id":"\\ud800"' in out.body
+    # below int64 with 19 digits: orjson reads a float, json the integer (and so its message)
+    text = b'{"inputs":[{"name":"x","shape":[1],"datatype":"INT64","data":[-9223372036854775809]}]}'
+    with pytest.raises(BadRequest, match="data cannot be read as INT64"):
+        body.parse_infer("m", "", text, None, limits)

@@ -4,6 +4,7 @@ picked up without a restart), driven by tritonclient over REST and gRPC."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,6 +31,11 @@ def probs(address: str) -> np.ndarray:
 def reference(folder: Path) -> np.ndarray:
     with gpux.load(str(folder)) as session:
         return session.run({"x": X})["probs"]
+
+
+def queue_count(address: str) -> float:
+    text = post(address, "/metrics", b"", method="GET")[2].decode()
+    return float(re.search(r'^gpux_queue_duration_seconds_count\{model="mlp"\} (\S+)$', text, re.M).group(1))
 
 
 def test_index_unload_load_over_rest(tmp_path: Path) -> None:
@@ -62,11 +68,13 @@ def test_index_unload_load_over_rest(tmp_path: Path) -> None:
 
         make_mlp(mlp / "model.onnx", seed=7)  # a new model file and a new version: picked up by a load
         (mlp / "gpux.yml").write_text(MLP.format(version="1.1.0", serve=""))
+        queued = queue_count(server.http)
         client.load_model("mlp")
         assert client.get_model_metadata("mlp")["versions"] == ["1.1.0"]
         np.testing.assert_allclose(probs(server.http), reference(mlp), rtol=1e-6, atol=1e-7)
         assert not np.allclose(probs(server.http), first)
         assert client.get_inference_statistics("mlp")["model_stats"][0]["version"] == "1.1.0"
+        assert queue_count(server.http) == queued + 2  # two requests since; Prometheus's counts go on across the reload
 
         with pytest.raises(tritonhttp.InferenceServerException, match="unknown model 'nope'"):
             client.load_model("nope")

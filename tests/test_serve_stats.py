@@ -102,3 +102,30 @@ def test_unknown_model_or_version(server: ServerThread) -> None:
     assert status == 404 and "unknown version '9'" in error_of(body)
     with pytest.raises(grpcclient.InferenceServerException, match="unknown model 'nope'"):
         grpcclient.InferenceServerClient(server.grpc).get_inference_statistics("nope")
+
+
+def test_an_inference_is_counted_when_its_caller_gave_up_or_it_failed() -> None:
+    import asyncio
+
+    from gpux.serve.batcher import Worker
+
+    def slow(feeds: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.2)
+        return {"y": feeds["x"]}
+
+    def broken(feeds: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("the runtime failed")
+
+    async def run() -> tuple[Any, Any]:
+        gave_up, failed = Worker([slow]), Worker([broken])
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(gave_up.infer({"x": np.zeros((1, 2))}), 0.05)
+        with pytest.raises(RuntimeError):
+            await failed.infer({"x": np.zeros((1, 2))})
+        await asyncio.sleep(0.4)  # the inference given up on ends meanwhile
+        return gave_up.stats, failed.stats
+
+    gave_up, failed = asyncio.run(run())
+    assert (gave_up.queue.count, gave_up.execution_count, gave_up.compute_infer.count) == (1, 1, 1)
+    assert gave_up.runs.seconds >= 0.2
+    assert (failed.queue.count, failed.execution_count) == (1, 0)

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,25 @@ def _stat(p: str) -> list[int] | None:
 
 
 def snapshot(files: list[Path]) -> dict[str, Any]:
-    """What a build is about to read, taken BEFORE it reads it (so a change during the build is not missed)."""
+    """Size and mtime of each file, by resolved path."""
     return {str(Path(f).resolve()): _stat(str(f)) for f in files}
+
+
+@dataclass(frozen=True)
+class Before:
+    """What a build is about to read and its gpux.yml's digest, taken BEFORE it reads them (so a change during the
+    build is not missed)."""
+
+    files: dict[str, Any]
+    config_sha: str | None
+
+
+def before(files: list[Path], config: Path) -> Before:
+    try:
+        sha: str | None = hashlib.sha256(config.read_bytes()).hexdigest()
+    except OSError:
+        sha = None
+    return Before(snapshot(files), sha)
 
 
 def replay(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
@@ -104,22 +122,14 @@ def _side_effects(rec: dict[str, Any], config: Path) -> None:
     index.remember(rec["doc"]["name"], config)
 
 
-def config_digest(config: Path) -> str | None:
-    try:
-        return hashlib.sha256(config.read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def record(project: Any, request: dict[str, Any], doc: dict[str, Any], before: dict[str, Any], config_sha: str | None,
-           outputs: list[Path]) -> None:
-    """Remember a successful build (best effort: a failure to write only costs the next build's speed).
-    `before`/`config_sha` were taken before the build; `outputs` (artifacts) are stat-ed now."""
-    if project.path.name not in CONFIG_NAMES or not project.path.is_file() or config_sha is None:
+def record(project: Any, request: dict[str, Any], doc: dict[str, Any], taken: Before, outputs: list[Path]) -> None:
+    """Remember a successful build (best effort: a failure to write only costs the next build's speed). `taken`
+    was taken before the build; `outputs` (artifacts) are stat-ed now."""
+    if project.path.name not in CONFIG_NAMES or not project.path.is_file() or taken.config_sha is None:
         return
-    stats = {**before, **snapshot(outputs)}
+    stats = {**taken.files, **snapshot(outputs)}
     if any(s is None for s in stats.values()):
         return
-    rec = {"config_sha256": config_sha, "files": stats, "environment": environment(), "doc": doc}
+    rec = {"config_sha256": taken.config_sha, "files": stats, "environment": environment(), "doc": doc}
     with contextlib.suppress(OSError, TypeError, ValueError):
         atomic_write_text(_record_file(project.path, request), json.dumps(rec, default=str))

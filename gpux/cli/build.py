@@ -72,7 +72,7 @@ def build_command(req: BuildRequest) -> int:
                "available": selection.available(plan.provider).to_dict()}
         report.emit_json(doc) if req.as_json else report.render_plan(doc)
         return 0
-    before, config_sha = unchanged.snapshot(list(plan.reads)), unchanged.config_digest(project.path)
+    taken = unchanged.before(list(plan.reads), project.path)
     result = execute(plan, force=req.force, verify=req.verify, log=report.progress(req.as_json), strict=req.strict)
     remember(project)
     doc = {**result.to_dict(), "requested": selection.to_dict(), "cannot_run": plan.cannot_run,
@@ -81,7 +81,7 @@ def build_command(req: BuildRequest) -> int:
     outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
     # the folders a later `gpux use` (use.json) or `gpux tune` (gpux.lock.json) writes into: a new choice is a new build
     outputs += [Place(project.name, project.root, req.store).file.parent, project.root]
-    unchanged.record(project, request, doc, before, config_sha, outputs)
+    unchanged.record(project, request, doc, taken, outputs)
     report.emit_json(doc) if req.as_json else report.render_build(doc)
     return 0
 

@@ -4,6 +4,7 @@ formatted and written on the loop cost ~45 µs a request; a thread woken per lin
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -16,6 +17,7 @@ import orjson
 
 LOG = logging.getLogger("gpux.serve.access")
 FLUSH_S = 0.05
+KEPT = 100_000  # lines waiting for the writer, at most
 WRITER: Batched | None = None  # the writer `gpux serve` installed, if any
 
 
@@ -23,7 +25,10 @@ class Line(dict[str, Any]):
     """An access line's fields; its text (what a handler writes) is their JSON, made when it is written."""
 
     def __str__(self) -> str:
-        return orjson.dumps(self).decode()
+        try:
+            return orjson.dumps(self).decode()
+        except orjson.JSONEncodeError:  # a path with a lone surrogate
+            return json.dumps(self, separators=(",", ":"))
 
 
 def line(started: float, **fields: Any) -> None:
@@ -41,7 +46,9 @@ class Batched(logging.Handler):
 
     def __init__(self, stream: TextIO) -> None:
         super().__init__()
-        self.stream, self.kept = stream, deque[logging.LogRecord | Line]()
+        # at most KEPT lines wait (a stream that cannot take them drops the oldest: memory stays bounded)
+        self.stream, self.kept = stream, deque[logging.LogRecord | Line](maxlen=KEPT)
+        self.failed = False
         self.closing = threading.Event()
         self.thread = threading.Thread(target=self._run, name="gpux-access-log", daemon=True)
         self.thread.start()
@@ -59,9 +66,18 @@ class Batched(logging.Handler):
         while self.kept:
             item = self.kept.popleft()
             lines.append(str(item) if isinstance(item, Line) else self.format(item))
-        if lines:
+        if not lines:
+            return
+        try:
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
+        except Exception as exc:  # a full disk or a closed pipe: these lines are lost, the server goes on
+            if not self.failed:
+                self.failed = True
+                logging.getLogger("gpux.serve").error("access log: cannot write (%s); lines are dropped until it "
+                                                      "can", exc)
+        else:
+            self.failed = False
 
     def close(self) -> None:
         self.closing.set()

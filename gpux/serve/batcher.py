@@ -71,36 +71,39 @@ class Worker:
 
     def infer_inline(self, feeds: Feeds) -> dict[str, Any]:
         """Run `feeds` here, on the caller's thread (what `infer` does for feeds that `runs_inline`)."""
-        out, waited, seconds = self._run_one(feeds, time.perf_counter())
-        self._count(waited, seconds, feeds)
-        return out
+        return self._run_one(feeds, time.perf_counter(), None)
 
     async def infer(self, feeds: Feeds) -> dict[str, Any]:
         if self.runs_inline(feeds):
             return self.infer_inline(feeds)
         loop = asyncio.get_running_loop()
         if not self.batching:
-            out, waited, seconds = await loop.run_in_executor(self.pool, self._run_one, feeds, time.perf_counter())
-            self._count(waited, seconds, feeds)
-            return out
+            return await loop.run_in_executor(self.pool, self._run_one, feeds, time.perf_counter(), loop)
         assert self._queue is not None, "Worker.start() was not called"
         pending = Pending(feeds, batch_rows(feeds), batch_key(feeds), loop.create_future())
         self._queue.put_nowait(pending)
         return await pending.future
 
-    def _run_one(self, feeds: Feeds, enqueued: float) -> tuple[dict[str, Any], float, float]:
-        """The outputs, the time waited for an idle runner and the time the inference took."""
+    def _run_one(self, feeds: Feeds, enqueued: float, loop: asyncio.AbstractEventLoop | None) -> dict[str, Any]:
+        """The outputs. The wait for an idle runner is counted, and the inference once it ran, on the event loop's
+        thread (`loop`: from this thread, None: this is it) even when the caller gave up meanwhile."""
         runner = self._idle.get()
+        started, seconds = time.perf_counter(), None
         try:
-            started = time.perf_counter()
             out = runner(feeds)
-            return out, started - enqueued, time.perf_counter() - started
+            seconds = time.perf_counter() - started
+            return out
         finally:
             self._idle.put(runner)
+            if loop is None:
+                self._count(started - enqueued, seconds, _rows(feeds))
+            else:
+                loop.call_soon_threadsafe(self._count, started - enqueued, seconds, _rows(feeds))
 
-    def _count(self, waited: float, seconds: float, feeds: Feeds) -> None:
+    def _count(self, waited: float, seconds: float | None, rows: int) -> None:
         self.stats.queue.add(waited)
-        self.stats.executed(seconds, _rows(feeds), 1)
+        if seconds is not None:
+            self.stats.executed(seconds, rows, 1)
 
     async def _batch_loop(self, runner: RunFn) -> None:
         assert self._queue is not None

@@ -87,8 +87,9 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
     except BadRequest:
         if LONG_NUMBER.search(head) is None:
             raise
-        # orjson reads an integer beyond 64 bits as a float: a refused request holding one is read again by json,
-        # whose reading (and so its message, or its answer) is the one given
+        # orjson reads an integer beyond 64 bits as a float: a refused request that may hold one is read again by
+        # json, whose reading (and so its message, or its answer) is the one given. An accepted one keeps orjson's:
+        # every number the server reads (shapes, sizes, counts, integer data) refuses a float, and others are unused
         plan = _plan(load_json(head, fast=False), limits)
         inputs = _arrays(plan.inputs, tail)
     request = InferRequest(model=name, version=version, id=plan.id, inputs=inputs, outputs=plan.outputs,
@@ -127,7 +128,7 @@ class Spec:
 
 
 KEPT = 256  # headers read, and reply headers written, kept at most (a client sends the same few)
-PLAN_BYTES = 4096  # headers kept are at most this long (a few hundred bytes name a few tensors)
+PLAN_BYTES = 4096  # headers kept (read or written) are at most this long (a few hundred bytes name a few tensors)
 PLANS: dict[tuple[bytes, Limits], Plan] = {}
 HEADS: dict[tuple[Any, ...], bytes] = {}
 
@@ -186,7 +187,7 @@ def load_json(text: bytes, fast: bool = True) -> Any:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
 
 
-LONG_NUMBER = re.compile(rb"\d{20}")  # an integer orjson may have read as a float
+LONG_NUMBER = re.compile(rb"\d{19}")  # an integer orjson may have read as a float (beyond int64 / uint64)
 DECODER = json.JSONDecoder(parse_constant=codec.NonFinite)  # made once: json.loads(**options) makes one a call
 # a JSON string, or one structural character: enough to follow nesting without parsing values
 TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
@@ -296,7 +297,7 @@ def render_infer(result: InferResult, request: InferRequest, binary: dict[str, b
     head = HEADS.get(key) if key is not None else None
     if head is None:
         reply = _render(result, request, binary)
-        if key is not None and reply.header_length is not None:
+        if key is not None and reply.header_length is not None and reply.header_length <= PLAN_BYTES:
             _keep(HEADS, key, reply.body[:reply.header_length])
         return reply
     return Reply(status=200, body=b"".join([head, *(codec.to_bytes(a) for _, a in result.outputs)]),

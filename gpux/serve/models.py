@@ -90,7 +90,9 @@ class Repository:
         self.live = True
         self.draining = False  # SIGTERM: accepted requests finish, new ones are refused
         self.shm = Regions()  # the system shared memory extension's registered regions
-        metrics.watch(lambda: [(m.name, m.stats) for m in self.all()])
+        # Prometheus's counts go on across a reload: a replaced version's statistics stay counted
+        self.retired: list[tuple[str, ModelStats]] = []
+        metrics.watch(lambda: [*self.retired, *((m.name, m.stats) for m in self.all())])
 
     def all(self) -> list[Model]:
         return [m for versions in self.models.values() for m in versions.values()]
@@ -102,6 +104,7 @@ class Repository:
 
     def replace(self, name: str, models: list[Model]) -> None:
         """Serve `models` as the versions of `name` from now on (a load through the repository API)."""
+        self.retired += [(name, m.stats) for m in self.models.get(name, {}).values() if m.stats.queue.count]
         self.models[name] = {m.version: m for m in models}
         self._versions[name] = sorted(self.models[name], key=version_key)
 
