@@ -318,7 +318,12 @@ def build_warnings(doc: dict[str, Any]) -> list[str]:
 def render_plan(doc: dict[str, Any]) -> None:
     """`gpux build --dry-run`: the targets the first provider of the chain would build, and their options."""
     avail = doc["available"]
-    print(f"plan for {doc['name']} on {doc['provider']} ({avail['status']}: {avail['reason']})")
+    render_targets(doc, f" ({avail['status']}: {avail['reason']})")
+
+
+def render_targets(doc: dict[str, Any], note: str = "") -> None:
+    """A build plan's targets (artifacts.plan.BuildPlan.to_dict), one line each."""
+    print(f"plan for {doc['name']} on {doc['provider']}{note}")
     print(f"  source {doc['source']}")
     for t in doc["targets"]:
         opts = ", ".join(f"{k}={v}" for k, v in t["options"].items() if v not in (None, {}, []))

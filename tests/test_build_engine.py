@@ -78,12 +78,12 @@ def test_cache_hit_and_miss_matrix(mlp_project: Path) -> None:
 
 
 def test_a_manifest_written_with_step_is_still_read(mlp_project: Path) -> None:
-    """Manifests name the target's kind of artifact "kind"; a store whose manifests still say "step" keeps
-    working: the artifact is found in the cache and opened."""
+    """Manifests name the target's kind of artifact "kind" (and "step", as an install from before reads it); a
+    store whose manifests say only "step" keeps working: the artifact is found in the cache and opened."""
     art = built(mlp_project).artifact
     m = json.loads((art.dir / "manifest.json").read_text())
-    assert m["target"]["kind"] == "optimize" and "step" not in m["target"]
-    m["target"]["step"] = m["target"].pop("kind")
+    assert m["target"]["kind"] == m["target"]["step"] == "optimize"
+    del m["target"]["kind"]
     (art.dir / "manifest.json").write_text(json.dumps(m))
     again = built(mlp_project)
     assert again.cached and again.artifact.dir == art.dir and again.artifact.kind == "optimize"
@@ -281,6 +281,27 @@ def test_any_change_takes_the_full_path(mlp_project: Path, change: str) -> None:
     assert cli("build", *args).returncode == 0
 
 
+def test_a_model_changed_while_the_build_hashes_it_is_not_replayed(mlp_project: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a build read is taken before it hashes anything: a model rewritten just after it was hashed makes
+    the next build take the full path (its record must not vouch for the new bytes)."""
+    from gpux.artifacts import plan as planning
+    from gpux.cli.build import BuildRequest, build_command
+
+    digest = planning.digest_files
+
+    def digest_then_rewrite(*args: object, **kw: object) -> str:
+        out = digest(*args, **kw)  # type: ignore[arg-type]
+        make_mlp(mlp_project / "model.onnx", seed=7)
+        return out
+
+    monkeypatch.setattr(planning, "digest_files", digest_then_rewrite)
+    assert build_command(BuildRequest(path=str(mlp_project), provider="cpu")) == 0
+    monkeypatch.undo()
+    r = blocked_build(str(mlp_project), "--provider", "cpu")
+    assert r.returncode != 0 and "blocked" in r.stderr, "the full build must run (and here it cannot)"
+
+
 def test_name_index_holds_absolute_paths(mlp_project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     assert cli("build", ".", cwd=mlp_project).returncode == 0
     elsewhere = tmp_path_factory.mktemp("other")
@@ -335,6 +356,15 @@ def test_prune_removes_superseded_artifacts_and_keeps_current(mlp_project: Path)
     assert r.returncode == 0, r.stderr
     assert not old.exists() and new.exists()
     assert str(old) in json.loads(r.stdout)["removed"]
+
+
+def test_prune_keeps_the_current_artifact_of_a_model_in_a_subfolder(mlp_project: Path) -> None:
+    (mlp_project / "sub").mkdir()
+    (mlp_project / "model.onnx").rename(mlp_project / "sub" / "model.onnx")
+    edit(mlp_project, "source: model.onnx", "source: sub/model.onnx")
+    art = built(mlp_project).artifact.dir
+    r = cli("cache", "prune", str(mlp_project), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["removed"] == [] and art.exists(), r.stdout
 
 
 def test_input_mistakes_are_reported_before_any_build(mlp_project: Path, tmp_path: Path) -> None:

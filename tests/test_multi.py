@@ -283,6 +283,22 @@ def test_package_follows_the_saved_choice(mlp_project: Path) -> None:
     assert json.loads(r.stdout)["provider"] == "openvino"
 
 
+def test_a_dry_run_of_a_workspace_plans_and_builds_nothing(ws: Path) -> None:
+    r = cli("build", str(ws), "--provider", "cpu", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    plans = json.loads(r.stdout)["models"]
+    assert set(plans) == {"detector", "classifier"} and all(p["targets"] and p["provider"] == "cpu"
+                                                              for p in plans.values())
+    assert not list(ws.rglob("manifest.json")), "a dry run builds nothing"
+    text = cli("build", str(ws), "--provider", "cpu", "--dry-run")
+    assert text.returncode == 0 and text.stdout.count("plan for ") == 2, text.stdout
+    r = cli("build", str(ws), "--provider", "cpu", "--json")
+    built = json.loads(r.stdout)["models"]
+    for name, plan in plans.items():  # the plan's keys are the folders the build then made
+        assert {f"{t['id']}-{t['key'][:12]}" for t in plan["targets"]} == \
+            {Path(t["path"]).parent.name for t in built[name]["targets"]}, (plan, built[name])
+
+
 def test_flag_and_env_win_over_the_saved_choice_without_changing_it(ws: Path) -> None:
     assert cli("use", "cpu", str(ws)).returncode == 0
     r = cli("build", str(ws), "--provider", "auto", "--json")

@@ -55,14 +55,13 @@ def test_every_list_of_providers_has_the_toy(toy: Provider, mlp_project: Path) -
     """auto's order, the offer and `cache prune`'s list of current artifacts walk the registry."""
     from gpux.cli.cache import current_folders
     from gpux.files import store_root
-    from gpux.model.io import load_checked
     from gpux.plan.offer import compute
 
     project = load_config(mlp_project / "gpux.yml")
     assert select(project, "auto").chain[-2:] == ("cpu", "toy")  # auto: the registry order
     assert "toy" in compute({"mlp": project}).offer
     built = build(project, "toy", verify=False)
-    current = current_folders(project, load_checked(project), store_root(project.root))
+    current = current_folders(project, store_root(project.root))
     assert built.final.artifact.dir.name in current  # a prune keeps it
 
 

@@ -49,7 +49,6 @@ class BuildPlan:
     root: Path  # the artifact store
     shapes: dict[str, int]  # the sizes of symbolic dims
     steps: tuple[Planned, ...]
-    reads: tuple[Path, ...] = ()  # every file and folder the build reads (an unchanged build is replayed by them)
     cannot_run: str | None = None  # why the provider it builds for cannot run here (built without its device)
     attempts: list[dict[str, Any]] = field(default_factory=list)  # the providers of the selection passed over
 
@@ -68,7 +67,6 @@ def plan_build(project: Project, provider: str, *, store_dir: str | Path | None 
     by check_model), its files digested (memoised in the store), the sizes of symbolic dims resolved once (`shapes`:
     --shape), every target keyed."""
     checked = checked or check_model(project, store_dir)
-    watched = reads(project, checked)
     missing = [f for f in checked.files if not f.is_file()]
     if missing:
         raise BuildFailed(f"{project.source}: external data file not found: {missing[0]}")
@@ -76,8 +74,7 @@ def plan_build(project: Project, provider: str, *, store_dir: str | Path | None 
     digest = digest_files(list(checked.files), project.source.parent, root / ".hashes.json")
     sizes = resolve_shapes(project, shapes)
     return BuildPlan(project=project, provider=provider, checked=checked, root=root, shapes=sizes,
-                     steps=tuple(keyed_targets(project, provider, checked.inputs, digest, sizes)),
-                     reads=tuple(watched))
+                     steps=tuple(keyed_targets(project, provider, checked.inputs, digest, sizes)))
 
 
 def plan_selected(project: Project, selection: Any, *, dry_run: bool = False, store_dir: str | Path | None = None,

@@ -44,7 +44,7 @@ def build_command(req: BuildRequest) -> int:
             report.emit_json(replayed) if req.as_json else report.render_build(replayed)
             return 0
     from gpux.artifacts.build import execute
-    from gpux.artifacts.plan import plan_selected
+    from gpux.artifacts.plan import plan_selected, reads
     from gpux.config.locate import remember
     from gpux.model.io import check_model
     from gpux.plan.choice import Place, keep
@@ -55,7 +55,8 @@ def build_command(req: BuildRequest) -> int:
     if ms.workspace is not None:
         from gpux.workspace.commands import build_workspace
 
-        return build_workspace(ms, req.provider, req.store, req.as_json)
+        return build_workspace(ms, req.provider, req.store, req.as_json, force=req.force, verify=req.verify,
+                               strict=req.strict, shapes=req.shapes, dry_run=req.dry_run)
     project = ms.project
     for w in project.warnings:
         report.warn(w)
@@ -65,6 +66,8 @@ def build_command(req: BuildRequest) -> int:
     project.warnings.extend(selection.warnings)
     if not req.dry_run:
         keep(selection.reset)  # a build settles the choice: a saved one no longer offered is reset on disk
+    # what the build reads, taken before anything is hashed: a file changed meanwhile is not replayed later
+    taken = None if req.dry_run else unchanged.before(reads(project, checked), project.path)
     plan = plan_selected(project, selection, dry_run=req.dry_run, store_dir=req.store, shapes=req.shapes,
                          checked=checked)
     if req.dry_run:
@@ -72,7 +75,7 @@ def build_command(req: BuildRequest) -> int:
                "available": selection.available(plan.provider).to_dict()}
         report.emit_json(doc) if req.as_json else report.render_plan(doc)
         return 0
-    taken = unchanged.before(list(plan.reads), project.path)
+    assert taken is not None
     result = execute(plan, force=req.force, verify=req.verify, log=report.progress(req.as_json), strict=req.strict)
     remember(project)
     doc = {**result.to_dict(), "requested": selection.to_dict(), "cannot_run": plan.cannot_run,

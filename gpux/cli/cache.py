@@ -7,31 +7,28 @@ from typing import Any
 
 from gpux import report
 from gpux.errors import ExitCode
-from gpux.files import digest_files, store_root
+from gpux.files import store_root
 
 
-def current_folders(project: Any, io: Any, root: Path) -> set[str]:
-    """Artifact folder names the current config, model and environment would build, for every provider."""
-    from gpux.artifacts.plan import keyed_targets
-    from gpux.model.io import interface, source_files
-    from gpux.plan.targets import resolve_shapes
+def current_folders(project: Any, root: Path) -> set[str]:
+    """Artifact folder names the current config, model and environment would build, for every provider: the keys
+    `gpux build` plans (artifacts.plan.plan_build)."""
+    from gpux.artifacts.plan import plan_build
+    from gpux.model.io import check_model
     from gpux.providers import registry
 
-    inputs, _ = interface(project)
-    digest = digest_files(source_files(project, io), project.root, root / ".hashes.json")
-    sizes = resolve_shapes(project)
-    return {s.folder for p in registry() for s in keyed_targets(project, p, inputs, digest, sizes)}
+    checked = check_model(project, root)
+    return {s.folder for p in registry() for s in plan_build(project, p, store_dir=root, checked=checked).steps}
 
 
 def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) -> int:
     from gpux.artifacts import store
     from gpux.config.locate import open_project
-    from gpux.model.io import load_checked
 
     project = open_project(path)
     root = store_root(project.root, store_dir)
     arts = store.artifacts(root, project.name)
-    current = current_folders(project, load_checked(project, store_dir), root) if action == "prune" else set()
+    current = current_folders(project, root) if action == "prune" else set()
     rows: list[dict[str, Any]] = []
     removed: list[str] = []
     code = 0

@@ -42,7 +42,7 @@ def describe(project: Any, store_dir: str | None) -> tuple[dict[str, Any], list[
     locked = selection.chain[0] if selection.source == LOCK_NAME else None
     tuned = read_lock(project)[0] if locked else None
     chosen = selection.runs_on
-    arts = artifact_rows(project, io, store_dir, set(tuned.artifacts) if tuned else set())
+    arts = artifact_rows(project, store_dir, set(tuned.artifacts) if tuned else set())
     size = sum(f.stat().st_size for f in source_files(project, io))
     warnings = [w for w in [ort_conflict_warning()] if w] + [*selection.warnings, *would_skip(selection)]
     bare = project.path.name not in CONFIG_NAMES  # a plain model file: no gpux.yml exists
@@ -66,14 +66,14 @@ def would_skip(selection: Any) -> list[str]:
     return report.fallback_warnings(attempts, selection.source)
 
 
-def artifact_rows(project: Any, io: Any, store_dir: str | None, tuned: set[str] | None = None) -> list[dict[str, Any]]:
+def artifact_rows(project: Any, store_dir: str | None, tuned: set[str] | None = None) -> list[dict[str, Any]]:
     """One row per artifact built for the project: current (what a run would use), tuned (a candidate the lock
     measured and did not choose), stale (another config, model or environment) or damaged."""
     from gpux.artifacts import store
     from gpux.cli.cache import current_folders
 
     root = store_root(project.root, store_dir)
-    current = current_folders(project, io, root)
+    current = current_folders(project, root)
     arts = []
     for a in store.artifacts(root, project.name):
         problem = store.check(a, full=False)

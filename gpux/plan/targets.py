@@ -23,8 +23,9 @@ class Target:
     consumes: str = "source"  # "source" or another target's id
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.step, "provider": self.provider, "precision": self.precision,
-                "consumes": self.consumes, "options": self.options}
+        # "step" too: what gpux 0.1.0 before "kind" reads, so both share a store
+        return {"id": self.id, "kind": self.step, "step": self.step, "provider": self.provider,
+                "precision": self.precision, "consumes": self.consumes, "options": self.options}
 
 
 def resolve_shapes(project: Project, shapes: dict[str, int] | None = None) -> dict[str, int]:

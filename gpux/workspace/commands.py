@@ -76,17 +76,31 @@ def inspect_workspace(ms: Models, store_dir: str | None, as_json: bool) -> int:
     return 0
 
 
-def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_json: bool) -> int:
-    """Build every enabled model's artifacts for the one provider the workspace runs."""
+def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_json: bool, *, force: bool = False,
+                    verify: bool = True, strict: bool = False, shapes: dict[str, int] | None = None,
+                    dry_run: bool = False) -> int:
+    """Build every enabled model's artifacts for the one provider the workspace runs (`dry_run`: plan them)."""
     from gpux.artifacts.build import build
+    from gpux.artifacts.plan import plan_build
 
     choice = choose(ms, provider)
-    keep(choice.selection.reset)  # building settles the choice: a reset saved choice is saved
+    if not dry_run:
+        keep(choice.selection.reset)  # building settles the choice: a reset saved choice is saved
     for w in choice.warnings:
         report.warn(w)
+    head = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source}
+    if dry_run:
+        plans = {n: plan_build(p, choice.provider, store_dir=store_dir, shapes=shapes).to_dict()
+                 for n, p in ms.models.items()}
+        if as_json:
+            report.emit_json({**head, "models": plans})
+        for plan in [] if as_json else plans.values():
+            report.render_targets(plan)
+        return 0
     log = report.progress(as_json)
-    built = {n: build(p, choice.provider, store_dir=store_dir, log=log).to_dict() for n, p in ms.models.items()}
-    doc = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source, "models": built}
+    built = {n: build(p, choice.provider, store_dir=store_dir, log=log, force=force, verify=verify, strict=strict,
+                      shapes=shapes).to_dict() for n, p in ms.models.items()}
+    doc = {**head, "models": built}
     if as_json:
         report.emit_json(doc)
     else:
