@@ -2,8 +2,9 @@
 
     python benchmarks/serve_floor.py [--rounds 5] [--seconds 2]
 
-All at once on 127.0.0.1: `gpux serve examples/mlp -p cpu` (with --no-access-log, and a second one with its access
-log on, as by default, writing to /dev/null); a bare REST floor (uvicorn + a plain ASGI callable
+All at once on 127.0.0.1: `gpux serve examples/mlp -p cpu` (with --no-access-log, started once before to keep its
+record, so it serves without reading gpux.yml; a second one with its access log on, as by default, writing to
+/dev/null); a bare REST floor (uvicorn + a plain ASGI callable
 that parses the KServe v2 body with json, binary tensor extension included, and calls an ONNX Runtime
 InferenceSession inline); a bare gRPC floor (grpc.aio serving only ModelInfer from gpux's own generated stubs,
 ORT inline); and a raw ORT process (one session, a few runs, then idle) for the memory floor. Every cell is
@@ -204,6 +205,10 @@ def bench(rounds: int, seconds: float) -> str:
                    capture_output=True)
     rest_srv, grpc_procs, grpc_port, echo_port, ort_proc = floors(model)
     try:
+        with gpux_serve(project, False) as first:  # reads gpux.yml and keeps the record the next start serves from
+            served_cell("rest-binary", first.http, "mlp")(1.0)
+            served_cell("grpc", first.grpc, "mlp")(1.0)
+            first_rss = rss_mb(first.proc.pid)
         with gpux_serve(project, False) as gx, gpux_serve(project, False, access_log=True) as logged, rest_srv as fl:
             cells = [("gpux REST binary", served_cell("rest-binary", gx.http, "mlp")),
                      ("gpux REST binary, access log on", served_cell("rest-binary", logged.http, "mlp")),
@@ -217,7 +222,8 @@ def bench(rounds: int, seconds: float) -> str:
             for _ in range(rounds):
                 for label, cell in cells:
                     runs[label].append(cell(seconds))
-            rss = {"gpux serve": rss_mb(gx.proc.pid), "REST floor": rss_mb(fl.proc.pid),
+            rss = {"gpux serve": rss_mb(gx.proc.pid), "gpux serve, first start (reads gpux.yml)": first_rss,
+                   "REST floor": rss_mb(fl.proc.pid),
                    "gRPC floor": rss_mb(grpc_procs[0].pid), "raw ORT process": rss_mb(ort_proc.pid)}
     finally:
         for p in (*grpc_procs, ort_proc):

@@ -57,3 +57,15 @@ def test_validate_imports_nothing_heavy(mlp_project: Path) -> None:
     r = run_blocked("validate", str(bad))
     assert r.returncode == 3
     assert "LOADED=\n" in r.stderr
+
+
+def test_the_server_imports_no_config_models() -> None:
+    """The serving modules, the ONNX Runtime runtime and the serve record load without pydantic or the config
+    models: a start served from its record (gpux/serve/record.py) keeps them out of the process."""
+    code = ("import sys\n"
+            "import gpux.serve.command, gpux.serve.server, gpux.serve.grpc_service, gpux.serve.record\n"
+            "import gpux.runtimes.onnxruntime, gpux.run.inuse\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'yaml')"
+            " or m.startswith('gpux.config.')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr

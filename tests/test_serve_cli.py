@@ -192,3 +192,49 @@ def test_fallback_is_reported_and_served(tmp_path: Path, serve_process: list[Pro
     assert meta["platform"] == "gpux_cpu"
     p.proc.send_signal(signal.SIGTERM)
     assert p.proc.wait(30) == 0
+
+
+def loaded(pid: int, library: str) -> bool:
+    """Is `library` mapped into process `pid`?"""
+    return library in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps")
+def test_a_later_start_serves_from_its_record_without_reading_the_config(tmp_path: Path,
+                                                                         serve_process: list[Process]) -> None:
+    """The second start of the same command serves the same answers from the record the first one kept, without
+    pydantic; a changed gpux.yml is read again (and the model it names now served)."""
+    project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    x = np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)
+    answers = []
+    for version in ("1.0.0", "1.0.0", "2.0.0"):
+        if version == "2.0.0":
+            mlp_project(tmp_path / "mlp", version, 3)  # a new model and gpux.yml: the record no longer holds
+        p = Process(str(project), "--no-access-log", "--provider", "cpu")
+        serve_process.append(p)
+        p.start()
+        answers.append((loaded(p.proc.pid, "pydantic_core"), send_http(p.http, x), send_grpc(p.grpc, x),
+                        tritonhttp.InferenceServerClient(p.http).get_model_metadata("mlp")["versions"]))
+        deadline = time.monotonic() + 30  # the record is kept once every model is ready
+        while not list((project / ".gpux" / ".serve").glob("*.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p.stop()
+    (read_first, *first), (read_again, *second), (read_third, *third) = answers
+    assert read_first and not read_again and read_third  # config read, record served, config read again
+    np.testing.assert_array_equal(first[0], second[0])
+    np.testing.assert_array_equal(first[1], second[1])
+    assert first[2] == second[2] == ["1.0.0"] and third[2] == ["2.0.0"]
+    assert not np.allclose(third[0], first[0])  # the new model answers
+    records = list((project / ".gpux" / ".serve").glob("*.json"))
+    assert len(records) == 1 and json.loads(records[0].read_text())["models"][0]["version"] == "2.0.0"
+    # the artifact damaged in place (same size, same mtime): the record is not trusted, the config is read
+    from gpux.serve import record
+
+    command = {"targets": [str(project)], "provider": "cpu", "strict": False, "store": None, "overrides": {}}
+    [kept] = record.replay([str(project)], command) or []
+    artifact = Path(kept.recipe["arguments"]["model"])
+    stat, data = artifact.stat(), bytearray(artifact.read_bytes())
+    data[-10] ^= 0xFF
+    artifact.write_bytes(bytes(data))
+    os.utime(artifact, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert record.replay([str(project)], command) is None

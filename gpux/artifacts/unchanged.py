@@ -28,7 +28,8 @@ DISTS = (*ORT_DISTRIBUTIONS, "openvino", "nncf", "onnx", "torch", "coremltools",
 DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dri")
 
 
-def _config(path: str) -> Path | None:
+def config_of(path: str) -> Path | None:
+    """The gpux.yml a build or serve target names (a folder holding one, or the file), else None."""
     p = Path(path)
     if p.is_dir():
         return next((p / n for n in CONFIG_NAMES if (p / n).is_file()), None)
@@ -96,7 +97,7 @@ def before(files: list[Path], config: Path) -> Before:
 
 def replay(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
     """The last build's result document if nothing it depended on changed, else None."""
-    config = _config(path)
+    config = config_of(path)
     if config is None:
         return None
     try:

@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpux.config.load import Project
-from gpux.config.schema import TensorSpec
 from gpux.errors import ConfigError, Problem
 from gpux.formats import ONNX_DTYPES, TORCH_FORMATS, source_format
 from gpux.optional import require
+
+if TYPE_CHECKING:
+    from gpux.config.load import Project
+    from gpux.config.schema import TensorSpec
+
 
 # ONNX TensorProto element type -> gpux dtype name
 Dim = int | str | None

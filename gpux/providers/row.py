@@ -40,6 +40,8 @@ class Runner:
     native: Any = None  # the runtime's own session / compiled model
     binder: Callable[[dict[str, Any], int], list[Callable[[], object]]] | None = None
     fast: Callable[[dict[str, Any]], list[Any]] | None = None  # run() without the runtime's Python-side checks
+    # how to open it again without the project: {"runtime": "module:function", "arguments": {plain values}}
+    recipe: dict[str, Any] | None = None
 
     def bind(self, feeds: dict[str, Any], n: int = 1) -> list[Callable[[], object]]:
         """`n` zero-argument callables that each run `feeds` with the least per-call work (for timing loops);

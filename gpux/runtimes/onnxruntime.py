@@ -19,17 +19,20 @@ def ort() -> Any:
     return require("onnxruntime")
 
 
+# CPUOptions.optimization -> onnxruntime.GraphOptimizationLevel member name.
+ORT_GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+                          "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
 def session_options(level: str = "basic", intra_op: int = 0, inter_op: int = 0,
                     settings: dict[str, Any] | None = None) -> Any:
-    from gpux.runtimes.onnxruntime_options import ORT_GRAPH_OPTIMIZATION
-
     so = ort().SessionOptions()
     so.graph_optimization_level = getattr(ort().GraphOptimizationLevel, ORT_GRAPH_OPTIMIZATION[level])
     so.intra_op_num_threads = intra_op
     so.inter_op_num_threads = inter_op
     so.log_severity_level = 3  # errors only: gpux reports what ran itself
-    for key, value in (settings or {}).items():
-        setattr(so, key, value)
+    for key, value in (settings or {}).items():  # execution_mode: an ExecutionMode member's name
+        setattr(so, key, getattr(ort().ExecutionMode, value) if key == "execution_mode" else value)
     return so
 
 
@@ -211,22 +214,25 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     if any(k.endswith(("cache_path", "CacheDirectory", "cache_dir")) for k in ep_opts):
         cache.mkdir(parents=True, exist_ok=True)
     settings = dict(o.SESSION_SETTINGS.get(provider, {}))
-    if "execution_mode" in settings:
-        settings["execution_mode"] = getattr(ort().ExecutionMode, settings["execution_mode"])
     level = getattr(opts, "optimization", "basic")  # cpu's block sets it; the other EPs load at basic
     device = ("cuda", int(opts.device_id)) if getattr(opts, "io_binding", False) else None
-    return open_session_runner(artifact.main, ep, ep_opts, project.config.runtime.threads, settings, level,
+    threads = project.config.runtime.threads
+    return open_session_runner(artifact.main, ep, ep_opts, threads.intra_op, threads.inter_op, settings, level,
                                device)
 
 
-def open_session_runner(model: Path, ep: str, ep_opts: dict[str, str], threads: Any,
+def open_session_runner(model: Path | str, ep: str, ep_opts: dict[str, str], intra_op: int = 0, inter_op: int = 0,
                         settings: dict[str, Any] | None = None, level: str = "basic",
-                        device: tuple[str, int] | None = None) -> Any:
-    """`device` ("cuda", id): benchmark inputs and outputs stay in device memory (IO binding)."""
-    from gpux.providers import Runner
+                        device: tuple[str, int] | list[Any] | None = None) -> Any:
+    """`device` ("cuda", id): benchmark inputs and outputs stay in device memory (IO binding). The runner's
+    `recipe` is these arguments, plain values: this call again opens the same session (gpux/serve/record.py)."""
+    from gpux.providers.row import Runner
 
-    sess = create_session(model, ep, ep_opts, intra_op=threads.intra_op, inter_op=threads.inter_op,
-                          settings=settings, level=level)
+    recipe = {"model": str(model), "ep": ep, "ep_opts": ep_opts, "intra_op": intra_op, "inter_op": inter_op,
+              "settings": settings, "level": level, "device": list(device) if device else None}
+    device = (str(device[0]), int(device[1])) if device else None
+    sess = create_session(Path(model), ep, ep_opts, intra_op=intra_op, inter_op=inter_op, settings=settings,
+                          level=level)
     used = sess.used[0] if sess.used else "none"
     dropped = None
     if used != ep:
@@ -235,7 +241,8 @@ def open_session_runner(model: Path, ep: str, ep_opts: dict[str, str], threads: 
                   details={"ep": ep, "ep_options": ep_opts, "session_providers": sess.used}, close=sess.close,
                   native=sess.session,
                   binder=lambda feeds, n: bind_device(sess, feeds, n, device) if device else bind(sess, feeds, n),
-                  fast=native_run(sess))
+                  fast=native_run(sess), recipe={"runtime": "gpux.runtimes.onnxruntime:open_session_runner",
+                                                 "arguments": recipe})
 
 
 def native_run(sess: OrtSession) -> Callable[[dict[str, Any]], list[Any]]:

@@ -17,9 +17,6 @@ from gpux.providers.options import Options, ROCmOptions, TensorRTOptions
 DIRECTML_SESSION_SETTINGS: dict[str, Any] = {"enable_mem_pattern": False, "execution_mode": "ORT_SEQUENTIAL"}
 # provider -> onnxruntime.SessionOptions settings its EP requires
 SESSION_SETTINGS: dict[str, dict[str, Any]] = {"directml": DIRECTML_SESSION_SETTINGS}
-# CPUOptions.optimization -> onnxruntime.GraphOptimizationLevel member name.
-ORT_GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
-                          "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 # ---- converters: the runtime's string for a value, or None to leave the option out ----
 Convert = Callable[[Any], str | None]

@@ -86,8 +86,9 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     from gpux.runtimes.onnxruntime import open_session_runner
 
     opts = artifact.manifest["target"]["options"]
+    threads = project.config.runtime.threads
     return open_session_runner(artifact.main, "TensorrtExecutionProvider", ep_options(opts, artifact.dir, False),
-                               project.config.runtime.threads)
+                               threads.intra_op, threads.inter_op)
 
 
 # ---- planning and Triton ------------------------------------------------------------------------------

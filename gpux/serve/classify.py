@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpux.config.load import Project
 from gpux.serve.errors import BadRequest
+
+if TYPE_CHECKING:
+    from gpux.config.load import Project
+
 
 
 def labels_of(project: Project) -> dict[str, list[str]]:

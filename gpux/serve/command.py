@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpux.errors import UsageError
@@ -33,10 +34,21 @@ def serve_command(cmd: ServeCommand) -> int:
     import contextlib
 
     from gpux.run.inuse import holding
+    from gpux.serve import record
 
-    projects, fixed, places, pipelines = _open(cmd)
+    targets = list(cmd.targets or ["."])
+    command = {"targets": targets, "provider": cmd.provider, "strict": cmd.strict, "store": cmd.store,
+               "overrides": {k: v for k, v in cmd.overrides.items() if v is not None}}
+    recorded = record.replay(targets, command)  # an unchanged command: no config read, no pydantic
+    fixed: dict[str, str] = {}
+    pipelines: dict[str, Any] = {}
+    if recorded is not None:
+        projects: list[Any] = list(recorded)
+        places = [(m.name, Path(m.root)) for m in recorded]
+    else:
+        projects, fixed, places, pipelines = _open(cmd)
     seen: set[tuple[str, str]] = set()
-    for p in projects:
+    for p in [] if recorded is not None else projects:
         key = (p.name, str(p.config.version))
         if key in seen:
             raise UsageError(f"{p.path}: model {p.name!r} version {key[1]} is served twice",
@@ -53,8 +65,10 @@ def serve_command(cmd: ServeCommand) -> int:
         for name, root in places:
             held.enter_context(holding(name, root, cmd.store, "gpux serve"))
         load = LoadRequest(cmd.provider, cmd.strict, cmd.store, fixed, pipelines)
+        kept = None if recorded is not None or pipelines else \
+            (lambda server: record.keep(targets, command, server.repo.all()))
         serve(ServeRequest(projects=projects, host=cmd.host, http_port=cmd.port, grpc_port=cmd.grpc_port, grpc=cmd.grpc,
-                           api_key=cmd.api_key or None, load=load))
+                           api_key=cmd.api_key or None, load=load, on_ready=kept))
     return 0
 
 

@@ -62,7 +62,7 @@ class Lifecycle:
         async with self._locks.setdefault(name, asyncio.Lock()):
             old = list(self.repo.models[name].values())
             reopened = await asyncio.get_running_loop().run_in_executor(None, reopen, name, old)
-            fresh = [Model(project=p) for p in reopened]
+            fresh = [Model.of(p) for p in reopened]
             try:
                 for model in fresh:
                     await self.open(model)
@@ -109,11 +109,11 @@ def reopen(name: str, old: list[Model]) -> list[Any]:
     projects = []
     for model in old:
         try:
-            project = open_project(str(model.project.path))
+            project = open_project(model.path)
         except GpuxError as exc:
             raise BadRequest(f"failed to load model '{name}': {one_line(exc)}") from None
         if project.name != name:
-            raise BadRequest(f"failed to load model '{name}': {model.project.shown} now names model "
+            raise BadRequest(f"failed to load model '{name}': {model.path} now names model "
                              f"'{project.name}'; a load reopens the same model (restart to serve another)")
         projects.append(project)
     versions = [str(p.config.version) for p in projects]

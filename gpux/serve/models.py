@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpux.config.load import Project
 from gpux.model.io import Tensor
 from gpux.serve.batcher import Worker
 from gpux.serve.classify import labels_of
@@ -21,15 +20,46 @@ from gpux.serve.shm import Regions
 from gpux.serve.stats import ModelStats
 from gpux.serve.steps import as_bytes, bind
 
+if TYPE_CHECKING:
+    from gpux.config.load import Project
+
+
 INLINE_PROBES = 5
 INLINE_BELOW_S = 0.0002  # a warm inference shorter than this runs on the event loop: a thread hop costs more
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """gpux.yml's `serve:` block as the server reads it: plain values (a model opened from its record,
+    gpux/serve/record.py, has no config)."""
+
+    host: str
+    http_port: int
+    grpc_port: int | None
+    max_batch_size: int
+    max_queue_delay_us: int
+    instances: int
+    max_body_bytes: int
+    max_tensor_elements: int
+    request_timeout_s: float
+    header_timeout_s: float
+
+    @classmethod
+    def of(cls, values: dict[str, Any]) -> Settings:
+        return cls(**{f.name: values[f.name] for f in fields(cls)})
 
 
 @dataclass(kw_only=True)
 class Model:
     """One version of one model: its interface, its worker once loaded, and what it runs on."""
 
-    project: Project
+    name: str
+    version: str
+    settings: Settings
+    path: str  # its gpux.yml: what a load through the repository API reads again
+    project: Project | None = None  # None: opened from its record (gpux/serve/record.py), `recorded` says how
+    recorded: Any = None  # gpux.serve.record.Recorded
+    recipe: dict[str, Any] | None = None  # how its runtime opens its session again (providers.row.Runner.recipe)
     inputs: dict[str, Tensor] = field(default_factory=dict)
     outputs: dict[str, Tensor] = field(default_factory=dict)
     worker: Worker | None = None
@@ -47,17 +77,14 @@ class Model:
     unloaded: bool = False  # taken out of service by the repository API (gpux/serve/lifecycle.py)
     reason: str = ""  # why it is unloaded
 
-    @property
-    def name(self) -> str:
-        return self.project.name
-
-    @property
-    def version(self) -> str:
-        return str(self.project.config.version)
-
-    @property
-    def settings(self) -> Any:
-        return self.project.config.serve
+    @classmethod
+    def of(cls, served: Any) -> Model:
+        """The model of a Project, or of a Recorded one (gpux/serve/record.py)."""
+        if getattr(served, "config", None) is None:
+            return cls(name=served.name, version=served.version, settings=Settings.of(served.settings),
+                       path=served.path, recorded=served)
+        return cls(name=served.name, version=str(served.config.version), path=str(served.path), project=served,
+                   settings=Settings.of(served.config.serve.model_dump()))
 
     def tensor_metadata(self, tensors: dict[str, Tensor]) -> list[dict[str, Any]]:
         return [{"name": t.name, "datatype": DATATYPE.get(t.dtype, "BYTES"),
@@ -81,11 +108,13 @@ def version_key(version: str) -> tuple[Any, ...]:
 class Repository:
     """Models by name and version; an empty version means the latest."""
 
-    def __init__(self, projects: list[Project], metrics: Metrics) -> None:
+    def __init__(self, projects: list[Any], metrics: Metrics) -> None:
+        """`projects`: Projects, or models recorded by an earlier start (gpux/serve/record.py)."""
         self.metrics = metrics
         self.models: dict[str, dict[str, Model]] = {}
         for p in projects:
-            self.models.setdefault(p.name, {})[str(p.config.version)] = Model(project=p)
+            model = Model.of(p)
+            self.models.setdefault(model.name, {})[model.version] = model
         self._versions = {name: sorted(versions, key=version_key) for name, versions in self.models.items()}
         self.live = True
         self.draining = False  # SIGTERM: accepted requests finish, new ones are refused
@@ -181,12 +210,14 @@ class LoadRequest:
 
 def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     """Open the model's sessions (one per instance) and warm each up; blocking, run it off the event loop."""
-    from gpux.run.session import load
-
     settings = model.settings
-    if model.name in request.pipelines:
+    if model.project is None:
+        runs = _open_recorded(model)
+    elif model.name in request.pipelines:
         runs = _open_pipeline(model, request)
     else:
+        from gpux.run.session import load
+
         provider = request.fixed.get(model.name, request.provider)
         strict = request.strict or model.name in request.fixed
         given_by = "workspace" if model.name in request.fixed else "--provider"
@@ -199,6 +230,7 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
         for s in sessions:
             s.run(feeds)  # the first inference may still fall back: read the provider after it
         model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
+        model.recipe = first.runner.recipe
         model.steps, model.files = bind(model.project, model.inputs, model.outputs)
         runs = [s.run for s in sessions]
     feeds = warmup_feeds(model.inputs)
@@ -206,7 +238,7 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
         run(feeds)
     inline = inline_elements(warm_seconds(runs[0], feeds), feeds)
     model.batchable = batchable(model)
-    model.labels = labels_of(model.project)
+    model.labels = labels_of(model.project) if model.project is not None else model.recorded.labels
     model.stats.batchable = model.batchable
     max_batch = settings.max_batch_size if model.batchable else 0
     model.worker = Worker(runs, max_batch, settings.max_queue_delay_us, model.stats, inline)
@@ -231,6 +263,22 @@ def warm_seconds(run: Any, feeds: dict[str, np.ndarray]) -> float:
         run(feeds)
         took.append(time.perf_counter() - started)
     return sorted(took)[len(took) // 2]
+
+
+def _open_recorded(model: Model) -> list[Callable[[dict[str, Any]], dict[str, Any]]]:
+    """The sessions of a model recorded by an earlier start, opened as its runtime opened them then."""
+    from gpux.serve.record import open_runner
+
+    rec = model.recorded
+    model.inputs, model.outputs = rec.tensors(rec.inputs), rec.tensors(rec.outputs)
+    model.provider, model.runs_on, model.report = rec.provider, rec.runs_on, rec.report
+    runners = [open_runner(rec.recipe) for _ in range(model.settings.instances)]
+    names = runners[0].output_names
+
+    def named(run: Callable[[dict[str, Any]], list[Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        return lambda feeds: dict(zip(names, run(feeds), strict=True))
+
+    return [named(r.run) for r in runners]
 
 
 def _open_pipeline(model: Model, request: LoadRequest) -> list[Callable[[dict[str, Any]], dict[str, Any]]]:

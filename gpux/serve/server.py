@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpux.config.load import Project
 from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import LoadRequest, Repository
@@ -26,7 +25,7 @@ KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this (uvicorn'
 class ServeRequest:
     """What `gpux serve` was asked for; None means the first project's serve: block decides."""
 
-    projects: list[Project]
+    projects: list[Any]  # Projects, or models recorded by an earlier start (gpux/serve/record.py)
     host: str | None = None
     http_port: int | None = None
     grpc_port: int | None = None
@@ -53,7 +52,7 @@ class _Uvicorn:
 
         loop = "uvloop" if _has("uvloop") else "asyncio"
         http = "httptools" if _has("httptools") else "h11"
-        config = uvicorn.Config(app, lifespan="off", access_log=False, log_config=None, loop=loop,
+        config = uvicorn.Config(app, lifespan="off", access_log=False, log_config=None, loop=loop, ws="none",
                                 http=guarded(http, header_timeout_s), timeout_keep_alive=KEEP_ALIVE_S,
                                 timeout_graceful_shutdown=int(drain_s) or 1, server_header=False)
         return Quiet(config)
@@ -70,10 +69,10 @@ class Server:
 
     def __init__(self, request: ServeRequest) -> None:
         self.request = request
-        first = request.projects[0].config.serve
-        self.host = request.host or first.host
         self.metrics = Metrics()
         self.repo = Repository(request.projects, self.metrics)
+        first = self.repo.all()[0].settings
+        self.host = request.host or first.host
         self.lifecycle = Lifecycle(self.repo, self.metrics, request.load, request.drain_s)
         self.limits = Limits(first.max_body_bytes, first.max_tensor_elements, first.header_timeout_s)
         self.http_port = first.http_port if request.http_port is None else request.http_port

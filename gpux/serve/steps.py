@@ -10,13 +10,16 @@ import binascii
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpux.config.load import Project
 from gpux.model.io import Tensor
 from gpux.serve.errors import BadRequest, ServeError
+
+if TYPE_CHECKING:
+    from gpux.config.load import Project
+
 
 ANSWERS = "answers"  # request parameter: false gives tensors for files, true gives answers for tensors
 Feeds = dict[str, np.ndarray]
