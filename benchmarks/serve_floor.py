@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -205,6 +206,7 @@ def bench(rounds: int, seconds: float) -> str:
                    capture_output=True)
     rest_srv, grpc_procs, grpc_port, echo_port, ort_proc = floors(model)
     try:
+        shutil.rmtree(project / ".gpux" / ".serve", ignore_errors=True)  # no record left by an earlier run
         with gpux_serve(project, False) as first:  # reads gpux.yml and keeps the record the next start serves from
             served_cell("rest-binary", first.http, "mlp")(1.0)
             served_cell("grpc", first.grpc, "mlp")(1.0)
