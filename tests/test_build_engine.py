@@ -302,6 +302,19 @@ def test_a_model_changed_while_the_build_hashes_it_is_not_replayed(mlp_project: 
     assert r.returncode != 0 and "blocked" in r.stderr, "the full build must run (and here it cannot)"
 
 
+def test_a_model_link_pointed_elsewhere_takes_the_full_path(mlp_project: Path) -> None:
+    (mlp_project / "models").mkdir()
+    (mlp_project / "model.onnx").rename(mlp_project / "models" / "a.onnx")
+    make_mlp(mlp_project / "models" / "b.onnx", seed=7)
+    (mlp_project / "model.onnx").symlink_to("models/a.onnx")
+    assert cli("build", str(mlp_project)).returncode == 0
+    assert blocked_build(str(mlp_project)).returncode == 0, "unchanged: replayed"
+    (mlp_project / "model.onnx").unlink()
+    (mlp_project / "model.onnx").symlink_to("models/b.onnx")
+    r = blocked_build(str(mlp_project))
+    assert r.returncode != 0 and "blocked" in r.stderr, "the full build must run (and here it cannot)"
+
+
 def test_name_index_holds_absolute_paths(mlp_project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     assert cli("build", ".", cwd=mlp_project).returncode == 0
     elsewhere = tmp_path_factory.mktemp("other")

@@ -238,3 +238,49 @@ def test_a_later_start_serves_from_its_record_without_reading_the_config(tmp_pat
     artifact.write_bytes(bytes(data))
     os.utime(artifact, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert record.replay([str(project)], command) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps; symbolic links")
+def test_the_record_is_not_used_when_what_it_depends_on_changed(tmp_path: Path,
+                                                                 serve_process: list[Process]) -> None:
+    """A model file that is a link pointed elsewhere, new verify data (part of the artifact's key) and a record
+    whose session no longer opens all make the next start read gpux.yml; the answers are always the config's."""
+    from tests.conftest import make_mlp
+
+    project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    (project / "models").mkdir()
+    make_mlp(project / "models" / "a.onnx", seed=0)
+    make_mlp(project / "models" / "b.onnx", seed=5)
+    (project / "model.onnx").unlink()
+    (project / "model.onnx").symlink_to("models/a.onnx")
+    yml = project / "gpux.yml"
+    yml.write_text(yml.read_text() + "verify: {data: v.npz}\n")
+    np.savez(project / "v.npz", x=np.ones((2, 8), np.float32))
+    x = np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)
+
+    def start() -> tuple[bool, np.ndarray]:
+        p = Process(str(project), "--no-access-log", "--provider", "cpu")
+        serve_process.append(p)
+        p.start()
+        out = loaded(p.proc.pid, "pydantic_core"), send_http(p.http, x)
+        deadline = time.monotonic() + 30
+        while not list((project / ".gpux" / ".serve").glob("*.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p.stop()
+        return out
+
+    read, first = start()
+    assert read and not start()[0]  # then served from the record
+    (project / "model.onnx").unlink()
+    (project / "model.onnx").symlink_to("models/b.onnx")  # same file name, another model
+    read, repointed = start()
+    assert read and not np.allclose(repointed, first)
+    assert not start()[0]
+    np.savez(project / "v.npz", x=np.zeros((2, 8), np.float32))  # new verify data: another artifact key
+    assert start()[0]
+    [record] = (project / ".gpux" / ".serve").glob("*.json")
+    doc = json.loads(record.read_text())
+    doc["models"][0]["recipe"]["arguments"]["level"] = "no such level"  # a session that does not open so
+    record.write_text(json.dumps(doc))
+    read, again = start()
+    assert read and np.allclose(again, repointed)

@@ -139,7 +139,7 @@ def reads(project: Project, checked: Checked) -> list[Path]:
              if isinstance(spec.labels, str)]
     named += [cfg.verify.data] + [getattr(b, "calibration", None) for b in
                                   (getattr(cfg.providers, n) for n in type(cfg.providers).model_fields)]
-    out = [project.path, *checked.files]
+    out = [project.path, project.root / cfg.model.source, *checked.files]  # the source as named: a link, too
     for rel in filter(None, named):
         p = project.root / rel
         out += [p, *sorted(p.rglob("*"))] if p.is_dir() else [p]

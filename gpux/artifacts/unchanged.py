@@ -63,19 +63,21 @@ def environment() -> dict[str, Any]:
             "cpu": cpu, "devices": devices, "gpu": gpu}
 
 
-def _stat(p: str) -> list[int] | None:
-    """Size and mtime; for a folder, its mtime (it changes when an entry is added or removed) and entry count."""
+def _stat(p: str) -> list[Any] | None:
+    """Size and mtime; for a folder, its mtime (it changes when an entry is added or removed) and entry count; for
+    a symbolic link, also where it points (a link pointed elsewhere is a change)."""
     try:
         st = os.stat(p)
         size = len(os.listdir(p)) if os.path.isdir(p) else st.st_size
+        link = os.readlink(p) if os.path.islink(p) else None
     except OSError:
         return None
-    return [size, st.st_mtime_ns]
+    return [size, st.st_mtime_ns] + ([link] if link is not None else [])
 
 
 def snapshot(files: list[Path]) -> dict[str, Any]:
-    """Size and mtime of each file, by resolved path."""
-    return {str(Path(f).resolve()): _stat(str(f)) for f in files}
+    """Size and mtime of each file, by its absolute path as named (a link is followed, and where it points kept)."""
+    return {os.path.abspath(f): _stat(str(f)) for f in files}
 
 
 @dataclass(frozen=True)

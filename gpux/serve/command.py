@@ -47,6 +47,8 @@ def serve_command(cmd: ServeCommand) -> int:
         places = [(m.name, Path(m.root)) for m in recorded]
     else:
         projects, fixed, places, pipelines = _open(cmd)
+    # a workspace (its own file, choice and lock) is always read; so is a pipeline
+    read = None if recorded is not None or fixed or pipelines else record.taken(projects, cmd.store)
     seen: set[tuple[str, str]] = set()
     for p in [] if recorded is not None else projects:
         key = (p.name, str(p.config.version))
@@ -65,8 +67,7 @@ def serve_command(cmd: ServeCommand) -> int:
         for name, root in places:
             held.enter_context(holding(name, root, cmd.store, "gpux serve"))
         load = LoadRequest(cmd.provider, cmd.strict, cmd.store, fixed, pipelines)
-        kept = None if recorded is not None or pipelines else \
-            (lambda server: record.keep(targets, command, server.repo.all()))
+        kept = None if read is None else (lambda server: record.keep(targets, command, server.repo.all(), read))
         serve(ServeRequest(projects=projects, host=cmd.host, http_port=cmd.port, grpc_port=cmd.grpc_port, grpc=cmd.grpc,
                            api_key=cmd.api_key or None, load=load, on_ready=kept))
     return 0

@@ -211,17 +211,19 @@ class LoadRequest:
 def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     """Open the model's sessions (one per instance) and warm each up; blocking, run it off the event loop."""
     settings = model.settings
-    if model.project is None:
-        runs = _open_recorded(model)
-    elif model.name in request.pipelines:
+    runs = _open_recorded(model) if model.project is None else None
+    if runs is None and model.name in request.pipelines:
         runs = _open_pipeline(model, request)
-    else:
+    elif runs is None:
         from gpux.run.session import load
+
+        project = model.project
+        assert project is not None  # read from its gpux.yml (also when its record did not open)
 
         provider = request.fixed.get(model.name, request.provider)
         strict = request.strict or model.name in request.fixed
         given_by = "workspace" if model.name in request.fixed else "--provider"
-        sessions = [load(model.project, provider=provider, strict=strict, store_dir=request.store,
+        sessions = [load(project, provider=provider, strict=strict, store_dir=request.store,
                          provider_source=given_by)
                     for _ in range(settings.instances)]
         first = sessions[0]
@@ -231,7 +233,7 @@ def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
             s.run(feeds)  # the first inference may still fall back: read the provider after it
         model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
         model.recipe = first.runner.recipe
-        model.steps, model.files = bind(model.project, model.inputs, model.outputs)
+        model.steps, model.files = bind(project, model.inputs, model.outputs)
         runs = [s.run for s in sessions]
     feeds = warmup_feeds(model.inputs)
     for run in runs:
@@ -265,14 +267,26 @@ def warm_seconds(run: Any, feeds: dict[str, np.ndarray]) -> float:
     return sorted(took)[len(took) // 2]
 
 
-def _open_recorded(model: Model) -> list[Callable[[dict[str, Any]], dict[str, Any]]]:
-    """The sessions of a model recorded by an earlier start, opened as its runtime opened them then."""
+def _open_recorded(model: Model) -> list[Callable[[dict[str, Any]], dict[str, Any]]] | None:
+    """The sessions of a model recorded by an earlier start, opened as its runtime opened them then; None (its
+    project read from its gpux.yml instead) when they do not open."""
+    import logging
+
     from gpux.serve.record import open_runner
 
     rec = model.recorded
+    try:
+        runners = [open_runner(rec.recipe) for _ in range(model.settings.instances)]
+    except Exception as exc:
+        from gpux.config.locate import open_project
+
+        logging.getLogger("gpux.serve").warning("%s: not opened as recorded (%s); reading %s", model.name,
+                                                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                                                model.path)
+        model.project, model.recorded = open_project(model.path), None
+        return None
     model.inputs, model.outputs = rec.tensors(rec.inputs), rec.tensors(rec.outputs)
     model.provider, model.runs_on, model.report = rec.provider, rec.runs_on, rec.report
-    runners = [open_runner(rec.recipe) for _ in range(model.settings.instances)]
     names = runners[0].output_names
 
     def named(run: Callable[[dict[str, Any]], list[Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:

@@ -12,23 +12,24 @@ config as before.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from pkgutil import resolve_name
 from typing import Any
 
 from gpux.artifacts.unchanged import DEVICES, ENV, config_of, snapshot
+from gpux.config import CONFIG_NAMES
 from gpux.files import atomic_write_text
 from gpux.machine import cpu_model, gpu_identity
 from gpux.model.io import Tensor
+from gpux.serve.models import Settings
 from gpux.version import __version__
 
-FORMAT = 1  # of a record: another one is not read
+FORMAT = 2  # of a record: another one is not read (nor one whose fields differ: see `environment`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,8 +62,10 @@ def environment() -> dict[str, Any]:
     installed = sorted(e.name for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)
                        for e in os.scandir(p) if e.name.endswith((".dist-info", ".egg-info")))
     devices = [d for d in DEVICES if os.path.exists(d)]
-    return {"format": FORMAT, "gpux": __version__, "python": sys.version, "installed": installed, "cpu": cpu_model(),
-            "devices": devices, "gpu": gpu_identity() if any("nvidia" in d for d in devices) else None}
+    shape = [[f.name for f in fields(c)] for c in (Recorded, Settings)]  # a record of another layout is not read
+    return {"format": [FORMAT, shape], "gpux": __version__, "python": sys.version, "installed": installed,
+            "cpu": cpu_model(), "devices": devices,
+            "gpu": gpu_identity() if any("nvidia" in d for d in devices) else None}
 
 
 def open_runner(recipe: dict[str, Any]) -> Any:
@@ -70,9 +73,10 @@ def open_runner(recipe: dict[str, Any]) -> Any:
 
 
 def record_file(targets: list[str], command: dict[str, Any]) -> Path | None:
-    """Where the record of serving `targets` with `command` lives (None: a target that is no gpux.yml project)."""
+    """Where the record of serving `targets` with `command` lives (None: a target that is no gpux.yml project, a
+    workspace among them)."""
     configs = [config_of(t) for t in targets]
-    if not configs or any(c is None for c in configs):
+    if not configs or any(c is None or c.name not in CONFIG_NAMES for c in configs):
         return None
     first = configs[0]
     assert first is not None
@@ -89,13 +93,15 @@ def replay(targets: list[str], command: dict[str, Any]) -> list[Recorded] | None
         return None
     try:
         rec = json.loads(where.read_text())
-        unchanged = (all(hashlib.sha256(Path(p).read_bytes()).hexdigest() == sha
-                         for p, sha in rec["configs"].items())
-                     and snapshot([Path(p) for p in rec["files"]]) == rec["files"]
-                     and rec["environment"] == environment())
+        unchanged = (rec["environment"] == environment() and rec["configs"]
+                     and all(hashlib.sha256(Path(p).read_bytes()).hexdigest() == sha
+                             for p, sha in rec["configs"].items())
+                     and snapshot([Path(p) for p in rec["files"]]) == rec["files"])
         models = [Recorded(**m) for m in rec["models"]] if unchanged else []
+        for m in models:  # what the server reads of it must read
+            Settings.of(m.settings), m.tensors(m.inputs), m.tensors(m.outputs)
         return models if models and all(_intact(m) for m in models) else None
-    except (OSError, ValueError, KeyError, TypeError):
+    except Exception:  # any doubt: the config is read
         return None
 
 
@@ -107,18 +113,43 @@ def _intact(model: Recorded) -> bool:
     return artifact is not None and store.check(artifact, full=True) is None
 
 
-def keep(targets: list[str], command: dict[str, Any], models: list[Any]) -> None:
+@dataclass(frozen=True)
+class Taken:
+    """What a start read, taken as it read the config, before it built or opened anything (a file changed
+    meanwhile is not vouched for by the record)."""
+
+    configs: dict[str, str]  # gpux.yml -> sha256 of its bytes
+    files: dict[str, Any]  # snapshot of every file its models depend on
+
+
+def taken(projects: list[Any], store: str | None) -> Taken | None:
+    """What `projects` (just read) depend on; None when one of them could not be recorded anyway."""
+    try:
+        return Taken({str(p.path): hashlib.sha256(p.path.read_bytes()).hexdigest() for p in projects},
+                     snapshot([f for p in projects for f in _depends_on(p, store)]))
+    except Exception:  # a model that does not read: the start reports it, nothing is recorded
+        return None
+
+
+def keep(targets: list[str], command: dict[str, Any], models: list[Any], read: Taken | None) -> None:
     """Record the models a start opened from their configs (best effort: a record not written only costs the
-    next start its speed). Nothing is kept when one of them cannot be opened again without its config."""
+    next start its speed). Nothing is kept when one of them cannot be opened again without its config, or when
+    a gpux.yml changed since the start read it."""
     where = record_file(targets, command)
-    if where is None or not models or not all(_recordable(m) for m in models):
+    if where is None or read is None or not models or not all(_recordable(m) for m in models):
         return
-    with contextlib.suppress(OSError, TypeError, ValueError):
-        watched = [p for m in models for p in _depends_on(m, command.get("store"))]
-        rec = {"configs": {m.path: hashlib.sha256(Path(m.path).read_bytes()).hexdigest() for m in models},
-               "files": snapshot(watched), "environment": environment(),
+    try:
+        current = {m.path: hashlib.sha256(Path(m.path).read_bytes()).hexdigest() for m in models}
+        if any(read.configs.get(path) != sha for path, sha in current.items()):
+            return
+        files = {**read.files, **snapshot([f for m in models for f in _artifact(m)])}
+        rec = {"configs": current, "files": files, "environment": environment(),
                "models": [asdict(_recorded(m)) for m in models]}
         atomic_write_text(where, json.dumps(rec, default=str))
+    except Exception as exc:  # never fails a server that is ready
+        import logging
+
+        logging.getLogger("gpux.serve").debug("no serve record kept: %s", exc)
 
 
 def _recordable(model: Any) -> bool:
@@ -133,16 +164,20 @@ def _recorded(model: Any) -> Recorded:
                     provider=model.provider, runs_on=model.runs_on, report=model.report, recipe=model.recipe)
 
 
-def _depends_on(model: Any, store: str | None) -> list[Path]:
-    """The files whose change may change what a start opens for `model`."""
-    from gpux.model.io import load_checked, source_files
+def _depends_on(project: Any, store: str | None) -> list[Path]:
+    """The files whose change may change what a start opens for `project`: what its build reads (gpux.yml, the
+    model and its external data, labels, calibration and verify data, folders too), the saved choice and the tune
+    lock."""
+    from gpux.artifacts.plan import reads
+    from gpux.model.io import check_model
     from gpux.plan.choice import Place
     from gpux.plan.lock import LOCK_NAME
 
-    project = model.project
-    artifact = Path(model.recipe["arguments"]["model"]).parent
-    labels = [project.root / spec.labels for spec in (project.config.outputs or {}).values()
-              if isinstance(spec.labels, str)]
-    return [Path(model.path), *source_files(project, load_checked(project, store)), *labels,
-            Place(project.name, project.root, store).file, project.root / LOCK_NAME, artifact,
-            *sorted(artifact.iterdir())]
+    return [*reads(project, check_model(project, store)), Place(project.name, project.root, store).file,
+            project.root / LOCK_NAME]
+
+
+def _artifact(model: Any) -> list[Path]:
+    """The folder and files of the artifact the model's session opened."""
+    folder = Path(model.recipe["arguments"]["model"]).parent
+    return [folder, *sorted(folder.iterdir())]
