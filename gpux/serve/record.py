@@ -64,7 +64,7 @@ def environment() -> dict[str, Any]:
     devices = [d for d in DEVICES if os.path.exists(d)]
     shape = [[f.name for f in fields(c)] for c in (Recorded, Settings)]  # a record of another layout is not read
     return {"format": [FORMAT, shape], "gpux": __version__, "python": sys.version, "installed": installed,
-            "cpu": cpu_model(), "devices": devices,
+            "processor": cpu_model(), "devices": devices,
             "gpu": gpu_identity() if any("nvidia" in d for d in devices) else None}
 
 
