@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,6 +16,7 @@ from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotFound, Unavailable
 from gpux.serve.metrics import Metrics
+from gpux.serve.settings import Settings
 from gpux.serve.shm import Regions
 from gpux.serve.stats import ModelStats
 from gpux.serve.steps import as_bytes, bind
@@ -26,27 +27,6 @@ if TYPE_CHECKING:
 
 INLINE_PROBES = 5
 INLINE_BELOW_S = 0.0002  # a warm inference shorter than this runs on the event loop: a thread hop costs more
-
-
-@dataclass(frozen=True, kw_only=True)
-class Settings:
-    """gpux.yml's `serve:` block as the server reads it: plain values (a model opened from its record,
-    gpux/serve/record.py, has no config)."""
-
-    host: str
-    http_port: int
-    grpc_port: int | None
-    max_batch_size: int
-    max_queue_delay_us: int
-    instances: int
-    max_body_bytes: int
-    max_tensor_elements: int
-    request_timeout_s: float
-    header_timeout_s: float
-
-    @classmethod
-    def of(cls, values: dict[str, Any]) -> Settings:
-        return cls(**{f.name: values[f.name] for f in fields(cls)})
 
 
 @dataclass(kw_only=True)

@@ -26,7 +26,7 @@ from gpux.config import CONFIG_NAMES
 from gpux.files import atomic_write_text
 from gpux.machine import cpu_model, gpu_identity
 from gpux.model.io import Tensor
-from gpux.serve.models import Settings
+from gpux.serve.settings import Settings
 from gpux.version import __version__
 
 FORMAT = 2  # of a record: another one is not read (nor one whose fields differ: see `environment`)
