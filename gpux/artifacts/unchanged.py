@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux.config import CONFIG_NAMES
-from gpux.files import atomic_write_text
+from gpux.files import atomic_write_text, sha256_file, store_root
 from gpux.machine import cpu_model, gpu_identity
 from gpux.optional import ORT_DISTRIBUTIONS
 
@@ -36,11 +36,15 @@ def config_of(path: str) -> Path | None:
     return p if p.suffix in (".yml", ".yaml") and p.is_file() else None
 
 
+def record_path(root: Path, store: str | None, folder: str, key: dict[str, Any]) -> Path:
+    """Where a record named by `key` and the environment variables that steer a choice lives, in `folder` of the
+    store of the project at `root` (`store`: --store)."""
+    text = json.dumps({**key, **{k: os.environ.get(k) for k in ENV}}, sort_keys=True, default=str)
+    return store_root(root, store) / folder / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.json"
+
+
 def _record_file(config: Path, request: dict[str, Any]) -> Path:
-    store = request.get("store") or os.environ.get("GPUX_STORE") or config.parent / ".gpux"
-    key = json.dumps({"config": str(config.resolve()), **request, **{k: os.environ.get(k) for k in ENV}},
-                     sort_keys=True)
-    return Path(store) / ".noop" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+    return record_path(config.parent, request.get("store"), ".noop", {"config": str(config.resolve()), **request})
 
 
 def environment() -> dict[str, Any]:
@@ -91,7 +95,7 @@ class Before:
 
 def before(files: list[Path], config: Path) -> Before:
     try:
-        sha: str | None = hashlib.sha256(config.read_bytes()).hexdigest()
+        sha: str | None = sha256_file(config)
     except OSError:
         sha = None
     return Before(snapshot(files), sha)
@@ -104,7 +108,7 @@ def replay(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
         return None
     try:
         rec = json.loads(_record_file(config, request).read_text())
-        unchanged = (rec["config_sha256"] == hashlib.sha256(config.read_bytes()).hexdigest()
+        unchanged = (rec["config_sha256"] == sha256_file(config)
                      and all(_stat(f) == s for f, s in rec["files"].items())
                      and rec["environment"] == environment())
     except (OSError, ValueError, KeyError, TypeError):

@@ -31,14 +31,21 @@ class Line(dict[str, Any]):
             return json.dumps(self, separators=(",", ":"))
 
 
+def on() -> bool:
+    """Whether answered requests are logged (callers skip gathering a line's fields when not)."""
+    return WRITER is not None or LOG.isEnabledFor(logging.INFO)
+
+
 def line(started: float, **fields: Any) -> None:
     """Log one answered request (`started`: its perf_counter at arrival) when the access log is on. While `gpux
     serve` writes the log (`writing`), the line goes straight to its writer, without a LogRecord."""
+    if not on():
+        return
+    entry = Line(ts=round(time.time(), 3), **fields, ms=round((time.perf_counter() - started) * 1000, 3))
     if WRITER is not None:
-        WRITER.kept.append(Line(ts=round(time.time(), 3), **fields,
-                                ms=round((time.perf_counter() - started) * 1000, 3)))
-    elif LOG.isEnabledFor(logging.INFO):
-        LOG.info(Line(ts=round(time.time(), 3), **fields, ms=round((time.perf_counter() - started) * 1000, 3)))
+        WRITER.kept.append(entry)
+    else:
+        LOG.info(entry)
 
 
 class Batched(logging.Handler):

@@ -49,13 +49,6 @@ def serve_command(cmd: ServeCommand) -> int:
         projects, fixed, places, pipelines = _open(cmd)
     # a workspace (its own file, choice and lock) is always read; so is a pipeline
     read = None if recorded is not None or fixed or pipelines else record.taken(projects, cmd.store)
-    seen: set[tuple[str, str]] = set()
-    for p in [] if recorded is not None else projects:
-        key = (p.name, str(p.config.version))
-        if key in seen:
-            raise UsageError(f"{p.path}: model {p.name!r} version {key[1]} is served twice",
-                             hint="give each version of a model its own `version:` in gpux.yml")
-        seen.add(key)
     _logging()
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # before grpc is imported: no fork chatter from builds
     from gpux.serve.access import writing
@@ -95,6 +88,13 @@ def _open(cmd: ServeCommand) -> tuple[list[Any], dict[str, str], list[tuple[str,
         if ms.workspace.config.pipeline:
             projects.append(_override(pipeline_project(ms.workspace), cmd.overrides))
             pipelines[ms.place.name] = (ms, choice)
+    seen: set[tuple[str, str]] = set()
+    for p in projects:
+        key = (p.name, str(p.config.version))
+        if key in seen:
+            raise UsageError(f"{p.path}: model {p.name!r} version {key[1]} is served twice",
+                             hint="give each version of a model its own `version:` in gpux.yml")
+        seen.add(key)
     return projects, fixed, places, pipelines
 
 

@@ -105,10 +105,10 @@ STATS_FAMILIES = (  # name, help, bounds: read from the models' statistics
 )
 
 
-def from_stats(source: Source) -> list[Metric]:
+def from_stats(models: Iterable[tuple[str, ModelStats]]) -> list[Metric]:
     """Queue time (per request), inference time and batch size (per inference) by model, its versions summed."""
     summed: dict[str, tuple[Buckets, ...]] = {}
-    for name, stats in source():
+    for name, stats in models:
         queue, compute, batch = summed.setdefault(name, tuple(Buckets(b) for _, _, b in STATS_FAMILIES))
         queue.merge(stats.queue.buckets, stats.queue.seconds)
         compute.merge(stats.runs.buckets, stats.runs.seconds)
@@ -136,7 +136,7 @@ class Collector:
     def collect(self) -> Iterator[Metric]:
         for f in self.families:
             yield from f.collect()
-        yield from from_stats(lambda: (pair for source in self.sources for pair in source()))
+        yield from from_stats(pair for source in self.sources for pair in source())
 
 
 @dataclass

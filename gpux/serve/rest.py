@@ -225,7 +225,7 @@ class RestApp:
 
     @staticmethod
     def _log(scope: dict[str, Any], reply: Reply, started: float) -> None:
-        if access.WRITER is not None or access.LOG.isEnabledFor(logging.INFO):
+        if access.on():
             client = scope.get("client") or ("", 0)
             access.line(started, protocol="http", client=f"{client[0]}:{client[1]}", method=scope["method"],
                         path=scope["path"], status=reply.status, bytes=len(reply.body))
