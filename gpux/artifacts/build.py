@@ -91,8 +91,8 @@ def execute(plan: BuildPlan, *, force: bool = False, verify: bool = True, log: L
                          seconds=time.perf_counter() - started, reason="" if cached else reason)
         log(f"{target.id}: {'cached' if cached else 'built'} → {art.dir}")
         result.results.append(r)
-    _keep_model_facts(project, plan.checked, root)
     _refuse_unverified(project, result, strict, log)
+    _keep_model_facts(project, plan.checked, root)
     return result
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpux.artifacts import unchanged
+from gpux.artifacts.unchanged import Before
 from gpux.config.load import Project
 from gpux.errors import BuildFailed, ProviderUnavailable
 from gpux.files import digest_data, digest_files, store_root
@@ -51,6 +53,7 @@ class BuildPlan:
     steps: tuple[Planned, ...]
     cannot_run: str | None = None  # why the provider it builds for cannot run here (built without its device)
     attempts: list[dict[str, Any]] = field(default_factory=list)  # the providers of the selection passed over
+    taken: Before | None = None  # what the build reads, as it was before anything was hashed (gpux build's record)
 
     @property
     def inputs(self) -> dict[str, Tensor]:
@@ -70,18 +73,20 @@ def plan_build(project: Project, provider: str, *, store_dir: str | Path | None 
     missing = [f for f in checked.files if not f.is_file()]
     if missing:
         raise BuildFailed(f"{project.source}: external data file not found: {missing[0]}")
+    sizes = resolve_shapes(project, shapes)
     root = store_root(project.root, store_dir)
     digest = digest_files(list(checked.files), project.source.parent, root / ".hashes.json")
-    sizes = resolve_shapes(project, shapes)
     return BuildPlan(project=project, provider=provider, checked=checked, root=root, shapes=sizes,
                      steps=tuple(keyed_targets(project, provider, checked.inputs, digest, sizes)))
 
 
 def plan_selected(project: Project, selection: Any, *, dry_run: bool = False, store_dir: str | Path | None = None,
-                  shapes: dict[str, int] | None = None, checked: Checked | None = None) -> BuildPlan:
+                  shapes: dict[str, int] | None = None, checked: Checked | None = None,
+                  taken: bool = False) -> BuildPlan:
     """The plan for what a selection (gpux.plan.select.Selection) builds on: its first provider for a dry run
     (what it would build), else the first available one, or an explicitly asked one that builds without its
-    device (Core ML packages); raises ProviderUnavailable when none may build here."""
+    device (Core ML packages); raises ProviderUnavailable when none may build here. `taken`: the plan holds
+    what the build reads (`reads`), taken before anything is hashed, for the record of an unchanged build."""
     asked = selection.source != "auto"
     first = selection.skipped[0] if selection.skipped else None
     attempts = [{"provider": a.provider, "stage": "probe", "ok": False, "reason": a.reason, "fix": a.fix}
@@ -98,8 +103,10 @@ def plan_selected(project: Project, selection: Any, *, dry_run: bool = False, st
         from gpux.report import attempt_line
 
         raise ProviderUnavailable("no provider can build here: " + "; ".join(attempt_line(a) for a in attempts))
+    checked = checked or check_model(project, store_dir)
+    before = unchanged.before(reads(project, checked), project.path) if taken else None
     plan = plan_build(project, provider, store_dir=store_dir, shapes=shapes, checked=checked)
-    return replace(plan, cannot_run=cannot_run, attempts=attempts)
+    return replace(plan, cannot_run=cannot_run, attempts=attempts, taken=before)
 
 
 def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor], source_digest: str,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gpux import report
 
@@ -32,19 +34,25 @@ def parse_sizes(shapes: tuple[str, ...]) -> dict[str, int] | None:
 
 
 def build_command(req: BuildRequest) -> int:
-    """Open the project, select its provider, plan the build, build, report. An unchanged build is replayed from
-    its record first, without loading the config models (a workspace never is; each of its models is built)."""
+    """Replay an unchanged build from its record (without loading the config models; a workspace never is), else
+    open the project, select its provider, plan, build and record; then report, in one place."""
     from gpux.artifacts import unchanged
 
     request = {"provider": req.provider, "strict": req.strict, "verify": req.verify, "store": req.store,
                "shapes": req.shapes}
-    if not req.force and not req.dry_run:
-        replayed = unchanged.replay(req.path, request)
-        if replayed is not None:
-            report.emit_json(replayed) if req.as_json else report.render_build(replayed)
-            return 0
+    doc = None if req.force or req.dry_run else unchanged.replay(req.path, request)
+    show: Callable[[dict[str, Any]], None] = report.render_build
+    if doc is None:
+        doc, show = _build(req, request)
+    report.emit_json(doc) if req.as_json else show(doc)
+    return 0
+
+
+def _build(req: BuildRequest, request: dict[str, Any]) -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]]:
+    """The full build (or plan, for --dry-run): its report document and how to show it as text."""
+    from gpux.artifacts import unchanged
     from gpux.artifacts.build import execute
-    from gpux.artifacts.plan import plan_selected, reads
+    from gpux.artifacts.plan import plan_selected
     from gpux.config.locate import remember
     from gpux.model.io import check_model
     from gpux.plan.choice import Place, keep
@@ -55,8 +63,8 @@ def build_command(req: BuildRequest) -> int:
     if ms.workspace is not None:
         from gpux.workspace.commands import build_workspace
 
-        return build_workspace(ms, req.provider, req.store, req.as_json, force=req.force, verify=req.verify,
-                               strict=req.strict, shapes=req.shapes, dry_run=req.dry_run)
+        return build_workspace(ms, req.provider, req.store, req.as_json, force=req.force,
+                               verify=req.verify, strict=req.strict, shapes=req.shapes, dry_run=req.dry_run)
     project = ms.project
     for w in project.warnings:
         report.warn(w)
@@ -64,18 +72,14 @@ def build_command(req: BuildRequest) -> int:
     selection = select(project, req.provider, req.strict, store_dir=req.store)
     project = selection.project or project  # the tune lock's options applied
     project.warnings.extend(selection.warnings)
-    if not req.dry_run:
-        keep(selection.reset)  # a build settles the choice: a saved one no longer offered is reset on disk
-    # what the build reads, taken before anything is hashed: a file changed meanwhile is not replayed later
-    taken = None if req.dry_run else unchanged.before(reads(project, checked), project.path)
-    plan = plan_selected(project, selection, dry_run=req.dry_run, store_dir=req.store, shapes=req.shapes,
-                         checked=checked)
     if req.dry_run:
-        doc = {**plan.to_dict(), "selection": selection.to_dict(),
-               "available": selection.available(plan.provider).to_dict()}
-        report.emit_json(doc) if req.as_json else report.render_plan(doc)
-        return 0
-    assert taken is not None
+        plan = plan_selected(project, selection, dry_run=True, store_dir=req.store, shapes=req.shapes,
+                             checked=checked)
+        return {**plan.to_dict(), "selection": selection.to_dict(),
+                "available": selection.available(plan.provider).to_dict()}, report.render_plan
+    keep(selection.reset)  # a build settles the choice: a saved one no longer offered is reset on disk
+    # what the build reads is taken into the plan before anything is hashed: a file changed meanwhile is not replayed
+    plan = plan_selected(project, selection, store_dir=req.store, shapes=req.shapes, checked=checked, taken=True)
     result = execute(plan, force=req.force, verify=req.verify, log=report.progress(req.as_json), strict=req.strict)
     remember(project)
     doc = {**result.to_dict(), "requested": selection.to_dict(), "cannot_run": plan.cannot_run,
@@ -84,9 +88,9 @@ def build_command(req: BuildRequest) -> int:
     outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
     # the folders a later `gpux use` (use.json) or `gpux tune` (gpux.lock.json) writes into: a new choice is a new build
     outputs += [Place(project.name, project.root, req.store).file.parent, project.root]
-    unchanged.record(project, request, doc, taken, outputs)
-    report.emit_json(doc) if req.as_json else report.render_build(doc)
-    return 0
+    assert plan.taken is not None
+    unchanged.record(project, request, doc, plan.taken, outputs)
+    return doc, report.render_build
 
 
 __all__ = ["BuildRequest", "build_command", "parse_sizes"]

@@ -98,7 +98,8 @@ def keep_io(path: Path, memo: Path, io: ModelIO, stamp: tuple[int, int]) -> None
     st = path.stat()
     if (st.st_size, st.st_mtime_ns) != stamp:
         return
-    memoised([path], memo, lambda p: _entry(p, io), _still_true)
+    entry = _entry(path, io)
+    memoised([path], memo, lambda _p: entry, _still_true)
 
 
 def _entry(path: Path, io: ModelIO) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpux import report
@@ -78,35 +79,35 @@ def inspect_workspace(ms: Models, store_dir: str | None, as_json: bool) -> int:
 
 def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_json: bool, *, force: bool = False,
                     verify: bool = True, strict: bool = False, shapes: dict[str, int] | None = None,
-                    dry_run: bool = False) -> int:
-    """Build every enabled model's artifacts for the one provider the workspace runs (`dry_run`: plan them)."""
+                    dry_run: bool = False) -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]]:
+    """Build every enabled model's artifacts for the one provider the workspace runs (`dry_run`: plan them): the
+    report document, and how to show it as text."""
     from gpux.artifacts.build import build
     from gpux.artifacts.plan import plan_build
 
     choice = choose(ms, provider)
-    if not dry_run:
-        keep(choice.selection.reset)  # building settles the choice: a reset saved choice is saved
     for w in choice.warnings:
         report.warn(w)
     head = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source}
     if dry_run:
         plans = {n: plan_build(p, choice.provider, store_dir=store_dir, shapes=shapes).to_dict()
                  for n, p in ms.models.items()}
-        if as_json:
-            report.emit_json({**head, "models": plans})
-        for plan in [] if as_json else plans.values():
-            report.render_targets(plan)
-        return 0
+        return {**head, "models": plans}, _show_plans
+    keep(choice.selection.reset)  # building settles the choice: a reset saved choice is saved
     log = report.progress(as_json)
     built = {n: build(p, choice.provider, store_dir=store_dir, log=log, force=force, verify=verify, strict=strict,
                       shapes=shapes).to_dict() for n, p in ms.models.items()}
-    doc = {**head, "models": built}
-    if as_json:
-        report.emit_json(doc)
-    else:
-        for n in built:
-            report.info(f"{n}: built for {choice.provider} ({choice.source})")
-    return 0
+    return {**head, "models": built}, _show_built
+
+
+def _show_plans(doc: dict[str, Any]) -> None:
+    for plan in doc["models"].values():
+        report.render_targets(plan)
+
+
+def _show_built(doc: dict[str, Any]) -> None:
+    for n in doc["models"]:
+        report.info(f"{n}: built for {doc['provider']} ({doc['source']})")
 
 
 def run_workspace(ms: Models, kw: dict[str, Any]) -> int:
