@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,21 @@ def environment_facts() -> dict[str, Any]:
         "python_implementation": platform.python_implementation(), "cpu_model": cpu_model(),
         "logical_cores": os.cpu_count(), "available_cpus": len(affinity(0)) if affinity else None,
     }
+
+
+DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dri")  # accelerator device nodes
+
+
+def installed_state() -> dict[str, Any]:
+    """What a record of an earlier command (an unchanged build, a server's start) holds of the machine: gpux, Python,
+    every installed distribution (its dist-info folder names its version: one added, removed or upgraded, a
+    provider plugin included, changes this), the CPU and the accelerator devices. Read from the folders, not
+    importlib.metadata (cheaper, and without the caches a long-running server would keep)."""
+    from gpux.version import __version__
+
+    installed = sorted(e.name for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)
+                       for e in os.scandir(p) if e.name.endswith((".dist-info", ".egg-info")))
+    devices = [d for d in DEVICES if os.path.exists(d)]
+    return {"gpux": __version__, "python": sys.version, "platform": sys.platform, "installed": installed,
+            "processor": cpu_model(), "devices": devices,
+            "gpu": gpu_identity() if any("nvidia" in d for d in devices) else None}

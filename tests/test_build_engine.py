@@ -247,8 +247,9 @@ main(sys.argv[1:])
 """
 
 
-def blocked_build(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", BLOCK, "build", *args], capture_output=True, text=True, timeout=120)
+def blocked_build(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", BLOCK, "build", *args], capture_output=True, text=True, timeout=120,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_unchanged_build_is_answered_without_loading_anything_heavy(mlp_project: Path) -> None:
@@ -279,6 +280,22 @@ def test_any_change_takes_the_full_path(mlp_project: Path, change: str) -> None:
     r = blocked_build(*args)
     assert r.returncode != 0 and "blocked" in r.stderr, "the full build must run (and here it cannot)"
     assert cli("build", *args).returncode == 0
+
+
+def test_a_distribution_installed_or_upgraded_takes_the_full_path(mlp_project: Path, tmp_path: Path) -> None:
+    """Any installed distribution counts (a provider plugin can change what a build makes), not a fixed list."""
+    site = tmp_path / "site-packages"
+    (site / "gpux_toy_plugin-1.0.dist-info").mkdir(parents=True)
+    env = {"PYTHONPATH": str(site)}
+    assert cli("build", str(mlp_project)).returncode == 0
+    r = blocked_build(str(mlp_project), env=env)
+    assert r.returncode != 0 and "blocked" in r.stderr, "a new distribution: the full build must run"
+    assert subprocess.run([sys.executable, "-m", "gpux", "build", str(mlp_project)], env={**os.environ, **env},
+                          capture_output=True, timeout=300).returncode == 0
+    assert blocked_build(str(mlp_project), env=env).returncode == 0, "unchanged: replayed"
+    (site / "gpux_toy_plugin-1.0.dist-info").rename(site / "gpux_toy_plugin-1.1.dist-info")
+    r = blocked_build(str(mlp_project), env=env)
+    assert r.returncode != 0 and "blocked" in r.stderr, "an upgraded distribution: the full build must run"
 
 
 def test_a_model_changed_while_the_build_hashes_it_is_not_replayed(mlp_project: Path,

@@ -21,8 +21,6 @@ ALLOWED = {
         "Kubernetes resource",
     ("gpux/machine.py", 'return {"cpu": cpu_model(), "machine": platform.machine()}'): "host fact",
     ("gpux/plan/lock.py", 'return {"cpu": host["cpu_model"], "machine": platform.machine(),'): "host fact",
-    ("gpux/artifacts/unchanged.py", 'return {"gpux": __version__, "python": sys.version, "platform": sys.platform, '
-                                 '"versions": versions,'): "host fact ('cpu' model)",
     ("gpux/optional.py", "EXTRAS = {"): "distribution names (openvino, tensorrt) -> pip extras",
 }
 

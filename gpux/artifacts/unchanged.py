@@ -1,8 +1,8 @@
 """Answers an unchanged `gpux build` from the record of the last one, before any config model is loaded.
 
 A record holds what the build depended on: the gpux.yml bytes, the size and mtime of every file it read or
-wrote (model, external data, labels, samples, calibration data, artifacts and their manifests), the versions
-of gpux and of every runtime package, the CPU model and the accelerator devices present, and the request
+wrote (model, external data, labels, samples, calibration data, artifacts and their manifests), gpux and every
+installed distribution with its version, the CPU model and the accelerator devices present, and the request
 (flags and environment). If all of it is unchanged, the build's result is replayed; anything else (or any
 doubt) runs the full build, which re-derives every cache key.
 """
@@ -13,19 +13,15 @@ import contextlib
 import hashlib
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpux.config import CONFIG_NAMES
 from gpux.files import atomic_write_text, sha256_file, store_root
-from gpux.machine import cpu_model, gpu_identity
-from gpux.optional import ORT_DISTRIBUTIONS
+from gpux.machine import installed_state
 
 ENV = ("GPUX_PROVIDER", "GPUX_STORE", "GPUX_PROBE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
-DISTS = (*ORT_DISTRIBUTIONS, "openvino", "nncf", "onnx", "torch", "coremltools", "tensorrt", "pydantic")
-DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dri")
 
 
 def config_of(path: str) -> Path | None:
@@ -45,26 +41,6 @@ def record_path(root: Path, store: str | None, folder: str, key: dict[str, Any])
 
 def _record_file(config: Path, request: dict[str, Any]) -> Path:
     return record_path(config.parent, request.get("store"), ".noop", {"config": str(config.resolve()), **request})
-
-
-def environment() -> dict[str, Any]:
-    from importlib import metadata
-
-    from gpux.version import __version__
-
-    versions: dict[str, str | None] = {}
-    for dist in DISTS:
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
-    cpu = cpu_model()
-    devices = [d for d in DEVICES if os.path.exists(d)]
-    gpu = None
-    if any("nvidia" in d for d in devices):
-        gpu = gpu_identity()
-    return {"gpux": __version__, "python": sys.version, "platform": sys.platform, "versions": versions,
-            "cpu": cpu, "devices": devices, "gpu": gpu}
 
 
 def _stat(p: str) -> list[Any] | None:
@@ -110,7 +86,7 @@ def replay(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
         rec = json.loads(_record_file(config, request).read_text())
         unchanged = (rec["config_sha256"] == sha256_file(config)
                      and all(_stat(f) == s for f, s in rec["files"].items())
-                     and rec["environment"] == environment())
+                     and rec["environment"] == installed_state())
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not unchanged:
@@ -137,6 +113,6 @@ def record(project: Any, request: dict[str, Any], doc: dict[str, Any], taken: Be
     stats = {**taken.files, **snapshot(outputs)}
     if any(s is None for s in stats.values()):
         return
-    rec = {"config_sha256": taken.config_sha, "files": stats, "environment": environment(), "doc": doc}
+    rec = {"config_sha256": taken.config_sha, "files": stats, "environment": installed_state(), "doc": doc}
     with contextlib.suppress(OSError, TypeError, ValueError):
         atomic_write_text(_record_file(project.path, request), json.dumps(rec, default=str))

@@ -14,20 +14,17 @@ reads the config as before.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from pkgutil import resolve_name
 from typing import Any
 
-from gpux.artifacts.unchanged import DEVICES, config_of, record_path, snapshot
+from gpux.artifacts.unchanged import config_of, record_path, snapshot
 from gpux.config import CONFIG_NAMES
 from gpux.files import atomic_write_text, sha256_file
-from gpux.machine import cpu_model, gpu_identity
+from gpux.machine import installed_state
 from gpux.model.io import Tensor
 from gpux.serve.settings import Settings
-from gpux.version import __version__
 
 FORMAT = 2  # of a record: another one is not read (nor one whose fields differ: see `environment`)
 
@@ -56,16 +53,9 @@ class Recorded:
 
 
 def environment() -> dict[str, Any]:
-    """What the record holds of the machine: gpux, Python, every installed distribution (its dist-info folder names
-    its version: one added, removed or upgraded changes this), the CPU and the accelerator devices. Read from the
-    folders, not importlib.metadata (whose caches a long-running server would keep)."""
-    installed = sorted(e.name for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)
-                       for e in os.scandir(p) if e.name.endswith((".dist-info", ".egg-info")))
-    devices = [d for d in DEVICES if os.path.exists(d)]
+    """The record's layout and the machine as gpux.machine.installed_state reads it."""
     shape = [[f.name for f in fields(c)] for c in (Recorded, Settings)]  # a record of another layout is not read
-    return {"format": [FORMAT, shape], "gpux": __version__, "python": sys.version, "installed": installed,
-            "processor": cpu_model(), "devices": devices,
-            "gpu": gpu_identity() if any("nvidia" in d for d in devices) else None}
+    return {"format": [FORMAT, shape], **installed_state()}
 
 
 def open_runner(recipe: dict[str, Any]) -> Any:
