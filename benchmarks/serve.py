@@ -102,9 +102,9 @@ class Served:
             self.proc.kill()
 
 
-def gpux_serve(project: Path, batching: bool, access_log: bool = False) -> Served:
+def gpux_serve(project: Path, batching: bool, access_log: bool = False, provider: str = "cpu") -> Served:
     http, grpc = free_port(), free_port()
-    argv = [sys.executable, "-m", "gpux", "serve", str(project), "--provider", "cpu",
+    argv = [sys.executable, "-m", "gpux", "serve", str(project), "--provider", provider,
             *([] if access_log else ["--no-access-log"]), "--port", str(http), "--grpc-port", str(grpc)]
     if batching:
         argv += ["--max-batch-size", "16", "--max-queue-delay-us", "200"]

@@ -202,8 +202,9 @@ def bench(rounds: int, seconds: float) -> str:
     project = ROOT / "examples" / "mlp"
     model = project / "model.onnx"
     subprocess.run([sys.executable, str(project / "make_model.py")], check=True, capture_output=True)
-    subprocess.run([sys.executable, "-m", "gpux", "build", str(project), "--provider", "cpu"], check=True,
-                   capture_output=True)
+    for provider in ("cpu", "openvino"):
+        subprocess.run([sys.executable, "-m", "gpux", "build", str(project), "--provider", provider], check=True,
+                       capture_output=True)
     rest_srv, grpc_procs, grpc_port, echo_port, ort_proc = floors(model)
     try:
         shutil.rmtree(project / ".gpux" / ".serve", ignore_errors=True)  # no record left by an earlier run
@@ -211,6 +212,11 @@ def bench(rounds: int, seconds: float) -> str:
             served_cell("rest-binary", first.http, "mlp")(1.0)
             served_cell("grpc", first.grpc, "mlp")(1.0)
             first_rss = rss_mb(first.proc.pid)
+        openvino = {}  # the same model compiled by OpenVINO: a first start, then one served from its record
+        for label in ("gpux serve --provider openvino, first start", "gpux serve --provider openvino"):
+            with gpux_serve(project, False, provider="openvino") as ov:
+                served_cell("rest-binary", ov.http, "mlp")(1.0)
+                openvino[label] = rss_mb(ov.proc.pid)
         with gpux_serve(project, False) as gx, gpux_serve(project, False, access_log=True) as logged, rest_srv as fl:
             cells = [("gpux REST binary", served_cell("rest-binary", gx.http, "mlp")),
                      ("gpux REST binary, access log on", served_cell("rest-binary", logged.http, "mlp")),
@@ -225,7 +231,7 @@ def bench(rounds: int, seconds: float) -> str:
                 for label, cell in cells:
                     runs[label].append(cell(seconds))
             rss = {"gpux serve": rss_mb(gx.proc.pid), "gpux serve, first start (reads gpux.yml)": first_rss,
-                   "REST floor": rss_mb(fl.proc.pid),
+                   **openvino, "REST floor": rss_mb(fl.proc.pid),
                    "gRPC floor": rss_mb(grpc_procs[0].pid), "raw ORT process": rss_mb(ort_proc.pid)}
     finally:
         for p in (*grpc_procs, ort_proc):

@@ -58,3 +58,31 @@ def test_build_and_run_parse_the_config_and_read_the_model_once(mlp_project: Pat
     counted.clear()
     invoke("run", str(mlp_project), "--store", store, "--input", json.dumps({"x": [[0.5] * 8]}), "--json")
     assert counted == {"find": 1, "parse": 1, "read model.onnx": 1, "compat": 1, "effective_io": 1}
+
+
+STEPS = {  # each step of `gpux build`, where the command finds it
+    "replay": ("gpux.artifacts.unchanged", "replay"), "open": ("gpux.workspace.project", "open_models"),
+    "check": ("gpux.model.io", "check_model"), "select": ("gpux.plan.select", "select"),
+    "keep choice": ("gpux.plan.choice", "keep"), "plan": ("gpux.artifacts.plan", "plan_selected"),
+    "snapshot": ("gpux.artifacts.unchanged", "before"), "targets keyed": ("gpux.artifacts.plan", "plan_build"),
+    "execute": ("gpux.artifacts.build", "execute"), "record": ("gpux.artifacts.unchanged", "record"),
+    "report": ("gpux.report", "emit_json"),
+}
+
+
+def test_each_step_of_a_build_runs_once(mlp_project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gpux build` conducts its steps: each is entered once (a full build), and an unchanged build is replayed
+    and reported, with no other step."""
+    import importlib
+
+    calls: Counter[str] = Counter()
+    for label, (module, name) in STEPS.items():
+        owner = importlib.import_module(module)
+        real = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, _real=real, _label=label, **k: (calls.update([_label]),
+                                                                                    _real(*a, **k))[1])
+    invoke("build", str(mlp_project), "--force", "--json")
+    assert calls == {label: 1 for label in STEPS if label != "replay"}
+    calls.clear()
+    invoke("build", str(mlp_project), "--json")
+    assert calls == {"replay": 1, "report": 1}

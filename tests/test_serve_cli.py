@@ -240,6 +240,33 @@ def test_a_later_start_serves_from_its_record_without_reading_the_config(tmp_pat
     assert record.replay([str(project)], command) is None
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps")
+def test_an_openvino_model_is_served_from_its_record(tmp_path: Path, serve_process: list[Process]) -> None:
+    """OpenVINO's compiled model opens again from its recipe: the same answers, the same report, no pydantic."""
+    project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    x = np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)
+    starts = []
+    for _ in range(2):
+        p = Process(str(project), "--no-access-log", "--provider", "openvino", "--strict")
+        serve_process.append(p)
+        p.start()
+        starts.append((loaded(p.proc.pid, "pydantic_core"), send_http(p.http, x), send_grpc(p.grpc, x),
+                       tritonhttp.InferenceServerClient(p.http).get_model_metadata("mlp")["platform"]))
+        deadline = time.monotonic() + 30  # the record is kept once every model is ready
+        while not list((project / ".gpux" / ".serve").glob("*.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p.stop()
+    (read_first, *first), (read_again, *second) = starts
+    assert read_first and not read_again
+    np.testing.assert_array_equal(first[0], second[0])
+    np.testing.assert_array_equal(first[1], second[1])
+    assert first[2] == second[2] == "gpux_openvino"
+    [record] = (project / ".gpux" / ".serve").glob("*.json")
+    [model] = json.loads(record.read_text())["models"]
+    assert model["recipe"]["runtime"] == "gpux.runtimes.openvino:open_compiled_runner"
+    assert model["recipe"]["arguments"]["model"].endswith("model.xml")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps; symbolic links")
 def test_the_record_is_not_used_when_what_it_depends_on_changed(tmp_path: Path,
                                                                  serve_process: list[Process]) -> None:

@@ -232,17 +232,17 @@ def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] |
     return Requests(compiled, range(len(compiled.outputs))).run
 
 
-def runtime_cache(artifact: Any) -> Path:
-    """`<store>/<model>/cache/openvino`, seeded with the artifact's precompiled blobs.
+def runtime_cache(artifact_dir: Path) -> Path:
+    """`<store>/<model>/cache/openvino`, seeded with the precompiled blobs of the artifact in `artifact_dir`.
 
     Seeds are hard links where the file system allows (a blob holds the weights: no second copy), else
     copies. OpenVINO replaces a blob it cannot load by a new file rather than writing into it, so the
     artifact's bytes stay as published; were that ever to change, the manifest check would flag the
     artifact as damaged and it would be rebuilt, never trusted.
     """
-    folder = (artifact.dir.parent / "cache" / "openvino").resolve()
+    folder = (artifact_dir.parent / "cache" / "openvino").resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    seed = artifact.dir / CACHE
+    seed = artifact_dir / CACHE
     for blob in seed.iterdir() if seed.is_dir() else ():
         dst = folder / blob.name
         if blob.is_file() and not (dst.is_file() and dst.stat().st_size == blob.stat().st_size):
@@ -259,38 +259,56 @@ def runtime_cache(artifact: Any) -> Path:
 def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     """Compile the artifact on `providers.openvino.device`; raises when that device is missing or fails
     (the session records it and falls back). `used` names the EXECUTION_DEVICES."""
-    from gpux.providers import Runner
-
     opts = project.config.providers.openvino
+    threads = project.config.runtime.threads.intra_op if opts.threads is None else 0
+    return open_compiled_runner(artifact.main, opts.device, openvino_properties(opts), threads=threads,
+                                cache=opts.cache, names=list(artifact.manifest.get("info", {}).get("outputs") or []),
+                                label=artifact.id)
+
+
+def open_compiled_runner(model: Path | str, device: str, properties: dict[str, str], *, threads: int = 0,
+                         cache: bool = True, names: list[str] | None = None, label: str = "the model") -> Any:
+    """Compile the IR at `model` for `device` (a providers.openvino.device spec, resolved against the devices
+    present) with `properties` (openvino_properties, without a cache folder). `threads`: runtime.threads.intra_op
+    where the block sets none (it applies when the CPU plugin alone compiles); `cache`: a runtime cache beside the
+    artifact; `names`: the outputs in order; `label`: the artifact's id, for errors. The runner's `recipe` is
+    these arguments, plain values: this call again opens the same compiled model (gpux/serve/record.py)."""
+    from gpux.providers.row import Runner
+
+    recipe = {"model": str(model), "device": device, "properties": dict(properties), "threads": threads,
+              "cache": cache, "names": names, "label": label}
     c = core()
-    device = resolve_device(opts.device, list(c.available_devices))
+    resolved = resolve_device(device, list(c.available_devices))
     cache_dir, cache_state = None, "off (providers.openvino.cache: false)"
     try:
-        cache_dir = runtime_cache(artifact) if opts.cache else None
+        cache_dir = runtime_cache(Path(model).parent) if cache else None
     except OSError as exc:
         cache_state = f"off (cannot write the cache folder: {exc})"
-    props = compile_properties(opts, project.config.runtime.threads.intra_op, cache_dir, device)
+    props = {**properties, **({"CACHE_DIR": str(cache_dir)} if cache_dir is not None else {})}
+    if threads > 0 and split_device(resolved)[1] == ["CPU"]:
+        props["INFERENCE_NUM_THREADS"] = str(threads)
     before = set(cache_dir.glob("*.blob")) if cache_dir else set()
     started = time.perf_counter()
     try:
-        compiled = c.compile_model(c.read_model(str(artifact.main)), device, props)
+        compiled = c.compile_model(c.read_model(str(model)), resolved, props)
     except Exception as exc:
-        raise RuntimeError(f"OpenVINO cannot compile {artifact.id} for {device}: {reason(exc)}") from None
+        raise RuntimeError(f"OpenVINO cannot compile {label} for {resolved}: {reason(exc)}") from None
     seconds = time.perf_counter() - started
     if cache_dir is not None:
         cache_state = "written (cold compile)" if set(cache_dir.glob("*.blob")) - before else "loaded"
     execution = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
-    names = list(artifact.manifest.get("info", {}).get("outputs") or [])
+    names = list(names or [])
     if len(names) != len(compiled.outputs):
         names = [p.get_any_name() for p in compiled.outputs]
     requests = Requests(compiled, order := output_order(compiled, names))
-    details = {"device": opts.device, "compiled_for": device, "execution_devices": execution,
+    details = {"device": device, "compiled_for": resolved, "execution_devices": execution,
                "properties": props, "compile_seconds": round(seconds, 4), "cache": cache_state,
                "inference_precision": _precision(compiled), "output_order": order,
                "optimal_requests": compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")}
     return Runner(run=requests.run, output_names=names, used="OpenVINO " + ",".join(execution),
-                  dropped=dropped(opts.device, execution), details=details, close=requests.close, native=compiled,
-                  binder=lambda feeds, n: bound_requests(compiled, feeds, n))
+                  dropped=dropped(device, execution), details=details, close=requests.close, native=compiled,
+                  binder=lambda feeds, n: bound_requests(compiled, feeds, n),
+                  recipe={"runtime": "gpux.runtimes.openvino:open_compiled_runner", "arguments": recipe})
 
 
 def bound_requests(compiled: Any, feeds: Feeds, n: int) -> list[Callable[[], object]]:
