@@ -96,19 +96,34 @@ def environment_facts() -> dict[str, Any]:
     }
 
 
-DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dri")  # accelerator device nodes
+DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dri", "/dev/accel")  # accelerator device nodes
 
 
 def installed_state() -> dict[str, Any]:
     """What a record of an earlier command (an unchanged build, a server's start) holds of the machine: gpux, Python,
-    every installed distribution (its dist-info folder names its version: one added, removed or upgraded, a
-    provider plugin included, changes this), the CPU and the accelerator devices. Read from the folders, not
-    importlib.metadata (cheaper, and without the caches a long-running server would keep)."""
+    every distribution installed where Python imports from (a dist-info or egg-info folder names its version: one
+    added, removed or upgraded, a provider plugin included, changes this), the CPU and the accelerator devices.
+    Where: the site-packages folders on sys.path and the PYTHONPATH folders (`pip install --target`), not the
+    folder of the script or of the current directory, which differ by how gpux is started. Read from the folders,
+    not importlib.metadata (cheaper, and without the caches a long-running server would keep); a folder that
+    cannot be listed is left out."""
     from gpux.version import __version__
 
-    installed = sorted(e.name for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)
-                       for e in os.scandir(p) if e.name.endswith((".dist-info", ".egg-info")))
+    named = set(filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    folders = [p for p in sys.path if p.endswith(("site-packages", "dist-packages", ".egg")) or p in named]
+    installed = sorted(name for p in folders for name in _distributions(p))
     devices = [d for d in DEVICES if os.path.exists(d)]
     return {"gpux": __version__, "python": sys.version, "platform": sys.platform, "installed": installed,
             "processor": cpu_model(), "devices": devices,
             "gpu": gpu_identity() if any("nvidia" in d for d in devices) else None}
+
+
+def _distributions(folder: str) -> list[str]:
+    """The distributions installed in one sys.path entry (an .egg entry is one itself), by folder name."""
+    if folder.endswith(".egg"):
+        return [os.path.basename(folder)]
+    try:
+        with os.scandir(folder) as entries:
+            return [f"{folder}/{e.name}" for e in entries if e.name.endswith((".dist-info", ".egg-info", ".egg"))]
+    except OSError:  # not a folder (a zip), gone, or not readable
+        return []

@@ -283,8 +283,9 @@ def test_any_change_takes_the_full_path(mlp_project: Path, change: str) -> None:
 
 
 def test_a_distribution_installed_or_upgraded_takes_the_full_path(mlp_project: Path, tmp_path: Path) -> None:
-    """Any installed distribution counts (a provider plugin can change what a build makes), not a fixed list."""
-    site = tmp_path / "site-packages"
+    """Any distribution Python can import from counts (a provider plugin can change what a build makes), not a
+    fixed list, wherever it is installed (here a PYTHONPATH folder, as `pip install --target` makes)."""
+    site = tmp_path / "plugins"
     (site / "gpux_toy_plugin-1.0.dist-info").mkdir(parents=True)
     env = {"PYTHONPATH": str(site)}
     assert cli("build", str(mlp_project)).returncode == 0

@@ -4,6 +4,8 @@ through the real CLI in-process, with the real functions counted (each still run
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -60,29 +62,61 @@ def test_build_and_run_parse_the_config_and_read_the_model_once(mlp_project: Pat
     assert counted == {"find": 1, "parse": 1, "read model.onnx": 1, "compat": 1, "effective_io": 1}
 
 
-STEPS = {  # each step of `gpux build`, where the command finds it
-    "replay": ("gpux.artifacts.unchanged", "replay"), "open": ("gpux.workspace.project", "open_models"),
-    "check": ("gpux.model.io", "check_model"), "select": ("gpux.plan.select", "select"),
-    "keep choice": ("gpux.plan.choice", "keep"), "plan": ("gpux.artifacts.plan", "plan_selected"),
-    "snapshot": ("gpux.artifacts.unchanged", "before"), "targets keyed": ("gpux.artifacts.plan", "plan_build"),
-    "execute": ("gpux.artifacts.build", "execute"), "record": ("gpux.artifacts.unchanged", "record"),
-    "report": ("gpux.report", "emit_json"),
+STEPS = {  # each step of `gpux build`, where the command (or the plan, for the model check) finds it
+    "replay": [("gpux.artifacts.unchanged", "replay")], "open": [("gpux.workspace.project", "open_models")],
+    "check": [("gpux.model.io", "check_model"), ("gpux.artifacts.plan", "check_model")],
+    "select": [("gpux.plan.select", "select"), ("gpux.plan.select", "select_shared")],
+    "keep choice": [("gpux.plan.choice", "keep"), ("gpux.workspace.commands", "keep")],
+    "plan": [("gpux.artifacts.plan", "plan_selected")], "snapshot": [("gpux.artifacts.unchanged", "before")],
+    "targets keyed": [("gpux.artifacts.plan", "plan_build"), ("gpux.artifacts.build", "plan_build")],
+    "execute": [("gpux.artifacts.build", "execute")],
+    "record": [("gpux.artifacts.unchanged", "record")], "report": [("gpux.report", "emit_json")],
 }
 
 
-def test_each_step_of_a_build_runs_once(mlp_project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`gpux build` conducts its steps: each is entered once (a full build), and an unchanged build is replayed
-    and reported, with no other step."""
+@pytest.fixture
+def steps(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Calls of each step of `gpux build` (each still runs)."""
     import importlib
 
     calls: Counter[str] = Counter()
-    for label, (module, name) in STEPS.items():
-        owner = importlib.import_module(module)
-        real = getattr(owner, name)
-        monkeypatch.setattr(owner, name, lambda *a, _real=real, _label=label, **k: (calls.update([_label]),
-                                                                                    _real(*a, **k))[1])
+    for label, places in STEPS.items():
+        for module, name in places:
+            owner = importlib.import_module(module)
+            real = getattr(owner, name)
+            monkeypatch.setattr(owner, name, lambda *a, _real=real, _label=label, **k: (calls.update([_label]),
+                                                                                        _real(*a, **k))[1])
+    return calls
+
+
+def test_each_step_of_a_build_runs_once(mlp_project: Path, steps: Counter[str]) -> None:
+    """`gpux build` conducts its steps: each is entered once on a full build; a dry run plans and reports (no
+    choice kept, no snapshot, nothing built or recorded); an unchanged build is replayed and reported."""
     invoke("build", str(mlp_project), "--force", "--json")
-    assert calls == {label: 1 for label in STEPS if label != "replay"}
-    calls.clear()
+    assert steps == {label: 1 for label in STEPS if label != "replay"}
+    steps.clear()
+    invoke("build", str(mlp_project), "--dry-run", "--json")
+    assert steps == {"open": 1, "check": 1, "select": 1, "plan": 1, "targets keyed": 1, "report": 1}
+    steps.clear()
     invoke("build", str(mlp_project), "--json")
-    assert calls == {"replay": 1, "report": 1}
+    assert steps == {"replay": 1, "report": 1}
+
+
+def test_a_workspace_build_runs_each_step_once_per_model(tmp_path: Path, steps: Counter[str]) -> None:
+    """A workspace is opened and its provider chosen once, then each model is checked, planned and built once;
+    one report. (A workspace has no record: the replay finds none, and nothing is snapshot or recorded.)"""
+    from tests.test_multi import EXAMPLE
+
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        import make_models
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    ws = tmp_path / "ws"
+    for rel in ("gpux.workspace.yml", "detector/gpux.yml", "classifier/gpux.yml"):
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(EXAMPLE / rel, ws / rel)
+    make_models.main(ws)
+    invoke("build", str(ws), "--json")
+    assert steps == {"replay": 1, "open": 1, "select": 1, "keep choice": 1, "check": 2, "targets keyed": 2,
+                     "execute": 2, "report": 1}

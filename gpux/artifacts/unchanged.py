@@ -113,6 +113,6 @@ def record(project: Any, request: dict[str, Any], doc: dict[str, Any], taken: Be
     stats = {**taken.files, **snapshot(outputs)}
     if any(s is None for s in stats.values()):
         return
-    rec = {"config_sha256": taken.config_sha, "files": stats, "environment": installed_state(), "doc": doc}
     with contextlib.suppress(OSError, TypeError, ValueError):
+        rec = {"config_sha256": taken.config_sha, "files": stats, "environment": installed_state(), "doc": doc}
         atomic_write_text(_record_file(project.path, request), json.dumps(rec, default=str))

@@ -60,9 +60,16 @@ def serve_command(cmd: ServeCommand) -> int:
         for name, root in places:
             held.enter_context(holding(name, root, cmd.store, "gpux serve"))
         load = LoadRequest(cmd.provider, cmd.strict, cmd.store, fixed, pipelines)
-        kept = None if read is None else (lambda server: record.keep(targets, command, server.repo.all(), read))
+
+        def ready(server: Any) -> None:
+            """Read from the configs: a record is kept; served from one that did not open as recorded: dropped."""
+            if read is not None:
+                record.keep(targets, command, server.repo.all(), read)
+            else:
+                record.forget(targets, command, server.repo.all())
+
         serve(ServeRequest(projects=projects, host=cmd.host, http_port=cmd.port, grpc_port=cmd.grpc_port, grpc=cmd.grpc,
-                           api_key=cmd.api_key or None, load=load, on_ready=kept))
+                           api_key=cmd.api_key or None, load=load, on_ready=ready))
     return 0
 
 

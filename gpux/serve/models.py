@@ -255,11 +255,17 @@ def _open_recorded(model: Model) -> list[Callable[[dict[str, Any]], dict[str, An
     from gpux.serve.record import open_runner
 
     rec = model.recorded
+    runners: list[Any] = []
     try:
-        runners = [open_runner(rec.recipe) for _ in range(model.settings.instances)]
+        for _ in range(model.settings.instances):
+            runners.append(open_runner(rec.recipe))
+            if runners[-1].dropped or runners[-1].used != rec.runs_on:  # e.g. an AUTO device settled elsewhere
+                raise RuntimeError(runners[-1].dropped or f"it runs on {runners[-1].used}, not {rec.runs_on}")
     except Exception as exc:
         from gpux.config.locate import open_project
 
+        for r in runners:
+            r.close()
         logging.getLogger("gpux.serve").warning("%s: not opened as recorded (%s); reading %s", model.name,
                                                 str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
                                                 model.path)

@@ -137,6 +137,14 @@ def keep(targets: list[str], command: dict[str, Any], models: list[Any], read: T
         logging.getLogger("gpux.serve").debug("no serve record kept: %s", exc)
 
 
+def forget(targets: list[str], command: dict[str, Any], models: list[Any]) -> None:
+    """Drop the record a start served from when one of its models did not open as recorded (its config was read
+    instead): the next start reads the configs and keeps a new record, rather than trying this one again."""
+    where = record_file(targets, command)
+    if where is not None and any(m.recorded is None for m in models):
+        where.unlink(missing_ok=True)
+
+
 def _recordable(model: Any) -> bool:
     return (model.project is not None and model.recipe is not None and model.steps is None
             and model.files is None and model.project.path.name in CONFIG_NAMES)
