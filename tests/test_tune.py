@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from gpux.bench.command import verification_status
-from gpux.bench.tune import UNVERIFIED, Outcome, choose, why_cell
+from gpux.bench.tune import UNVERIFIED, Outcome, pick_best, why_cell
 from gpux.plan.lock import LOCK_NAME
 
 from .conftest import gpux as cli
@@ -74,10 +74,10 @@ def test_choose_never_takes_a_failed_candidate_however_fast() -> None:
 
     failed = outcome("int8", "failed verification", 0.001)
     slow, fast = outcome("fp32", "ok", 0.004), outcome("fp16", "ok", 0.002)
-    assert choose([failed, slow, fast], "latency") is fast
-    assert choose([failed, slow, fast], "throughput") is fast
+    assert pick_best([failed, slow, fast], "latency") is fast
+    assert pick_best([failed, slow, fast], "throughput") is fast
     assert "2.00× slower" in slow.why
-    assert choose([failed], "latency") is None
+    assert pick_best([failed], "latency") is None
 
 
 def test_why_cell_keeps_short_reasons_whole_and_cuts_long_ones_at_a_word() -> None:
@@ -96,12 +96,12 @@ def outcome(precision: str, p50: float, verification: str = "verified") -> Outco
 
 def test_an_unverified_candidate_is_listed_not_chosen_unless_allowed() -> None:
     fast_int8, fp32 = outcome("int8", 0.001, "unverified"), outcome("fp32", 0.004)
-    assert choose([fast_int8, fp32], "latency") is fp32
+    assert pick_best([fast_int8, fp32], "latency") is fp32
     assert (fast_int8.status, fast_int8.why) == ("unverified", UNVERIFIED)
     allowed = outcome("int8", 0.001, "unverified")
-    assert choose([allowed, outcome("fp32", 0.004)], "latency", allow_unverified=True) is allowed
+    assert pick_best([allowed, outcome("fp32", 0.004)], "latency", allow_unverified=True) is allowed
     assert allowed.status == "ok"
-    assert choose([outcome("int8", 0.001, "unverified")], "throughput") is None
+    assert pick_best([outcome("int8", 0.001, "unverified")], "throughput") is None
 
 
 def test_verification_status_of_old_and_new_manifests() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpux.bench import rounds
-from gpux.bench.tune import Outcome, choose
+from gpux.bench.tune import Outcome, pick_best
 from gpux.config.locate import open_project
 from gpux.errors import DataError
 from gpux.model.io import Tensor
@@ -71,12 +71,12 @@ def measured(precision: str, scores: list[float]) -> Outcome:
 def test_a_candidate_within_noise_of_a_faster_one_is_not_called_faster() -> None:
     int8 = measured("int8", [0.95, 1.0, 1.1])  # the fastest median, but slower than fp32 in one round
     fp32 = measured("fp32", [1.0, 1.02, 1.05])
-    assert choose([int8, fp32], "latency") is fp32
+    assert pick_best([int8, fp32], "latency") is fp32
     assert fp32.why.startswith("chosen: within noise of the fastest (cpu int8") and "higher precision" in fp32.why
     assert int8.why.startswith("within noise of the chosen one")
     clear = measured("int8", [0.5, 0.55, 0.52])  # faster in every round: it wins
     fp32 = measured("fp32", [1.0, 1.02, 1.05])
-    assert choose([fp32, clear], "latency") is clear
+    assert pick_best([fp32, clear], "latency") is clear
     assert "slower than the chosen one" in fp32.why
 
 
@@ -89,7 +89,7 @@ def test_candidates_are_ranked_by_their_median_round_ratio_not_by_pooled_latenci
     fp32.row["stats"]["p50"], int8.row["stats"]["p50"] = 0.9, 1.8  # pooled medians skewed by which rounds counted
     for o in (fp32, int8):
         o.row["vs_plain_ort"] = rounds.speedup(2.0, base, o.row["stats"]["p50"], o.row["round_scores"], "latency")
-    assert choose([fp32, int8], "latency") is int8
+    assert pick_best([fp32, int8], "latency") is int8
     assert fp32.why.startswith("1.6") and "slower than the chosen one" in fp32.why
 
 

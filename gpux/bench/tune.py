@@ -172,7 +172,7 @@ def _opts(options: dict[str, Any], prefix: str = "") -> str:
 PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3}  # ties within noise go to the lower rank
 
 
-def choose(outcomes: list[Outcome], objective: str, allow_unverified: bool = False) -> Outcome | None:
+def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = False) -> Outcome | None:
     """The fastest candidate that passed verification and ran (None: none did; ranked by the median round ratio over
     the plain session where it was measured, so a round slowed by the machine slows everyone in it); each row says
     why not. One verified on generated data only (a lossy artifact: "unverified") is listed, not chosen, unless
@@ -237,7 +237,7 @@ def tune(req: TuneRequest) -> dict[str, Any]:
     outcomes = candidates(project, req)
     started = time.monotonic()
     baseline = measure_all(project, outcomes, req, report.progress(req.as_json))
-    best = choose(outcomes, req.objective, req.allow_unverified)
+    best = pick_best(outcomes, req.objective, req.allow_unverified)
     lock = {"schema": SCHEMA, "name": project.name, "objective": req.objective, "baseline": baseline,
             "measured": {"rounds": rounds.ROUNDS, "pause_s": rounds.PAUSE_S, "seconds_each": req.seconds},
             "choice": None if best is None else {"provider": best.provider, "precision": best.precision,

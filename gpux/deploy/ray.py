@@ -75,12 +75,12 @@ class ModelServer:
     def __init__(self, spec: ModelSpec, api_key: str | None = None, peers: tuple[Peer, ...] = ()) -> None:
         from gpux.config.locate import open_project
         from gpux.serve.metrics import Metrics
-        from gpux.serve.models import LoadRequest, Repository, load
+        from gpux.serve.models import LoadRequest, Repository, open_served
 
         self.metrics = Metrics()
         self.repo = Repository([open_project(spec.config)], self.metrics)
         (self.model,) = self.repo.all()
-        load(self.model, LoadRequest(spec.provider, spec.strict, spec.store), self.metrics)
+        open_served(self.model, LoadRequest(spec.provider, spec.strict, spec.store), self.metrics)
         self.api_key = api_key
         self.peers = peers or (Peer(self.model.name, self.model.version, APP_NAME, self.model.name),)
 

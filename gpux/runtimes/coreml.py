@@ -94,7 +94,7 @@ def build_package(ctx: Any) -> dict[str, Any]:
     fmt = ctx.target.options.get("source_format", "torchscript")
     opts = CoreMLOptions.model_validate({k: v for k, v in ctx.target.options.items()
                                          if k in CoreMLOptions.model_fields})
-    module = pt.load(ctx.src, fmt)
+    module = pt.load_module(ctx.src, fmt)
     names = pt.input_order(module, list(ctx.inputs))
     _, outputs, _ = pt.example_inputs(module, ctx.inputs, ctx.shapes, names)
     outs = pt.output_names(ctx.project.config.outputs, len(outputs))

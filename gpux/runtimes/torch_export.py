@@ -67,7 +67,7 @@ def system_temp() -> Iterator[None]:
 
 
 # ---- loading and running ---------------------------------------------------------------------------
-def load(path: str | Path, fmt: str) -> Any:
+def load_module(path: str | Path, fmt: str) -> Any:
     """The source as a callable module on the CPU, in inference mode: TorchScript via `torch.jit.load`,
     a torch.export program (.pt2) via `torch.export.load(...).module()`."""
     torch = _torch()
@@ -145,7 +145,7 @@ def reference_runner(path: str | Path, fmt: str) -> Callable[[Feeds], list[Any]]
     """`run(feeds) -> outputs`: the PyTorch model itself under `torch.inference_mode()`. Feeds go in as
     positional arguments (see `input_order`); outputs come back flattened, as numpy arrays."""
     torch = _torch()
-    module = load(path, fmt)
+    module = load_module(path, fmt)
 
     def run(feeds: Feeds) -> list[Any]:
         args = [to_tensor(feeds[n]) for n in input_order(module, list(feeds))]
@@ -232,7 +232,7 @@ def export_onnx(ctx: Any) -> dict[str, Any]:
     torch = _torch()
     opts = ctx.target.options
     fmt, opset = opts.get("source_format", "torchscript"), int(opts["opset"])
-    module = load(ctx.src, fmt)
+    module = load_module(ctx.src, fmt)
     names = input_order(module, list(ctx.inputs))
     args, outputs, sizes = example_inputs(module, ctx.inputs, ctx.shapes, names)
     declared = ctx.project.config.outputs

@@ -194,7 +194,7 @@ def open_module(path: Path, setup: Setup, project: Any, cache_dir: Path | None, 
         torch.set_num_threads(threads)
     inputs, _ = interface(project)
     shapes = resolve_shapes(project)
-    module = pt.load(path, setup.fmt)
+    module = pt.load_module(path, setup.fmt)
     names = pt.input_order(module, list(inputs))
     example = synthetic(dict(inputs), shapes, 0)
     declared = list(project.config.outputs or {})

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpux.serve.errors import BadRequest, NotFound, ServeError
 from gpux.serve.metrics import Metrics
-from gpux.serve.models import LoadRequest, Model, Repository, load
+from gpux.serve.models import LoadRequest, Model, Repository, open_served
 
 log = logging.getLogger("gpux.serve")
 
@@ -45,7 +45,7 @@ class Lifecycle:
 
     async def open(self, model: Model) -> None:
         """Open and warm up the model off the event loop and start its worker (not ready yet); errors propagate."""
-        await asyncio.get_running_loop().run_in_executor(None, load, model, self.request, self.metrics)
+        await asyncio.get_running_loop().run_in_executor(None, open_served, model, self.request, self.metrics)
         assert model.worker is not None
         model.worker.start()
 

@@ -188,7 +188,7 @@ class LoadRequest:
     pipelines: dict[str, Any] = field(default_factory=dict)  # served name -> (Models, Choice) of a workspace
 
 
-def load(model: Model, request: LoadRequest, metrics: Metrics) -> None:
+def open_served(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     """Open the model's sessions (one per instance) and warm each up; blocking, run it off the event loop."""
     settings = model.settings
     runs = _open_recorded(model) if model.project is None else None
