@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from functools import cache
-from importlib import metadata
 from types import ModuleType
 
 from gpux.errors import MissingDependency
@@ -64,17 +63,13 @@ def require(module: str, extra: str | None = None) -> ModuleType:
 
 
 def installed_ort_distributions() -> list[str]:
-    found = []
-    for name in ORT_DISTRIBUTIONS:
-        try:
-            metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-        found.append(name)
-    return found
+    return [name for name in ORT_DISTRIBUTIONS if version_of(name) is not None]
 
 
 def version_of(dist: str) -> str | None:
+    """The installed version of `dist` (importlib.metadata is imported here: `gpux --help` never pays for it)."""
+    from importlib import metadata
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

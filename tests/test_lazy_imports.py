@@ -48,6 +48,14 @@ def test_cli_entry_points_import_nothing_heavy(args: list[str]) -> None:
     assert "LOADED=\n" in r.stderr
 
 
+def test_help_does_not_read_installed_distributions() -> None:
+    """`gpux --help` lists providers without importlib.metadata (plugins are looked up when a command needs them)."""
+    code = ("import sys; from gpux.cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('METADATA' if 'importlib.metadata' in sys.modules else 'NONE', file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stderr.strip().endswith("NONE"), r.stderr
+
+
 def test_validate_imports_nothing_heavy(mlp_project: Path) -> None:
     r = run_blocked("validate", str(mlp_project / "gpux.yml"))
     assert r.returncode == 0, r.stderr

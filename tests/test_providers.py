@@ -47,7 +47,7 @@ def test_probe_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_third_party_providers_register_through_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
     ep = metadata.EntryPoint("npu-x", "tests.test_providers:PLUGIN", providers.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(providers.metadata, "entry_points",
+    monkeypatch.setattr(metadata, "entry_points",
                         lambda group: [ep] if group == providers.ENTRY_POINT_GROUP else [])
     providers.plugin_providers.cache_clear()
     probe.cache_clear()
@@ -75,7 +75,7 @@ def test_a_plugin_row_is_selectable_like_a_built_in_one(monkeypatch: pytest.Monk
     from gpux.plan.select import select
 
     ep = metadata.EntryPoint("npu-x", "tests.test_providers:PLUGIN", providers.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(providers.metadata, "entry_points",
+    monkeypatch.setattr(metadata, "entry_points",
                         lambda group: [ep] if group == providers.ENTRY_POINT_GROUP else [])
     providers.plugin_providers.cache_clear()
     try:

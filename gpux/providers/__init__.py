@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 from functools import cache
-from importlib import metadata
 from pkgutil import resolve_name
 from typing import Any
 
@@ -193,6 +192,8 @@ def probe_for(project: Any, name: str) -> Availability:
 @cache
 def plugin_providers() -> dict[str, Provider]:
     """Third-party providers registered under the `gpux.providers` entry-point group."""
+    from importlib import metadata
+
     found: dict[str, Provider] = {}
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
