@@ -40,6 +40,10 @@ def main() -> None:
     args = parser.parse_args()
     checkouts = {"this checkout": ROOT, **({"--vs": args.vs.resolve()} if args.vs else {})}
     for path in checkouts.values():
+        where = subprocess.run([sys.executable, "-c", "import gpux; print(gpux.__file__)"], cwd=tempfile.gettempdir(),
+                               env={**os.environ, "PYTHONPATH": str(path)}, capture_output=True, text=True).stdout
+        if not Path(where.strip()).resolve().is_relative_to(path):
+            raise SystemExit(f"{path}: gpux imports from {where.strip() or 'nowhere'} there, not from that checkout")
         once(path, args.argv)  # warm the file cache and the bytecode
     runs: dict[str, list[tuple[float, float]]] = {k: [] for k in checkouts}
     for _ in range(args.runs):

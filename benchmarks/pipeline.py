@@ -34,10 +34,10 @@ def main() -> None:
     subprocess.run([sys.executable, str(EX / "make_models.py")], check=True, capture_output=True)
     import gpux
     from gpux.workspace.pipeline import open_pipeline
-    from gpux.workspace.project import choose_provider, open_models
+    from gpux.workspace.project import open_models, shared_choice
 
     ms = open_models(str(EX))
-    pipe = open_pipeline(ms, choose_provider(ms, "cpu"), None, lambda _m: None)
+    pipe = open_pipeline(ms, shared_choice(ms, "cpu"), None, lambda _m: None)
     det, cls = gpux.load(EX / "detector", provider="cpu"), gpux.load(EX / "classifier", provider="cpu")
     image = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
     feeds = {"image": image}

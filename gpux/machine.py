@@ -109,8 +109,9 @@ def installed_state() -> dict[str, Any]:
     cannot be listed is left out."""
     from gpux.version import __version__
 
-    named = set(filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)))
-    folders = [p for p in sys.path if p.endswith(("site-packages", "dist-packages", ".egg")) or p in named]
+    named = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    folders = [p for p in sys.path
+               if p.endswith(("site-packages", "dist-packages", ".egg")) or (p and os.path.abspath(p) in named)]
     installed = sorted(name for p in folders for name in _distributions(p))
     devices = [d for d in DEVICES if os.path.exists(d)]
     return {"gpux": __version__, "python": sys.version, "platform": sys.platform, "installed": installed,

@@ -247,9 +247,10 @@ main(sys.argv[1:])
 """
 
 
-def blocked_build(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def blocked_build(*args: str, env: dict[str, str] | None = None,
+                  cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", BLOCK, "build", *args], capture_output=True, text=True, timeout=120,
-                          env=None if env is None else {**os.environ, **env})
+                          env=None if env is None else {**os.environ, **env}, cwd=cwd)
 
 
 def test_unchanged_build_is_answered_without_loading_anything_heavy(mlp_project: Path) -> None:
@@ -297,6 +298,13 @@ def test_a_distribution_installed_or_upgraded_takes_the_full_path(mlp_project: P
     (site / "gpux_toy_plugin-1.0.dist-info").rename(site / "gpux_toy_plugin-1.1.dist-info")
     r = blocked_build(str(mlp_project), env=env)
     assert r.returncode != 0 and "blocked" in r.stderr, "an upgraded distribution: the full build must run"
+    relative = {"PYTHONPATH": "plugins/"}  # the same folder, named relative to the current directory
+    assert subprocess.run([sys.executable, "-m", "gpux", "build", str(mlp_project)], env={**os.environ, **relative},
+                          cwd=tmp_path, capture_output=True, timeout=300).returncode == 0
+    assert blocked_build(str(mlp_project), env=relative, cwd=tmp_path).returncode == 0, "unchanged: replayed"
+    (site / "gpux_toy_plugin-1.1.dist-info").rename(site / "gpux_toy_plugin-1.2.dist-info")
+    r = blocked_build(str(mlp_project), env=relative, cwd=tmp_path)
+    assert r.returncode != 0 and "blocked" in r.stderr, "a PYTHONPATH folder named relatively counts too"
 
 
 def test_a_model_changed_while_the_build_hashes_it_is_not_replayed(mlp_project: Path,

@@ -70,7 +70,8 @@ STEPS = {  # each step of `gpux build`, where the command (or the plan, for the 
     "plan": [("gpux.artifacts.plan", "plan_selected")], "snapshot": [("gpux.artifacts.unchanged", "before")],
     "targets keyed": [("gpux.artifacts.plan", "plan_build"), ("gpux.artifacts.build", "plan_build")],
     "execute": [("gpux.artifacts.build", "execute")],
-    "record": [("gpux.artifacts.unchanged", "record")], "report": [("gpux.report", "emit_json")],
+    "name index": [("gpux.config.locate", "remember")], "record": [("gpux.artifacts.unchanged", "record")],
+    "report": [("gpux.report", "emit_json")],
 }
 
 

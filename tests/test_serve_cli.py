@@ -319,3 +319,26 @@ def test_the_record_is_not_used_when_what_it_depends_on_changed(tmp_path: Path,
     doc["models"][0]["runs_on"] = "somewhere else"  # the session opens, but not where the record says it ran
     record.write_text(json.dumps(doc))
     assert start(recorded=False)[0] and start()[0] and not start()[0]
+    doc = json.loads(record.read_text())
+    doc["models"][0]["inputs"][0]["shape"] = [1, 9]  # the session opens, but its first inference fails
+    record.write_text(json.dumps(doc))
+    read, answer = start(recorded=False)
+    assert read and np.allclose(answer, repointed)
+
+
+def test_a_record_is_dropped_only_for_a_model_that_did_not_open_as_recorded(tmp_path: Path) -> None:
+    """A model reloaded through the repository API is read from its config too, but its record opened fine."""
+    from types import SimpleNamespace
+
+    from gpux.serve import record
+
+    project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    command = {"targets": [str(project)], "provider": "cpu", "strict": False, "store": None, "overrides": {}}
+    where = record.record_file([str(project)], command)
+    assert where is not None
+    where.parent.mkdir(parents=True)
+    where.write_text("{}")
+    record.forget([str(project)], command, [SimpleNamespace(recorded=None, record_failed=False)])
+    assert where.exists()
+    record.forget([str(project)], command, [SimpleNamespace(recorded=None, record_failed=True)])
+    assert not where.exists()

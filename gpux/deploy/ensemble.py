@@ -8,13 +8,13 @@ from typing import Any
 
 from gpux.deploy.triton import Exported, check, export, tensor_entries, write_model
 from gpux.errors import UsageError
-from gpux.workspace.project import Models, choose_provider
+from gpux.workspace.project import Models, shared_choice
 
 
 def export_workspace(ms: Models, provider: str | None, repo: Path, version: int = 1, store_dir: str | None = None,
                      log: Any = None) -> list[Exported]:
     """Every enabled model, then the ensemble of the pipeline (if the workspace has one)."""
-    choice = choose_provider(ms, provider)
+    choice = shared_choice(ms, provider)
     done = [export(p, choice.provider, repo, version, store_dir, log) for p in ms.models.values()]
     if ms.workspace is not None and ms.workspace.config.pipeline:
         done.append(write_ensemble(ms, done, repo, version))

@@ -78,7 +78,7 @@ def _open(cmd: ServeCommand) -> tuple[list[Any], dict[str, str], list[tuple[str,
     pipelines served as one model). A workspace target serves each enabled model on the one provider the
     workspace chose, and its pipeline (if any) as a model named after the workspace."""
     from gpux.config.workspace import pipeline_project
-    from gpux.workspace.project import choose_provider, open_models
+    from gpux.workspace.project import open_models, shared_choice
 
     projects, fixed, places, pipelines = [], {}, [], {}
     for t in cmd.targets or ["."]:
@@ -87,7 +87,7 @@ def _open(cmd: ServeCommand) -> tuple[list[Any], dict[str, str], list[tuple[str,
         if ms.workspace is None:
             projects.append(_override(ms.project, cmd.overrides))
             continue
-        choice = choose_provider(ms, cmd.provider)
+        choice = shared_choice(ms, cmd.provider)
         for w in choice.warnings:
             logging.getLogger("gpux.serve").warning(w)
         projects += [_override(p, cmd.overrides) for p in ms.models.values()]

@@ -39,6 +39,7 @@ class Model:
     path: str  # its gpux.yml: what a load through the repository API reads again
     project: Project | None = None  # None: opened from its record (gpux/serve/record.py), `recorded` says how
     recorded: Any = None  # gpux.serve.record.Recorded
+    record_failed: bool = False  # opened from its config because its record did not open as recorded
     recipe: dict[str, Any] | None = None  # how its runtime opens its session again (providers.row.Runner.recipe)
     inputs: dict[str, Tensor] = field(default_factory=dict)
     outputs: dict[str, Tensor] = field(default_factory=dict)
@@ -257,10 +258,14 @@ def _open_recorded(model: Model) -> list[Callable[[dict[str, Any]], dict[str, An
     rec = model.recorded
     runners: list[Any] = []
     try:
+        inputs = rec.tensors(rec.inputs)
+        feeds = warmup_feeds(inputs)
         for _ in range(model.settings.instances):
             runners.append(open_runner(rec.recipe))
-            if runners[-1].dropped or runners[-1].used != rec.runs_on:  # e.g. an AUTO device settled elsewhere
-                raise RuntimeError(runners[-1].dropped or f"it runs on {runners[-1].used}, not {rec.runs_on}")
+            runner = runners[-1]
+            if runner.dropped or _settled(runner.used) != _settled(rec.runs_on):  # an AUTO device elsewhere, say
+                raise RuntimeError(runner.dropped or f"it runs on {runner.used}, not {rec.runs_on}")
+            runner.run(feeds)  # a first inference that fails reads the config (whose fallback may move on)
     except Exception as exc:
         from gpux.config.locate import open_project
 
@@ -269,9 +274,9 @@ def _open_recorded(model: Model) -> list[Callable[[dict[str, Any]], dict[str, An
         logging.getLogger("gpux.serve").warning("%s: not opened as recorded (%s); reading %s", model.name,
                                                 str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
                                                 model.path)
-        model.project, model.recorded = open_project(model.path), None
+        model.project, model.recorded, model.record_failed = open_project(model.path), None, True
         return None
-    model.inputs, model.outputs = rec.tensors(rec.inputs), rec.tensors(rec.outputs)
+    model.inputs, model.outputs = inputs, rec.tensors(rec.outputs)
     model.provider, model.runs_on, model.report = rec.provider, rec.runs_on, rec.report
     names = runners[0].output_names
 
@@ -279,6 +284,12 @@ def _open_recorded(model: Model) -> list[Callable[[dict[str, Any]], dict[str, An
         return lambda feeds: dict(zip(names, run(feeds), strict=True))
 
     return [named(r.fast or r.run) for r in runners]  # inputs checked by the server; the runtime checks again
+
+
+def _settled(used: str) -> str:
+    """Where a session runs, without the helper devices a runtime names in parentheses while it settles (OpenVINO's
+    AUTO runs on "(CPU)" until the device it chose has compiled)."""
+    return re.sub(r"\s*\([^)]*\),?", " ", used).strip(" ,")
 
 
 def _open_pipeline(model: Model, request: LoadRequest) -> list[Callable[[dict[str, Any]], dict[str, Any]]]:

@@ -141,7 +141,7 @@ def forget(targets: list[str], command: dict[str, Any], models: list[Any]) -> No
     """Drop the record a start served from when one of its models did not open as recorded (its config was read
     instead): the next start reads the configs and keeps a new record, rather than trying this one again."""
     where = record_file(targets, command)
-    if where is not None and any(m.recorded is None for m in models):
+    if where is not None and any(m.record_failed for m in models):
         where.unlink(missing_ok=True)
 
 

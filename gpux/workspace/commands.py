@@ -8,7 +8,7 @@ from typing import Any
 from gpux import report
 from gpux.errors import GpuxError, UsageError
 from gpux.plan.choice import keep, read, write
-from gpux.workspace.project import Models, choose_provider, derived, open_models
+from gpux.workspace.project import Models, derived, open_models, shared_choice
 
 # `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
 UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline", "report")
@@ -51,7 +51,7 @@ def inspect_workspace(ms: Models, store_dir: str | None, as_json: bool) -> int:
     from gpux.providers import registry
 
     offer = ms.offer()
-    choice = choose_provider(ms, None) if offer.offer else None
+    choice = shared_choice(ms, None) if offer.offer else None
     doc: dict[str, Any] = {
         "workspace": ms.place.name, "models": list(ms.models), "disabled": ms.disabled, **offer.to_dict(),
         "saved": read(ms.place), "choice": None if choice is None else {"provider": choice.provider,
@@ -85,7 +85,7 @@ def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_
     from gpux.artifacts.build import build
     from gpux.artifacts.plan import plan_build
 
-    choice = choose_provider(ms, provider)
+    choice = shared_choice(ms, provider)
     for w in choice.warnings:
         report.warn(w)
     head = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source}
@@ -124,7 +124,7 @@ def run_workspace(ms: Models, kw: dict[str, Any]) -> int:
                          hint="run one model by its folder for those; a pipeline is always strict")
     if kw.get("output") and not str(kw["output"]).endswith(".npz"):
         raise UsageError(f"--output {kw['output']}: outputs are written as .npz; name the file *.npz")
-    choice = choose_provider(ms, kw.get("provider"))
+    choice = shared_choice(ms, kw.get("provider"))
     store_dir, as_json = kw.get("store"), kw.get("as_json", False)
     what = "gpux run --benchmark" if kw.get("benchmark") else "gpux run"
     with holding(ms.place.name, ms.place.root, store_dir, what):

@@ -77,7 +77,7 @@ class Choice:
         return self.selection.warnings
 
 
-def choose_provider(ms: Models, provider: str | None) -> Choice:
+def shared_choice(ms: Models, provider: str | None) -> Choice:
     """The workspace's one provider, as plan.select.select_shared decides it (nothing is written: `gpux build`
     keeps a reset saved choice with plan.choice.keep)."""
     from gpux.plan.select import select_shared
@@ -97,4 +97,4 @@ def derived(project: Project, provider: str) -> dict[str, Any]:
             "steps": [t.id for t in chain], "options": block.model_dump(mode="json")}
 
 
-__all__ = ["Choice", "Models", "choose_provider", "derived", "open_models"]
+__all__ = ["Choice", "Models", "derived", "open_models", "shared_choice"]
