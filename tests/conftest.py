@@ -86,6 +86,27 @@ def mlp_project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+WORKSPACE_EXAMPLE = ROOT / "examples" / "detect_classify"
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """The detect_classify example copied (configs only) with its two models generated."""
+    import shutil
+
+    sys.path.insert(0, str(WORKSPACE_EXAMPLE))
+    try:
+        import make_models
+    finally:
+        sys.path.remove(str(WORKSPACE_EXAMPLE))
+    out = tmp_path / "detect_classify"
+    for rel in ("gpux.workspace.yml", "detector/gpux.yml", "classifier/gpux.yml"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(WORKSPACE_EXAMPLE / rel, out / rel)
+    make_models.main(out)
+    return out
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep the name index and env overrides out of the user's machine."""

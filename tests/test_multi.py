@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,24 +18,6 @@ import pytest
 import gpux
 
 from .conftest import gpux as cli
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "detect_classify"
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    """The example copied (configs only) with its two models generated."""
-    sys.path.insert(0, str(EXAMPLE))
-    try:
-        import make_models
-    finally:
-        sys.path.remove(str(EXAMPLE))
-    out = tmp_path / "detect_classify"
-    for rel in ("gpux.workspace.yml", "detector/gpux.yml", "classifier/gpux.yml"):
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(EXAMPLE / rel, out / rel)
-    make_models.main(out)
-    return out
 
 
 def edit(ws: Path, old: str, new: str) -> None:

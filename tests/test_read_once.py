@@ -4,8 +4,6 @@ through the real CLI in-process, with the real functions counted (each still run
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -103,21 +101,9 @@ def test_each_step_of_a_build_runs_once(mlp_project: Path, steps: Counter[str]) 
     assert steps == {"replay": 1, "report": 1}
 
 
-def test_a_workspace_build_runs_each_step_once_per_model(tmp_path: Path, steps: Counter[str]) -> None:
+def test_a_workspace_build_runs_each_step_once_per_model(ws: Path, steps: Counter[str]) -> None:
     """A workspace is opened and its provider chosen once, then each model is checked, planned and built once;
     one report. (A workspace has no record: the replay finds none, and nothing is snapshot or recorded.)"""
-    from tests.test_multi import EXAMPLE
-
-    sys.path.insert(0, str(EXAMPLE))
-    try:
-        import make_models
-    finally:
-        sys.path.remove(str(EXAMPLE))
-    ws = tmp_path / "ws"
-    for rel in ("gpux.workspace.yml", "detector/gpux.yml", "classifier/gpux.yml"):
-        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(EXAMPLE / rel, ws / rel)
-    make_models.main(ws)
     invoke("build", str(ws), "--json")
     assert steps == {"replay": 1, "open": 1, "select": 1, "keep choice": 1, "check": 2, "targets keyed": 2,
                      "execute": 2, "report": 1}

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -199,6 +199,21 @@ def loaded(pid: int, library: str) -> bool:
     return library in Path(f"/proc/{pid}/maps").read_text()
 
 
+def served_once(project: Path, serve_process: list[Process], measure: Callable[[Process], Any], *args: str,
+                recorded: bool = True) -> Any:
+    """One `gpux serve PROJECT --no-access-log ARGS`: `measure(process)` once it is up, then it stops once its serve
+    record is there (`recorded`), or gone; a record is kept, or dropped, once every model is ready."""
+    p = Process(str(project), "--no-access-log", *args)
+    serve_process.append(p)
+    p.start()
+    out = measure(p)
+    deadline = time.monotonic() + 30
+    while bool(list((project / ".gpux" / ".serve").glob("*.json"))) != recorded and time.monotonic() < deadline:
+        time.sleep(0.05)
+    p.stop()
+    return out
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps")
 def test_a_later_start_serves_from_its_record_without_reading_the_config(tmp_path: Path,
                                                                          serve_process: list[Process]) -> None:
@@ -210,15 +225,9 @@ def test_a_later_start_serves_from_its_record_without_reading_the_config(tmp_pat
     for version in ("1.0.0", "1.0.0", "2.0.0"):
         if version == "2.0.0":
             mlp_project(tmp_path / "mlp", version, 3)  # a new model and gpux.yml: the record no longer holds
-        p = Process(str(project), "--no-access-log", "--provider", "cpu")
-        serve_process.append(p)
-        p.start()
-        answers.append((loaded(p.proc.pid, "pydantic_core"), send_http(p.http, x), send_grpc(p.grpc, x),
-                        tritonhttp.InferenceServerClient(p.http).get_model_metadata("mlp")["versions"]))
-        deadline = time.monotonic() + 30  # the record is kept once every model is ready
-        while not list((project / ".gpux" / ".serve").glob("*.json")) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        p.stop()
+        answers.append(served_once(project, serve_process, lambda p: (
+            loaded(p.proc.pid, "pydantic_core"), send_http(p.http, x), send_grpc(p.grpc, x),
+            tritonhttp.InferenceServerClient(p.http).get_model_metadata("mlp")["versions"]), "--provider", "cpu"))
     (read_first, *first), (read_again, *second), (read_third, *third) = answers
     assert read_first and not read_again and read_third  # config read, record served, config read again
     np.testing.assert_array_equal(first[0], second[0])
@@ -246,17 +255,10 @@ def test_an_openvino_model_is_served_from_its_record(tmp_path: Path, serve_proce
     pytest.importorskip("openvino")
     project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
     x = np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)
-    starts = []
-    for _ in range(2):
-        p = Process(str(project), "--no-access-log", "--provider", "openvino", "--strict")
-        serve_process.append(p)
-        p.start()
-        starts.append((loaded(p.proc.pid, "pydantic_core"), send_http(p.http, x), send_grpc(p.grpc, x),
-                       tritonhttp.InferenceServerClient(p.http).get_model_metadata("mlp")["platform"]))
-        deadline = time.monotonic() + 30  # the record is kept once every model is ready
-        while not list((project / ".gpux" / ".serve").glob("*.json")) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        p.stop()
+    starts = [served_once(project, serve_process, lambda p: (
+        loaded(p.proc.pid, "pydantic_core"), send_http(p.http, x), send_grpc(p.grpc, x),
+        tritonhttp.InferenceServerClient(p.http).get_model_metadata("mlp")["platform"]), "--provider", "openvino",
+        "--strict") for _ in range(2)]
     (read_first, *first), (read_again, *second) = starts
     assert read_first and not read_again
     np.testing.assert_array_equal(first[0], second[0])
@@ -287,16 +289,9 @@ def test_the_record_is_not_used_when_what_it_depends_on_changed(tmp_path: Path,
     x = np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)
 
     def start(recorded: bool = True) -> tuple[bool, np.ndarray]:
-        """One start; it stops once a record is there (`recorded`), or gone."""
-        p = Process(str(project), "--no-access-log", "--provider", "cpu")
-        serve_process.append(p)
-        p.start()
-        out = loaded(p.proc.pid, "pydantic_core"), send_http(p.http, x)
-        deadline = time.monotonic() + 30
-        while bool(list((project / ".gpux" / ".serve").glob("*.json"))) != recorded and time.monotonic() < deadline:
-            time.sleep(0.05)
-        p.stop()
-        return out
+        return served_once(project, serve_process, lambda p: (loaded(p.proc.pid, "pydantic_core"),
+                                                              send_http(p.http, x)), "--provider", "cpu",
+                           recorded=recorded)
 
     read, first = start()
     assert read and not start()[0]  # then served from the record
