@@ -33,6 +33,7 @@ from gpux.runtimes.openvino_options import (
     openvino_properties,
     resolve_device,
     split_device,
+    with_threads,
 )
 
 MAIN = "model.xml"
@@ -284,9 +285,8 @@ def open_compiled_runner(model: Path | str, device: str, properties: dict[str, s
         cache_dir = runtime_cache(Path(model).parent) if cache else None
     except OSError as exc:
         cache_state = f"off (cannot write the cache folder: {exc})"
-    props = {**properties, **({"CACHE_DIR": str(cache_dir)} if cache_dir is not None else {})}
-    if threads > 0 and split_device(resolved)[1] == ["CPU"]:
-        props["INFERENCE_NUM_THREADS"] = str(threads)
+    props = with_threads({**properties, **({"CACHE_DIR": str(cache_dir)} if cache_dir is not None else {})},
+                         threads, resolved)
     before = set(cache_dir.glob("*.blob")) if cache_dir else set()
     started = time.perf_counter()
     try:

@@ -95,8 +95,14 @@ def compile_properties(opts: Any, intra_op: int, cache_dir: Path | None, device:
     """What `compile_model` gets, the same at build and run; runtime.threads.intra_op applies when
     `threads` is unset and the CPU plugin alone compiles."""
     props = openvino_properties(opts, cache_dir=None if cache_dir is None else str(cache_dir))
-    if opts.threads is None and intra_op > 0 and split_device(device)[1] == ["CPU"]:
-        props["INFERENCE_NUM_THREADS"] = str(intra_op)
+    return with_threads(props, intra_op if opts.threads is None else 0, device)
+
+
+def with_threads(props: dict[str, str], threads: int, device: str) -> dict[str, str]:
+    """`props` with INFERENCE_NUM_THREADS `threads` (runtime.threads.intra_op where the block sets none; 0: none)
+    when the CPU plugin alone compiles for `device`."""
+    if threads > 0 and split_device(device)[1] == ["CPU"]:
+        props["INFERENCE_NUM_THREADS"] = str(threads)
     return props
 
 
