@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from gpux.artifacts import unchanged
-from gpux.artifacts.unchanged import Before
 from gpux.config.load import Project
 from gpux.errors import BuildFailed, ProviderUnavailable
 from gpux.files import digest_data, digest_files, store_root
@@ -53,7 +52,7 @@ class BuildPlan:
     steps: tuple[Planned, ...]
     cannot_run: str | None = None  # why the provider it builds for cannot run here (built without its device)
     attempts: list[dict[str, Any]] = field(default_factory=list)  # the providers of the selection passed over
-    taken: Before | None = None  # what the build reads, as it was before anything was hashed (gpux build's record)
+    taken: unchanged.Before | None = None  # what the build reads, before anything was hashed (for its record)
 
     @property
     def inputs(self) -> dict[str, Tensor]:

@@ -65,7 +65,7 @@ def serve_command(cmd: ServeCommand) -> int:
             """Read from the configs: a record is kept; served from one that did not open as recorded: dropped."""
             if read is not None:
                 record.keep(targets, command, server.repo.all(), read)
-            else:
+            elif recorded is not None:
                 record.forget(targets, command, server.repo.all())
 
         serve(ServeRequest(projects=projects, host=cmd.host, http_port=cmd.port, grpc_port=cmd.grpc_port, grpc=cmd.grpc,
