@@ -136,6 +136,8 @@ def provider_lines(report: dict[str, Any]) -> list[str]:
                      f"cache {c['state']} ({c['hits']} hit, {c['misses']} miss)")
     requested = ",".join(report["requested"])
     lines += [f"({attempt_line(a)})" for a in report["attempts"] if VERBOSE and absent(a, source)]
+    if VERBOSE and rt.get("opened"):
+        lines.append(f"opened with: {settings_text(rt['opened'])}")
     at = ""
     if report.get("precision"):
         at = f" at {report['precision']}"
@@ -146,6 +148,19 @@ def provider_lines(report: dict[str, Any]) -> list[str]:
     lines.append(f"provider: requested {requested} ({source}) → ran {report['provider']}"
                  f" [{report['runs_on']}]{at}{absent_note(report['attempts'], source)}")
     return lines
+
+
+def slower_note(speed: dict[str, Any] | None) -> str | None:
+    """`slower than a plain fp32 session here (0.81×, ...)` for a lossy artifact's measured speed, where it is."""
+    if not speed or speed["speedup"] >= 1.0:
+        return None
+    return f"slower than a plain fp32 session here ({speed['speedup']:.2f}×, {speed['low']:.2f}–{speed['high']:.2f} " \
+           "per round)"
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    """`graph_optimization=all, intra_op_threads=4`: how a runtime opened (or opens) an artifact."""
+    return ", ".join(f"{k}={v}" for k, v in settings.items())
 
 
 def labels_of(project: Project, output: str) -> list[str] | None:
@@ -297,9 +312,13 @@ def answer_parts(outputs: dict[str, Any]) -> list[str]:
 
 
 def artifacts_table(arts: list[dict[str, Any]]) -> str:
-    rows = [[a["id"], a["state"], format_size(a["size"]), verdict(a.get("verification"), short=True), a["path"]]
-            for a in arts]
-    return format_table(["artifact", "state", "size", "verification", "path"], rows)
+    def speed(a: dict[str, Any]) -> str:
+        vs = (a.get("info") or {}).get("vs_plain")
+        return f"{vs['speedup']:.2f}×{' SLOWER' if vs['speedup'] < 1 else ''}" if vs else "-"
+
+    rows = [[a["id"], a["state"], format_size(a["size"]), verdict(a.get("verification"), short=True), speed(a),
+             a["path"]] for a in arts]
+    return format_table(["artifact", "state", "size", "verification", "vs plain fp32", "path"], rows)
 
 
 def build_warnings(doc: dict[str, Any]) -> list[str]:
@@ -345,3 +364,6 @@ def render_build(doc: dict[str, Any]) -> None:
         ver = verdict(t.get("verification"))
         state = "cached" if t["cached"] else f"built in {t['seconds']:.2f}s"
         print(f"{t['target']['id']}: {state}, {format_size(t['size'])}, {ver} → {t['path']}")
+        slower = slower_note(t.get("vs_plain"))
+        if slower:
+            warn(f"{t['target']['id']}: {slower}; the fp32 artifact (precision: fp32) is the faster default here")

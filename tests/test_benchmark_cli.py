@@ -44,9 +44,12 @@ def test_all_providers_table_names_every_provider_and_precision(mlp_project: Pat
             row = got[(p, precision)]
             assert row["status"] == "ok", row
             assert row["artifact_size"] > 0 and row["accuracy"]["min_cosine"] > 0.9
+    plain = got[("plain onnxruntime", "fp32")]  # what a user would write instead, measured beside gpux's rows
+    assert plain["status"] == "baseline" and plain["stats"]["count"] >= 20
     text = cli("run", str(mlp_project), "--benchmark", "--provider", "all", *QUICK)
     assert "unavailable" not in text.stdout and "openvino" in text.stdout and "int8" in text.stdout
     assert "not on this machine: tensorrt, cuda, rocm, coreml, directml" in text.stderr
+    assert "plain onnxruntime" in text.stdout and "against a plain onnxruntime session" in text.stderr
     warned = [line for line in text.stderr.splitlines() if line.startswith("warning:")]
     assert all("unverified" in line for line in warned), "providers absent from this machine are the normal case"
     assert any("int8" in line for line in warned), "int8 on generated data is said to be unverified"

@@ -189,8 +189,9 @@ def test_min_coverage_below_the_floor_falls_back(mlp_project: Path, fakes: Fakes
     low = ort_mod.placement_summary(["CUDAExecutionProvider", "CPUExecutionProvider"], "CPUExecutionProvider")
     calls = []
 
-    def fake_placement(model, ep, ep_opts, feeds):
+    def fake_placement(model, ep, ep_opts, feeds, level):
         calls.append(ep)
+        assert level == "all"  # profiled as the session opened it
         return low if len(calls) == 1 else ort_mod.placement_summary(["CPUExecutionProvider"], ep)
     monkeypatch.setattr(ort_mod, "placement", fake_placement)
     with gpux.load(mlp_project) as s:

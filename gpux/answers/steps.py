@@ -205,7 +205,14 @@ def predict(session: Any, steps: Steps, x: Any) -> Any:
     """Answers for one item, a list for a list (or tuple) of items; a dict of tensors answers every batch row (a
     list). `session` is a gpux Session (`run_feeds`, `output_names`), `steps` its project's steps bound once."""
     if isinstance(x, list | tuple):
-        return [_one(session, steps, item) for item in x]
+        if steps.kind is None or any(steps.ready(item) for item in x):
+            return [_one(session, steps, item) for item in x]
+        from gpux.answers.many import answer_many, batch_size
+
+        names = ["text" if isinstance(item, str) and steps.kind == "text" else describe(item) for item in x]
+        found = answer_many(session, steps, x, lambda i: steps.feeds(x[i], names[i]), batch=batch_size(steps, None),
+                            workers=0 if steps.kind == "text" else None)  # decoded ahead in threads, batched
+        return [answers for _, answers in found]
     return _one(session, steps, x)
 
 

@@ -30,7 +30,8 @@ class TargetResult:
         m = self.artifact.manifest
         return {"target": self.target.to_dict(), "key": self.key, "cached": self.cached,
                 "reason": self.reason, "seconds": round(self.seconds, 4), "path": str(self.artifact.main),
-                "size": self.artifact.size(), "verification": m.get("verification")}
+                "size": self.artifact.size(), "verification": m.get("verification"),
+                "vs_plain": (m.get("info") or {}).get("vs_plain")}
 
 
 @dataclass
@@ -213,6 +214,22 @@ def _usable_source(project: Project, compat: Any, root: Path, log: Log) -> Path:
     return lowered_source(project.source, compat.lower_ir_to, root / ".lowered")
 
 
+def _speed(job: Job, kind: Any, target: Target, main: Path) -> dict[str, Any] | None:
+    """A lossy artifact's speed beside a plain fp32 session of the source (quality.speed), said where slower."""
+    from gpux.quality.speed import LOSSY, versus_plain
+    from gpux.quality.verify import resolve_runner
+    from gpux.report import slower_note
+
+    if target.precision not in LOSSY or kind.verify is None:
+        return None
+    runner = resolve_runner(kind, main, target)
+    speed = versus_plain(job, target, None if isinstance(runner, str) else runner)
+    note = slower_note(speed)
+    if note:
+        job.log(f"warning: {target.id}: {note}")
+    return speed
+
+
 def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Artifact:
     from gpux.quality import calibrate
     from gpux.quality.verify import accuracy_goal
@@ -263,6 +280,7 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
             except VerificationFailed as exc:
                 exc.info = info
                 raise
+            info["vs_plain"] = _speed(job, step, target, workdir / manifest["main"])
         else:
             manifest["verification"] = {"status": "skipped",
                                         "skipped": "--no-verify" if not job.verify else "verify.enabled: false"}

@@ -301,7 +301,10 @@ def every_provider_rows(project: Project, rows_of: Rows) -> list[dict[str, Any]]
             rows_of.log(f"benchmarking {name} through ONNX Runtime's {row.ep} ...")
             rows.append(bench_one(with_options(project, name, runtime="onnxruntime"), name, "fp32 (onnxruntime EP)",
                                   rows_of, pinned=True))
-    return rows + torch_rows(project, rows_of)
+    from gpux.bench.plain import plain_rows
+
+    return rows + torch_rows(project, rows_of) + plain_rows(project, rows_of)
+
 
 
 def gate(doc: dict[str, Any], base: dict[str, Any], req: BenchmarkRequest) -> int:
@@ -331,6 +334,11 @@ def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_provider
         report.info(inputs_line(next(r for r in rows if r.get("inputs"))))
     if absent:
         report.info(f"not on this machine: {', '.join(r['provider'] for r in absent)} (-v says why)")
+    from gpux.bench.plain import plain_line
+
+    against = plain_line(rows)
+    if against:
+        report.info(against)
     for w in row_warnings(rows, hide_unavailable=hide):
         report.warn(w)
     for row in rows:

@@ -11,6 +11,10 @@ from gpux import report
 
 def answer_files(project: Any, req: Any) -> int:
     """Files are found before anything is built or loaded; a file that cannot be read stops the run (exit 2)."""
+    import time
+    from pathlib import Path
+
+    from gpux.answers.many import answer_many, batch_size
     from gpux.answers.steps import Steps, file_kind, input_files
     from gpux.errors import UsageError
     from gpux.model.io import interface
@@ -33,10 +37,13 @@ def answer_files(project: Any, req: Any) -> int:
                 report.warn(w)
             for line in report.provider_lines(session.report()):
                 (report.warn if line.startswith("skipped ") else report.info)(line)
-        for file in files:
-            feeds, placement = _feeds(steps, file)
-            outputs = dict(zip(session.output_names, session.run_feeds(feeds), strict=True))
-            answers = {k: _plain(v) for k, v in steps.file_answers(outputs, placement).items()}
+        text = steps.kind == "text"  # its decoding warns (a truncated text): one at a time, in this thread
+        decode = (lambda i: _feeds(steps, files[i])) if text else (lambda i: steps.feeds(Path(files[i]), files[i]))
+        started = time.perf_counter()
+        for i, found in answer_many(session, steps, files, decode, batch=batch_size(steps, req.batch),
+                                    workers=0 if text else None):
+            file = files[i]
+            answers = {k: _plain(v) for k, v in found.items()}
             doc = {"file": file, "provider": session.provider, "answers": answers}
             if saved:
                 from gpux.answers.draw import save_drawn
@@ -46,6 +53,9 @@ def answer_files(project: Any, req: Any) -> int:
                 print(json.dumps(doc), flush=True)
             else:
                 print(format_answers(file, answers) + (f"\n  saved: {doc['saved']}" if saved else ""), flush=True)
+        if len(files) > 1:
+            seconds = time.perf_counter() - started
+            report.info(f"{len(files)} files in {seconds:.2f}s ({len(files) / seconds:.1f} files/s)")
     return 0
 
 

@@ -33,6 +33,7 @@ def describe(project: Any, store_dir: str | None) -> tuple[dict[str, Any], list[
     from gpux.plan.lock import LOCK_NAME, read_lock
     from gpux.plan.select import select
     from gpux.providers import ort_conflict_warning, probe_for, registry, runtime_of
+    from gpux.runtimes import opening
 
     checked = check_model(project, store_dir)
     io, inputs, outputs = checked.io, checked.inputs, checked.outputs
@@ -50,7 +51,8 @@ def describe(project: Any, store_dir: str | None) -> tuple[dict[str, Any], list[
            "source": str(project.source), "size": size, "opset": io.opset, "ir_version": io.ir_version,
            "producer": io.producer, "inputs": [t.to_dict() for t in inputs.values()],
            "outputs": [t.to_dict() for t in outputs.values()], "selection": selection.to_dict(),
-           "would_run_on": chosen, "providers": avail, "artifacts": arts,
+           "would_run_on": chosen, "opens_with": opening(project, chosen) if chosen else None,
+           "providers": avail, "artifacts": arts,
            "warnings": warnings,
            "lock": {"provider": locked, "options": getattr(project.config.providers, locked).model_dump(mode="json"),
                     "figures": tuned.figures if tuned else None} if locked else None, **offer_of(project, store_dir)}
@@ -107,6 +109,8 @@ def render(doc: dict[str, Any], warnings: list[str]) -> None:
     chosen = doc["would_run_on"]
     print(f"\nproviders (order {', '.join(doc['selection']['chain'])}; would run on {chosen or 'none'}):")
     print(report.providers_table(doc["providers"]))
+    if doc.get("opens_with"):
+        print(f"{chosen} opens its artifact with: {report.settings_text(doc['opens_with'])}")
     print("\nartifacts:")
     print(report.artifacts_table(doc["artifacts"]) if doc["artifacts"] else "  none built yet: run `gpux build`")
     for w in warnings:

@@ -120,7 +120,8 @@ def build(no_verify: bool, shapes: tuple[str, ...], **kwargs: Any) -> None:
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Least measured runs.")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Least warm-up runs.")
 @click.option("--duration", type=click.FloatRange(min=0), default=None, help="Least measured seconds.")
-@click.option("--batch", type=click.IntRange(min=1), default=None, help="Size of the 'batch' dim.")
+@click.option("--batch", type=click.IntRange(min=1), default=None,
+              help="Size of the 'batch' dim; with FILES, files per inference (default 8 where the batch dim is free).")
 @click.option("--shape", "shapes", multiple=True, help="Symbolic dim size, e.g. --shape seq=128.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Parallel requests.")
 @click.option("--csv", "as_csv", is_flag=True, help="Benchmark rows as CSV.")

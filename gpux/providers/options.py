@@ -113,8 +113,12 @@ class CPUOptions(Options):
     runtime: Literal["onnxruntime", "torch"] = _field("onnxruntime", _RUNTIME)
 
     optimization: Annotated[Literal["disabled", "basic", "extended", "all"], yaml_switch("disabled")] = _field(
-        "basic", "ONNX Runtime graph optimization level (off = disabled); 'basic' stays portable, 'extended' "
-        "and 'all' write ONNX Runtime-specific operators.")
+        "basic", "Graph optimization level the artifact is saved at (off = disabled); 'basic' stays portable, "
+        "'extended' and 'all' write ONNX Runtime-specific operators for this kind of machine.")
+    online_optimization: Annotated[Literal["disabled", "basic", "extended", "all"], yaml_switch("disabled")] = _field(
+        "all", "Graph optimization level a session applies when it opens the artifact, on the machine that runs it "
+        "(not part of the artifact); 'all', ONNX Runtime's own default, adds its layout and fused-kernel "
+        "optimizations for that machine.")
     precision: Literal["fp32", "fp16", "int8"] = _field("fp32", "Precision of the built model.")
     quantization: Literal["dynamic", "static"] = _field(
         "dynamic", "int8 only: 'dynamic' quantizes activations at run time; 'static' uses calibration data.")
@@ -131,7 +135,7 @@ class CPUOptions(Options):
     @model_validator(mode="after")
     def _int8_fields(self) -> CPUOptions:
         _torch_block(self, self.runtime, self.torch, gpu=False)
-        self._only_if(("optimization", "precision"), self.runtime == "onnxruntime",
+        self._only_if(("optimization", "online_optimization", "precision"), self.runtime == "onnxruntime",
                       "with runtime: onnxruntime (with runtime: torch, set torch.precision)")
         self._only_if(("quantization", "per_channel", "calibration", "calibration_samples", "calibration_method",
                        "keep_fp32"), self.precision == "int8", "with precision: int8")

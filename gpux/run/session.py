@@ -136,7 +136,8 @@ class Session:
             return None
         from gpux.runtimes.onnxruntime import placement
 
-        self.placement = placement(self.build.final.artifact.main, details["ep"], details.get("ep_options"), feeds)
+        self.placement = placement(self.build.final.artifact.main, details["ep"], details.get("ep_options"), feeds,
+                                   (details.get("opened") or {}).get("graph_optimization", "all"))
         coverage = self.placement["coverage"]
         if minimum is not None and coverage < minimum:
             return (f"{details['ep']} took {coverage:.0%} of the nodes, below runtime.min_coverage "

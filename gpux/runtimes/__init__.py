@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from gpux.plan.targets import Target
 
 Log = Callable[[str], None]
-__all__ = ["ARTIFACT_KINDS", "KIND_HINTS", "ArtifactKind", "Context", "Job", "Log", "int8_did_nothing", "kind_of",
-           "resolve", "targets"]
+__all__ = ["ARTIFACT_KINDS", "KIND_HINTS", "OPENING", "ArtifactKind", "Context", "Job", "Log", "int8_did_nothing",
+           "kind_of", "opening", "resolve", "targets"]
 EXPORT_OPSET = 17  # pinned: the ONNX opset PyTorch sources are exported at
 
 
@@ -81,6 +81,23 @@ def kind_of(name: str) -> ArtifactKind:
 
     added = {n: kind for row in registry().values() for n, kind in row.kinds}
     return added[name]
+
+
+# runtime -> how its sessions open an artifact on this machine, (project, provider) -> settings; what `gpux inspect`
+# shows and `-v` repeats from the opened runner. A runtime not named here opens as its block says.
+OPENING = {"onnxruntime": "gpux.runtimes.onnxruntime:opening", "openvino": "gpux.runtimes.openvino:opening"}
+
+
+def opening(project: Project, provider: str) -> dict[str, Any]:
+    """How provider `provider`'s artifact is opened here: its runtime's settings, else its block's `torch:` one."""
+    from gpux.providers import runtime_of
+
+    name = runtime_of(project, provider)
+    if name in OPENING:
+        return dict(resolve(OPENING[name])(project, provider))
+    block = getattr(project.config.providers, provider, None)
+    torch = getattr(block, "torch", None)
+    return torch.model_dump(mode="json") if torch is not None and name == "torch" else {}
 
 
 def targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:

@@ -196,8 +196,14 @@ def optimized(ctx: Any, src: Path, info: dict[str, Any]) -> dict[str, Any]:
     return {"main": dst.name, "optimization": level, **info}
 
 
+# The level a session opens an artifact at unless its block says otherwise: ONNX Runtime's own default, what a plain
+# InferenceSession(path) applies on the machine that runs it. The level a file is saved at is a separate choice.
+ONLINE_LEVEL = "all"
+
+
 def verify_runner(artifact: Path, target: Any) -> Any:
-    sess = create_session(artifact, "CPUExecutionProvider", None)
+    """The artifact as sessions open it (online optimizations on: with int8, these pick the int8 kernels)."""
+    sess = create_session(artifact, "CPUExecutionProvider", None, level=ONLINE_LEVEL)
     return sess.run
 
 
@@ -214,15 +220,25 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     if any(k.endswith(("cache_path", "CacheDirectory", "cache_dir")) for k in ep_opts):
         cache.mkdir(parents=True, exist_ok=True)
     settings = dict(o.SESSION_SETTINGS.get(provider, {}))
-    level = getattr(opts, "optimization", "basic")  # cpu's block sets it; the other EPs load at basic
+    level = opening(project, provider)["graph_optimization"]
     device = ("cuda", int(opts.device_id)) if getattr(opts, "io_binding", False) else None
     threads = project.config.runtime.threads
     return open_session_runner(artifact.main, ep, ep_opts, threads.intra_op, threads.inter_op, settings, level,
                                device)
 
 
+def opening(project: Any, provider: str) -> dict[str, Any]:
+    """How a session opens the provider's artifact on this machine: the online graph optimization level (the
+    cpu block's `online_optimization`, else ONNX Runtime's default) and the thread counts."""
+    threads = project.config.runtime.threads
+    block = getattr(project.config.providers, provider, None)
+    return {"graph_optimization": getattr(block, "online_optimization", ONLINE_LEVEL),
+            "intra_op_threads": threads.intra_op or "default (one per core)",
+            **({"inter_op_threads": threads.inter_op} if threads.inter_op else {})}
+
+
 def open_session_runner(model: Path | str, ep: str, ep_opts: dict[str, str], intra_op: int = 0, inter_op: int = 0,
-                        settings: dict[str, Any] | None = None, level: str = "basic",
+                        settings: dict[str, Any] | None = None, level: str = ONLINE_LEVEL,
                         device: tuple[str, int] | list[Any] | None = None) -> Any:
     """`device` ("cuda", id): benchmark inputs and outputs stay in device memory (IO binding). The runner's
     `recipe` is these arguments, plain values: this call again opens the same session (gpux/serve/record.py)."""
@@ -237,8 +253,11 @@ def open_session_runner(model: Path | str, ep: str, ep_opts: dict[str, str], int
     dropped = None
     if used != ep:
         dropped = f"ONNX Runtime did not take {ep} (it would run on {used})"
+    opened = {"graph_optimization": level, "intra_op_threads": intra_op or "default (one per core)",
+              **({"inter_op_threads": inter_op} if inter_op else {})}  # as `opening` says, from these arguments
     return Runner(run=sess.run, output_names=sess.output_names, used=used, dropped=dropped,
-                  details={"ep": ep, "ep_options": ep_opts, "session_providers": sess.used}, close=sess.close,
+                  details={"ep": ep, "ep_options": ep_opts, "session_providers": sess.used, "opened": opened},
+                  close=sess.close,
                   native=sess.session,
                   binder=lambda feeds, n: bind_device(sess, feeds, n, device) if device else bind(sess, feeds, n),
                   fast=native_run(sess), recipe={"runtime": "gpux.runtimes.onnxruntime:open_session_runner",
@@ -282,7 +301,7 @@ def bind(sess: OrtSession, feeds: dict[str, Any], n: int) -> list[Any]:
 
 
 def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: dict[str, Any],
-              level: str = "basic") -> dict[str, Any]:
+              level: str = ONLINE_LEVEL) -> dict[str, Any]:
     """Which execution provider ran each node of the partitioned graph, from ONNX Runtime's own profile of
     one inference: node counts per EP, partitions (runs of consecutive non-CPU nodes) and coverage."""
     import json

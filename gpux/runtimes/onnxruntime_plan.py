@@ -21,16 +21,20 @@ def cpu_targets(project: Project, provider: str, inputs: dict[str, Any] | None =
     return [onnx_target(getattr(project.config.providers, provider).model_dump(mode="json"))]
 
 
+# The options that change the ONNX file, and those that change it only for int8; the rest of a block (how a session
+# opens it, the runtime, threads) is not part of the artifact, so providers that run the same file share it.
+FILE_OPTIONS = ("optimization", "precision")
+INT8_OPTIONS = ("quantization", "calibration", "calibration_samples", "per_channel", "calibration_method", "keep_fp32")
+
+
 def onnx_target(options: dict[str, Any]) -> Target:
     """The ONNX artifact at `options`; one serves every ONNX Runtime provider that asks for the same options."""
     precision = options.get("precision", "fp32")
-    opts = {k: v for k, v in options.items() if v is not None}
+    kept = FILE_OPTIONS + (INT8_OPTIONS if precision == "int8" else ())
+    opts = {k: options[k] for k in kept if options.get(k) is not None}
     label = precision
     if precision == "int8":
         label = f"int8-{opts.get('quantization', 'dynamic')}"
-    else:
-        for k in ("quantization", "calibration", "calibration_samples", "per_channel"):
-            opts.pop(k, None)
     level = opts.get("optimization", "basic")
     return Target(id=f"onnx-{label}-{level}", step=ONNX_STEPS[precision], provider="onnxruntime", precision=precision,
                   options=opts)

@@ -257,6 +257,13 @@ def runtime_cache(artifact_dir: Path) -> Path:
     return folder
 
 
+def opening(project: Any, provider: str) -> dict[str, Any]:
+    """The properties a session compiles the IR with on this machine (besides its cache folder)."""
+    opts = project.config.providers.openvino
+    threads = project.config.runtime.threads.intra_op if opts.threads is None else 0
+    return with_threads(openvino_properties(opts), threads, opts.device)
+
+
 def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     """Compile the artifact on `providers.openvino.device`; raises when that device is missing or fails
     (the session records it and falls back). `used` names the EXECUTION_DEVICES."""
@@ -304,7 +311,8 @@ def open_compiled_runner(model: Path | str, device: str, properties: dict[str, s
     details = {"device": device, "compiled_for": resolved, "execution_devices": execution,
                "properties": props, "compile_seconds": round(seconds, 4), "cache": cache_state,
                "inference_precision": _precision(compiled), "output_order": order,
-               "optimal_requests": compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")}
+               "optimal_requests": compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"),
+               "opened": {k: v for k, v in props.items() if k != "CACHE_DIR"}}
     return Runner(run=requests.run, output_names=names, used="OpenVINO " + ",".join(execution),
                   dropped=dropped(device, execution), details=details, close=requests.close, native=compiled,
                   binder=lambda feeds, n: bound_requests(compiled, feeds, n),

@@ -1,0 +1,113 @@
+"""Many files at once: decoded ahead in threads (Pillow, soundfile and numpy release the GIL) while the model runs,
+files of one shape stacked into the model's batch dimension where it has one, answers given back in input order,
+the same as one file at a time."""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+BATCH = 8  # files per inference where the model's batch dimension is free: what a hand-written loop would use
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One item through the declared preprocess: its feeds and where its image was placed."""
+
+    index: int
+    feeds: dict[str, Any]
+    placement: Any
+
+
+def batch_size(steps: Any, asked: int | None) -> int:
+    """Files per inference: `asked`, else BATCH where every input's first dimension is symbolic and a file is one
+    row (an image or raw bytes), else 1."""
+    if asked is not None:
+        return asked
+    rows_of_one = steps.kind in ("image", "bytes")
+    free = all(t.shape and isinstance(t.shape[0], str) for t in steps.inputs.values())
+    return BATCH if rows_of_one and free else 1
+
+
+def answer_many(session: Any, steps: Any, items: Sequence[Any], decode: Callable[[int], tuple[dict[str, Any], Any]],
+                *, batch: int = 1, workers: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(index, answers) for every item, in order. `decode(i)` is item i's (feeds, placement); it runs in `workers`
+    threads (None: one per core; 0: in the calling thread, one item at a time) at most a few batches ahead.
+    Consecutive items of one shape are run as one batch of up to `batch` rows; a decoding error is raised where
+    its item comes, after the answers before it."""
+    threads = (os.cpu_count() or 1) if workers is None else workers
+    ahead = max(batch * 2, threads * 2) if threads else 1
+    with ThreadPoolExecutor(threads) if threads else _Inline() as pool:
+        pending: deque[Future[Decoded]] = deque()
+        queued = 0
+
+        def top_up() -> None:
+            nonlocal queued
+            while queued < len(items) and len(pending) < ahead:
+                pending.append(pool.submit(_decoded, decode, queued))
+                queued += 1
+
+        group: list[Decoded] = []
+        top_up()
+        while pending:
+            try:
+                item = pending.popleft().result()
+            except BaseException:
+                yield from _run(session, steps, group)  # the items before the one that failed are answered
+                raise
+            top_up()
+            if group and (len(group) >= batch or _shapes(group[0]) != _shapes(item)):
+                yield from _run(session, steps, group)
+                group = []
+            group.append(item)
+        if group:
+            yield from _run(session, steps, group)
+
+
+class _Inline:
+    """An executor that runs each call when it is submitted, in the calling thread."""
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    def submit(self, fn: Callable[..., Decoded], *args: Any) -> Future[Decoded]:
+        done: Future[Decoded] = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:  # re-raised by result(), where the item comes, as from a thread
+            done.set_exception(exc)
+        return done
+
+
+def _decoded(decode: Callable[[int], tuple[dict[str, Any], Any]], index: int) -> Decoded:
+    feeds, placement = decode(index)
+    return Decoded(index, feeds, placement)
+
+
+def _shapes(item: Decoded) -> tuple[Any, ...]:
+    return tuple((k, getattr(v, "shape", None), getattr(v, "dtype", None)) for k, v in item.feeds.items())
+
+
+def _run(session: Any, steps: Any, group: list[Decoded]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """One inference for the group (rows stacked), each item's answers from its row; where an output does not
+    have one row per item, or an item is not one row, each item is run on its own."""
+    import numpy as np
+
+    rows = [len(v) if getattr(v, "ndim", 0) else 0 for d in group for v in d.feeds.values()]
+    if len(group) > 1 and all(r == 1 for r in rows):
+        feeds = {k: np.concatenate([d.feeds[k] for d in group]) for k in group[0].feeds}
+        outputs = dict(zip(session.output_names, session.run_feeds(feeds), strict=True))
+        if all(getattr(a, "ndim", 0) and len(a) == len(group) for a in outputs.values()):
+            for r, d in enumerate(group):
+                yield d.index, steps.answers(outputs, d.placement, r)
+            return
+    for d in group:
+        outputs = dict(zip(session.output_names, session.run_feeds(d.feeds), strict=True))
+        yield d.index, steps.file_answers(outputs, d.placement)

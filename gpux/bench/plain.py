@@ -1,0 +1,70 @@
+"""The row a user would otherwise measure: the source model in a plain `onnxruntime.InferenceSession(path)` with
+ONNX Runtime's defaults, timed by the same protocol on the same inputs as gpux's rows (`run --benchmark -p all`)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from gpux.bench import protocol as bench
+from gpux.config.load import Project
+
+PLAIN = "plain onnxruntime"
+
+
+def plain_rows(project: Project, rows: Any) -> list[dict[str, Any]]:
+    """The plain session's row, on the inputs gpux's rows ran (`rows`: the bench.command.Rows they share); none
+    with declared steps (those rows time each stage, which a plain session has not)."""
+    from gpux.model.inputs import load_file, synthetic
+    from gpux.model.io import check_model
+    from gpux.quality.calibrate import ranges
+
+    if rows.stages:
+        return []
+    inputs = check_model(project, rows.store).inputs
+    feeds = load_file(rows.input_file, inputs) if rows.input_file else synthetic(inputs, rows.shapes, 0,
+                                                                                  ranges(project))
+    rows.log("benchmarking a plain onnxruntime session ...")
+    row = plain_row(project, rows, feeds)
+    return [row] if row else []
+
+
+def plain_row(project: Project, rows: Any, feeds: dict[str, Any]) -> dict[str, Any] | None:
+    """The plain session's row on `feeds` (what gpux's rows ran), or None where the source is not an ONNX model
+    ONNX Runtime can open here."""
+    import time
+
+    from gpux.formats import TORCH_FORMATS, source_format
+    from gpux.optional import is_installed
+
+    if source_format(project) in TORCH_FORMATS or not is_installed("onnxruntime"):
+        return None
+    import onnxruntime as ort
+
+    started = time.perf_counter()
+    try:
+        session = ort.InferenceSession(str(project.source), providers=["CPUExecutionProvider"])
+        load_s = time.perf_counter() - started
+        session.run(None, feeds)
+    except Exception as exc:  # ONNX Runtime's own errors have no common base class; the row says why
+        return bench.result_row(PLAIN, "fp32", None, bench.Phases(), status="unavailable",
+                                error=f"a plain session cannot run the source: {exc}".splitlines()[0])
+    call = functools.partial(session.run, None, feeds)
+    protocol = rows.protocol
+    m = bench.measure(call, protocol)
+    batch = next((len(v) for v in feeds.values() if getattr(v, "ndim", 0)), 1)
+    stats = bench.summarize(m.latencies_s, m.wall_s, batch=batch, concurrency=protocol.concurrency)
+    phases = bench.Phases(load_s=load_s, warmup_s=m.warmup_s, measure_s=m.wall_s)
+    return bench.result_row(PLAIN, "fp32", stats, phases, status="baseline", latencies_s=m.latencies_s,
+                            requested=PLAIN, runs_on="CPUExecutionProvider", options={"graph_optimization": "all"})
+
+
+def plain_line(rows: list[dict[str, Any]]) -> str | None:
+    """`each row against a plain session: cpu fp32 1.02×, ...` (median speed ratios), where the plain row ran."""
+    plain = next((r for r in rows if r.get("provider") == PLAIN and r.get("stats")), None)
+    if plain is None:
+        return None
+    base = plain["stats"]["p50"]
+    parts = [f"{r['provider']} {r['precision']} {base / r['stats']['p50']:.2f}×" for r in rows
+             if r is not plain and (r.get("stats") or {}).get("p50")]
+    return f"against a plain onnxruntime session ({base * 1e3:.3f} ms): " + ", ".join(parts) if parts else None

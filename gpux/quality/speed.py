@@ -1,0 +1,63 @@
+"""A lossy artifact against doing nothing: how fast it runs, opened as sessions open it, beside the source model in a
+plain ONNX Runtime session on this machine. Measured once when it is built (a few hundred milliseconds, interleaved
+rounds), kept in its manifest, and said where it is slower: a lossy artifact that is slower than fp32 is never a
+silent default."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+ROUNDS = 5
+ROUND_S = 0.06  # seconds per side per round
+LOSSY = ("fp16", "bf16", "int8")
+
+
+def versus_plain(job: Any, target: Any, runner: Callable[[dict[str, Any]], Any] | None) -> dict[str, Any] | None:
+    """{"speedup": plain time / artifact time, "low", "high": the range over rounds} for a lossy target, where the
+    source is an ONNX model a plain session opens here; None otherwise (or where either side fails to run)."""
+    from gpux.formats import TORCH_FORMATS, source_format
+    from gpux.optional import is_installed
+
+    if runner is None or target.precision not in LOSSY or source_format(job.project) in TORCH_FORMATS \
+            or not is_installed("onnxruntime"):
+        return None
+    import onnxruntime as ort
+
+    from gpux.model.inputs import synthetic
+    from gpux.quality.calibrate import ranges
+    from gpux.runtimes.onnxruntime import quiet_stderr
+
+    feeds = synthetic(job.inputs, job.shapes, 0, ranges(job.project))
+    try:
+        with quiet_stderr():
+            plain = ort.InferenceSession(str(job.project.source), providers=["CPUExecutionProvider"])
+            sides = {"plain": lambda: plain.run(None, feeds), "artifact": lambda: runner(feeds)}
+            for call in sides.values():
+                call()
+            times = _rounds(sides)
+    except Exception:  # the speed check is advice: a side that cannot run leaves the artifact as verified
+        return None
+    ratios = [p / a for p, a in zip(times["plain"], times["artifact"], strict=True)]
+    return {"speedup": round(statistics.median(times["plain"]) / statistics.median(times["artifact"]), 3),
+            "low": round(min(ratios), 3), "high": round(max(ratios), 3), "against": "a plain onnxruntime session "
+            "of the source (fp32)"}
+
+
+def _rounds(sides: dict[str, Callable[[], Any]]) -> dict[str, list[float]]:
+    """Mean seconds per call of each side per round, the order alternating, a pause between (ONNX Runtime's threads
+    spin after a run)."""
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    names = list(sides)
+    for r in range(ROUNDS):
+        for name in names if r % 2 == 0 else names[::-1]:
+            n, started = 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - started) < ROUND_S or n == 0:
+                sides[name]()
+                n += 1
+            times[name].append(elapsed / n)
+            time.sleep(0.02)
+    return times
+
