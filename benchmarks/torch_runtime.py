@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,13 +99,22 @@ def main() -> None:
     base = load_config(example / "gpux.yml")
     rows = CPU_ROWS if args.device == "cpu" else [(a, args.device, c) for a, _, c in GPU_ROWS]
     store = Path(tempfile.mkdtemp(prefix="gpux-bench-store-"))
-    opened = []
+    opened, failed = [], []
     for label, provider, setting in rows:
         print(f"opening {label} ...", file=sys.stderr)
-        session, facts = open_row(configure(base, provider, setting, args.batch, args.threads), provider, store)
-        feeds = synthetic(session.inputs, {"batch": args.batch}, 0)
-        session.run_feeds(feeds)
+        try:  # a row that cannot build or open is reported, and the others are still measured
+            session, facts = open_row(configure(base, provider, setting, args.batch, args.threads), provider, store)
+            feeds = synthetic(session.inputs, {"batch": args.batch}, 0)
+            session.run_feeds(feeds)
+        except Exception as exc:
+            traceback.print_exc()
+            print(f"  {label} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+            failed.append((label, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]))
+            continue
+        print(f"  {facts}", file=sys.stderr)  # the build's facts, before minutes of timing
         opened.append((label, session, facts, session.runner.bind(feeds)[0]))
+    if not opened:
+        sys.exit("no row opened")
     times: dict[str, list[float]] = {label: [] for label, *_ in opened}
     for _ in range(args.rounds):
         for label, _, _, call in opened:
@@ -120,6 +130,10 @@ def main() -> None:
         print(f"| {label} | {facts['runs_on']} | {med:.1f} | {ref / med:.2f}x | "
               f"{'-' if cold is None else f'{cold:.2f}'} | {'-' if warm is None else f'{warm:.2f}'} |")
         session.close()
+    for label, reason in failed:
+        print(f"| {label} | failed: {reason} | - | - | - | - |")
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,9 @@ macOS), and the fallback when Core ML cannot run here."""
 from __future__ import annotations
 
 import json
-import runpy
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -21,72 +19,11 @@ from gpux.errors import BuildFailed, ExitCode
 
 from .conftest import ROOT, write
 from .conftest import gpux as cli
+from .torch_projects import make_cnn_project, make_mlp_project, torch_outputs
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("coremltools")
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")  # the test writes TorchScript
-
-MLP_YML = """\
-name: {name}
-version: 1.0.0
-model:
-  source: {source}
-inputs:
-  x: {{dtype: float32, shape: [batch, 12]}}
-outputs:
-  probs: {{dtype: float32, shape: [batch, 5]}}
-providers:
-  openvino: {{inference_precision: f32}}
-  coreml: {{compute_precision: fp32, minimum_deployment_target: macOS13}}
-"""
-
-
-class MLP(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = torch.nn.Linear(12, 32)
-        self.fc2 = torch.nn.Linear(32, 5)
-
-    def forward(self, x: Any) -> Any:
-        return torch.softmax(self.fc2(torch.relu(self.fc1(x))), dim=-1)
-
-
-def mlp() -> Any:
-    torch.manual_seed(1)
-    return MLP().eval()
-
-
-def make_mlp_project(root: Path, name: str = "torch-mlp", kind: str = "torchscript") -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    example = torch.randn(2, 12)
-    if kind == "torchscript":
-        with torch.no_grad():
-            torch.jit.save(torch.jit.trace(mlp(), example), str(root / "model.pt"))
-        source = "model.pt"
-    else:
-        batch = torch.export.Dim("batch", min=1, max=256)
-        program = torch.export.export(mlp(), (example,), dynamic_shapes={"x": {0: batch}})
-        torch.export.save(program, str(root / "model.pt2"))
-        source = "model.pt2"
-    (root / "gpux.yml").write_text(MLP_YML.format(name=name, source=source))
-    return root
-
-
-def make_cnn_project(root: Path) -> Path:
-    """The torch_cnn example as shipped: its gpux.yml and the model its make_model.py writes."""
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ROOT / "examples" / "torch_cnn" / "gpux.yml", root / "gpux.yml")
-    # a module name TorchScript can record for the class (runpy's default, "<run_path>", is not one)
-    script = runpy.run_path(str(ROOT / "examples" / "torch_cnn" / "make_model.py"), run_name="torch_cnn_model")
-    script["make"](root / "model.pt")
-    return root
-
-
-def torch_outputs(project: Path, x: np.ndarray) -> np.ndarray:
-    src = next(p for p in project.iterdir() if p.suffix in (".pt", ".pt2"))
-    module = torch.export.load(str(src)).module() if src.suffix == ".pt2" else torch.jit.load(str(src))
-    with torch.inference_mode():
-        return module(torch.from_numpy(x)).numpy()
 
 
 @pytest.fixture(scope="module")

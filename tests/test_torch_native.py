@@ -18,8 +18,8 @@ from gpux.plan.lock import LOCK_NAME
 
 from .conftest import ROOT
 from .conftest import gpux as cli
-from .test_torch_coreml import make_mlp_project, torch_outputs
 from .test_torch_runtime import with_providers
+from .torch_projects import make_mlp_project, torch_outputs
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")

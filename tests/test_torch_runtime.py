@@ -23,7 +23,7 @@ from gpux.runtimes import targets
 
 from .conftest import gpux as cli
 from .conftest import write
-from .test_torch_coreml import make_cnn_project, make_mlp_project, torch_outputs
+from .torch_projects import make_cnn_project, make_mlp_project, torch_outputs
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
@@ -150,6 +150,47 @@ def test_compile_auto_is_on_for_gpus_and_off_for_cpu(cnn: Path) -> None:
     assert ids["rocm"].options["device_id"] == 1
     keys = keyed_targets(project, "cuda", {}, "x", resolve_shapes(project))
     assert keys[0].parts["versions"]["torch"] and "gpu" in keys[0].parts["device"]  # keyed by the GPU (none here)
+
+
+@pytest.mark.parametrize(("hip", "arch", "capability"), [
+    (None, "NVIDIA H200", "sm_90"),  # what a CUDA build's gcnArchName held on an H200: the name, not an arch
+    ("6.4", "gfx942:sramecc+:xnack-", "gfx942:sramecc+:xnack-"),
+])
+def test_gpu_artifacts_are_keyed_by_compute_capability_or_gfx_arch(
+        cnn: Path, monkeypatch: pytest.MonkeyPatch, hip: str | None, arch: str, capability: str) -> None:
+    from types import SimpleNamespace
+
+    from gpux.runtimes.torch_module import device_identity
+
+    props = SimpleNamespace(name="NVIDIA H200", major=9, minor=0, gcnArchName=arch)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _i: props)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    project = load_config(with_providers(cnn, "  cuda: {runtime: torch}\n"))
+    assert device_identity(targets(project, "cuda")[0]) == {"gpu": "NVIDIA H200", "capability": capability}
+
+
+@pytest.mark.parametrize("which", ["cnn", "pt2"])
+def test_compiled_module_drops_the_export_hooks_but_not_the_weights(which: str, request: pytest.FixtureRequest) -> None:
+    """torch.compile gets the program's graph without `ExportedProgram.module()`'s per-call hooks (about 100 µs a
+    call on an H200); the eager module, the fallback, keeps them."""
+    from gpux.runtimes.torch_export import load_module
+    from gpux.runtimes.torch_module import _to_program, _without_hooks
+
+    project = request.getfixturevalue(which)
+    _, x = x_for(project)
+    if which == "cnn":
+        module = _to_program(load_module(project / "model.pt", "torchscript"), (torch.from_numpy(x),))
+    else:
+        module = load_module(project / "model.pt2", "torch_export")
+    assert module._forward_pre_hooks  # what torch.export attaches (the input-constraint check among them)
+    bare = _without_hooks(module)
+    assert not bare._forward_pre_hooks and not bare._forward_hooks and module._forward_pre_hooks
+    assert {n: p.data_ptr() for n, p in bare.named_parameters()} == \
+        {n: p.data_ptr() for n, p in module.named_parameters()}  # the same weights, not a copy
+    with torch.inference_mode():
+        assert torch.equal(bare(torch.from_numpy(x)), module(torch.from_numpy(x)))
+    plain = torch.nn.Linear(2, 2)
+    assert _without_hooks(plain) is plain
 
 
 def test_onnx_source_with_runtime_torch_is_a_located_config_error(mlp_project: Path) -> None:

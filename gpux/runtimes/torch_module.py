@@ -91,7 +91,8 @@ def device_identity(target: Any) -> dict[str, Any]:
     try:
         torch = _torch()
         props = torch.cuda.get_device_properties(setup.device_id)
-        arch = getattr(props, "gcnArchName", None) or f"sm_{props.major}{props.minor}"
+        # a CUDA build has gcnArchName too, holding the device's name: the architecture is ROCm's alone
+        arch = props.gcnArchName if torch.version.hip else f"sm_{props.major}{props.minor}"
         return {"gpu": props.name, "capability": arch}
     except Exception as exc:  # no GPU here: the key says so, and `run` explains the mismatch
         return {"gpu": None, "reason": f"{type(exc).__name__}: {exc}"[:120]}
@@ -174,6 +175,19 @@ def _graphed(module: Any) -> Callable[..., Any]:
     return call
 
 
+def _without_hooks(module: Any) -> Any:
+    """What torch.compile gets: a torch.export program's module as a plain GraphModule over the same graph and
+    parameters, without the hooks `ExportedProgram.module()` registers (the input-constraint check, and the
+    pytree registration of nn.Module inputs, which gpux never passes). Dynamo skips the constraint check when
+    it traces anyway, but the hooks still ran around every compiled call: about 100 µs per call of the
+    torch_cnn example on an H200 (compiled 320 -> 220 µs, reduce-overhead 142 -> 87 µs). The eager module, the
+    fallback when compiling fails, keeps its checks."""
+    torch = _torch()
+    if isinstance(module, torch.fx.GraphModule) and (module._forward_pre_hooks or module._forward_hooks):
+        return torch.fx.GraphModule(module, module.graph)
+    return module
+
+
 def _compile_kwargs(setup: Setup) -> dict[str, Any]:
     if setup.compile == "default":
         return {"options": {"triton.cudagraphs": True}} if setup.cuda_graphs else {}
@@ -211,7 +225,7 @@ def open_module(path: Path, setup: Setup, project: Any, cache_dir: Path | None, 
         module = _to_program(module, args)
         details["converted"] = "TorchScript -> torch.export program (torch._export.converter)"
     placed = _place(module, setup)
-    compiled = _call(torch.compile(placed, **_compile_kwargs(setup)), setup, names)
+    compiled = _call(torch.compile(_without_hooks(placed), **_compile_kwargs(setup)), setup, names)
     run = _eager_on_failure(compiled, _call(placed, setup, names), details, log)
     log(f"compiling with torch.compile ({setup.compile}) on {setup.torch_device}")
     outputs, seconds, cache = _first_call(run, example, cache_dir)
