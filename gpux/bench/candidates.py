@@ -33,13 +33,14 @@ class Outcome:
     changes: dict[str, Any] = field(default_factory=dict)  # what it changes over that one
     cost: float = 1.0  # its build time, in the plain one's
     note: str = ""  # e.g. where its calibration data comes from
+    batch: int = 1  # rows per call (throughput: gpux.bench.batches), with one caller where above 1
 
     def to_dict(self) -> dict[str, Any]:
         """The candidate's row in the lock and --json: its options, verdict, figures and agreement; for a
         mixed-precision one, the layers it left in fp32 (the ranking is the lock's `limiting_layers`)."""
         stats = self.row.get("stats") or {}
         info = self.row.get("build_info") or {}
-        return {"provider": self.provider, "precision": self.precision, "options": self.options,
+        return {"provider": self.provider, "precision": self.precision, "options": self.options, "batch": self.batch,
                 "status": self.status, "why": self.why, "verification": self.row.get("verification_status"),
                 "refines": bool(self.refines), "changes": self.changes or None, "note": self.note or None,
                 "p50_ms": ms(stats.get("p50")), "p99_ms": ms(stats.get("p99")), "throughput": stats.get("throughput"),

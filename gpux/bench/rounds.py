@@ -8,6 +8,7 @@ neither makes nor breaks a lead, and a few percent is not worth trading precisio
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,8 @@ class Entry:
     warmup_s: float = 0.0
     scores: list[float] = field(default_factory=list)  # per round: median latency (s) or throughput (per s)
     keep: Any = None  # what must stay alive while it is measured (the plain session)
+    concurrency: int | None = None  # its own callers and rows per call (None: the protocol's)
+    batch: int | None = None
 
     def measurement(self) -> bench.Measurement:
         return bench.Measurement(self.latencies_s, self.wall_s, 0, self.warmup_s)
@@ -63,17 +66,19 @@ def measure_rounds(entries: Sequence[Entry], protocol: bench.Protocol, seconds: 
         if done and time.monotonic() > deadline:
             break
         warm = min(FIRST_WARMUP_S if r == 0 else WARMUP_S, seconds)
-        p = bench.Protocol(warmup=3 if r == 0 else 1, warmup_seconds=warm, runs=max(1, protocol.runs // rounds),
-                           seconds=seconds / rounds, concurrency=protocol.concurrency, batch=protocol.batch)
+        shared = bench.Protocol(warmup=3 if r == 0 else 1, warmup_seconds=warm, runs=max(1, protocol.runs // rounds),
+                                seconds=seconds / rounds, concurrency=protocol.concurrency, batch=protocol.batch)
         for k in range(len(entries)):
             e = entries[(k + r) % len(entries)]
+            p = dataclasses.replace(shared, concurrency=e.concurrency or shared.concurrency,
+                                    batch=e.batch or shared.batch)
             sleep(pause_s)
             m = bench.measure(e.call, p)
             e.latencies_s += m.latencies_s
             e.wall_s += m.wall_s
             e.warmup_s += m.warmup_s
             e.scores.append(statistics.median(m.latencies_s) if objective == "latency"
-                            else len(m.latencies_s) * protocol.batch / m.wall_s)
+                            else len(m.latencies_s) * p.batch / m.wall_s)
         done += 1
     return done
 

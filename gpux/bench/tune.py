@@ -17,6 +17,7 @@ from typing import Any
 
 from gpux import report
 from gpux.bench import protocol as bench
+from gpux.bench.batches import batched
 from gpux.bench.candidates import Outcome, ms, needless
 from gpux.bench.candidates import candidates as candidates_for
 from gpux.config.load import Project
@@ -70,7 +71,13 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
         def one(calls: list[Any]) -> Any:
             return calls if concurrency > 1 else calls[0]
 
+        more = batched(project, opened) if req.objective == "throughput" else []
+        for parent, o, _ in reversed(more):  # each batch size after its candidate's batch-1 row
+            outcomes.insert(outcomes.index(parent) + 1, o)
         entries = [rounds.Entry(call=one(p.session.runner.bind(p.feeds, concurrency))) for _, p in opened]
+        entries += [rounds.Entry(call=p.session.runner.bind(p.feeds, 1)[0], concurrency=1, batch=o.batch)
+                    for _, o, p in more]
+        opened = opened + [(o, p) for _, o, p in more]
         plain, base = baseline_entry(project, opened[0][1].feeds, concurrency)
         every = entries + ([rounds.Entry(call=one(plain[0]), keep=plain[1])] if plain else [])
         log(f"measuring {len(entries)} candidates{' and a plain ONNX Runtime session' if plain else ''} "
@@ -79,7 +86,7 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
         if plain and base is not None:
             base.update(baseline_figures(every[-1], concurrency, req.objective), rounds=done)
         for (o, prepared), e in zip(opened, entries, strict=True):
-            o.row = measured_row(prepared, e.measurement(), concurrency)
+            o.row = measured_row(prepared, e.measurement(), e.concurrency or concurrency)
             o.row["round_scores"] = e.scores
             art = prepared.session.build.final.artifact if prepared.session.build else None
             o.row["build_info"] = art.manifest.get("info") if art else None
@@ -90,7 +97,7 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
                                                        req.objective)
     finally:
         for _, prepared in opened:
-            prepared.session.close()
+            prepared.session.close()  # a batched row shares its candidate's session: closing twice is harmless
     return base
 
 
@@ -241,7 +248,7 @@ def tune(req: TuneRequest) -> dict[str, Any]:
     lock = {"schema": SCHEMA, "name": project.name, "objective": req.objective, "baseline": baseline,
             "measured": {"rounds": rounds.ROUNDS, "pause_s": rounds.PAUSE_S, "seconds_each": req.seconds},
             "choice": None if best is None else {"provider": best.provider, "precision": best.precision,
-                                                 "options": best.options},
+                                                 "options": best.options, "batch": best.batch},
             "figures": None if best is None else best.to_dict(), "fingerprint": fingerprint(project),
             "tuned_in_s": round(time.monotonic() - started, 1), "candidates": [o.to_dict() for o in outcomes],
             "limiting_layers": limiting_layers(outcomes)}
@@ -280,12 +287,12 @@ def render(lock: dict[str, Any]) -> None:
     rows = []
     for c in lock["candidates"]:
         acc = c.get("accuracy") or {}
-        rows.append([c["provider"], c["precision"], _opts(c["options"]), c["status"],
+        rows.append([c["provider"], c["precision"], _opts(c["options"]), str(c.get("batch") or 1), c["status"],
                      "-" if c["p50_ms"] is None else f"{c['p50_ms']:.4f}",
                      "-" if c["throughput"] is None else f"{c['throughput']:.1f}", vs_cell(c.get("vs_plain_ort")),
                      agreement_cell(acc), "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
                      report.format_size(c["size"]) if c.get("size") else "-", why_cell(c["why"])])
-    print(report.format_table(["provider", "precision", "options", "status", "p50 ms", "per s", "vs plain ORT",
+    print(report.format_table(["provider", "precision", "options", "batch", "status", "p50 ms", "per s", "vs plain ORT",
                                "top-1/conf/top-5", "cosine", "size", "why"], rows))
     for provider, ranked in (lock.get("limiting_layers") or {}).items():
         report.info(f"layers int8 hurts most on {provider} (SQNR lost, ranked on {ranked['ranked_on']['samples']} "
@@ -306,5 +313,9 @@ def render(lock: dict[str, Any]) -> None:
     else:
         vs = (lock.get("figures") or {}).get("vs_plain_ort")
         told = f", {vs_cell(vs)} plain ONNX Runtime" if vs else ""
-        report.info(f"locked {choice['provider']} {choice['precision']} ({_opts(choice['options'])}{told}) in "
+        at = f" at batch {choice['batch']}" if (choice.get("batch") or 1) > 1 else ""
+        report.info(f"locked {choice['provider']} {choice['precision']}{at} ({_opts(choice['options'])}{told}) in "
                     f"{LOCK_NAME}")
+        if at:
+            report.info(f"it runs fastest with {choice['batch']} rows per call: `gpux run NAME FOLDER --batch "
+                        f"{choice['batch']}`, `serve: {{max_batch_size: {choice['batch']}}}`")
