@@ -65,7 +65,7 @@ BUILTIN_ROWS: dict[str, Provider] = {
                  platforms=("linux", "win32"), device_problem=cuda_device_problem, hardware="NVIDIA GPU",
                  options="CUDAOptions", ort_package="onnxruntime-gpu", gpu_resource="nvidia.com/gpu",
                  title="ONNX Runtime CUDA EP.",
-                 torch=TorchDevice(type="cuda", build="CUDA", index="cu128", compiles=True, variants=(
+                 torch=TorchDevice(type="cuda", build="CUDA", index="cu128", variants=(
                      ("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp32"), ("reduce-overhead", "fp16"),
                      ("default", "bf16")), image=ImageRow(base_image=SLIM, pip=(), gpus=True,
                                                           note=COMPILED_ON_FIRST_RUN)),
@@ -77,7 +77,7 @@ BUILTIN_ROWS: dict[str, Provider] = {
                  options="ROCmOptions", also_accepted=("MIGraphXExecutionProvider", "ROCMExecutionProvider"),
                  ort_package="onnxruntime-migraphx or onnxruntime-rocm from AMD's package index (not on PyPI)",
                  gpu_resource="amd.com/gpu", title="ROCm / MIGraphX EP.",
-                 torch=TorchDevice(type="cuda", build="ROCm", index="rocm6.4", compiles=True, variants=(
+                 torch=TorchDevice(type="cuda", build="ROCm", index="rocm6.4", variants=(
                      ("off", "fp32"), ("default", "fp32"), ("reduce-overhead", "fp16")),
                      image=ImageRow(base_image=SLIM, pip=(), devices=AMD_DEVICES, note=COMPILED_ON_FIRST_RUN)),
                  image=ImageRow(base_image=None, pip=(), devices=AMD_DEVICES, host_build="rocm", image_build="rocm",

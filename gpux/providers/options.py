@@ -82,8 +82,8 @@ class TorchOptions(Options):
 
     compile: Annotated[Literal["auto", "off", "default", "reduce-overhead", "max-autotune"],
                        yaml_switch("off", "default")] = _field(
-        "auto", "torch.compile mode, or off (eager; on = default). 'auto' = default on cuda and rocm, off on cpu "
-        "and mps.")
+        "auto", "torch.compile mode, or off (eager; on = default). 'auto' = off (eager), the measured faster "
+        "default; gpux tune tries each mode.")
     precision: Literal["fp32", "fp16", "bf16"] = _field(
         "fp32", "dtype the model's weights and float inputs are cast to (outputs come back as float32).")
     channels_last: bool = _field(False, "Convert the model and 4-D inputs to the channels_last memory format.")

@@ -365,7 +365,8 @@ def torch_target(project: Any, provider: str, fmt: str) -> Any:
     block = getattr(project.config.providers, provider)
     t = block.torch
     torch = registry()[provider].torch
-    compiles = torch is not None and torch.compiles  # compile: auto means torch.compile there, eager elsewhere
+    compiles = torch is not None and torch.compiles  # compile: auto means torch.compile there (a plugin's row), else
+    # eager: on an H200, torch.compile's default mode ran slower than eager (docs/benchmarks.md)
     mode = t.compile if t.compile != "auto" else ("default" if compiles else "off")
     opts = {**t.model_dump(mode="json"), "compile": mode, "device": provider,
             "device_id": int(getattr(block, "device_id", 0) or 0), "source_format": fmt}
