@@ -5,7 +5,8 @@
 For every provider that runs here, each trained model is opened twice in one process: by gpux (`gpux.load(dir,
 provider)` on a gpux.yml that declares only the model and its input, then `Session.run(dict)`) and by what the user
 would write instead: `onnxruntime.InferenceSession("model.onnx")` for cpu, `Core().compile_model("model.onnx",
-"CPU", {INFERENCE_PRECISION_HINT: <what gpux executes>})` for openvino, eager `module(x)` for the torch runtime.
+"CPU", {INFERENCE_PRECISION_HINT: <what gpux executes>})` for openvino, an eager TorchScript `module(x)` for the
+torch runtime (the trained MobileNetV2 traced; `cpu: {runtime: torch}`).
 The two are timed in alternating rounds (a 50 ms pause between them: ONNX Runtime's threads spin after a run) on
 real inputs where the example has them; each figure is the median over rounds of the mean time per call, and
 "gpux / plain" is the plain time over gpux's (above 1: gpux is faster). The README's MobileNetV2 example is also
@@ -78,6 +79,16 @@ def feeds_of(case: Case, folder: Path, session) -> list[dict]:
 
 def plain_runner(provider: str, model: Path, session) -> Callable[[dict], object]:
     """What a user writes instead, at the precision gpux executes (OpenVINO: the same INFERENCE_PRECISION_HINT)."""
+    if provider == "torch":
+        import torch
+
+        module = torch.jit.load(str(model.with_suffix(".pt"))).eval()
+
+        def eager(feeds: dict) -> object:
+            with torch.inference_mode():
+                return module(*(torch.from_numpy(v) for v in feeds.values()))
+
+        return eager
     if provider == "openvino":
         import openvino as ov
 
@@ -102,11 +113,29 @@ def mean_call_s(fn: Callable[[dict], object], feeds: list[dict], seconds: float)
             return elapsed / n
 
 
+def torch_project(folder: Path) -> None:
+    """The trained MobileNetV2 traced to TorchScript beside its ONNX file, run by gpux's torch runtime on cpu."""
+    import importlib.util
+
+    import torch
+
+    maker = ROOT / "examples" / "mobilenet_v2" / "make_model.py"
+    spec = importlib.util.spec_from_file_location("make_mobilenet", maker)
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    module = make.mobilenet_v2().eval()
+    torch.jit.save(torch.jit.trace(module, torch.zeros(1, 3, 224, 224)), str(folder / "model.pt"))
+    yml = (folder / "gpux.yml").read_text().replace("model.onnx", "model.pt").replace("backend: torch", "backend: cpu")
+    (folder / "gpux.yml").write_text(yml + "providers:\n  cpu: {runtime: torch}\n")
+
+
 def measure(case: Case, provider: str, tmp: Path, rounds: int, seconds: float) -> dict:
     import gpux
 
     folder = project(tmp, case, provider)
-    session = gpux.load(folder, provider, strict=True, store_dir=tmp / "store")
+    if provider == "torch":
+        torch_project(folder)
+    session = gpux.load(folder, "cpu" if provider == "torch" else provider, strict=True, store_dir=tmp / "store")
     feeds = feeds_of(case, folder, session)
     plain = plain_runner(provider, folder / "model.onnx", session)
     ours = session.run
@@ -129,7 +158,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--seconds", type=float, default=0.4, help="per variant per round")
     ap.add_argument("--only", default="", help="cases whose label contains this text")
-    ap.add_argument("--providers", default="cpu,openvino")
+    ap.add_argument("--providers", default="cpu,openvino,torch", help="torch: gpux's torch runtime on cpu")
     args = ap.parse_args()
 
     from gpux.optional import is_installed
@@ -137,10 +166,11 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for provider in args.providers.split(","):
-            if provider == "openvino" and not is_installed("openvino"):
+            if not is_installed(provider if provider != "cpu" else "onnxruntime"):
                 continue
             for case in CASES:
-                if args.only.lower() not in case.label.lower() or (case.shipped and provider != "cpu"):
+                if args.only.lower() not in case.label.lower() or (case.shipped and provider != "cpu") or \
+                        (provider == "torch" and case.example != "mobilenet_v2"):
                     continue
                 rows.append(measure(case, provider, Path(tmp), args.rounds, args.seconds))
                 r = rows[-1]
