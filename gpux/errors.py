@@ -128,6 +128,27 @@ class ModelError(GpuxError):
     exit_code = ExitCode.CONFIG
 
 
+HOME = os.path.dirname(os.path.abspath(__file__))  # gpux's own source folder
+
+
+def raised_by_gpux(exc: BaseException) -> bool:
+    """Whether `exc` was raised in gpux's own code (a bug there), not in a runtime or library it called: the
+    innermost frame of its traceback is under gpux's folder. A runtime's error on a model it cannot take is the
+    model's failure; a gpux bug is never one (nor a reason to fall back, nor remembered)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(HOME + os.sep)
+
+
+def environmental(exc: BaseException) -> bool:
+    """The machine, not the model: out of memory, a full disk, a file that cannot be written. Never remembered as a
+    model's failure."""
+    return isinstance(exc, MemoryError | OSError)
+
+
 def error_lines(exc: BaseException) -> list[str]:
     """The non-blank lines of an exception's message, stripped."""
     return [x.strip() for x in str(exc).splitlines() if x.strip()]

@@ -268,3 +268,29 @@ def test_openvino_int8_reports_what_it_quantized(tmp_path: Path) -> None:
     assert r.returncode == 0 and "no operator was quantized" in r.stderr, r.stderr
     r = cli("build", str(relu), "-p", "openvino", "--strict", "--force")
     assert r.returncode == 1 and "no operator was quantized" in r.stderr
+
+
+def test_a_gpux_bug_inside_a_build_is_exit_70_with_its_traceback_and_never_remembered(
+        mlp_project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A TypeError raised in gpux's own code while building is a bug: exit 70, its traceback (the original, not a
+    wrapper), and the next build tries again instead of replaying it as the model's failure."""
+    from gpux.cli.main import main
+    from gpux.errors import raised_by_gpux
+    from gpux.runtimes import onnxruntime as ort_runtime
+
+    monkeypatch.setattr(ort_runtime, "has_external_data", None)  # calling it is a TypeError inside gpux's optimize()
+    with pytest.raises(SystemExit) as done:
+        main(["build", str(mlp_project), "-p", "cpu", "--force"])
+    err = capsys.readouterr().err
+    assert done.value.code == 70, err
+    assert "TypeError: 'NoneType' object is not callable" in err and "in optimize" in err  # where gpux failed
+    monkeypatch.undo()
+    with pytest.raises(SystemExit) as again:
+        main(["build", str(mlp_project), "-p", "cpu"])
+    assert again.value.code == 0 and "remembered" not in capsys.readouterr().err
+    try:
+        import onnxruntime
+
+        onnxruntime.InferenceSession(b"not a model")
+    except Exception as exc:  # the runtime's own error is not gpux's
+        assert not raised_by_gpux(exc)

@@ -11,7 +11,7 @@ from typing import Any
 from gpux.artifacts import store
 from gpux.artifacts.plan import BuildPlan, Planned, digest_of, plan_build
 from gpux.config.load import Project
-from gpux.errors import BuildFailed, GpuxError, VerificationFailed
+from gpux.errors import BuildFailed, GpuxError, VerificationFailed, environmental, raised_by_gpux
 from gpux.files import locked
 from gpux.plan.targets import Target
 from gpux.runtimes import KIND_HINTS, Context, Job, Log, resolve
@@ -251,7 +251,9 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
             raise
         except GpuxError:
             raise
-        except Exception as exc:  # runtimes raise anything on a model they cannot take
+        except Exception as exc:  # runtimes raise anything on a model they cannot take (no common base class)
+            if raised_by_gpux(exc) or environmental(exc):  # a bug or the machine: exit 70 / its error, never
+                raise  # remembered as this model's failure
             from gpux.quality.verify import short
 
             failed = BuildFailed(f"{target.id}: {short(exc)}", hint=KIND_HINTS.get(target.step, KIND_HINTS[""]))

@@ -42,6 +42,11 @@ def fail(exc: BaseException, as_json: bool, debug: bool) -> int:
         lines, code = [exc.format_message()], exc.exit_code
         ctx = getattr(exc, "ctx", None)
         hint = f"see '{ctx.command_path} --help'" if ctx is not None else None
+    elif machine_said(exc):  # the machine's: a full disk, a file not writable
+        if debug:
+            traceback.print_exception(exc)
+        lines, code, hint = [str(exc)], int(ExitCode.FAILED), "free space or fix the permissions, then run it again"
+        click.echo(f"error: {exc}", err=True)
     else:
         traceback.print_exception(exc)
         lines, code, hint = [f"{type(exc).__name__}: {exc}", INTERNAL], int(ExitCode.INTERNAL), None
@@ -49,6 +54,16 @@ def fail(exc: BaseException, as_json: bool, debug: bool) -> int:
     if as_json and not report.EMITTED:
         report.emit_json(error_doc(exc, lines, hint, code))
     return code
+
+
+MACHINE_ERRNOS = ("ENOSPC", "EDQUOT", "EACCES", "EPERM", "EROFS", "EMFILE", "ENFILE", "ENOMEM")
+
+
+def machine_said(exc: BaseException) -> bool:
+    """An OSError the machine gives whatever the code (no space, no permission, a read-only disk, no descriptors)."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in {getattr(errno, n, None) for n in MACHINE_ERRNOS} - {None}
 
 
 def error_doc(exc: BaseException, lines: list[str], hint: str | None, code: int) -> dict[str, Any]:
