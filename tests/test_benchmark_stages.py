@@ -68,6 +68,11 @@ def test_classifier_split_on_a_photo(mobilenet: Path) -> None:
     assert head[3:8] == ["pre", "ms", "infer", "ms", "post"] and "e2e" in head
     assert "ms pre-process" in text.stderr and "ms end to end per image" in text.stderr
     assert f"inputs: {cat}" in text.stderr
+    assert row["pipelined"] is None  # one file: nothing to overlap
+    coffee = str(package_file("skimage", "data", "coffee.png"))
+    many = staged_row(str(mobilenet), "--benchmark", cat, coffee)
+    assert many["pipelined"]["files_per_s"] > 0 and many["pipelined"]["batch"] == 8  # [batch, ...]: 8 per call
+    assert many["pipelined"]["files"] >= 2
 
 
 def test_detector_split_on_a_generated_image(detector: Path) -> None:

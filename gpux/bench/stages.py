@@ -143,6 +143,21 @@ class Split:
         self.times["inference"].append(t2 - t1)
         self.times["postprocess"].append(t3 - t2)
 
+    def pipelined(self, seconds: float = 1.0) -> dict[str, Any] | None:
+        """Files per second the way `gpux run NAME FOLDER` answers them (decoded ahead in threads, batched where
+        the batch dimension is free: gpux.answers.many), over the files in turn for at least `seconds`."""
+        from gpux.answers.many import answer_many, batch_size
+
+        items = self.inputs.items
+        if not items or len(items) < 2:
+            return None
+        batch = batch_size(self.steps, None)
+        done, started = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - started) < seconds or not done:
+            done += sum(1 for _ in answer_many(self.session, self.steps, items,
+                                               lambda i: self.steps.feeds(items[i], str(i)), batch=batch))
+        return {"files_per_s": done / elapsed, "files": done, "batch": batch}
+
     def summary(self, m: bench.Measurement, e2e: dict[str, Any]) -> dict[str, Any]:
         """What the row adds: each stage's statistics over the measured calls (warm-up left out), end to end
         (the row's own stats), the stages' raw timings, and the inputs measured."""
@@ -161,7 +176,7 @@ class Split:
             stages[stage] = stats
             raw[stage] = [round(x * 1e3, 6) for x in xs]
         stages["end_to_end"] = e2e
-        return {"stages": stages, "stage_latencies_ms": raw, "inputs": self.inputs.said}
+        return {"stages": stages, "stage_latencies_ms": raw, "inputs": self.inputs.said, "pipelined": self.pipelined()}
 
 
 def open_split(session: Any, project: Any, files: list[str], sizes: dict[str, int], feeds: dict[str, Any]) -> Split:
@@ -183,8 +198,11 @@ def speed_line(row: dict[str, Any]) -> str | None:
     parts = [f"{stages[s]['p50'] * 1e3:.2f} ms {words[s]}" for s in STAGES if stages.get(s)]
     shapes = " ".join(f"{list(v)}" for v in (row.get("shapes") or {}).values())
     per = "image" if stages.get("preprocess") else "call"
+    many = row.get("pipelined")
+    overlap = f"; files at once: {many['files_per_s']:.1f} files/s (decoded in threads, batch {many['batch']})" \
+        if many else ""
     return (f"{row['provider']} {row['precision']}: speed {', '.join(parts)}, "
-            f"{row['stats']['p50'] * 1e3:.2f} ms end to end per {per} (medians) at shape {shapes}")
+            f"{row['stats']['p50'] * 1e3:.2f} ms end to end per {per} (medians) at shape {shapes}{overlap}")
 
 
 def inputs_line(row: dict[str, Any]) -> str:
