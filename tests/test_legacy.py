@@ -105,7 +105,7 @@ def test_quick_start_file_loads_mapped_to_v1(folder: Path) -> None:
     assert cfg.inputs is not None and cfg.inputs["text"].dtype == "string"
     assert cfg.outputs is not None and cfg.outputs["sentiment"].shape == (1, 2)
     assert cfg.outputs["sentiment"].labels == ["negative", "positive"]
-    assert project.warnings == [
+    assert list(project.warnings) == [
         "gpux.yml:10:5 inputs.text.type: deprecated: write dtype: string instead of type:",
         "gpux.yml:11:5 inputs.text.max_length: ignored: gpux.yml v1 declares tensors; give the length in shape: "
         "instead (e.g. [batch, 512]), then remove it",
@@ -127,7 +127,7 @@ def test_every_documented_block_loads_or_is_dropped_with_a_note(folder: Path) ->
     assert cfg.inputs["pixels"].shape == (1, 64) and cfg.inputs["pixels"].description == "flattened 8x8 image"
     assert cfg.outputs is not None and cfg.outputs["probs"].labels is not None
     assert len(cfg.outputs["probs"].labels) == 10
-    assert project.warnings == [
+    assert list(project.warnings) == [
         "gpux.yml:5:3 model.version: deprecated: write version: 2.10 at the top level instead",
         "gpux.yml:6:1 inputs: deprecated list form: write inputs as a mapping of name -> spec, e.g. "
         "pixels: {dtype: float32, shape: [1, 64]}",

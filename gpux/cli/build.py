@@ -71,7 +71,7 @@ def _build(req: BuildRequest, request: dict[str, Any]) -> tuple[dict[str, Any], 
     checked = check_model(project, req.store)
     selection = select(project, req.provider, req.strict, store_dir=req.store)
     project = selection.project or project  # the tune lock's options applied
-    project.warnings.extend(selection.warnings)
+    warnings = [*project.warnings, *selection.warnings]
     if req.dry_run:
         plan = plan_selected(project, selection, dry_run=True, store_dir=req.store, shapes=req.shapes,
                              checked=checked)
@@ -83,7 +83,7 @@ def _build(req: BuildRequest, request: dict[str, Any]) -> tuple[dict[str, Any], 
     result = execute(plan, force=req.force, verify=req.verify, log=report.progress(req.as_json), strict=req.strict)
     remember(project)
     doc = {**result.to_dict(), "requested": selection.to_dict(), "cannot_run": plan.cannot_run,
-           "attempts": plan.attempts, "warnings": project.warnings}
+           "attempts": plan.attempts, "warnings": warnings}
     doc["warnings"] = report.build_warnings(doc)  # the fallback included: --json says what the text says
     outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
     # the folders a later `gpux use` (use.json) or `gpux tune` (gpux.lock.json) writes into: a new choice is a new build

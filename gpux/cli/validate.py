@@ -136,6 +136,7 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
         except ConfigError as exc:
             return Result(path, sorted(exc.problems, key=lambda p: (p.line, p.col)))
         return Result(path)
+    more: list[Problem] = []
     try:
         project = open_project(str(path)) if path.suffix.lower() == ".onnx" else \
             load_config(path, require_model=check_model)
@@ -144,14 +145,14 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
 
             note = model_io.check_model(project).compat.note
             if note:
-                project.notes.append(project.problem(("model", "source"), note))
+                more.append(project.problem(("model", "source"), note))
         elif model:
             declared_io_problems(project)
     except ConfigError as exc:
         return Result(path, sorted(exc.problems, key=lambda p: (p.line, p.col)))
     except GpuxError as exc:  # e.g. onnx not installed for --check-model
         return Result(path, [Problem(str(path), 0, 0, "", "; ".join(exc.lines()))])
-    notes = list(project.notes)
+    notes = [*project.notes, *more]
     if not model:  # --no-model: the config alone, for models fetched later; their absence is expected
         generated = ("model.source", "verify.data")
         notes = [n for n in notes if n.field not in generated or "file not found" not in n.message]

@@ -54,10 +54,10 @@ class Project:
     path: Path
     config: GpuxConfig
     marks: Marks = field(default_factory=dict, repr=False)
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
     # where v1 fields that an earlier-format file was mapped to are written in that file (see migrate.py)
     aliases: dict[Loc, Loc] = field(default_factory=dict, repr=False)
-    notes: list[Problem] = field(default_factory=list, repr=False)  # the warnings, located
+    notes: tuple[Problem, ...] = field(default=(), repr=False)  # the warnings, located
     shown: str = ""
     implied: bool = False
     derived: Derived = field(default_factory=Derived, repr=False, compare=False)
@@ -134,8 +134,8 @@ def load_config(path: str | Path, *, require_model: bool = True) -> Project:
     if problems or config is None:
         raise ConfigError(sorted(dict.fromkeys(problems), key=lambda p: (p.line, p.col)))
     notes = sorted(notes + missing_notes, key=lambda p: (p.line, p.col))
-    return Project(path=file, config=config, marks=marks, warnings=[str(n) for n in notes],
-                   aliases=moved.aliases, notes=notes)
+    return Project(path=file, config=config, marks=marks, warnings=tuple(str(n) for n in notes),
+                   aliases=moved.aliases, notes=tuple(notes))
 
 
 def check_files(written: Written, data: dict[str, Any], require_model: bool = True) -> tuple[list[Problem],
