@@ -113,10 +113,14 @@ class Steps:
             return self.answers(outputs, placement)
         import numpy as np
 
-        n = min((len(a) for a in outputs.values() if getattr(a, "ndim", 0)), default=1)
-        rows = [self.answers(outputs, None, r) for r in range(n)]
+        rows = [self.answers(outputs, None, r) for r in range(self.rows(outputs))]
         each = {k: [r[k] for r in rows] for k in outputs}
         return {k: np.stack(v) if all(hasattr(a, "shape") for a in v) else v for k, v in each.items()}
+
+    def rows(self, outputs: dict[str, Any]) -> int:
+        """The batch rows the outputs hold (a time-major ctc output's batch is its axis 1)."""
+        return min((a.shape[self.post[n][0].batch_axis if n in self.post else 0] for n, a in outputs.items()
+                    if getattr(a, "ndim", 0)), default=1)
 
     def answers(self, outputs: dict[str, Any], placement: Placement | None, row: int = 0) -> dict[str, Any]:
         """Each output's answer for one batch row; outputs without postprocess stay arrays."""
@@ -125,7 +129,8 @@ class Steps:
         out: dict[str, Any] = {}
         for name, arr in outputs.items():
             spec, labels = self.post.get(name, (None, None))
-            out[name] = arr[row] if spec is None else answer(arr[row], spec, labels, placement)
+            out[name] = arr[row] if spec is None else \
+                answer(arr[:, row] if spec.batch_axis else arr[row], spec, labels, placement)
         return out
 
 
@@ -179,7 +184,8 @@ def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] |
         least = layout.coords + 1 if layout is not None else 1
         if len(shape) != 3 or (isinstance(channels, int) and channels < least):
             key, said = (("boxes", f"{spec.boxes.layout} boxes come as {layout.shape}") if spec.boxes and layout
-                         else ("ctc", "ctc decodes [batch, time, classes] (or [batch, classes, time] with axis: 1)"))
+                         else ("ctc", "ctc decodes [batch, time, classes] ([batch, classes, time] with axis: 1, "
+                                      "[time, batch, classes] with time_major: true)"))
             return [project.problem(("outputs", name, "postprocess", key), f"{said}; {name} is {list(shape)}")]
     size = shape[axis] if shape and len(shape) >= (3 if axis != -1 or spec.ctc else 1) else None
     if labels is None or shape is None:
@@ -213,8 +219,7 @@ def _one(session: Any, steps: Steps, item: Any) -> Any:
     feeds, placement = steps.feeds(item, "text" if isinstance(item, str) and steps.kind == "text" else describe(item))
     outputs = dict(zip(session.output_names, session.run_feeds(feeds), strict=True))
     if steps.ready(item):
-        rows = min((len(a) for a in outputs.values() if getattr(a, "ndim", 0)), default=1)
-        return [steps.answers(outputs, None, r) for r in range(rows)]
+        return [steps.answers(outputs, None, r) for r in range(steps.rows(outputs))]
     return steps.file_answers(outputs, placement)
 
 

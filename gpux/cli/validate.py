@@ -6,7 +6,7 @@ import glob
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +174,11 @@ def declared_io_problems(project: Any) -> None:
         raise ConfigError([project.problem(("model", "source"), f"{named}not a readable ONNX model ({exc})")]) \
             from None
     problems = check_declared(project, io)
+    # an output's metadata may misstate it: only running the model tells (--check-model), so a warning here
+    shapes = [p for p in problems if p.field.startswith("outputs.") and ".shape" in p.field]
+    project.notes.extend(replace(p, message=f"{p.message} in its metadata; validate --check-model runs it to tell")
+                         for p in shapes)
+    problems = [p for p in problems if p not in shapes]
     if problems:
         raise ConfigError(problems)
 

@@ -172,6 +172,8 @@ class Ctc(Strict):
                         "use_space_char: its dictionaries leave it out).")
     axis: Literal[1, 2, -1] = Field(-1, description="The class axis: -1 or 2 for [batch, time, classes], 1 for "
                                     "[batch, classes, time].")
+    time_major: bool = Field(False, description="The output is [time, batch, classes] (the batch on axis 1, as "
+                             "CRNN exports and CTC losses take it); classes stay on the last axis.")
 
     def classes(self, characters: int) -> int:
         """How many classes a charset of `characters` entries makes: the blank, and the space where declared."""
@@ -204,6 +206,11 @@ class Postprocess(Strict):
         return self
 
     @property
+    def batch_axis(self) -> int:
+        """The output's batch axis: 1 for a time-major ctc output, else 0."""
+        return 1 if self.ctc is not None and self.ctc.time_major else 0
+
+    @property
     def files(self) -> list[str]:
         """Files the steps read at run time (relative to gpux.yml): a ctc charset file."""
         return [self.ctc.charset] if self.ctc is not None and isinstance(self.ctc.charset, str) else []
@@ -211,6 +218,9 @@ class Postprocess(Strict):
     @model_validator(mode="after")
     def _blank_in_range(self) -> Postprocess:
         ctc = self.ctc
+        if ctc is not None and ctc.time_major and ctc.axis == 1:
+            raise _fail("time_major keeps the classes on the last axis ([time, batch, classes]); drop axis: 1",
+                        "ctc", "axis")
         if ctc is not None and isinstance(ctc.charset, list) and not \
                 -ctc.classes(len(ctc.charset)) <= ctc.blank < ctc.classes(len(ctc.charset)):
             raise _fail(f"blank {ctc.blank} is not a class index: the charset makes "

@@ -172,20 +172,27 @@ def fits(kind: str, array: Any) -> bool:
     return array.ndim >= rank and array.size > 0 and (kind != "boxes" or array.shape[-2] >= 5)
 
 
+def _batch_first(array: Any, axis: int) -> Any:
+    import numpy as np
+
+    a = np.asarray(array)
+    return np.moveaxis(a, axis, 0) if axis and a.ndim > axis else a
+
+
 def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: Sequence[str],
                 reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any]], rules: Mapping[str, Rule],
                 judged: bool) -> None:
     """Compare the answers of every output with declared post-processing; a metric under its floor is a failure
     naming the output, the metric, its value and the floor (`judged` false: recorded only, as on generated
     inputs, whose answers mean nothing)."""
-    import numpy as np
 
     for j, name in enumerate(names):
         spec = posts.get(name)
         kind = answer_kind(spec) if spec is not None else None
         row = KINDS.get(kind or "")
-        ref = [np.asarray(r[j]) for r in reference]
-        out = [np.asarray(g[j]) for g in got]
+        axis = spec.batch_axis if spec is not None else 0  # a time-major output's rows are on axis 1
+        ref = [_batch_first(r[j], axis) for r in reference]
+        out = [_batch_first(g[j], axis) for g in got]
         if spec is None or kind is None or row is None or row.decode is None or name not in result.outputs or \
                 not all(fits(kind, a) for a in ref):
             continue

@@ -112,8 +112,7 @@ def answer(model: Any, outputs: dict[str, np.ndarray], placements: list[Any] | N
            names: list[str]) -> dict[str, np.ndarray]:
     """The named outputs as answers: BYTES of `shape` (default: one per batch row), one JSON text per file or row."""
     chosen = {n: outputs[n] for n in names}
-    rows = placements if placements is not None else [None] * min(
-        (len(a) for a in chosen.values() if a.ndim), default=1)
+    rows = placements if placements is not None else [None] * model.steps.rows(chosen)
     answers = [model.steps.answers(chosen, p, r) for r, p in enumerate(rows)]
     out = {}
     for n in names:
