@@ -196,10 +196,14 @@ def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: S
         if spec is None or kind is None or row is None or row.decode is None or name not in result.outputs or \
                 not all(fits(kind, a) for a in ref):
             continue
-        metrics = row.compare([row.decode(x, spec) for x in rows_of(ref, row.rank)],
-                              [row.decode(x, spec) for x in rows_of(out, row.rank)])
+        answers = [row.decode(x, spec) for x in rows_of(ref, row.rank)]
+        metrics = row.compare(answers, [row.decode(x, spec) for x in rows_of(out, row.rank)])
         record = {"kind": kind, **metrics, "judged": judged}
         result.outputs[name]["answers"] = record
+        empty = degenerate(kind, answers) if judged else None
+        if empty:
+            result.failures.append(f"{name}: {empty} on every verification sample, so its postprocess does not "
+                                   "read what the model returns (check the layout, axis and activation declared)")
         tol = rules[name].tol if name in rules else result.tolerances
         for metric, key, label in row.floors if judged else ():
             floor, value = tol.get(key), record.get(metric)
@@ -209,6 +213,20 @@ def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: S
             result.failures.append(f"{name}: {label} {value:.6g} {'<' if low else '>'} {key} {floor:g} "
                                    f"({counts(record)})")
     result.passed = not result.failures
+
+
+def degenerate(kind: str, answers: Sequence[Any]) -> str | None:
+    """What makes the reference's answers over every sample say nothing (every text empty, every box zero-sized),
+    None where they say something."""
+    import numpy as np
+
+    if kind == "text" and answers and not any(answers):
+        return "every text the reference reads is empty"
+    if kind == "boxes":
+        boxes = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b, _, _ in answers]) if answers else []
+        if len(boxes) and not ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])).any():
+            return "every box the reference finds is zero-sized"
+    return None
 
 
 def counts(record: Mapping[str, Any]) -> str:

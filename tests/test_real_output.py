@@ -1,0 +1,158 @@
+"""Declared outputs and steps against what the model really returns (gpux.model.probe, gpux.model.fit): PP-OCRv4's
+trained recognizer from the rapidocr_onnxruntime wheel made time-major ([time, batch, classes], a Transpose added
+with onnx.helper), and with metadata that misstates its output; a detector whose output is a raw anchor grid."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpux.quality.agreement import degenerate
+
+from .conftest import gpux
+from .test_answers_outputs import paddle_reading, photo
+from .trained import ROOT, _example
+
+SHAPE = "    shape: [1, 120, 6625]            # [batch, time steps (width / 8), blank + 6623 characters + space]\n"
+OUT = "softmax_11.tmp_0"
+
+
+def time_major(source: Path, target: Path, lie: bool = False) -> Path:
+    """The recognizer with its output transposed to [time, batch, classes]; `lie`: its metadata says [1, seqlen]."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(source))
+    out = model.graph.output[0]
+    for node in model.graph.node:
+        node.output[:] = [f"{o}_ntc" if o == out.name else o for o in node.output]
+    model.graph.node.append(helper.make_node("Transpose", [f"{out.name}_ntc"], [out.name], perm=[1, 0, 2]))
+    dims = out.type.tensor_type.shape.dim
+    if lie:
+        del dims[:]
+        dims.add().dim_value = 1
+        dims.add().dim_param = "seqlen"
+    else:
+        first, second = dims[0].SerializeToString(), dims[1].SerializeToString()
+        dims[0].ParseFromString(second)
+        dims[1].ParseFromString(first)
+    onnx.save(model, str(target))
+    return target
+
+
+@pytest.fixture(scope="module")
+def recognizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ppocr")
+    make = _example("ppocr_recognizer")
+    try:
+        make.export(folder)
+        make.heading(folder / "heading.png")
+    except make.Missing as exc:
+        pytest.skip(str(exc))
+    return folder
+
+
+def project(recognizer: Path, folder: Path, shape: str | None, ctc: str = "", lie: bool = False) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    time_major(recognizer / "model.onnx", folder / "model.onnx", lie)
+    shutil.copy(recognizer / "charset.txt", folder)
+    text = (ROOT / "examples" / "ppocr_recognizer" / "gpux.yml").read_text()
+    assert SHAPE in text
+    text = text.replace(SHAPE, f"    shape: {shape}\n" if shape else "").replace("space: true}", f"space: true{ctc}}}")
+    (folder / "gpux.yml").write_text(text)
+    return folder
+
+
+def test_a_time_major_recognizer_reads_what_paddleocr_reads(recognizer: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    folder = project(recognizer, tmp_path / "tm", "[time, batch, 6625]")
+    r = gpux("validate", "--check-model", str(folder / "gpux.yml"))
+    assert r.returncode == 3, r.stderr
+    line = next(n for n, x in enumerate((folder / "gpux.yml").read_text().splitlines(), 1) if "ctc:" in x)
+    assert f"gpux.yml:{line}:" in r.stderr and "postprocess.ctc: ctc reads softmax_11.tmp_0 as [batch, time, " \
+        "classes], but softmax_11.tmp_0 returns [8, 1, 6625] for a batch of 1 and [8, 2, 6625] for 2: its batch " \
+        "is axis 1; declare ctc: {time_major: true}" in r.stderr, r.stderr
+    r = gpux("run", str(folder), str(recognizer / "heading.png"), "-p", "cpu")
+    assert r.returncode == 3 and not (folder / ".gpux").exists(), r.stderr  # refused before anything is built
+
+    folder = project(recognizer, tmp_path / "declared", "[time, batch, 6625]", ", time_major: true")
+    r = gpux("run", str(folder), str(recognizer / "heading.png"), "-p", "cpu", "--strict", "--json")
+    assert r.returncode == 0, r.stderr
+    ours = json.loads(r.stdout)["answers"][OUT]
+    _, (text, score) = paddle_reading(recognizer / "model.onnx", Image.open(recognizer / "heading.png"))
+    assert ours["text"] == text == "Region-based segmentation" and abs(ours["score"] - score) < 0.01
+
+
+def test_metadata_that_misstates_the_output_gives_way_to_what_it_returns(recognizer: Path, tmp_path: Path) -> None:
+    folder = project(recognizer, tmp_path / "declared", "[time, batch, 6625]", ", time_major: true", lie=True)
+    said = "the model's metadata says softmax_11.tmp_0 is [1, seqlen] but it returns [8, 1, 6625] on a sample"
+    r = gpux("validate", "--check-model", str(folder / "gpux.yml"))
+    assert r.returncode == 0 and said in r.stderr, r.stderr
+    r = gpux("validate", str(folder / "gpux.yml"))  # without running it: a warning, not a refusal
+    assert r.returncode == 0 and "declared rank 3 but the model has rank 2 [1, seqlen] in its metadata" in r.stderr
+    for name, shape in (("declared", "[time, batch, 6625]"), ("left-out", None)):
+        folder = project(recognizer, tmp_path / name, shape, ", time_major: true", lie=True)
+        r = gpux("run", str(folder), str(recognizer / "heading.png"), "-p", "cpu")
+        assert r.returncode == 0 and said in r.stderr, r.stderr
+        assert '"Region-based segmentation"' in r.stdout, r.stdout
+    folder = project(recognizer, tmp_path / "wrong", "[time, batch, 6624]", ", time_major: true", lie=True)
+    r = gpux("validate", "--check-model", str(folder / "gpux.yml"))
+    assert r.returncode == 3 and "outputs.softmax_11.tmp_0.shape.2: dim 2 is 6624 but the model fixes it to 6625 " \
+        "[?, ?, 6625]" in r.stderr, r.stderr
+
+
+def raw_grid(folder: Path, anchors: int = 40) -> Path:
+    """A detector whose output0 [1, anchors, 5 + 2] is a raw YOLOX grid before its decoding: per anchor xy offsets
+    in [0, 1], log w/h in [-2, 1], objectness and class logits in [-6, 2]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    grid = np.concatenate([rng.uniform(0, 1, (anchors, 2)), rng.uniform(-2, 1, (anchors, 2)),
+                           rng.uniform(-6, 2, (anchors, 3))], axis=1)[None].astype(np.float32)
+    nodes = [helper.make_node("ReduceMean", ["images"], ["mean"], keepdims=0),
+             helper.make_node("Mul", ["mean", "zero"], ["nothing"]),
+             helper.make_node("Add", ["grid", "nothing"], ["output0"])]
+    graph = helper.make_graph(
+        nodes, "raw", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 64, 64])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, list(grid.shape))],
+        [numpy_helper.from_array(grid, "grid"), numpy_helper.from_array(np.zeros((), np.float32), "zero")])
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              str(folder / "model.onnx"))
+    (folder / "gpux.yml").write_text(
+        "name: raw\nmodel: {source: model.onnx}\ninputs:\n  images:\n    dtype: float32\n    shape: [1, 3, 64, 64]\n"
+        "    preprocess:\n      image: {resize: {letterbox: 64}}\noutputs:\n  output0:\n    dtype: float32\n"
+        "    labels: [a, b]\n    postprocess:\n      boxes: {layout: yolox}\n")
+    return folder
+
+
+def test_a_raw_anchor_grid_declared_as_decoded_boxes_is_refused_at_its_line(tmp_path: Path) -> None:
+    folder = raw_grid(tmp_path / "raw")
+    for args in (("validate", "--check-model", str(folder / "gpux.yml")),
+                 ("run", str(folder), str(photo("astronaut.png")), "-p", "cpu")):
+        r = gpux(*args)
+        assert r.returncode == 3, r.stderr
+        assert "gpux.yml:14:14 outputs.output0.postprocess.boxes: output0 cannot hold yolox boxes" in r.stderr, \
+            r.stderr
+        assert "its widths and heights span [-1.97, 0.944]" in r.stderr and "raw anchor grid" in r.stderr
+    text = (folder / "gpux.yml").read_text()
+    (folder / "gpux.yml").write_text(text.replace("boxes: {layout: yolox}", "boxes: {layout: yolov8}"))
+    r = gpux("validate", "--check-model", str(folder / "gpux.yml"))  # [1, 40, 7] read as [1, 4 + classes, anchors]
+    assert r.returncode == 3 and "output0 cannot hold yolov8 boxes" in r.stderr, r.stderr
+
+
+def test_answers_that_say_nothing_on_every_sample_are_degenerate() -> None:
+    assert degenerate("text", ["", "", ""]) == "every text the reference reads is empty"
+    assert degenerate("text", ["", "a"]) is None
+    zero = (np.array([[5.0, 5, 5, 9], [1, 1, 1, 1]]), np.ones(2), np.zeros(2))
+    assert degenerate("boxes", [zero, zero]) == "every box the reference finds is zero-sized"
+    some = (np.array([[5.0, 5, 6, 9]]), np.ones(1), np.zeros(1))
+    assert degenerate("boxes", [zero, some]) is None
+    none = (np.zeros((0, 4)), np.zeros(0), np.zeros(0))
+    assert degenerate("boxes", [none]) is None  # nothing found is an answer
