@@ -156,3 +156,70 @@ def test_answers_that_say_nothing_on_every_sample_are_degenerate() -> None:
     assert degenerate("boxes", [zero, some]) is None
     none = (np.zeros((0, 4)), np.zeros(0), np.zeros(0))
     assert degenerate("boxes", [none]) is None  # nothing found is an answer
+
+
+KEEP_ASPECT = """name: lines
+model: {source: model.onnx}
+inputs:
+  x:
+    dtype: float32
+    shape: [batch, 3, 48, width]
+    preprocess:                  # height 48, the width following the aspect ratio
+      image: {resize: {shorter: 48}, color: bgr, scale: 1/255, mean: [0.5, 0.5, 0.5], std: [0.5, 0.5, 0.5]}
+outputs:
+  softmax_11.tmp_0:
+    dtype: float32
+    postprocess:
+      ctc: {charset: charset.txt, blank: 0, space: true}
+"""
+
+
+@pytest.fixture(scope="module")
+def lines(recognizer: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The recognizer fed lines of any width (keep-aspect to height 48), and two lines of the page of different
+    widths."""
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("lines")
+    for name in ("model.onnx", "charset.txt", "heading.png"):
+        shutil.copy(recognizer / name, folder)
+    Image.open(photo("page.png")).crop((0, 58, 384, 82)).save(folder / "body.png")
+    (folder / "gpux.yml").write_text(KEEP_ASPECT)
+    return folder
+
+
+def test_a_file_whose_tensor_cannot_fit_the_input_is_refused_before_any_provider(lines: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    Image.open(lines / "heading.png").rotate(90, expand=True).save(tmp_path / "tall.png")  # 30 x 300: taller
+    r = gpux("run", str(lines), str(tmp_path / "tall.png"), "-p", "cpu", "-v")
+    assert r.returncode == 2, r.stderr
+    assert f"{tmp_path / 'tall.png'}: input 'x' has shape [1, 3, 480, 48] but dim 2 must be 48 [batch, 3, 48, width]" \
+        in r.stderr, r.stderr
+    assert "first-inference" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_serve_answers_every_file_of_a_request_of_different_widths(lines: Path) -> None:
+    import base64
+
+    import gpux as api
+
+    from .serving import ServerThread, error_of, post
+
+    sent = ("heading.png", "body.png", "heading.png")
+    with api.load(lines, provider="cpu", strict=True) as session:
+        want = [session.predict(str(lines / n))[OUT] for n in sent]
+    assert [w["text"] for w in want[:2]] == ["Region-based segmentation",
+                                              "background.These markers are pixels that we can label"]
+    data = [base64.b64encode((lines / n).read_bytes()).decode() for n in sent]
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "BYTES", "shape": [3], "data": data}]})
+    with ServerThread([lines], provider="cpu") as server:
+        status, _, reply = post(server.http, "/v2/models/lines/infer", body)
+        assert status == 200, reply
+        got = [json.loads(x) for x in json.loads(reply)["outputs"][0]["data"]]
+        tensors = json.dumps({"inputs": [{"name": "x", "datatype": "BYTES", "shape": [3], "data": data}],
+                              "parameters": {"answers": False}})
+        status, _, reply = post(server.http, "/v2/models/lines/infer", tensors)
+    assert [g["text"] for g in got] == [w["text"] for w in want]  # in request order, each file's own
+    np.testing.assert_allclose([g["score"] for g in got], [w["score"] for w in want], atol=1e-4)
+    assert status == 400 and "output 'softmax_11.tmp_0' has shapes" in error_of(reply), reply

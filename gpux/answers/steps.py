@@ -62,16 +62,16 @@ class Steps:
         """The feeds for one item through the declared steps (an image: path, bytes, PIL image, HxWxC array; raw
         bytes: path or bytes; audio: path, bytes or a 1-D waveform; text: a str, a path or bytes), a ready tensor
         of the input's rank, or a dict of tensors (cast to the inputs)."""
-        from gpux.model.inputs import cast_all
+        from gpux.model.inputs import cast, cast_all
 
         if isinstance(item, dict):
             return cast_all(item, self.inputs, "inputs"), None
         input_name, spec, tensor = self.file_input(name)
         if self.ready(item):
             return cast_all({input_name: item}, self.inputs, "inputs"), None
-        if spec.image is not None:
+        if spec.image is not None:  # a tensor that cannot fit the input is the file's, refused before any runtime
             array, placement = image_tensor(item, spec.image, tensor.dtype, name)
-            return {input_name: array}, placement
+            return {input_name: cast(array, tensor, name)}, placement
         if spec.text is not None:
             feeds = text_feeds(item, spec.text, self.project.root / spec.text.tokenizer, input_name, name)
         elif spec.bytes is not None:

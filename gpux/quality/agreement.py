@@ -223,7 +223,7 @@ def degenerate(kind: str, answers: Sequence[Any]) -> str | None:
     if kind == "text" and answers and not any(answers):
         return "every text the reference reads is empty"
     if kind == "boxes":
-        boxes = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b, _, _ in answers]) if answers else []
+        boxes = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b, _, _ in answers or [((), 0, 0)]])
         if len(boxes) and not ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])).any():
             return "every box the reference finds is zero-sized"
     return None

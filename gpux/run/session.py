@@ -91,7 +91,7 @@ class Session:
                 out = self._runner.run(feeds)
             except Exception as exc:
                 if type(exc).__name__ == "InvalidArgument":  # ONNX Runtime: the feeds do not fit the model
-                    raise InputError(f"the model rejected the inputs: {first_line(exc)}") from None
+                    raise InputError(f"the model rejected the inputs: {str(exc).strip()}") from None
                 self._next_after("first-inference", first_line(exc))
                 continue
             problem = self._check_placement(feeds)
