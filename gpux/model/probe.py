@@ -39,10 +39,12 @@ class Real:
         return axes[0] if len(axes) == 1 else None
 
     def tensor(self, name: str, dtype: str) -> Tensor:
-        """The output as it really is: its dims, those that differ between the samples dynamic."""
-        first = self.outputs[name]
+        """The output as it really is: its dims, those that differ between the samples dynamic (the batch's named
+        batch)."""
+        first, batch = self.outputs[name], self.batch_axis(name)
         others = [s[name] for s in (self.second, self.third) if len(s.get(name) or ()) == len(first)]
-        return Tensor(name, dtype, tuple(a if all(o[i] == a for o in others) else None for i, a in enumerate(first)))
+        return Tensor(name, dtype, tuple("batch" if i == batch else a if all(o[i] == a for o in others) else None
+                                         for i, a in enumerate(first)))
 
 
 def real_io(source: Path, inputs: tuple[Tensor, ...], memo: Path | None) -> Real | None:
