@@ -56,11 +56,25 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Range = Annotated[tuple[int, int], BeforeValidator(_size), WithJsonSchema(
+    {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2})]
+
+
 class Resize(Strict):
-    """Exactly one of shorter, exact, letterbox."""
+    """Exactly one of shorter, height, width, exact, letterbox."""
 
     shorter: int | None = Field(None, ge=1, description="Resize so the shorter side is this long, keeping the "
                                 "aspect ratio (then usually crop:).")
+    height: int | None = Field(None, ge=1, description="Resize to this height keeping the aspect ratio: the width "
+                               "follows (text lines; the input's width is dynamic or range: bounds it).")
+    width: int | None = Field(None, ge=1, description="Resize to this width keeping the aspect ratio: the height "
+                              "follows.")
+    range: Range | None = Field(None, description="[least, most] the following side may be (with height: or width:); "
+                                "outside: says what happens to an image outside it.")
+    outside: Literal["pad", "fit", "refuse"] = Field(
+        "refuse", description="An image whose following side falls outside range: pad (pad a short one with fill up "
+        "to the least, on the right or below; squeeze a long one to the most), fit (stretch or squeeze it into the "
+        "range), refuse (an error naming the file and its size).")
     exact: Size | None = Field(None, description="Resize to this size ([height, width] or one int), "
                                "stretching the image.")
     letterbox: Size | None = Field(None, description="Fit inside this size keeping the aspect ratio, padding the "
@@ -74,10 +88,14 @@ class Resize(Strict):
 
     @model_validator(mode="after")
     def _one_mode(self) -> Resize:
-        given = [k for k in ("shorter", "exact", "letterbox") if getattr(self, k) is not None]
+        modes = ("shorter", "height", "width", "exact", "letterbox")
+        given = [k for k in modes if getattr(self, k) is not None]
         if len(given) != 1:
-            raise _fail("expected exactly one of shorter, exact, letterbox" +
-                        (f"; got {', '.join(given)}" if given else ""))
+            raise _fail(f"expected exactly one of {', '.join(modes)}" + (f"; got {', '.join(given)}" if given else ""))
+        if self.range is not None and given[0] not in ("height", "width"):
+            raise _fail("range bounds the side that follows height: or width:", "range")
+        if self.range is not None and self.range[0] > self.range[1]:
+            raise _fail(f"range {list(self.range)}: the least is above the most", "range")
         return self
 
 
@@ -93,6 +111,11 @@ class ImageSteps(Strict):
                                      "[0.485, 0.456, 0.406].")
     std: list[float] | None = Field(None, description="Divided per channel after mean, e.g. [0.229, 0.224, 0.225].")
     layout: Literal["nchw", "nhwc"] = Field("nchw", description="Axis order of the input tensor.")
+    resize_first: bool = Field(False, description="Resize before converting to color: (as pipelines that resize the "
+                               "decoded image, then convert it to gray, do); default: convert first.")
+    background: tuple[int, int, int] | None = Field(None, description="[r, g, b] (0..255): an image with "
+                                                    "transparency is pasted on this color (default: its alpha is "
+                                                    "dropped, its hidden pixels shown).")
 
     @property
     def channels(self) -> int:
@@ -103,6 +126,14 @@ class ImageSteps(Strict):
         """(height, width) of the tensor, where the steps fix it."""
         r = self.resize
         return self.crop or (r.exact or r.letterbox if r else None)
+
+    @property
+    def fixed(self) -> tuple[int | None, int | None]:
+        """(height, width), each where the steps fix it (a keep-aspect resize fixes one side)."""
+        if self.size:
+            return self.size
+        r = self.resize
+        return (r.height, None) if r and r.height else (None, r.width) if r and r.width else (None, None)
 
     @model_validator(mode="after")
     def _per_channel(self) -> ImageSteps:
@@ -276,6 +307,11 @@ def check_image_shape(image: ImageSteps, shape: tuple[int | str, ...]) -> tuple[
     size = image.size
     if size and all(isinstance(d, int) for d in hw) and tuple(hw) != size:
         return f"the steps give {size[0]}x{size[1]} images, shape {list(shape)} takes {hw[0]}x{hw[1]}", ("image",)
+    wrong = [(side, f, d) for side, f, d in zip(("height", "width"), image.fixed, hw, strict=True)
+             if f is not None and isinstance(d, int) and d != f]
+    if wrong:
+        side, f, d = wrong[0]
+        return f"the steps give images of {side} {f}, shape {list(shape)} takes {side} {d}", ("image", "resize")
     return None
 
 
