@@ -223,3 +223,27 @@ def test_serve_answers_every_file_of_a_request_of_different_widths(lines: Path) 
     assert [g["text"] for g in got] == [w["text"] for w in want]  # in request order, each file's own
     np.testing.assert_allclose([g["score"] for g in got], [w["score"] for w in want], atol=1e-4)
     assert status == 400 and "output 'softmax_11.tmp_0' has shapes" in error_of(reply), reply
+
+
+def test_inputs_every_runtime_rejects_are_the_inputs_fault_with_the_whole_message(tmp_path: Path) -> None:
+    """x [1, n] reshaped to [1, 3, 4]: only n = 12 runs; other sizes pass gpux's checks (n is dynamic) and each
+    runtime rejects them."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "to"], ["y"])], "reshape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4])],
+        [numpy_helper.from_array(np.array([1, 3, 4], np.int64), "to")])
+    onnx.save(helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              str(tmp_path / "model.onnx"))
+    (tmp_path / "gpux.yml").write_text("name: reshape\nmodel: {source: model.onnx}\nshapes: {n: 12}\n")
+    ok = gpux("run", str(tmp_path), "--input", json.dumps({"x": [list(range(12))]}), "-p", "cpu")
+    assert ok.returncode == 0, ok.stderr
+    for strict in ((), ("--strict",)):
+        r = gpux("run", str(tmp_path), "--input", json.dumps({"x": [[1.0, 2.0, 3.0]]}), "-p", "cpu", *strict)
+        assert r.returncode == 2, r.stderr
+        assert "cpu rejected the inputs" in r.stderr and "first-inference" not in r.stderr, r.stderr
+        assert "The input tensor cannot be reshaped to the requested shape. Input shape:{1,3}, requested " \
+            "shape:{1,3,4}" in r.stderr, r.stderr  # the runtime's message, past its first line's index

@@ -92,7 +92,7 @@ class Session:
             except Exception as exc:
                 if type(exc).__name__ == "InvalidArgument":  # ONNX Runtime: the feeds do not fit the model
                     raise InputError(f"the model rejected the inputs: {str(exc).strip()}") from None
-                self._next_after("first-inference", first_line(exc))
+                self._rejected(exc)
                 continue
             problem = self._check_placement(feeds)
             if problem:
@@ -101,6 +101,22 @@ class Session:
             self._first_done = True
             self.attempts.append(Attempt(self.provider, "ok", True, self.runner.used))
             return out
+
+    def _rejected(self, exc: Exception) -> None:
+        """The first inference failed: on to the next provider; where every provider that opened failed at it, the
+        inputs are what fails (an InputError with the last runtime's whole message), not the providers."""
+        from gpux.errors import ProviderUnavailable
+
+        provider = self.provider
+        try:
+            self._next_after("first-inference", first_line(exc))
+        except ProviderUnavailable:
+            ran = [a for a in self.attempts if a.stage in ("first-inference", "placement", "ok")]
+            if ran and all(a.stage == "first-inference" for a in ran):
+                every = "as every provider that ran them did" if len(ran) > 1 else "and fallback is off"
+                raise InputError(f"{provider} rejected the inputs, {every}: {type(exc).__name__}: "
+                                 f"{str(exc).strip()}") from None
+            raise
 
     def prepared(self) -> Callable[[dict[str, Any]], list[Any]]:
         """The hot path: `call(feeds)` takes numpy arrays already of the inputs' dtypes and returns the outputs
