@@ -92,7 +92,7 @@ class Session:
             except Exception as exc:
                 if type(exc).__name__ == "InvalidArgument":  # ONNX Runtime: the feeds do not fit the model
                     raise InputError(f"the model rejected the inputs: {str(exc).strip()}") from None
-                self._rejected(exc)
+                self._rejected(exc, feeds)
                 continue
             problem = self._check_placement(feeds)
             if problem:
@@ -102,9 +102,10 @@ class Session:
             self.attempts.append(Attempt(self.provider, "ok", True, self.runner.used))
             return out
 
-    def _rejected(self, exc: Exception) -> None:
-        """The first inference failed: on to the next provider; where every provider that opened failed at it, the
-        inputs are what fails (an InputError with the last runtime's whole message), not the providers."""
+    def _rejected(self, exc: Exception, feeds: dict[str, Any]) -> None:
+        """The first inference failed: on to the next provider. Where none is left, the inputs are what fails (an
+        InputError with the runtime's whole message), not the providers, when every provider that ran them failed
+        at it and the model's own file on ONNX Runtime's CPU provider rejects them too."""
         from gpux.errors import ProviderUnavailable
 
         provider = self.provider
@@ -112,10 +113,9 @@ class Session:
             self._next_after("first-inference", first_line(exc))
         except ProviderUnavailable:
             ran = [a for a in self.attempts if a.stage in ("first-inference", "placement", "ok")]
-            if ran and all(a.stage == "first-inference" for a in ran):
-                every = "as every provider that ran them did" if len(ran) > 1 else "and fallback is off"
-                raise InputError(f"{provider} rejected the inputs, {every}: {type(exc).__name__}: "
-                                 f"{str(exc).strip()}") from None
+            if ran and all(a.stage == "first-inference" for a in ran) and _reference_rejects(self.project, feeds):
+                raise InputError(f"{provider} rejected the inputs, and so does the model on ONNX Runtime's CPU "
+                                 f"provider: {type(exc).__name__}: {str(exc).strip()}") from None
             raise
 
     def prepared(self) -> Callable[[dict[str, Any]], list[Any]]:
@@ -216,6 +216,28 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reference_rejects(project: Project, feeds: dict[str, Any]) -> bool:
+    """Whether the model's ONNX file on ONNX Runtime's CPU provider fails on these feeds (False where it cannot
+    be told: not ONNX, or no session opens)."""
+    from gpux.formats import source_format
+
+    if source_format(project) != "onnx":
+        return False
+    try:
+        import onnxruntime as ort
+
+        options, quiet = ort.SessionOptions(), ort.RunOptions()
+        options.log_severity_level = quiet.log_severity_level = 4
+        session = ort.InferenceSession(str(project.source), options, providers=["CPUExecutionProvider"])
+    except Exception:  # the model or runtime, not the inputs
+        return False
+    try:
+        session.run(None, feeds, quiet)
+    except Exception:
+        return True
+    return False
 
 
 def _signature(data: dict[str, Any]) -> tuple[Any, ...] | None:
