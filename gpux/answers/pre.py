@@ -32,6 +32,7 @@ class Placement:
     offset_y: float
     width: int
     height: int
+    canvas: tuple[int, int] | None = None  # the tensor's height and width
 
     def to_original(self, boxes: Any) -> Any:
         """[N, 4] boxes x1, y1, x2, y2 in tensor pixels → the original image's pixels, clipped to it."""
@@ -187,7 +188,7 @@ def image_tensor(source: Any, steps: ImageSteps, dtype: str, name: str) -> tuple
     if b.any():
         np.add(view, b, out=view, casting="unsafe")
     return out, Placement(scale_x=g.resized[0] / width, scale_y=g.resized[1] / height, offset_x=g.at[0],
-                          offset_y=g.at[1], width=width, height=height)
+                          offset_y=g.at[1], width=width, height=height, canvas=g.canvas)
 
 
 def _dtype(dtype: str, name: str) -> Any:

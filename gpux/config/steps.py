@@ -155,6 +155,7 @@ class BoxLayout:
     channels_axis: int
     objectness: bool
     shape: str  # as docs and messages write it
+    grid: bool = False  # cx, cy, w, h are a raw anchor grid's: xy offsets in cells, log w/h in strides (YOLOX's)
 
     @property
     def coords(self) -> int:
@@ -162,11 +163,14 @@ class BoxLayout:
         return 5 if self.objectness else 4
 
 
-BoxLayoutName = Literal["yolov8", "yolov5", "yolox"]
+BoxLayoutName = Literal["yolov8", "yolov5", "yolox", "yolox_grid"]
 BOX_LAYOUTS = {
     "yolov8": BoxLayout(1, False, "[batch, 4 + classes, anchors]"),  # ultralytics YOLOv8/v11 export
     "yolov5": BoxLayout(2, True, "[batch, anchors, 5 + classes]"),  # YOLOv5 export.py (sigmoid in the model)
     "yolox": BoxLayout(2, True, "[batch, anchors, 5 + classes]"),  # YOLOX export_onnx.py --decode_in_inference
+    # YOLOX export_onnx.py without --decode_in_inference: per anchor of each stride's grid (row-major, strides in
+    # order) x, y offsets in cells, log w, h in strides, objectness and class scores (sigmoid in the model)
+    "yolox_grid": BoxLayout(2, True, "[batch, anchors, 5 + classes], anchors the cells of each stride's grid", True),
 }
 
 
@@ -174,13 +178,18 @@ class Boxes(Strict):
     layout: BoxLayoutName = Field("yolov8", description="How the output holds its boxes (cx, cy, w, h in input "
                                   "pixels): yolov8 [batch, 4 + classes, anchors], class scores only; yolov5 and "
                                   "yolox (exported with --decode_in_inference) [batch, anchors, 5 + classes], an "
-                                  "objectness score before the class scores (score = objectness x class score).")
+                                  "objectness score before the class scores (score = objectness x class score); "
+                                  "yolox_grid: YOLOX's raw grid (exported without --decode_in_inference), decoded "
+                                  "from strides: cx, cy = (offset + cell) x stride, w, h = exp(value) x stride.")
     score: float = Field(0.25, ge=0, le=1, description="Least score a box is kept at.")
     iou: float = Field(0.45, ge=0, le=1, description="Boxes of one class overlapping more than this (IoU) are "
                        "suppressed, the best kept.")
     max: int = Field(300, ge=1, description="Most boxes answered per image, best first.")
     image: str | None = Field(None, description="The image input whose resize/letterbox the boxes are mapped back "
                               "through (default: the only image input).")
+    strides: list[Annotated[int, Field(ge=1)]] = Field(
+        [8, 16, 32], min_length=1, description="yolox_grid: the strides of the grids, in the order the anchors come "
+        "(each grid: the input's height and width over its stride, rounded up, cells row-major).")
 
 
 def _texts(value: Any) -> Any:

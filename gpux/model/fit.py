@@ -106,6 +106,8 @@ def _box_misfit(project: Project, name: str, post: Postprocess, real: Real) -> s
     lo, hi = stats["min"], stats["max"]
     said = f"{name} cannot hold {post.boxes.layout} boxes ({layout.shape}, cx, cy, w, h in input pixels): on a sample"
     size = _input_size(project, post, real)
+    if layout.grid:
+        return _grid_misfit(name, post, real, size)
     if min(lo[2], lo[3]) < -SLACK * max(size or (1, 1)) or max(hi[2], hi[3]) <= 0:
         return (f"{said} its widths and heights span [{_num(lo[2])}, {_num(hi[2])}] and [{_num(lo[3])}, "
                 f"{_num(hi[3])}]; {RAW}")
@@ -118,6 +120,22 @@ def _box_misfit(project: Project, name: str, post: Postprocess, real: Real) -> s
         return (f"{said} its scores span [{_num(scores[0])}, {_num(scores[1])}], not probabilities; declare "
                 "sigmoid: true if they are logits")
     return None
+
+
+def _grid_misfit(name: str, post: Postprocess, real: Real, size: tuple[int, int] | None) -> str | None:
+    """Why the declared strides' grids over the sample input do not make the output's anchors (the anchors are on
+    axis 1 of [batch, anchors, 5 + classes])."""
+    import math
+
+    assert post.boxes is not None
+    anchors, strides = real.outputs[name][1], post.boxes.strides
+    if size is None:
+        return None
+    cells = sum(math.ceil(size[0] / s) * math.ceil(size[1] / s) for s in strides)
+    if cells == anchors:
+        return None
+    return (f"strides {strides} over the {size[1]}x{size[0]} sample input make {cells} grid cells, but {name} has "
+            f"{anchors} anchors; declare the strides of its heads")
 
 
 RAW = ("a raw anchor grid (offsets, log sizes) is not decoded boxes: export the model with its decoding (YOLOX's "

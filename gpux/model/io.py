@@ -266,7 +266,7 @@ def _against_real(project: Project, io: ModelIO, problems: list[Problem], store:
         return io, problems
     from gpux.model.probe import real_io
 
-    real = real_io(project.source, io.inputs, store / ".model-real.json")
+    real = real_io(project.source, io.inputs, store / ".model-real.json", sample_inputs(project, io))
     if real is None:
         return io, problems
     io_real, changed = fit.trued(io, real)
@@ -275,6 +275,23 @@ def _against_real(project: Project, io: ModelIO, problems: list[Problem], store:
         project.notes.extend(fit.notes(project, io, changed, real))
         project.warnings.extend(str(n) for n in fit.notes(project, io, changed, real))
     return io_real, [*problems, *fit.step_problems(project, real)]
+
+
+def sample_inputs(project: Project, io: ModelIO) -> dict[str, Tensor]:
+    """The model's inputs with the sizes the project feeds them where it fixes one: a declared int, the height and
+    width its image steps fix (gpux.model.probe.sample: each still dynamic in the model is varied around it)."""
+    inputs = {t.name: t for t in io.inputs}
+    for name, spec in (project.config.inputs or {}).items():
+        t = inputs.get(name)
+        if t is None or t.shape is None:
+            continue
+        dims = [s if isinstance(s, int) else d for d, s in zip(t.shape, spec.shape or t.shape, strict=False)]
+        image = spec.preprocess.image if spec.preprocess else None
+        if image is not None and len(dims) == 4:
+            for i, fixed in zip((2, 3) if image.layout == "nchw" else (1, 2), image.fixed, strict=True):
+                dims[i] = fixed if fixed is not None else dims[i]
+        inputs[name] = Tensor(t.name, t.dtype, tuple(dims))
+    return inputs
 
 
 def _kept(project: Project, io: ModelIO, compat: Any, stamp: tuple[int, int]) -> Checked:

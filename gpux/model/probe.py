@@ -1,6 +1,6 @@
 """What a model really returns: its ONNX file run on ONNX Runtime's CPU provider on three seeded samples (a batch of
-1 with every other dynamic dim at 64, a batch of 2, then a batch of 1 with each input's last dynamic dim at 96: a
-width, a length), remembered in the store by the file's size and mtime.
+1 with every other dynamic dim at the size the project feeds it, else 64; a batch of 2; then a batch of 1 with each
+input's last dynamic dim 32 longer: a width, a length), remembered in the store by the file's size and mtime.
 Declared shapes and steps are checked against it (gpux.model.fit), not only against the model's metadata."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Any
 
 from gpux.model.tensor import Tensor
 
-SAMPLES = ((1, 64, 64), (2, 64, 64), (1, 64, 96))  # (batch, other dynamic dims, the last dynamic dim)
+SAMPLES = ((1, 0), (2, 0), (1, 32))  # (batch, what the last other dynamic dim adds)
+SIZE = 64  # a dynamic dim the project does not size
 
 
 @dataclass(frozen=True)
@@ -47,17 +48,22 @@ class Real:
                                          for i, a in enumerate(first)))
 
 
-def real_io(source: Path, inputs: tuple[Tensor, ...], memo: Path | None) -> Real | None:
-    """The model's real outputs on the samples (None: it cannot run here on them, or its inputs have no rank)."""
+def real_io(source: Path, inputs: tuple[Tensor, ...], memo: Path | None,
+            sizes: dict[str, Tensor] | None = None) -> Real | None:
+    """The model's real outputs on the samples of its `inputs` (their dims as `sizes` fix them where the model
+    leaves them dynamic); None: it cannot run here on them, or its inputs have no rank."""
     from gpux.files import memoised
 
     if not source.is_file():
         return None
-    [got] = memoised([source], memo, lambda p: _run(p, inputs))
-    return Real(**got) if isinstance(got, dict) and "outputs" in got else None
+    sizes = sizes or {}
+    key = [t.to_dict() for t in (*inputs, *sizes.values())]  # the samples follow the sizes the project feeds
+    [got] = memoised([source], memo, lambda p: {**_run(p, inputs, sizes), "key": key},
+                     lambda _p, kept: isinstance(kept, dict) and kept.get("key") == key)
+    return Real(**{k: v for k, v in got.items() if k != "key"}) if "outputs" in got else None
 
 
-def _run(source: Path, inputs: tuple[Tensor, ...]) -> dict[str, Any]:
+def _run(source: Path, inputs: tuple[Tensor, ...], sizes: dict[str, Tensor]) -> dict[str, Any]:
     """The samples run; {"failed": why} where the first cannot run."""
     import numpy as np
 
@@ -68,8 +74,8 @@ def _run(source: Path, inputs: tuple[Tensor, ...]) -> dict[str, Any]:
         options.log_severity_level = quiet.log_severity_level = 4  # a refused sample is an answer, not an error
         session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
         runs: list[tuple[dict[str, Any], Any]] = []
-        for batch, size, last in SAMPLES:
-            feeds = sample(inputs, batch, size, last)
+        for batch, longer in SAMPLES:
+            feeds = sample(inputs, sizes, batch, longer)
             try:
                 runs.append((feeds, session.run(None, feeds, quiet)))
             except Exception:
@@ -85,8 +91,9 @@ def _run(source: Path, inputs: tuple[Tensor, ...]) -> dict[str, Any]:
             "third": shapes[2], "stats": stats}
 
 
-def sample(inputs: tuple[Tensor, ...], batch: int, size: int, last: int) -> dict[str, Any]:
-    """Seeded feeds: a dynamic first dim is the batch, the last other dynamic dim `last`, the rest `size`."""
+def sample(inputs: tuple[Tensor, ...], sizes: dict[str, Tensor], batch: int, longer: int) -> dict[str, Any]:
+    """Seeded feeds: a dynamic first dim is the batch, every other dynamic dim the size `sizes` gives it (else SIZE),
+    the last of them `longer` more."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -94,10 +101,12 @@ def sample(inputs: tuple[Tensor, ...], batch: int, size: int, last: int) -> dict
     for t in inputs:
         if t.shape is None or t.dtype == "string":
             raise ValueError(f"input {t.name!r} has no shape or holds strings")
-        shape = [d if isinstance(d, int) else batch if i == 0 else size for i, d in enumerate(t.shape)]
+        fed = (sizes[t.name].shape if t.name in sizes else None) or t.shape
+        shape = [d if isinstance(d, int) else batch if i == 0 else f if isinstance(f, int) else SIZE
+                 for i, (d, f) in enumerate(zip(t.shape, fed, strict=False))]
         dynamic = [i for i, d in enumerate(t.shape) if i and not isinstance(d, int)]
         if dynamic:
-            shape[dynamic[-1]] = last
+            shape[dynamic[-1]] += longer
         if t.dtype == "bool":
             feeds[t.name] = rng.integers(0, 2, size=shape).astype(bool)
         elif t.dtype.startswith(("int", "uint")):
