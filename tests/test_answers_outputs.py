@@ -236,7 +236,8 @@ def test_a_charset_that_does_not_fit_the_classes_is_an_error_at_its_line(recogni
     ("    postprocess:", "    labels: [a, b]\n    postprocess:",
      "labels: ctc reads its classes' text from postprocess.ctc.charset; drop labels"),
     ("ctc: {", "topk: 3\n      ctc: {",
-     "postprocess.ctc: topk and ctc both set; an output answers classes, boxes or text"),
+     "postprocess.ctc: topk and ctc both set; an output answers classes, boxes, text or what its python step "
+     "returns"),
     ("space: true}", "space: true, axis: 0}", "postprocess.ctc.axis: "),
     ("charset: charset.txt", "charset: missing.txt", "postprocess.ctc.charset: file not found: missing.txt"),
 ])

@@ -235,14 +235,18 @@ class Postprocess(Strict):
                                 "original image's pixels as {label, index, score, box: [x1, y1, x2, y2]}.")
     ctc: Ctc | None = Field(None, description="Greedy CTC decoding (OCR, speech): the best class per step, repeats "
                             "collapsed, blanks dropped, classes mapped to the charset: {text, score}.")
+    python: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="module:function, "
+                               "imported from gpux.yml's folder: called with one batch row of the output (a numpy "
+                               "array), returns a JSON-able answer (docs/answers.md, Python steps).")
 
     @model_validator(mode="after")
     def _one_answer(self) -> Postprocess:
         if self.softmax and self.sigmoid:
             raise _fail("softmax and sigmoid both set; pick one", "sigmoid")
-        given = [k for k in ("topk", "boxes", "ctc") if getattr(self, k) is not None]
+        given = [k for k in ("topk", "boxes", "ctc", "python") if getattr(self, k) is not None]
         if len(given) > 1:
-            raise _fail(f"{' and '.join(given)} both set; an output answers classes, boxes or text", given[-1])
+            raise _fail(f"{' and '.join(given)} both set; an output answers classes, boxes, text or what its python "
+                        "step returns", given[-1])
         return self
 
     @property

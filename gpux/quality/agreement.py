@@ -34,7 +34,7 @@ def answer_kind(spec: Postprocess) -> str | None:
         return "boxes"
     if spec.topk is not None:
         return "topk"
-    return "text" if spec.ctc is not None else None
+    return "text" if spec.ctc is not None else "python" if spec.python is not None else None
 
 
 # ---- top-k classes -----------------------------------------------------------------------------------------------
@@ -155,6 +155,8 @@ KINDS: dict[str, Kind] = {
     "text": Kind(2, decode_text, text_agreement, (("exact_match", "min_exact_match", "exact text matches"),
                                            ("cer", "max_cer", "character error rate"))),
 }
+KINDS["python"] = Kind(1, None, lambda r, g: {"rows": len(r), "exact_match": sum(a == b for a, b in zip(
+    r, g, strict=True)) / len(r) if r else 1.0}, (("exact_match", "min_exact_match", "exact answers"),))
 SLACK = 1e-9  # rounding of a mean: 44/55 is 0.7999999999999999, which meets a floor of 0.8
 
 
@@ -168,7 +170,7 @@ def rows_of(arrays: Sequence[Any], rank: int) -> list[Any]:
 
 def fits(kind: str, array: Any) -> bool:
     """Whether an output can be decoded as that kind (rank, and 4 box coordinates plus at least one class)."""
-    rank = KINDS[kind].rank
+    rank = KINDS[kind].rank if kind != "python" else 0
     return array.ndim >= rank and array.size > 0 and (kind != "boxes" or array.shape[-2] >= 5)
 
 
@@ -179,9 +181,19 @@ def _batch_first(array: Any, axis: int) -> Any:
     return np.moveaxis(a, axis, 0) if axis and a.ndim > axis else a
 
 
+def python_decode(spec: Postprocess, root: Any) -> Callable[[Any, Postprocess], Any]:
+    """A python postprocess as a decoder: its answer for a row, as text compared exactly (floats to 4 digits)."""
+    from gpux.answers.python import call, canonical, resolve
+
+    assert spec.python is not None
+    target = spec.python
+    function = resolve(root, target)
+    return lambda row, _spec: canonical(call(function, target, root, row))
+
+
 def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: Sequence[str],
                 reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any]], rules: Mapping[str, Rule],
-                judged: bool) -> None:
+                judged: bool, root: Any = None) -> None:
     """Compare the answers of every output with declared post-processing; a metric under its floor is a failure
     naming the output, the metric, its value and the floor (`judged` false: recorded only, as on generated
     inputs, whose answers mean nothing)."""
@@ -193,6 +205,8 @@ def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: S
         axis = spec.batch_axis if spec is not None else 0  # a time-major output's rows are on axis 1
         ref = [_batch_first(r[j], axis) for r in reference]
         out = [_batch_first(g[j], axis) for g in got]
+        if kind == "python" and spec is not None and root is not None and ref and ref[0].ndim:
+            row = Kind(ref[0].ndim - 1, python_decode(spec, root), row.compare, row.floors)  # type: ignore[union-attr]
         if spec is None or kind is None or row is None or row.decode is None or name not in result.outputs or \
                 not all(fits(kind, a) for a in ref):
             continue
