@@ -248,3 +248,16 @@ def test_inputs_every_runtime_rejects_are_the_inputs_fault_with_the_whole_messag
         assert "first-inference" not in r.stderr
         assert "The input tensor cannot be reshaped to the requested shape. Input shape:{1,3}, requested " \
             "shape:{1,3,4}" in r.stderr, r.stderr  # the runtime's message, past its first line's index
+
+
+def test_validate_check_model_refuses_what_run_refuses(recognizer: Path, tmp_path: Path) -> None:
+    shutil.copy(recognizer / "model.onnx", tmp_path)
+    lines = (recognizer / "charset.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "charset.txt").write_text("".join(lines[:-1]), encoding="utf-8")
+    text = (ROOT / "examples" / "ppocr_recognizer" / "gpux.yml").read_text().replace(SHAPE, "")
+    (tmp_path / "gpux.yml").write_text(text)
+    said = "postprocess.ctc.charset: 6622 charset entries and the blank and the space make 6624 classes, not 6625"
+    for args in (("validate", "--check-model", str(tmp_path / "gpux.yml")),
+                 ("run", str(tmp_path), str(recognizer / "heading.png"), "-p", "cpu")):
+        r = gpux(*args)
+        assert r.returncode == 3 and said in r.stderr, r.stderr

@@ -28,14 +28,14 @@ def answer_files(project: Any, req: Any) -> int:
     with holding(project.name, project.root, req.store, "gpux run"), \
             load(project, req.provider, strict=req.strict, store_dir=req.store, log=report.progress(req.as_json),
                  placement=req.placement, provider_source="--provider") as session:
-        if not req.as_json:
-            for w in session.warnings:
-                report.warn(w)
-            for line in report.provider_lines(session.report()):
-                (report.warn if line.startswith("skipped ") else report.info)(line)
-        for file in files:
+        for i, file in enumerate(files):
             feeds, placement = _feeds(steps, file)
             outputs = dict(zip(session.output_names, session.run_feeds(feeds), strict=True))
+            if not req.as_json and i == 0:  # after the first inference: the provider that answered it
+                for w in session.warnings:
+                    report.warn(w)
+                for line in report.provider_lines(session.report()):
+                    (report.warn if line.startswith("skipped ") else report.info)(line)
             answers = {k: _plain(v) for k, v in steps.file_answers(outputs, placement).items()}
             doc = {"file": file, "provider": session.provider, "answers": answers}
             if saved:

@@ -140,9 +140,12 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
         project = open_project(str(path)) if path.suffix.lower() == ".onnx" else \
             load_config(path, require_model=check_model)
         if check_model:
+            from gpux.answers.steps import Steps
             from gpux.model import io as model_io
 
-            note = model_io.check_model(project).compat.note
+            checked = model_io.check_model(project)
+            Steps.of(project, checked.inputs, checked.outputs)  # the steps as `gpux run` binds them, or their lines
+            note = checked.compat.note
             if note:
                 project.notes.append(project.problem(("model", "source"), note))
         elif model:
