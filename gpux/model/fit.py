@@ -33,7 +33,7 @@ def trued(io: ModelIO, real: Real) -> tuple[ModelIO, list[str]]:
     outputs, changed = [], []
     for t in io.outputs:
         got = real.outputs.get(t.name)
-        if got is not None and not fits(t.shape, got):
+        if got is not None and (t.shape is None or not fits(t.shape, got)):
             t = real.tensor(t.name, t.dtype)
             changed.append(t.name)
         outputs.append(t)
@@ -47,12 +47,12 @@ def fits(shape: tuple[Any, ...] | None, got: list[int]) -> bool:
 
 
 def notes(project: Project, io: ModelIO, changed: list[str], real: Real) -> list[Problem]:
-    """One warning per output whose metadata misstates it."""
+    """One warning per output whose metadata misstates it (one without a shape there is only completed)."""
     said = {t.name: t.shape for t in io.outputs}
     return [project.problem(("outputs", n) if n in (project.config.outputs or {}) else ("model", "source"),
                             f"the model's metadata says {n} is {shape_text(said[n] or ())} but it returns "
                             f"{shape_text(tuple(real.outputs[n]))} on a sample; gpux goes by what it returns")
-            for n in changed]
+            for n in changed if said[n] is not None]
 
 
 def step_problems(project: Project, real: Real) -> list[Problem]:

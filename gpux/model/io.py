@@ -272,8 +272,9 @@ def _against_real(project: Project, io: ModelIO, problems: list[Problem], store:
     io_real, changed = fit.trued(io, real)
     if changed:
         problems = check_declared(project, io_real)
-        project.notes.extend(fit.notes(project, io, changed, real))
-        project.warnings.extend(str(n) for n in fit.notes(project, io, changed, real))
+        said = fit.notes(project, io, changed, real)
+        project.notes.extend(said)
+        project.warnings.extend(str(n) for n in said)
     return io_real, [*problems, *fit.step_problems(project, real)]
 
 
