@@ -15,8 +15,9 @@ from gpux.errors import StepError
 
 
 def resolve(root: Path, target: str) -> Callable[..., Any]:
-    """The function `module:function` names, importable from `root` (put first on the import path while it is
-    imported); a ValueError says why it is not there (for the caller to place at its gpux.yml line)."""
+    """The function `module:function` names, importable from `root` (first on the import path while it is
+    imported, then last, for the imports its functions make when called); a ValueError says why it is not there (for
+    the caller to place at its gpux.yml line)."""
     import pkgutil
 
     folder = str(root)
@@ -26,8 +27,9 @@ def resolve(root: Path, target: str) -> Callable[..., Any]:
     except Exception as exc:  # an import error, or whatever the module raises as it is imported
         raise ValueError(f"cannot import {target} from {root}: {_where(exc, root)}") from None
     finally:
-        if folder in sys.path:
-            sys.path.remove(folder)
+        sys.path.remove(folder)
+        if folder not in sys.path:
+            sys.path.append(folder)
     if not callable(found):
         raise ValueError(f"{target} is a {type(found).__name__}, not a function")
     return found
