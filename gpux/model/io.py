@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -213,6 +213,7 @@ class Checked:
     stamp: tuple[int, int] = (0, 0)  # the model file's (size, mtime_ns) when it was read
     beside: tuple[list[int] | None, ...] = ()  # its external data files' (size, mtime_ns) then (None: missing)
     files: tuple[Path, ...] = ()  # the files the model is made of: the source and its external data
+    read: ModelIO | None = None  # the interface as the file states it, where outputs it misstates were replaced
 
 
 def check_model(project: Project, store_dir: str | Path | None = None) -> Checked:
@@ -246,14 +247,14 @@ def _checked(project: Project, store_dir: str | Path | None, stamp: tuple[int, i
         named = "" if project.implied else f"{project.source.name}: "  # else the problem names the model
         raise ConfigError([project.problem(("model", "source"), named + m) for m in model_problems])
     problems = check_declared(project, io)
-    io, problems = _against_real(project, io, problems, store)
+    read, (io, problems) = io, _against_real(project, io, problems, store)
     missing = [f for f in io.external_data if not (project.source.parent / f).is_file()]
     if missing:
         problems.insert(0, project.problem(("model", "source"), f"external data file not found beside the model: "
                                            f"{', '.join(missing)}"))
     if problems:
         raise ConfigError(problems)
-    return _kept(project, io, compat, stamp)
+    return replace(_kept(project, io, compat, stamp), read=read)
 
 
 def _against_real(project: Project, io: ModelIO, problems: list[Problem], store: Path
