@@ -5,6 +5,7 @@ cells, log w/h in strides, objectness 1), answers what the original answers; mis
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,15 +20,17 @@ from .trained import yolov8_detector_example
 STRIDES = (8, 16, 32)
 
 
-def grid_model(source: Path, target: Path) -> None:
-    """output0 [1, 4 + C, 2100] (cx, cy, w, h, class scores) → grid [1, 2100, 5 + C] as YOLOX leaves it."""
+def grid_model(source: Path, target: Path, size: tuple[int, int] = (320, 320)) -> None:
+    """output0 [1, 4 + C, anchors] (cx, cy, w, h, class scores) at an input of `size` → grid [1, anchors, 5 + C] as
+    YOLOX leaves it."""
     import onnx
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(source))
-    cells = anchor_grid(2100, STRIDES, (320, 320))
+    anchors = sum(-(-size[0] // s) * -(-size[1] // s) for s in STRIDES)
+    cells = anchor_grid(anchors, STRIDES, size)
     classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value - 4
-    consts = {"cells": cells[None, :, :2], "stride": cells[None, :, 2:], "one": np.ones((1, 2100, 1), np.float32),
+    consts = {"cells": cells[None, :, :2], "stride": cells[None, :, 2:], "one": np.ones((1, anchors, 1), np.float32),
               "s0": np.array([0], np.int64), "s2": np.array([2], np.int64), "s4": np.array([4], np.int64),
               "end": np.array([1 << 30], np.int64), "axis": np.array([2], np.int64)}
     model.graph.initializer.extend(numpy_helper.from_array(v.astype(v.dtype), k) for k, v in consts.items())
@@ -43,7 +46,7 @@ def grid_model(source: Path, target: Path) -> None:
         helper.make_node("Concat", ["offsets", "log_wh", "one", "scores"], ["grid"], axis=2),
     ])
     del model.graph.output[:]
-    model.graph.output.append(helper.make_tensor_value_info("grid", 1, [1, 2100, 5 + classes]))
+    model.graph.output.append(helper.make_tensor_value_info("grid", 1, [1, anchors, 5 + classes]))
     onnx.save(model, str(target))
 
 
@@ -90,3 +93,26 @@ def test_a_misdeclared_grid_is_refused_at_its_line(detectors: tuple[Path, Path],
     line = next(n for n, x in enumerate(text.splitlines(), 1) if "boxes:" in x)
     r = gpux("validate", "--check-model", str(tmp_path / "gpux.yml"))
     assert r.returncode == 3 and f"gpux.yml:{line}:" in r.stderr and said in r.stderr, r.stderr
+
+
+def test_a_grid_over_a_wider_than_tall_input_is_decoded_and_verified_at_its_size(detectors: tuple[Path, Path],
+                                                                               tmp_path: Path) -> None:
+    """nudenet's detector takes any size: fed 256 x 320, its grids make 1680 cells; the raw grid answers the decoded
+    model's boxes there, and a build's verification compares its boxes (each sample's own size)."""
+    decoded, raw = detectors
+    wide, grid = tmp_path / "wide", tmp_path / "grid"
+    for folder, source in ((wide, decoded), (grid, raw)):
+        folder.mkdir()
+        text = (source / "gpux.yml").read_text().replace("shape: [1, 3, 320, 320]", "shape: [1, 3, 256, 320]")
+        text = text.replace("letterbox: 320", "letterbox: [256, 320]").replace("[1, 22, 2100]", "[1, 22, 1680]")
+        (folder / "gpux.yml").write_text(text.replace("[1, 2100, 23]", "[1, 1680, 23]")
+                                         .replace("  data: photos.npz", "  samples: 2"))
+    shutil.copy(decoded / "model.onnx", wide / "model.onnx")
+    grid_model(decoded / "model.onnx", grid / "model.onnx", (256, 320))
+    want, got = answers(wide, "output0", "astronaut.png"), answers(grid, "grid", "astronaut.png")
+    assert [a["label"] for a in got[0]] == [a["label"] for a in want[0]] and got[0]  # type: ignore[union-attr,index]
+    np.testing.assert_allclose([a["box"] for a in got[0]], [a["box"] for a in want[0]], atol=0.05)  # type: ignore
+    r = gpux("build", str(grid), "-p", "cpu", "--force", "--json")
+    assert r.returncode == 0, r.stderr
+    record = json.loads(r.stdout)["targets"][0]["verification"]["outputs"]["grid"]["answers"]
+    assert record["kind"] == "boxes" and "skipped" not in record and record["f1"] == 1.0, record

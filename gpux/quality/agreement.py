@@ -64,11 +64,12 @@ def topk_agreement(reference: list[Any], got: list[Any]) -> dict[str, Any]:
 
 
 # ---- boxes -------------------------------------------------------------------------------------------------------
-def decode_boxes(row: Any, spec: Postprocess) -> tuple[Any, Any, Any]:
+def decode_boxes(row: Any, spec: Postprocess, size: tuple[int, int] | None = None) -> tuple[Any, Any, Any]:
+    """A row's boxes; a raw grid's over an input of `size` (height, width; None: the square its anchors make)."""
     from gpux.answers import post
 
     assert spec.boxes is not None
-    return post.decode_boxes(row, spec.boxes, (spec.softmax, spec.sigmoid))
+    return post.decode_boxes(row, spec.boxes, (spec.softmax, spec.sigmoid), size)
 
 
 def pairwise_iou(a: Any, b: Any) -> Any:
@@ -191,12 +192,22 @@ def python_decode(spec: Postprocess, root: Any) -> Callable[[Any, Postprocess], 
     return lambda row, _spec: canonical(call(function, target, root, row))
 
 
+def _decoded(kind: Kind, spec: Postprocess, arrays: Sequence[Any], sizes: Sequence[Any] | None) -> list[Any]:
+    """Every row's answer over the samples; boxes decoded over each sample's own input size where given."""
+    assert kind.decode is not None
+    if kind.decode is not decode_boxes or sizes is None or len(sizes) != len(arrays):
+        return [kind.decode(x, spec) for x in rows_of(arrays, kind.rank)]
+    return [decode_boxes(x, spec, size) for a, size in zip(arrays, sizes, strict=True)
+            for x in rows_of([a], kind.rank)]
+
+
 def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: Sequence[str],
                 reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any]], rules: Mapping[str, Rule],
-                judged: bool, root: Any = None) -> None:
+                judged: bool, root: Any = None, sizes: Sequence[tuple[int, int] | None] | None = None) -> None:
     """Compare the answers of every output with declared post-processing; a metric under its floor is a failure
     naming the output, the metric, its value and the floor (`judged` false: recorded only, as on generated
-    inputs, whose answers mean nothing)."""
+    inputs, whose answers mean nothing). `sizes`: each sample's image input (height, width), where a raw box grid
+    is decoded over it."""
 
     for j, name in enumerate(names):
         spec = posts.get(name)
@@ -211,9 +222,9 @@ def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: S
                 not all(fits(kind, a) for a in ref):
             continue
         try:
-            answers = [row.decode(x, spec) for x in rows_of(ref, row.rank)]
-            metrics = row.compare(answers, [row.decode(x, spec) for x in rows_of(out, row.rank)])
-        except ValueError as exc:  # a raw grid over a non-square input: its size is not in the outputs
+            answers = _decoded(row, spec, ref, sizes)
+            metrics = row.compare(answers, _decoded(row, spec, out, sizes))
+        except ValueError as exc:  # a raw grid whose size is not told (tensors given, no image input)
             result.outputs[name]["answers"] = {"kind": kind, "skipped": str(exc)}
             continue
         record = {"kind": kind, **metrics, "judged": judged}

@@ -50,6 +50,18 @@ def judged(project: Project, sizes: dict[str, int]) -> dict[str, Any]:
             **({"code": code} if code else {})}
 
 
+def image_sizes(project: Project, feeds: Sequence[dict[str, Any]]) -> list[tuple[int, int] | None]:
+    """Each sample's (height, width) at the image input (the first one), None where there is none."""
+    images = {n: s.preprocess.image for n, s in (project.config.inputs or {}).items()
+              if s.preprocess is not None and s.preprocess.image is not None}
+    if not images:
+        return [None] * len(feeds)
+    name, image = next(iter(images.items()))
+    at = (2, 3) if image.layout == "nchw" else (1, 2)
+    return [(int(f[name].shape[at[0]]), int(f[name].shape[at[1]])) if name in f and f[name].ndim == 4 else None
+            for f in feeds]
+
+
 def _code_digest(root: Path, target: str) -> str | None:
     """The sha256 of the file a python step's module is in, under `root` (its answers are judged by it)."""
     import hashlib
@@ -190,7 +202,7 @@ def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any
     from gpux.quality.agreement import add_answers
 
     add_answers(result, postprocessing(job.project), names, reference_out, got, judged, data.representative,
-                job.project.root)
+                job.project.root, image_sizes(job.project, data.feeds))
     return verdict(job, target, result, data)
 
 
