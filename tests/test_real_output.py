@@ -199,13 +199,30 @@ def test_a_file_whose_tensor_cannot_fit_the_input_is_refused_before_any_provider
     assert "first-inference" not in r.stderr and "Traceback" not in r.stderr
 
 
-def test_serve_answers_every_file_of_a_request_of_different_widths(lines: Path) -> None:
+@pytest.fixture(scope="module")
+def time_major_lines(lines: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same, the model time-major: [time, batch, classes]."""
+    folder = tmp_path_factory.mktemp("tm_lines")
+    time_major(lines / "model.onnx", folder / "model.onnx")
+    for name in ("charset.txt", "heading.png", "body.png"):
+        shutil.copy(lines / name, folder)
+    (folder / "gpux.yml").write_text(KEEP_ASPECT.replace("name: lines", "name: tm-lines")
+                                     .replace("space: true}", "space: true, time_major: true}"))
+    return folder
+
+
+@pytest.mark.parametrize("major", ["batch", "time"])
+def test_serve_answers_every_file_of_a_request_of_different_widths(lines: Path, time_major_lines: Path,
+                                                                   major: str) -> None:
+    """Two files of one width run as one batch (split into rows on the batch axis, axis 1 when time-major), the
+    other alone; every answer in request order."""
     import base64
 
     import gpux as api
 
     from .serving import ServerThread, error_of, post
 
+    lines, name = (lines, "lines") if major == "batch" else (time_major_lines, "tm-lines")
     sent = ("heading.png", "body.png", "heading.png")
     with api.load(lines, provider="cpu", strict=True) as session:
         want = [session.predict(str(lines / n))[OUT] for n in sent]
@@ -214,12 +231,12 @@ def test_serve_answers_every_file_of_a_request_of_different_widths(lines: Path) 
     data = [base64.b64encode((lines / n).read_bytes()).decode() for n in sent]
     body = json.dumps({"inputs": [{"name": "x", "datatype": "BYTES", "shape": [3], "data": data}]})
     with ServerThread([lines], provider="cpu") as server:
-        status, _, reply = post(server.http, "/v2/models/lines/infer", body)
+        status, _, reply = post(server.http, f"/v2/models/{name}/infer", body)
         assert status == 200, reply
         got = [json.loads(x) for x in json.loads(reply)["outputs"][0]["data"]]
         tensors = json.dumps({"inputs": [{"name": "x", "datatype": "BYTES", "shape": [3], "data": data}],
                               "parameters": {"answers": False}})
-        status, _, reply = post(server.http, "/v2/models/lines/infer", tensors)
+        status, _, reply = post(server.http, f"/v2/models/{name}/infer", tensors)
     assert [g["text"] for g in got] == [w["text"] for w in want]  # in request order, each file's own
     np.testing.assert_allclose([g["score"] for g in got], [w["score"] for w in want], atol=1e-4)
     assert status == 400 and "output 'softmax_11.tmp_0' has shapes" in error_of(reply), reply
