@@ -97,6 +97,12 @@ def reading_file(name: str, kind: str = "a file") -> Iterator[None]:
         raise InputError(f"{name}: cannot read the file: {exc.strerror or exc}") from None
 
 
+class StepError(GpuxError):
+    """A Python step (`python: module:function` in gpux.yml) raised: the user's code, named at its file and line."""
+
+    exit_code = ExitCode.FAILED
+
+
 class DataError(GpuxError):
     """Declared sample data (verify.data, calibration) cannot be read or does not fit the model."""
 

@@ -101,10 +101,22 @@ def digest_data(path: Path, root: Path, what: str, named_in: Path) -> str:
     return digest_files(files, root)
 
 
+def umask() -> int:
+    """The process's umask (read without changing it where /proc says it; else set and restored at once)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
+    """`path` replaced at once by a file holding `text`, with the mode open() would give it (the umask's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

@@ -296,12 +296,13 @@ ANSWER_TEXT: dict[str, Callable[[dict[str, Any]], str]] = {  # an answers record
     "boxes": lambda a: f"box F1 {a['f1']:.3f} ({a['reference_boxes']} boxes"
                        + (f", IoU {a['mean_iou']:.2f})" if a.get("mean_iou") is not None else ")"),
     "text": lambda a: f"text exact {a['exact_match']:.0%}, CER {a['cer']:.1%}",
+    "python": lambda a: f"python answers exact {a['exact_match']:.0%}",
 }
 
 
 def answer_parts(outputs: dict[str, Any]) -> list[str]:
     """The agreement of each output's answers with the reference's, in a few words (named where several)."""
-    answers = {n: o["answers"] for n, o in outputs.items() if o.get("answers")}
+    answers = {n: o["answers"] for n, o in outputs.items() if o.get("answers") and "skipped" not in o["answers"]}
     parts = []
     for name, a in answers.items():
         text = ANSWER_TEXT.get(a.get("kind"), lambda _: "")(a)

@@ -416,7 +416,8 @@ def variant(folder: Path, old: str, new: str) -> Path:
 
 @pytest.mark.parametrize(("kind", "old", "new", "said"), [
     ("audio", "      audio: {", "      text: {tokenizer: t.json, max_length: 64}\n      audio: {",
-     "gpux.yml:8:7 inputs.x.preprocess: expected exactly one of image, bytes, audio, text; got audio, text"),
+     "gpux.yml:8:7 inputs.x.preprocess: expected exactly one of image, bytes, audio, text, python; "
+     "got audio, text"),
     ("audio", "rate: 16000", "rat: 16000", "inputs.x.preprocess.audio.rat: unknown field (did you mean 'rate'?)"),
     ("audio", "window: 64, hop: 32", "hop: 32", "inputs.x.preprocess.audio.hop: hop without window"),
     ("audio", "window: 64", "window: 100", "window gives rows of 100, shape [batch, 64] takes 64"),

@@ -108,3 +108,41 @@ def test_shell_completion_completes_commands_and_providers() -> None:
     assert complete("gpux build . -p cuda,c") == ["cuda,cuda", "cuda,coreml", "cuda,cpu"]
     script = gpux(env={"_GPUX_COMPLETE": "bash_source"})
     assert "_gpux_completion()" in script.stdout
+
+
+def misstated(path: Path) -> Path:
+    """x [batch, 4, 3] -> y = x transposed to [4, batch, 3], while the metadata says y is [1, seqlen]."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0, 2])], "lie",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seqlen"])])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_init_writes_what_the_model_returns_beside_the_link_named(tmp_path: Path) -> None:
+    import os
+
+    model = misstated(tmp_path / "models" / "lie.onnx")
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "model.onnx").symlink_to(model)
+    old = os.umask(0o022)
+    try:
+        r = gpux("init", str(tmp_path / "project" / "model.onnx"))
+    finally:
+        os.umask(old)
+    assert r.returncode == 0, r.stderr
+    written = tmp_path / "project" / "gpux.yml"
+    assert written.is_file() and not (tmp_path / "models" / "gpux.yml").exists()
+    assert yaml.safe_load(written.read_text())["outputs"]["y"]["shape"] == [4, "batch", 3]  # not [1, seqlen]
+    assert yaml.safe_load(written.read_text())["model"]["source"] == "model.onnx"
+    for f in (written, tmp_path / "project" / ".gpux" / "gpux.schema.json"):
+        assert f.stat().st_mode & 0o777 == 0o644, oct(f.stat().st_mode)
+    r = gpux("validate", "--check-model", str(written))
+    assert r.returncode == 0 and "metadata says y is [1, seqlen] but it returns [4, 1, 3]" in r.stderr, r.stderr
+    r = gpux("init", str(tmp_path / "project" / "model.onnx"))
+    assert r.returncode == 2 and f"{written}: exists" in r.stderr, r.stderr

@@ -104,7 +104,7 @@ def _run(session: Any, steps: Any, group: list[Decoded]) -> Iterator[tuple[int, 
     if len(group) > 1 and all(r == 1 for r in rows):
         feeds = {k: np.concatenate([d.feeds[k] for d in group]) for k in group[0].feeds}
         outputs = dict(zip(session.output_names, session.run_feeds(feeds), strict=True))
-        if all(getattr(a, "ndim", 0) and len(a) == len(group) for a in outputs.values()):
+        if all(getattr(a, "ndim", 0) for a in outputs.values()) and steps.rows(outputs) == len(group):
             for r, d in enumerate(group):
                 yield d.index, steps.answers(outputs, d.placement, r)
             return

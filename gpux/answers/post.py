@@ -106,14 +106,42 @@ def _matrix(s: Any, iou: float) -> list[int]:
     return keep
 
 
-def decode_boxes(pred: Any, spec: Boxes, activation: tuple[bool, bool] = (False, False)) -> tuple[Any, Any, Any]:
+def anchor_grid(anchors: int, strides: tuple[int, ...], size: tuple[int, int] | None = None) -> Any:
+    """[anchors, 3]: each anchor's cell x, y and its stride, the grid of each stride in turn (cells row-major) over
+    an input of `size` (height, width; default: the square whose grids hold `anchors` cells). A ValueError says
+    where the count does not fit."""
+    import math
+
+    import numpy as np
+
+    if size is None:
+        side = round(math.sqrt(anchors / sum(1 / s ** 2 for s in strides)))
+        size = (side, side)
+    cells = []
+    for s in strides:
+        ys, xs = np.mgrid[0:math.ceil(size[0] / s), 0:math.ceil(size[1] / s)]
+        cells.append(np.stack([xs.ravel(), ys.ravel(), np.full(xs.size, s)], axis=1))
+    grid = np.concatenate(cells).astype(np.float32)
+    if len(grid) != anchors:
+        raise ValueError(f"strides {list(strides)} over a {size[1]}x{size[0]} input make {len(grid)} cells, not the "
+                         f"{anchors} anchors of the output")
+    return grid
+
+
+def decode_boxes(pred: Any, spec: Boxes, activation: tuple[bool, bool] = (False, False),
+                 size: tuple[int, int] | None = None) -> tuple[Any, Any, Any]:
     """One output row in the declared layout (config.steps.BOX_LAYOUTS) → (boxes x1 y1 x2 y2 [N, 4], scores [N],
-    classes [N]) at or above the score threshold after class-aware NMS, best first, at most spec.max."""
+    classes [N]) at or above the score threshold after class-aware NMS, best first, at most spec.max. A raw grid
+    is decoded over an input of `size` (height, width; default: the square its anchors make)."""
     import numpy as np
 
     layout = BOX_LAYOUTS[spec.layout]
     pred = np.asarray(pred, np.float32)
     rows = pred if layout.channels_axis == 1 else pred.T  # [channels, anchors]
+    if layout.grid:
+        grid = anchor_grid(rows.shape[1], tuple(spec.strides), size).T  # [3, anchors]: x, y, stride
+        with np.errstate(over="ignore"):
+            rows = np.concatenate([(rows[:2] + grid[:2]) * grid[2], np.exp(rows[2:4]) * grid[2], rows[4:]])
     scores_all = activate(rows[layout.coords:], *activation, axis=0)
     classes = scores_all.argmax(axis=0)
     scores = scores_all[classes, np.arange(rows.shape[1])]
@@ -153,7 +181,7 @@ def answer(row: Any, spec: Postprocess, labels: list[str] | None, placement: Any
     input's pre.Placement, where given), text, the top-k classes, or the activated scores."""
     activation = (spec.softmax, spec.sigmoid)
     if spec.boxes is not None:
-        boxes, scores, classes = decode_boxes(row, spec.boxes, activation)
+        boxes, scores, classes = decode_boxes(row, spec.boxes, activation, placement.canvas if placement else None)
         boxes = placement.to_original(boxes) if placement is not None else boxes
         return box_answers(boxes, scores, classes, labels)
     if spec.ctc is not None:

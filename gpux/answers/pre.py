@@ -32,6 +32,7 @@ class Placement:
     offset_y: float
     width: int
     height: int
+    canvas: tuple[int, int] | None = None  # the tensor's height and width
 
     def to_original(self, boxes: Any) -> Any:
         """[N, 4] boxes x1, y1, x2, y2 in tensor pixels → the original image's pixels, clipped to it."""
@@ -53,10 +54,12 @@ class Geometry:
     at: tuple[int, int]
 
 
-def geometry(steps: ImageSteps, width: int, height: int) -> Geometry:
+def geometry(steps: ImageSteps, width: int, height: int, name: str = "image") -> Geometry:
     """The sizes and offsets the steps give an upright width x height image (torchvision's rules for the shorter
-    side and the centre crop; letterbox as YOLO detectors are fed)."""
+    side and the centre crop; letterbox as YOLO detectors are fed; a keep-aspect side as OCR lines are fed)."""
     r, size, at = steps.resize, (width, height), (0, 0)
+    if r is not None and (r.height or r.width):
+        return _follow(r, width, height, name)
     if r is not None and r.shorter is not None:
         short, long = sorted((width, height))
         other = int(r.shorter * long / short)
@@ -74,6 +77,28 @@ def geometry(steps: ImageSteps, width: int, height: int) -> Geometry:
         at = (-round((size[0] - cw) / 2.0), -round((size[1] - ch) / 2.0))
         return Geometry(size, (ch, cw), at)
     return Geometry(size, (size[1], size[0]), at)
+
+
+def _follow(r: Any, width: int, height: int, name: str) -> Geometry:
+    """One side fixed (height: or width:), the other following the aspect ratio (rounded up, at least 1), kept
+    within range: as `outside` says."""
+    import math
+
+    fixed, along = (r.height, (width, height)) if r.height else (r.width, (height, width))
+    follows = max(1, math.ceil(fixed * along[0] / along[1]))
+    resized = canvas = follows
+    if r.range is not None:
+        least, most = r.range
+        if not least <= follows <= most and r.outside == "refuse":
+            side = "width" if r.height else "height"
+            raise InputError(f"{name}: a {width}x{height} image resized to {'height' if r.height else 'width'} "
+                             f"{fixed} is {follows} in {side}, outside the range {least}..{most}",
+                             hint="declare resize.outside: pad or fit to take it")
+        resized = min(max(follows, least), most) if r.outside == "fit" else min(follows, most)
+        canvas = max(resized, least)
+    if r.height:
+        return Geometry((resized, fixed), (fixed, canvas), (0, 0))
+    return Geometry((fixed, resized), (canvas, fixed), (0, 0))
 
 
 def open_image(source: Any, name: str) -> Any:
@@ -114,14 +139,25 @@ def upright(image: Any, steps: ImageSteps, name: str) -> tuple[Any, int, int]:
         turn = image.getexif().get(ORIENTATION, 1) if hasattr(image, "getexif") else 1
         width, height = image.size[::-1] if turn in (5, 6, 7, 8) else image.size
         if getattr(image, "format", None) == "JPEG":
-            w, h = geometry(steps, width, height).resized
+            w, h = geometry(steps, width, height, name).resized
             image.draft(MODES[steps.color], (h, w) if turn in (5, 6, 7, 8) else (w, h))
         image = ops.exif_transpose(image) if turn != 1 else image
-        image = image.convert(MODES[steps.color]) if image.mode != MODES[steps.color] else image
+        image = _flattened(image, steps.background) if steps.background else image
+        mode = MODES[steps.color] if not steps.resize_first else image.mode if image.mode in ("RGB", "L") else "RGB"
+        image = image.convert(mode) if image.mode != mode else image
         image.load()
     except (OSError, SyntaxError, ValueError) as exc:
         raise InputError(f"{name}: cannot decode the image: {exc}") from None
     return image, width, height
+
+
+def _flattened(image: Any, background: tuple[int, int, int]) -> Any:
+    """An image with transparency pasted on the background color (RGB); one without, as it is."""
+    if image.mode not in ("RGBA", "LA", "PA") and not (image.mode == "P" and "transparency" in image.info):
+        return image
+    image_mod = require("PIL.Image", "images")
+    rgba = image.convert("RGBA")
+    return image_mod.alpha_composite(image_mod.new("RGBA", rgba.size, (*background, 255)), rgba).convert("RGB")
 
 
 def image_tensor(source: Any, steps: ImageSteps, dtype: str, name: str) -> tuple[Any, Placement]:
@@ -131,10 +167,11 @@ def image_tensor(source: Any, steps: ImageSteps, dtype: str, name: str) -> tuple
 
     image_mod = require("PIL.Image", "images")
     image, width, height = upright(open_image(source, name), steps, name)
-    g = geometry(steps, width, height)
+    g = geometry(steps, width, height, name)
     if image.size != g.resized:
         resample = getattr(image_mod.Resampling, (steps.resize.filter if steps.resize else "bilinear").upper())
         image = image.resize(g.resized, resample)
+    image = image.convert(MODES[steps.color]) if image.mode != MODES[steps.color] else image  # resize_first
     a = np.asarray(image)
     a = a[:, :, None] if a.ndim == 2 else a[:, :, ::-1] if steps.color == "bgr" else a
     nchw, (h, w), c = steps.layout == "nchw", g.canvas, steps.channels
@@ -143,7 +180,7 @@ def image_tensor(source: Any, steps: ImageSteps, dtype: str, name: str) -> tuple
     (x, y), (sx, sy) = (max(0, g.at[0]), max(0, g.at[1])), (max(0, -g.at[0]), max(0, -g.at[1]))
     cw, ch = min(w - x, a.shape[1] - sx), min(h - y, a.shape[0] - sy)
     if (cw, ch) != (w, h):  # letterbox padding, or a crop larger than the image (zeros, as torchvision pads)
-        fill = steps.resize.fill if steps.resize and steps.resize.letterbox else 0
+        fill = steps.resize.fill if steps.resize and (steps.resize.letterbox or steps.resize.range) else 0
         out[0] = (np.float32(fill) * k + b).astype(dtype)
     src = a[sy:sy + ch, sx:sx + cw]
     view = out[0, :, y:y + ch, x:x + cw] if nchw else out[0, y:y + ch, x:x + cw]
@@ -151,7 +188,7 @@ def image_tensor(source: Any, steps: ImageSteps, dtype: str, name: str) -> tuple
     if b.any():
         np.add(view, b, out=view, casting="unsafe")
     return out, Placement(scale_x=g.resized[0] / width, scale_y=g.resized[1] / height, offset_x=g.at[0],
-                          offset_y=g.at[1], width=width, height=height)
+                          offset_y=g.at[1], width=width, height=height, canvas=g.canvas)
 
 
 def _dtype(dtype: str, name: str) -> Any:

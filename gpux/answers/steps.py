@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ from gpux.config.steps import ImageSteps, Postprocess, class_misfit, classes_axi
 from gpux.errors import ConfigError, InputError
 from gpux.model.io import Tensor
 
-SUFFIXES = {"image": IMAGE_SUFFIXES, "audio": AUDIO_SUFFIXES, "text": TEXT_SUFFIXES, "bytes": ()}  # (): every file
+SUFFIXES = {"image": IMAGE_SUFFIXES, "audio": AUDIO_SUFFIXES, "text": TEXT_SUFFIXES, "bytes": (),
+            "python": ()}  # (): every file
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Steps:
     inputs: dict[str, Tensor]
     pre: dict[str, tuple[Preprocess, Tensor]]  # inputs with preprocess
     post: dict[str, tuple[Postprocess, list[str] | None]]  # outputs with postprocess, and their labels
+    code: dict[tuple[str, str], Any] = field(default_factory=dict)  # ("inputs" | "outputs", name) -> python step
 
     @classmethod
     def of(cls, project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]) -> Steps:
@@ -44,9 +46,11 @@ class Steps:
                 for n, s in (cfg.outputs or {}).items() if s.postprocess is not None and n in outputs}
         problems = [p for n, (spec, labels) in post.items() for p in _misfits(project, n, spec, labels, outputs[n])]
         problems += [p for n, (spec, real) in pre.items() for p in _pre_misfits(project, n, spec, real, inputs)]
+        code = _functions(project, {("inputs", n): s.python for n, (s, _) in pre.items()} |
+                          {("outputs", n): s.python for n, (s, _) in post.items()}, problems)
         if problems:
             raise ConfigError(problems)
-        return cls(project, inputs, pre, post)
+        return cls(project, inputs, pre, post, code)
 
     @property
     def images(self) -> dict[str, tuple[ImageSteps, Tensor]]:
@@ -62,16 +66,21 @@ class Steps:
         """The feeds for one item through the declared steps (an image: path, bytes, PIL image, HxWxC array; raw
         bytes: path or bytes; audio: path, bytes or a 1-D waveform; text: a str, a path or bytes), a ready tensor
         of the input's rank, or a dict of tensors (cast to the inputs)."""
-        from gpux.model.inputs import cast_all
+        from gpux.model.inputs import cast, cast_all
 
         if isinstance(item, dict):
             return cast_all(item, self.inputs, "inputs"), None
         input_name, spec, tensor = self.file_input(name)
         if self.ready(item):
             return cast_all({input_name: item}, self.inputs, "inputs"), None
-        if spec.image is not None:
+        if spec.python is not None:
+            from gpux.answers.python import call, file_data
+
+            got = call(self.code["inputs", input_name], spec.python, self.project.root, file_data(item))
+            return cast_all(got if isinstance(got, dict) else {input_name: got}, self.inputs, name), None
+        if spec.image is not None:  # a tensor that cannot fit the input is the file's, refused before any runtime
             array, placement = image_tensor(item, spec.image, tensor.dtype, name)
-            return {input_name: array}, placement
+            return {input_name: cast(array, tensor, name)}, placement
         if spec.text is not None:
             feeds = text_feeds(item, spec.text, self.project.root / spec.text.tokenizer, input_name, name)
         elif spec.bytes is not None:
@@ -99,7 +108,7 @@ class Steps:
             raise InputError(f"{name}: a file answers a model with one preprocessed input; {self.project.name} "
                              f"declares {', '.join(self.pre)}", hint="pass a dict of tensors")
         (input_name, (spec, tensor)), = self.pre.items()
-        filled = {input_name, *(spec.text.routes if spec.text else ())}
+        filled = set(self.inputs) if spec.python else {input_name, *(spec.text.routes if spec.text else ())}
         rest = [n for n in self.inputs if n not in filled]
         if rest:
             raise InputError(f"{name}: a file fills {', '.join(sorted(filled))}; {self.project.name} also takes "
@@ -113,10 +122,14 @@ class Steps:
             return self.answers(outputs, placement)
         import numpy as np
 
-        n = min((len(a) for a in outputs.values() if getattr(a, "ndim", 0)), default=1)
-        rows = [self.answers(outputs, None, r) for r in range(n)]
+        rows = [self.answers(outputs, None, r) for r in range(self.rows(outputs))]
         each = {k: [r[k] for r in rows] for k in outputs}
         return {k: np.stack(v) if all(hasattr(a, "shape") for a in v) else v for k, v in each.items()}
+
+    def rows(self, outputs: dict[str, Any]) -> int:
+        """The batch rows the outputs hold (a time-major ctc output's batch is its axis 1)."""
+        return min((a.shape[self.post[n][0].batch_axis if n in self.post else 0] for n, a in outputs.items()
+                    if getattr(a, "ndim", 0)), default=1)
 
     def answers(self, outputs: dict[str, Any], placement: Placement | None, row: int = 0) -> dict[str, Any]:
         """Each output's answer for one batch row; outputs without postprocess stay arrays."""
@@ -125,7 +138,13 @@ class Steps:
         out: dict[str, Any] = {}
         for name, arr in outputs.items():
             spec, labels = self.post.get(name, (None, None))
-            out[name] = arr[row] if spec is None else answer(arr[row], spec, labels, placement)
+            if spec is not None and spec.python is not None:
+                from gpux.answers.python import call
+
+                out[name] = call(self.code["outputs", name], spec.python, self.project.root, arr[row])
+                continue
+            out[name] = arr[row] if spec is None else \
+                answer(arr[:, row] if spec.batch_axis else arr[row], spec, labels, placement)
         return out
 
 
@@ -142,6 +161,22 @@ def _texts(project: Project, name: str, spec: Postprocess) -> list[str] | None:
                                                f"cannot read the charset file {charset}: {exc}")]) from None
         charset = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
     return spec.ctc.texts(charset)
+
+
+def _functions(project: Project, named: dict[tuple[str, str], str | None], problems: list[Any]) -> dict[Any, Any]:
+    """Each python step's function, imported once; one that cannot be is a problem at its line."""
+    from gpux.answers.python import resolve
+
+    out = {}
+    for (kind, name), target in named.items():
+        if target is None:
+            continue
+        try:
+            out[kind, name] = resolve(project.root, target)
+        except ValueError as exc:
+            step = "preprocess" if kind == "inputs" else "postprocess"
+            problems.append(project.problem((kind, name, step, "python"), str(exc)))
+    return out
 
 
 def _pre_misfits(project: Project, name: str, spec: Preprocess, real: Tensor,
@@ -172,6 +207,8 @@ def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] |
     labels (or charset entries)."""
     from gpux.config.steps import BOX_LAYOUTS
 
+    if spec.python is not None:  # the function's contract: it reads the row as it is
+        return []
     shape, axis = real.shape, classes_axis(spec)
     layout = BOX_LAYOUTS[spec.boxes.layout] if spec.boxes is not None else None
     if shape is not None and (layout is not None or spec.ctc is not None):
@@ -179,7 +216,8 @@ def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] |
         least = layout.coords + 1 if layout is not None else 1
         if len(shape) != 3 or (isinstance(channels, int) and channels < least):
             key, said = (("boxes", f"{spec.boxes.layout} boxes come as {layout.shape}") if spec.boxes and layout
-                         else ("ctc", "ctc decodes [batch, time, classes] (or [batch, classes, time] with axis: 1)"))
+                         else ("ctc", "ctc decodes [batch, time, classes] ([batch, classes, time] with axis: 1, "
+                                      "[time, batch, classes] with time_major: true)"))
             return [project.problem(("outputs", name, "postprocess", key), f"{said}; {name} is {list(shape)}")]
     size = shape[axis] if shape and len(shape) >= (3 if axis != -1 or spec.ctc else 1) else None
     if labels is None or shape is None:
@@ -220,8 +258,7 @@ def _one(session: Any, steps: Steps, item: Any) -> Any:
     feeds, placement = steps.feeds(item, "text" if isinstance(item, str) and steps.kind == "text" else describe(item))
     outputs = dict(zip(session.output_names, session.run_feeds(feeds), strict=True))
     if steps.ready(item):
-        rows = min((len(a) for a in outputs.values() if getattr(a, "ndim", 0)), default=1)
-        return [steps.answers(outputs, None, r) for r in range(rows)]
+        return [steps.answers(outputs, None, r) for r in range(steps.rows(outputs))]
     return steps.file_answers(outputs, placement)
 
 

@@ -106,7 +106,7 @@ def _keep_model_facts(project: Project, checked: Any, root: Path) -> None:
 
     if checked.io.ir_version is None or not root.is_dir():
         return  # a PyTorch source: its I/O is the declared one
-    keep_io(project.source, root / ".model-io.json", checked.io, checked.stamp)
+    keep_io(project.source, root / ".model-io.json", checked.read or checked.io, checked.stamp)
     ort_limits(root / ".ort-limits.json")  # what this process probed, kept under this install's versions
 
 

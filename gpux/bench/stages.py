@@ -116,8 +116,7 @@ class Split:
         outputs = dict(zip(self.session.output_names, values, strict=True))
         if self.inputs.items is not None:
             return self.steps.file_answers(outputs, placement)
-        rows = min((len(a) for a in outputs.values() if getattr(a, "ndim", 0)), default=1)
-        return [self.steps.answers(outputs, None, r) for r in range(rows)]
+        return [self.steps.answers(outputs, None, r) for r in range(self.steps.rows(outputs))]
 
     def first(self) -> tuple[dict[str, Any], float]:
         """One call through every stage, untimed but for the inference: the first inference of the row (its
@@ -184,7 +183,7 @@ def open_split(session: Any, project: Any, files: list[str], sizes: dict[str, in
     from gpux.answers.steps import Steps
 
     steps = Steps.of(project, session.inputs, session.outputs)
-    if files and not steps.images:
+    if files and not steps.pre:
         raise InputError(f"{files[0]}: {project.name} declares no preprocess for its inputs, so it takes tensors only")
     return Split(session=session, steps=steps, inputs=stage_inputs(steps, files, sizes), feeds=feeds)
 

@@ -32,16 +32,16 @@ def answer_files(project: Any, req: Any) -> int:
     with holding(project.name, project.root, req.store, "gpux run"), \
             load(project, req.provider, strict=req.strict, store_dir=req.store, log=report.progress(req.as_json),
                  placement=req.placement, provider_source="--provider") as session:
-        if not req.as_json:
-            for w in session.warnings:
-                report.warn(w)
-            for line in report.provider_lines(session.report()):
-                (report.warn if line.startswith("skipped ") else report.info)(line)
         text = steps.kind == "text"  # its decoding warns (a truncated text): one at a time, in this thread
         decode = (lambda i: _feeds(steps, files[i])) if text else (lambda i: steps.feeds(Path(files[i]), files[i]))
         started = time.perf_counter()
         for i, found in answer_many(session, steps, files, decode, batch=batch_size(steps, req.batch),
                                     workers=0 if text else None):
+            if not req.as_json and i == 0:  # after the first inference: the provider that answered it
+                for w in session.warnings:
+                    report.warn(w)
+                for line in report.provider_lines(session.report()):
+                    (report.warn if line.startswith("skipped ") else report.info)(line)
             file = files[i]
             answers = {k: _plain(v) for k, v in found.items()}
             doc = {"file": file, "provider": session.provider, "answers": answers}

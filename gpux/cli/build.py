@@ -66,12 +66,12 @@ def _build(req: BuildRequest, request: dict[str, Any]) -> tuple[dict[str, Any], 
         return build_workspace(ms, req.provider, req.store, req.as_json, force=req.force,
                                verify=req.verify, strict=req.strict, shapes=req.shapes, dry_run=req.dry_run)
     project = ms.project
-    for w in project.warnings:
-        report.warn(w)
     checked = check_model(project, req.store)
+    for w in [*project.warnings, *map(str, checked.notes)]:
+        report.warn(w)
     selection = select(project, req.provider, req.strict, store_dir=req.store)
     project = selection.project or project  # the tune lock's options applied
-    warnings = [*project.warnings, *selection.warnings]
+    warnings = [*project.warnings, *map(str, checked.notes), *selection.warnings]
     if req.dry_run:
         plan = plan_selected(project, selection, dry_run=True, store_dir=req.store, shapes=req.shapes,
                              checked=checked)

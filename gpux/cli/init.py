@@ -50,7 +50,7 @@ def find_model(model: Path | None, folder: Path) -> Path:
     if model is not None:
         if not model.is_file():
             raise UsageError(f"{model}: file not found")
-        return model.resolve()
+        return model.absolute()  # a link stays the path named: gpux.yml goes beside it, the model is read through it
     if not folder.is_dir():
         raise UsageError(f"{folder}: not a folder")
     found = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in SUFFIX_FORMATS)
@@ -58,7 +58,7 @@ def find_model(model: Path | None, folder: Path) -> Path:
         what = f"several model files ({', '.join(p.name for p in found)})" if found else \
             f"no model file ({', '.join(SUFFIX_FORMATS)})"
         raise UsageError(f"{folder}: {what}", hint="pass the model's path: gpux init path/to/model.onnx")
-    return found[0].resolve()
+    return found[0].absolute()
 
 
 def parse_input(text: str) -> Tensor:
@@ -83,6 +83,11 @@ def read_model(src: Path, declared: list[Tensor] | None = None) -> tuple[list[Te
         io = read_io(src)
         if io.problems:
             raise UsageError(f"{src}: {io.problems[0]}")
+        from gpux.model.fit import trued
+        from gpux.model.probe import real_io
+
+        real = real_io(src, io.inputs, None)  # what the model returns, where its metadata misstates an output
+        io = trued(io, real)[0] if real is not None else io
         return [_named(t) for t in io.inputs], [_named(t) for t in io.outputs], fmt
     from gpux.optional import require
 
@@ -114,7 +119,7 @@ def _named(t: Tensor) -> Tensor:
     def name(d: int | str | None, i: int) -> int | str:
         if isinstance(d, int) or (isinstance(d, str) and re.fullmatch(DIM_NAME, d)):
             return d
-        return "batch" if i == 0 else re.sub(r"\W", "_", f"{t.name}_{i}")
+        return "batch" if i == 0 and "batch" not in (t.shape or ()) else re.sub(r"\W", "_", f"{t.name}_{i}")
 
     return t if t.shape is None else Tensor(t.name, t.dtype, tuple(name(d, i) for i, d in enumerate(t.shape)))
 

@@ -12,7 +12,8 @@ from pydantic import Field, model_validator
 
 from gpux.config.steps import ImageSteps, Strict, _fail, check_image_shape
 
-KINDS = ("image", "bytes", "audio", "text")
+KINDS = ("image", "bytes", "audio", "text", "python")
+FUNCTION = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"  # module:function
 FLOATS = ("float16", "float32", "float64")
 INTEGERS = {"int8": (-2**7, 2**7 - 1), "int16": (-2**15, 2**15 - 1), "int32": (-2**31, 2**31 - 1),
             "int64": (-2**63, 2**63 - 1), "uint8": (0, 2**8 - 1), "uint16": (0, 2**16 - 1),
@@ -105,6 +106,10 @@ class Preprocess(Strict):
                                      "([windows, window]).")
     text: TextSteps | None = Field(None, description="The input is text, tokenized by a tokenizer.json "
                                    "([batch, tokens]).")
+    python: str | None = Field(None, pattern=FUNCTION, description="module:function, imported from gpux.yml's "
+                               "folder: called with the file's bytes (or the object predict is given), returns the "
+                               "input's array with its batch axis, or a dict of input name -> array "
+                               "(docs/answers.md, Python steps).")
 
     @property
     def kind(self) -> str:
@@ -122,6 +127,8 @@ class Preprocess(Strict):
 def check_preprocess(pre: Preprocess, shape: tuple[Any, ...] | None,
                      dtype: str) -> tuple[str, tuple[str, ...]] | None:
     """Why the steps do not fit the input's declared shape or dtype, and where under preprocess (None: they fit)."""
+    if pre.python is not None:  # the function's contract: whatever it returns is checked when it runs
+        return None
     if pre.image is not None:
         return check_image_shape(pre.image, shape) if shape else None
     if pre.bytes is not None:

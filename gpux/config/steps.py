@@ -56,11 +56,25 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Range = Annotated[tuple[int, int], BeforeValidator(_size), WithJsonSchema(
+    {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2})]
+
+
 class Resize(Strict):
-    """Exactly one of shorter, exact, letterbox."""
+    """Exactly one of shorter, height, width, exact, letterbox."""
 
     shorter: int | None = Field(None, ge=1, description="Resize so the shorter side is this long, keeping the "
                                 "aspect ratio (then usually crop:).")
+    height: int | None = Field(None, ge=1, description="Resize to this height keeping the aspect ratio: the width "
+                               "follows (text lines; the input's width is dynamic or range: bounds it).")
+    width: int | None = Field(None, ge=1, description="Resize to this width keeping the aspect ratio: the height "
+                              "follows.")
+    range: Range | None = Field(None, description="[least, most] the following side may be (with height: or width:); "
+                                "outside: says what happens to an image outside it.")
+    outside: Literal["pad", "fit", "refuse"] = Field(
+        "refuse", description="An image whose following side falls outside range: pad (pad a short one with fill up "
+        "to the least, on the right or below; squeeze a long one to the most), fit (stretch or squeeze it into the "
+        "range), refuse (an error naming the file and its size).")
     exact: Size | None = Field(None, description="Resize to this size ([height, width] or one int), "
                                "stretching the image.")
     letterbox: Size | None = Field(None, description="Fit inside this size keeping the aspect ratio, padding the "
@@ -74,10 +88,14 @@ class Resize(Strict):
 
     @model_validator(mode="after")
     def _one_mode(self) -> Resize:
-        given = [k for k in ("shorter", "exact", "letterbox") if getattr(self, k) is not None]
+        modes = ("shorter", "height", "width", "exact", "letterbox")
+        given = [k for k in modes if getattr(self, k) is not None]
         if len(given) != 1:
-            raise _fail("expected exactly one of shorter, exact, letterbox" +
-                        (f"; got {', '.join(given)}" if given else ""))
+            raise _fail(f"expected exactly one of {', '.join(modes)}" + (f"; got {', '.join(given)}" if given else ""))
+        if self.range is not None and given[0] not in ("height", "width"):
+            raise _fail("range bounds the side that follows height: or width:", "range")
+        if self.range is not None and self.range[0] > self.range[1]:
+            raise _fail(f"range {list(self.range)}: the least is above the most", "range")
         return self
 
 
@@ -93,6 +111,11 @@ class ImageSteps(Strict):
                                      "[0.485, 0.456, 0.406].")
     std: list[float] | None = Field(None, description="Divided per channel after mean, e.g. [0.229, 0.224, 0.225].")
     layout: Literal["nchw", "nhwc"] = Field("nchw", description="Axis order of the input tensor.")
+    resize_first: bool = Field(False, description="Resize before converting to color: (as pipelines that resize the "
+                               "decoded image, then convert it to gray, do); default: convert first.")
+    background: tuple[int, int, int] | None = Field(None, description="[r, g, b] (0..255): an image with "
+                                                    "transparency is pasted on this color (default: its alpha is "
+                                                    "dropped, its hidden pixels shown).")
 
     @property
     def channels(self) -> int:
@@ -103,6 +126,14 @@ class ImageSteps(Strict):
         """(height, width) of the tensor, where the steps fix it."""
         r = self.resize
         return self.crop or (r.exact or r.letterbox if r else None)
+
+    @property
+    def fixed(self) -> tuple[int | None, int | None]:
+        """(height, width), each where the steps fix it (a keep-aspect resize fixes one side)."""
+        if self.size:
+            return self.size
+        r = self.resize
+        return (r.height, None) if r and r.height else (None, r.width) if r and r.width else (None, None)
 
     @model_validator(mode="after")
     def _per_channel(self) -> ImageSteps:
@@ -124,6 +155,7 @@ class BoxLayout:
     channels_axis: int
     objectness: bool
     shape: str  # as docs and messages write it
+    grid: bool = False  # cx, cy, w, h are a raw anchor grid's: xy offsets in cells, log w/h in strides (YOLOX's)
 
     @property
     def coords(self) -> int:
@@ -131,11 +163,14 @@ class BoxLayout:
         return 5 if self.objectness else 4
 
 
-BoxLayoutName = Literal["yolov8", "yolov5", "yolox"]
+BoxLayoutName = Literal["yolov8", "yolov5", "yolox", "yolox_grid"]
 BOX_LAYOUTS = {
     "yolov8": BoxLayout(1, False, "[batch, 4 + classes, anchors]"),  # ultralytics YOLOv8/v11 export
     "yolov5": BoxLayout(2, True, "[batch, anchors, 5 + classes]"),  # YOLOv5 export.py (sigmoid in the model)
     "yolox": BoxLayout(2, True, "[batch, anchors, 5 + classes]"),  # YOLOX export_onnx.py --decode_in_inference
+    # YOLOX export_onnx.py without --decode_in_inference: per anchor of each stride's grid (row-major, strides in
+    # order) x, y offsets in cells, log w, h in strides, objectness and class scores (sigmoid in the model)
+    "yolox_grid": BoxLayout(2, True, "[batch, anchors, 5 + classes], anchors the cells of each stride's grid", True),
 }
 
 
@@ -143,13 +178,18 @@ class Boxes(Strict):
     layout: BoxLayoutName = Field("yolov8", description="How the output holds its boxes (cx, cy, w, h in input "
                                   "pixels): yolov8 [batch, 4 + classes, anchors], class scores only; yolov5 and "
                                   "yolox (exported with --decode_in_inference) [batch, anchors, 5 + classes], an "
-                                  "objectness score before the class scores (score = objectness x class score).")
+                                  "objectness score before the class scores (score = objectness x class score); "
+                                  "yolox_grid: YOLOX's raw grid (exported without --decode_in_inference), decoded "
+                                  "from strides: cx, cy = (offset + cell) x stride, w, h = exp(value) x stride.")
     score: float = Field(0.25, ge=0, le=1, description="Least score a box is kept at.")
     iou: float = Field(0.45, ge=0, le=1, description="Boxes of one class overlapping more than this (IoU) are "
                        "suppressed, the best kept.")
     max: int = Field(300, ge=1, description="Most boxes answered per image, best first.")
     image: str | None = Field(None, description="The image input whose resize/letterbox the boxes are mapped back "
                               "through (default: the only image input).")
+    strides: list[Annotated[int, Field(ge=1)]] = Field(
+        [8, 16, 32], min_length=1, description="yolox_grid: the strides of the grids, in the order the anchors come "
+        "(each grid: the input's height and width over its stride, rounded up, cells row-major).")
 
 
 def _texts(value: Any) -> Any:
@@ -172,6 +212,8 @@ class Ctc(Strict):
                         "use_space_char: its dictionaries leave it out).")
     axis: Literal[1, 2, -1] = Field(-1, description="The class axis: -1 or 2 for [batch, time, classes], 1 for "
                                     "[batch, classes, time].")
+    time_major: bool = Field(False, description="The output is [time, batch, classes] (the batch on axis 1, as "
+                             "CRNN exports and CTC losses take it); classes stay on the last axis.")
 
     def classes(self, characters: int) -> int:
         """How many classes a charset of `characters` entries makes: the blank, and the space where declared."""
@@ -193,15 +235,24 @@ class Postprocess(Strict):
                                 "original image's pixels as {label, index, score, box: [x1, y1, x2, y2]}.")
     ctc: Ctc | None = Field(None, description="Greedy CTC decoding (OCR, speech): the best class per step, repeats "
                             "collapsed, blanks dropped, classes mapped to the charset: {text, score}.")
+    python: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="module:function, "
+                               "imported from gpux.yml's folder: called with one batch row of the output (a numpy "
+                               "array), returns a JSON-able answer (docs/answers.md, Python steps).")
 
     @model_validator(mode="after")
     def _one_answer(self) -> Postprocess:
         if self.softmax and self.sigmoid:
             raise _fail("softmax and sigmoid both set; pick one", "sigmoid")
-        given = [k for k in ("topk", "boxes", "ctc") if getattr(self, k) is not None]
+        given = [k for k in ("topk", "boxes", "ctc", "python") if getattr(self, k) is not None]
         if len(given) > 1:
-            raise _fail(f"{' and '.join(given)} both set; an output answers classes, boxes or text", given[-1])
+            raise _fail(f"{' and '.join(given)} both set; an output answers classes, boxes, text or what its python "
+                        "step returns", given[-1])
         return self
+
+    @property
+    def batch_axis(self) -> int:
+        """The output's batch axis: 1 for a time-major ctc output, else 0."""
+        return 1 if self.ctc is not None and self.ctc.time_major else 0
 
     @property
     def files(self) -> list[str]:
@@ -211,6 +262,9 @@ class Postprocess(Strict):
     @model_validator(mode="after")
     def _blank_in_range(self) -> Postprocess:
         ctc = self.ctc
+        if ctc is not None and ctc.time_major and ctc.axis == 1:
+            raise _fail("time_major keeps the classes on the last axis ([time, batch, classes]); drop axis: 1",
+                        "ctc", "axis")
         if ctc is not None and isinstance(ctc.charset, list) and not \
                 -ctc.classes(len(ctc.charset)) <= ctc.blank < ctc.classes(len(ctc.charset)):
             raise _fail(f"blank {ctc.blank} is not a class index: the charset makes "
@@ -266,6 +320,11 @@ def check_image_shape(image: ImageSteps, shape: tuple[int | str, ...]) -> tuple[
     size = image.size
     if size and all(isinstance(d, int) for d in hw) and tuple(hw) != size:
         return f"the steps give {size[0]}x{size[1]} images, shape {list(shape)} takes {hw[0]}x{hw[1]}", ("image",)
+    wrong = [(side, f, d) for side, f, d in zip(("height", "width"), image.fixed, hw, strict=True)
+             if f is not None and isinstance(d, int) and d != f]
+    if wrong:
+        side, f, d = wrong[0]
+        return f"the steps give images of {side} {f}, shape {list(shape)} takes {side} {d}", ("image", "resize")
     return None
 
 

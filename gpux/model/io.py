@@ -3,66 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpux.errors import ConfigError, Problem
 from gpux.formats import ONNX_DTYPES, TORCH_FORMATS, source_format
+from gpux.model.tensor import Dim, ModelIO, Tensor, shape_text
 from gpux.optional import require
 
 if TYPE_CHECKING:
     from gpux.config.load import Project
     from gpux.config.schema import TensorSpec
-
-
-# ONNX TensorProto element type -> gpux dtype name
-Dim = int | str | None
-
-
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    dtype: str
-    shape: tuple[Dim, ...] | None  # None: rank unknown; a None dim: unnamed dynamic dim
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelIO:
-    inputs: tuple[Tensor, ...]
-    outputs: tuple[Tensor, ...]
-    opset: int | None = None
-    ir_version: int | None = None
-    producer: str = ""
-    external_data: tuple[str, ...] = field(default=())
-    opsets: dict[str, int] = field(default_factory=dict)  # domain ("" = default) -> version
-    problems: tuple[str, ...] = field(default=())  # what makes the file unusable (compat.structural_problems)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelIO:
-        def tensors(items: list[dict[str, Any]]) -> tuple[Tensor, ...]:  # memos may hold -1 dims (dynamic)
-            return tuple(Tensor(t["name"], t["dtype"], None if t["shape"] is None else
-                                tuple(None if isinstance(d, int) and d < 0 else d for d in t["shape"]))
-                         for t in items)
-
-        return cls(inputs=tensors(d["inputs"]), outputs=tensors(d["outputs"]), opset=d["opset"],
-                   ir_version=d["ir_version"], producer=d["producer"], external_data=tuple(d["external_data"]),
-                   opsets=dict(d.get("opsets") or {}), problems=tuple(d.get("problems") or ()))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "inputs": [t.to_dict() for t in self.inputs],
-            "outputs": [t.to_dict() for t in self.outputs],
-            "opset": self.opset,
-            "ir_version": self.ir_version,
-            "producer": self.producer,
-            "external_data": list(self.external_data),
-            "opsets": self.opsets,
-            "problems": list(self.problems),
-        }
 
 
 def _tensor(value_info: Any) -> Tensor:
@@ -210,11 +162,6 @@ def _compare(project: Project, loc: tuple[str, ...], spec: TensorSpec, real: Ten
     return out
 
 
-def shape_text(shape: tuple[Dim, ...]) -> str:
-    """A shape as users read it: [batch, 3, 224, 224], an unnamed dynamic dim as ?."""
-    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
-
-
 def effective_io(project: Project, io: ModelIO) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """The interface gpux uses: declared names/shapes where given (they name dynamic dims), else the model's."""
 
@@ -266,6 +213,8 @@ class Checked:
     stamp: tuple[int, int] = (0, 0)  # the model file's (size, mtime_ns) when it was read
     beside: tuple[list[int] | None, ...] = ()  # its external data files' (size, mtime_ns) then (None: missing)
     files: tuple[Path, ...] = ()  # the files the model is made of: the source and its external data
+    read: ModelIO | None = None  # the interface as the file states it, where outputs it misstates were replaced
+    notes: tuple[Problem, ...] = ()  # warnings at their gpux.yml line: outputs the metadata misstates
 
 
 def check_model(project: Project, store_dir: str | Path | None = None) -> Checked:
@@ -299,13 +248,53 @@ def _checked(project: Project, store_dir: str | Path | None, stamp: tuple[int, i
         named = "" if project.implied else f"{project.source.name}: "  # else the problem names the model
         raise ConfigError([project.problem(("model", "source"), named + m) for m in model_problems])
     problems = check_declared(project, io)
+    read, (io, problems, notes) = io, _against_real(project, io, problems, store)
     missing = [f for f in io.external_data if not (project.source.parent / f).is_file()]
     if missing:
         problems.insert(0, project.problem(("model", "source"), f"external data file not found beside the model: "
                                            f"{', '.join(missing)}"))
     if problems:
         raise ConfigError(problems)
-    return _kept(project, io, compat, stamp)
+    return replace(_kept(project, io, compat, stamp), read=read, notes=notes)
+
+
+def _against_real(project: Project, io: ModelIO, problems: list[Problem], store: Path
+                  ) -> tuple[ModelIO, list[Problem], tuple[Problem, ...]]:
+    """The interface as the model really returns it, where that matters (gpux.model.fit): outputs its metadata
+    misstates take their real shapes (a warning each: the notes), and declared steps that cannot fit them are
+    problems."""
+    from gpux.model import fit
+
+    if not fit.wants_real(project, problems):
+        return io, problems, ()
+    from gpux.model.probe import real_io
+
+    real = real_io(project.source, io.inputs, store / ".model-real.json", sample_inputs(project, io))
+    if real is None:
+        return io, problems, ()
+    io_real, changed = fit.trued(io, real)
+    said: tuple[Problem, ...] = ()
+    if changed:
+        problems = check_declared(project, io_real)
+        said = tuple(fit.notes(project, io, changed, real))
+    return io_real, [*problems, *fit.step_problems(project, real)], said
+
+
+def sample_inputs(project: Project, io: ModelIO) -> dict[str, Tensor]:
+    """The model's inputs with the sizes the project feeds them where it fixes one: a declared int, the height and
+    width its image steps fix (gpux.model.probe.sample: each still dynamic in the model is varied around it)."""
+    inputs = {t.name: t for t in io.inputs}
+    for name, spec in (project.config.inputs or {}).items():
+        t = inputs.get(name)
+        if t is None or t.shape is None:
+            continue
+        dims = [s if isinstance(s, int) else d for d, s in zip(t.shape, spec.shape or t.shape, strict=False)]
+        image = spec.preprocess.image if spec.preprocess else None
+        if image is not None and len(dims) == 4:
+            for i, fixed in zip((2, 3) if image.layout == "nchw" else (1, 2), image.fixed, strict=True):
+                dims[i] = fixed if fixed is not None else dims[i]
+        inputs[name] = Tensor(t.name, t.dtype, tuple(dims))
+    return inputs
 
 
 def _kept(project: Project, io: ModelIO, compat: Any, stamp: tuple[int, int]) -> Checked:

@@ -34,7 +34,7 @@ def answer_kind(spec: Postprocess) -> str | None:
         return "boxes"
     if spec.topk is not None:
         return "topk"
-    return "text" if spec.ctc is not None else None
+    return "text" if spec.ctc is not None else "python" if spec.python is not None else None
 
 
 # ---- top-k classes -----------------------------------------------------------------------------------------------
@@ -64,11 +64,12 @@ def topk_agreement(reference: list[Any], got: list[Any]) -> dict[str, Any]:
 
 
 # ---- boxes -------------------------------------------------------------------------------------------------------
-def decode_boxes(row: Any, spec: Postprocess) -> tuple[Any, Any, Any]:
+def decode_boxes(row: Any, spec: Postprocess, size: tuple[int, int] | None = None) -> tuple[Any, Any, Any]:
+    """A row's boxes; a raw grid's over an input of `size` (height, width; None: the square its anchors make)."""
     from gpux.answers import post
 
     assert spec.boxes is not None
-    return post.decode_boxes(row, spec.boxes, (spec.softmax, spec.sigmoid))
+    return post.decode_boxes(row, spec.boxes, (spec.softmax, spec.sigmoid), size)
 
 
 def pairwise_iou(a: Any, b: Any) -> Any:
@@ -155,6 +156,8 @@ KINDS: dict[str, Kind] = {
     "text": Kind(2, decode_text, text_agreement, (("exact_match", "min_exact_match", "exact text matches"),
                                            ("cer", "max_cer", "character error rate"))),
 }
+KINDS["python"] = Kind(1, None, lambda r, g: {"rows": len(r), "exact_match": sum(a == b for a, b in zip(
+    r, g, strict=True)) / len(r) if r else 1.0}, (("exact_match", "min_exact_match", "exact answers"),))
 SLACK = 1e-9  # rounding of a mean: 44/55 is 0.7999999999999999, which meets a floor of 0.8
 
 
@@ -168,31 +171,68 @@ def rows_of(arrays: Sequence[Any], rank: int) -> list[Any]:
 
 def fits(kind: str, array: Any) -> bool:
     """Whether an output can be decoded as that kind (rank, and 4 box coordinates plus at least one class)."""
-    rank = KINDS[kind].rank
+    rank = KINDS[kind].rank if kind != "python" else 0
     return array.ndim >= rank and array.size > 0 and (kind != "boxes" or array.shape[-2] >= 5)
+
+
+def _batch_first(array: Any, axis: int) -> Any:
+    import numpy as np
+
+    a = np.asarray(array)
+    return np.moveaxis(a, axis, 0) if axis and a.ndim > axis else a
+
+
+def python_decode(spec: Postprocess, root: Any) -> Callable[[Any, Postprocess], Any]:
+    """A python postprocess as a decoder: its answer for a row, as text compared exactly (floats to 4 digits)."""
+    from gpux.answers.python import call, canonical, resolve
+
+    assert spec.python is not None
+    target = spec.python
+    function = resolve(root, target)
+    return lambda row, _spec: canonical(call(function, target, root, row))
+
+
+def _decoded(kind: Kind, spec: Postprocess, arrays: Sequence[Any], sizes: Sequence[Any] | None) -> list[Any]:
+    """Every row's answer over the samples; boxes decoded over each sample's own input size where given."""
+    assert kind.decode is not None
+    if kind.decode is not decode_boxes or sizes is None or len(sizes) != len(arrays):
+        return [kind.decode(x, spec) for x in rows_of(arrays, kind.rank)]
+    return [decode_boxes(x, spec, size) for a, size in zip(arrays, sizes, strict=True)
+            for x in rows_of([a], kind.rank)]
 
 
 def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: Sequence[str],
                 reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any]], rules: Mapping[str, Rule],
-                judged: bool) -> None:
+                judged: bool, root: Any = None, sizes: Sequence[tuple[int, int] | None] | None = None) -> None:
     """Compare the answers of every output with declared post-processing; a metric under its floor is a failure
     naming the output, the metric, its value and the floor (`judged` false: recorded only, as on generated
-    inputs, whose answers mean nothing)."""
-    import numpy as np
+    inputs, whose answers mean nothing). `sizes`: each sample's image input (height, width), where a raw box grid
+    is decoded over it."""
 
     for j, name in enumerate(names):
         spec = posts.get(name)
         kind = answer_kind(spec) if spec is not None else None
         row = KINDS.get(kind or "")
-        ref = [np.asarray(r[j]) for r in reference]
-        out = [np.asarray(g[j]) for g in got]
+        axis = spec.batch_axis if spec is not None else 0  # a time-major output's rows are on axis 1
+        ref = [_batch_first(r[j], axis) for r in reference]
+        out = [_batch_first(g[j], axis) for g in got]
+        if kind == "python" and spec is not None and root is not None and ref and ref[0].ndim:
+            row = Kind(ref[0].ndim - 1, python_decode(spec, root), row.compare, row.floors)  # type: ignore[union-attr]
         if spec is None or kind is None or row is None or row.decode is None or name not in result.outputs or \
                 not all(fits(kind, a) for a in ref):
             continue
-        metrics = row.compare([row.decode(x, spec) for x in rows_of(ref, row.rank)],
-                              [row.decode(x, spec) for x in rows_of(out, row.rank)])
+        try:
+            answers = _decoded(row, spec, ref, sizes)
+            metrics = row.compare(answers, _decoded(row, spec, out, sizes))
+        except ValueError as exc:  # a raw grid whose size is not told (tensors given, no image input)
+            result.outputs[name]["answers"] = {"kind": kind, "skipped": str(exc)}
+            continue
         record = {"kind": kind, **metrics, "judged": judged}
         result.outputs[name]["answers"] = record
+        empty = degenerate(kind, answers) if judged else None
+        if empty:
+            result.failures.append(f"{name}: {empty} on every verification sample, so its postprocess does not "
+                                   "read what the model returns (check the layout, axis and activation declared)")
         tol = rules[name].tol if name in rules else result.tolerances
         for metric, key, label in row.floors if judged else ():
             floor, value = tol.get(key), record.get(metric)
@@ -202,6 +242,20 @@ def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: S
             result.failures.append(f"{name}: {label} {value:.6g} {'<' if low else '>'} {key} {floor:g} "
                                    f"({counts(record)})")
     result.passed = not result.failures
+
+
+def degenerate(kind: str, answers: Sequence[Any]) -> str | None:
+    """What makes the reference's answers over every sample say nothing (every text empty, every box zero-sized),
+    None where they say something."""
+    import numpy as np
+
+    if kind == "text" and answers and not any(answers):
+        return "every text the reference reads is empty"
+    if kind == "boxes":
+        boxes = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b, _, _ in answers or [((), 0, 0)]])
+        if len(boxes) and not ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])).any():
+            return "every box the reference finds is zero-sized"
+    return None
 
 
 def counts(record: Mapping[str, Any]) -> str:

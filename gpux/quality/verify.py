@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpux.config.load import Project
@@ -44,7 +45,32 @@ def judged(project: Project, sizes: dict[str, int]) -> dict[str, Any]:
 
     generated = None if project.config.verify.data else {"ranges": ranges(project), "sizes": sizes}
     answers = {n: p.model_dump(mode="json") for n, p in postprocessing(project).items()}
-    return {"classes": sorted(classifications(project)), "answers": answers, "generated": generated}
+    code = {p.python: _code_digest(project.root, p.python) for p in postprocessing(project).values() if p.python}
+    return {"classes": sorted(classifications(project)), "answers": answers, "generated": generated,
+            **({"code": code} if code else {})}
+
+
+def image_sizes(project: Project, feeds: Sequence[dict[str, Any]]) -> list[tuple[int, int] | None]:
+    """Each sample's (height, width) at the image input (the first one), None where there is none."""
+    images = {n: s.preprocess.image for n, s in (project.config.inputs or {}).items()
+              if s.preprocess is not None and s.preprocess.image is not None}
+    if not images:
+        return [None] * len(feeds)
+    name, image = next(iter(images.items()))
+    at = (2, 3) if image.layout == "nchw" else (1, 2)
+    return [(int(f[name].shape[at[0]]), int(f[name].shape[at[1]])) if name in f and f[name].ndim == 4 else None
+            for f in feeds]
+
+
+def _code_digest(root: Path, target: str) -> str | None:
+    """The sha256 of the file a python step's module is in, under `root` (its answers are judged by it)."""
+    import hashlib
+
+    module = root.joinpath(*target.split(":")[0].split("."))
+    for path in (module.with_suffix(".py"), module / "__init__.py"):
+        if path.is_file():
+            return hashlib.sha256(path.read_bytes()).hexdigest()
+    return None
 
 
 def rules(project: Project, precision: str, names: Sequence[str]) -> dict[str, Rule]:
@@ -175,7 +201,8 @@ def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any
                      classifications(job.project), judged)
     from gpux.quality.agreement import add_answers
 
-    add_answers(result, postprocessing(job.project), names, reference_out, got, judged, data.representative)
+    add_answers(result, postprocessing(job.project), names, reference_out, got, judged, data.representative,
+                job.project.root, image_sizes(job.project, data.feeds))
     return verdict(job, target, result, data)
 
 

@@ -12,7 +12,15 @@ from typing import Any
 from gpux.artifacts import store
 from gpux.artifacts.build import BuildResult, build
 from gpux.config.load import Project
-from gpux.errors import GpuxError, InputError, ModelError, ProviderUnavailable, VerificationFailed, first_line
+from gpux.errors import (
+    GpuxError,
+    InputError,
+    ModelError,
+    ProviderUnavailable,
+    StepError,
+    VerificationFailed,
+    first_line,
+)
 from gpux.model.io import Checked
 from gpux.plan.select import Selection
 from gpux.providers import Runner
@@ -124,8 +132,8 @@ class Fallback:
         try:
             result = build(self.project, provider, force=self.force, verify=self.verify, store_dir=self.store_dir,
                            log=self.log, full_check=True, for_run=True, strict=self.strict)
-        except (ModelError, InputError):
-            raise  # the model itself, or the inputs in hand: no other provider helps
+        except (ModelError, InputError, StepError):
+            raise  # the model itself, the inputs in hand or the user's python step: no other provider helps
         except GpuxError as exc:
             self.fail(provider, "build", " ".join(x.strip() for x in exc.message.splitlines()), exc.hint, exc)
             return None

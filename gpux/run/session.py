@@ -91,8 +91,8 @@ class Session:
                 out = self._runner.run(feeds)
             except Exception as exc:
                 if type(exc).__name__ == "InvalidArgument":  # ONNX Runtime: the feeds do not fit the model
-                    raise InputError(f"the model rejected the inputs: {first_line(exc)}") from None
-                self._next_after("first-inference", first_line(exc))
+                    raise InputError(f"the model rejected the inputs: {str(exc).strip()}") from None
+                self._rejected(exc, feeds)
                 continue
             problem = self._check_placement(feeds)
             if problem:
@@ -101,6 +101,22 @@ class Session:
             self._first_done = True
             self.attempts.append(Attempt(self.provider, "ok", True, self.runner.used))
             return out
+
+    def _rejected(self, exc: Exception, feeds: dict[str, Any]) -> None:
+        """The first inference failed: on to the next provider. Where none is left, the inputs are what fails (an
+        InputError with the runtime's whole message), not the providers, when every provider that ran them failed
+        at it and the model's own file on ONNX Runtime's CPU provider rejects them too."""
+        from gpux.errors import ProviderUnavailable
+
+        provider = self.provider
+        try:
+            self._next_after("first-inference", first_line(exc))
+        except ProviderUnavailable:
+            ran = [a for a in self.attempts if a.stage in ("first-inference", "placement", "ok")]
+            if ran and all(a.stage == "first-inference" for a in ran) and _reference_rejects(self.project, feeds):
+                raise InputError(f"{provider} rejected the inputs, and so does the model on ONNX Runtime's CPU "
+                                 f"provider: {type(exc).__name__}: {str(exc).strip()}") from None
+            raise
 
     def prepared(self) -> Callable[[dict[str, Any]], list[Any]]:
         """The hot path: `call(feeds)` takes numpy arrays already of the inputs' dtypes and returns the outputs
@@ -203,6 +219,28 @@ class Session:
         self.close()
 
 
+def _reference_rejects(project: Project, feeds: dict[str, Any]) -> bool:
+    """Whether the model's ONNX file on ONNX Runtime's CPU provider fails on these feeds (False where it cannot
+    be told: not ONNX, or no session opens)."""
+    from gpux.formats import source_format
+
+    if source_format(project) != "onnx":
+        return False
+    try:
+        import onnxruntime as ort
+
+        options, quiet = ort.SessionOptions(), ort.RunOptions()
+        options.log_severity_level = quiet.log_severity_level = 4
+        session = ort.InferenceSession(str(project.source), options, providers=["CPUExecutionProvider"])
+    except Exception:  # the model or runtime, not the inputs
+        return False
+    try:
+        session.run(None, feeds, quiet)
+    except Exception:
+        return True
+    return False
+
+
 def _signature(data: dict[str, Any]) -> tuple[Any, ...] | None:
     """Name, type, dtype, shape and strides of every value, flat (None: a value that is not an array)."""
     key: list[Any] = []
@@ -223,7 +261,7 @@ def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = 
     what the report calls a given `provider` (`request_source`): `argument` here, `--provider` from the CLI."""
     project = target if isinstance(target, Project) else open_project(str(target))
     checked = check_model(project, store_dir)
-    warnings = list(project.warnings)
+    warnings = [*project.warnings, *map(str, checked.notes)]
     from gpux.providers import ort_conflict_warning
 
     conflict = ort_conflict_warning()

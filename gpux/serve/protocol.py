@@ -15,7 +15,7 @@ from gpux.serve.codec import DATATYPE, model_input
 from gpux.serve.errors import BadRequest, RequestTimeout, ServeError
 from gpux.serve.models import Model, Repository
 from gpux.serve.shm import Ref
-from gpux.serve.steps import answer, run_files, wants_answers
+from gpux.serve.steps import answer, joined, run_files, wants_answers
 
 SERVER_NAME = "gpux"
 SIGNATURES_KEPT = 64  # input signatures known to pass, per model
@@ -98,13 +98,15 @@ async def _infer(model: Model, request: InferRequest, timeout: float | None) -> 
     except Exception as exc:
         raise _runtime_error(exc) from None
     ready = time.perf_counter()
-    picked = {n: np.asarray(outputs[n]) for n in wanted}
     named = [n for n in wanted if n in model.steps.post and n not in request.classification] \
         if answers and model.steps is not None else []
+    picked = joined(model, outputs, [n for n in wanted if n not in named]) if isinstance(outputs, list) else \
+        {n: np.asarray(outputs[n]) for n in wanted}
     if named:
         shape = item.array.shape if item is not None else None
         picked.update(await asyncio.get_running_loop().run_in_executor(
-            None, answer, model, picked, placements, shape, named))
+            None, answer, model, outputs if isinstance(outputs, list) else picked, placements, shape, named))
+        picked = {n: picked[n] for n in wanted}
     classes = request.classification
     result = InferResult(model, [(n, classify(n, a, classes[n], model.labels.get(n)) if n in classes else a)
                                  for n, a in picked.items()] if classes else list(picked.items()))
@@ -113,8 +115,8 @@ async def _infer(model: Model, request: InferRequest, timeout: float | None) -> 
 
 
 async def _run(model: Model, request: InferRequest, item: InferInput | None,
-               limit: float) -> tuple[dict[str, Any], list[Any] | None]:
-    """The outputs within the time limit, and each file's Placement when files were sent."""
+               limit: float) -> tuple[dict[str, Any] | list[dict[str, Any]], list[Any] | None]:
+    """The outputs within the time limit (each file's own when files were sent), and each file's Placement."""
     assert model.worker is not None
     if item is not None:
         return await asyncio.wait_for(run_files(model, item, model.worker.infer), limit)

@@ -54,9 +54,10 @@ def wants_answers(parameters: dict[str, Any], files: bool) -> bool:
     return value
 
 
-async def run_files(model: Any, item: Any, run: Run) -> tuple[dict[str, np.ndarray], list[Any]]:
-    """Each encoded file of `item` through the preprocess (on a thread), then inference: one batch where the
-    model takes a batch and the tensors agree, else one inference per file. The outputs and each file's Placement."""
+async def run_files(model: Any, item: Any, run: Run) -> tuple[list[dict[str, np.ndarray]], list[Any]]:
+    """Each encoded file of `item` through the preprocess (on a thread), then inference: files whose tensors agree
+    in shape go as one batch where the model takes a batch, the rest one by one. Each file's outputs (one batch
+    row each, in request order) and Placement."""
     count = item.array.size
     limit = model.settings.max_batch_size
     if count == 0:
@@ -67,13 +68,43 @@ async def run_files(model: Any, item: Any, run: Run) -> tuple[dict[str, np.ndarr
     prepared = await asyncio.get_running_loop().run_in_executor(None, prepare, model, item)
     model.stats.compute_input.add(time.perf_counter() - started)
     feeds = [f for f, _ in prepared]
-    if model.batchable and len({tuple((k, v.shape) for k, v in f.items()) for f in feeds}) == 1:
-        joined = feeds[0] if len(feeds) == 1 else {k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]}
+    groups: dict[Any, list[int]] = {}
+    for i, f in enumerate(feeds):
+        groups.setdefault(tuple((k, v.shape) for k, v in f.items()) if model.batchable else i, []).append(i)
+    parts: list[dict[str, np.ndarray]] = [{} for _ in feeds]
+
+    async def group(files: list[int]) -> None:
+        joined = {k: np.concatenate([feeds[i][k] for i in files]) for k in feeds[files[0]]} if len(files) > 1 \
+            else feeds[files[0]]
         out = {k: np.asarray(v) for k, v in (await run(joined)).items()}
-    else:
-        outs = await asyncio.gather(*(run(f) for f in feeds))
-        out = {k: np.concatenate([np.asarray(o[k]) for o in outs]) for k in outs[0]}
-    return out, [p for _, p in prepared]
+        for row, i in enumerate(files):
+            parts[i] = {k: np.take(a, [row], axis=_batch_axis(model, k)) if len(files) > 1 else a
+                        for k, a in out.items()}
+
+    await asyncio.gather(*(group(files) for files in groups.values()))
+    return parts, [p for _, p in prepared]
+
+
+def _batch_axis(model: Any, name: str) -> int:
+    """An output's batch axis: 1 for a time-major ctc output, else 0."""
+    post = model.steps.post.get(name) if model.steps is not None else None
+    return post[0].batch_axis if post else 0
+
+
+def joined(model: Any, parts: list[dict[str, np.ndarray]], names: list[str]) -> dict[str, np.ndarray]:
+    """The named outputs of every file as one tensor each; files whose outputs differ in shape cannot be one (a 400
+    that says to ask for answers or send those files apart)."""
+    out = {}
+    for n in names:
+        arrays = [p[n] for p in parts]
+        axis = _batch_axis(model, n)
+        shapes = {a.shape[:axis] + a.shape[axis + 1:] for a in arrays}
+        if len(shapes) > 1:
+            raise BadRequest(f"output '{n}' has shapes {', '.join(str(list(s)) for s in sorted(shapes))} for the "
+                             f"files sent (files of different sizes), which make no one tensor; ask for its answers "
+                             f"(parameters.{ANSWERS}), or send those files in separate requests")
+        out[n] = np.concatenate(arrays, axis=axis)
+    return out
 
 
 def prepare(model: Any, item: Any) -> list[tuple[Feeds, Any]]:
@@ -108,13 +139,17 @@ def element_bytes(value: Any, name: str) -> bytes:
     raise BadRequest(f"{name}: expected an encoded file (bytes, or base64 text in JSON), got {type(value).__name__}")
 
 
-def answer(model: Any, outputs: dict[str, np.ndarray], placements: list[Any] | None, shape: tuple[int, ...] | None,
-           names: list[str]) -> dict[str, np.ndarray]:
-    """The named outputs as answers: BYTES of `shape` (default: one per batch row), one JSON text per file or row."""
-    chosen = {n: outputs[n] for n in names}
-    rows = placements if placements is not None else [None] * min(
-        (len(a) for a in chosen.values() if a.ndim), default=1)
-    answers = [model.steps.answers(chosen, p, r) for r, p in enumerate(rows)]
+def answer(model: Any, outputs: dict[str, np.ndarray] | list[dict[str, np.ndarray]], placements: list[Any] | None,
+           shape: tuple[int, ...] | None, names: list[str]) -> dict[str, np.ndarray]:
+    """The named outputs as answers: BYTES of `shape` (default: one per batch row), one JSON text per file (`outputs`
+    a list: each file's own) or row."""
+    if isinstance(outputs, list):  # each file's own outputs
+        answers = [model.steps.answers({n: part[n] for n in names}, p, 0)
+                   for part, p in zip(outputs, placements or [None] * len(outputs), strict=True)]
+    else:
+        chosen = {n: outputs[n] for n in names}
+        rows = placements if placements is not None else [None] * model.steps.rows(chosen)
+        answers = [model.steps.answers(chosen, p, r) for r, p in enumerate(rows)]
     out = {}
     for n in names:
         texts = [json.dumps(a[n], separators=(",", ":"), default=_plain).encode() for a in answers]
