@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import orjson
@@ -20,11 +20,21 @@ OCTET_TYPE = b"application/octet-stream"
 NESTING = 500  # where a body too deep for the JSON parser is reported (tensor data nests as deep as its shape)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Limits:
+    """The server-wide limits (the first model's serve: block)."""
+
     max_body_bytes: int
     max_tensor_elements: int
     header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_s: int = 5
+    max_header_bytes: int = 64 * 2**10
+
+    @classmethod
+    def of(cls, settings: Any) -> Limits:
+        """The limits a model's Settings (gpux/serve/settings.py) set."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
 
 @dataclass(kw_only=True)

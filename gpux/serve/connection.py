@@ -1,19 +1,43 @@
-"""HTTP connections that cannot be held by slow clients: uvicorn's protocol with a deadline for each request's head.
+"""HTTP connections that cannot be held by slow or oversized clients: uvicorn's protocol with a deadline for each
+request's head and for its body, and a bound on the head's size.
 
-uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but waits forever for a request line and headers:
-a client sending them a byte at a time (slowloris) or nothing at all holds a connection as long as it likes. Here a
-connection must deliver each request's head within `header_timeout_s` of the connection opening or of the head's
-first byte, else it is answered 408 and closed; bodies and responses are not timed by this."""
+uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but waits forever for a request line and headers,
+and for a body shorter than its Content-Length: a client sending them a byte at a time (slowloris) or nothing at all
+holds a connection as long as it likes; nor does it bound the size of the headers (httptools buffers them all).
+Here a connection must deliver each request's head within `header_timeout_s` of the connection opening or of the
+head's first byte, and its body within `body_timeout_s` of the head's end, else it is answered 408 and closed; a
+head above `max_header_bytes` is answered 431 and closed before it is parsed further. Responses are not timed."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+from gpux.serve.body import Limits
+
+END_OF_HEAD = b"\r\n\r\n"
 
 
-def guarded(http: str, header_timeout_s: float) -> type:
-    """uvicorn's `http` protocol class ("httptools" or "h11") with the head deadline."""
+def reply(status: str, message: str) -> bytes:
+    """A whole HTTP response that closes the connection, its body {"error": message}."""
+    body = json.dumps({"error": message}).encode()
+    return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n").encode() + body
+
+
+def refusals(limits: Limits) -> dict[str, bytes]:
+    return {
+        "head": reply("408 Request Timeout", f"request line and headers not received within {limits.header_timeout_s}"
+                                             " s (serve.header_timeout_s)"),
+        "body": reply("408 Request Timeout", f"request body not received within {limits.body_timeout_s} s "
+                                             "(serve.body_timeout_s)"),
+        "size": reply("431 Request Header Fields Too Large",
+                      f"request line and headers exceed {limits.max_header_bytes} bytes (serve.max_header_bytes)"),
+    }
+
+
+def guarded(http: str, limits: Limits) -> type:
+    """uvicorn's `http` protocol class ("httptools" or "h11") with the deadlines and the head's bound."""
     base: Any
     if http == "httptools":
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -23,55 +47,94 @@ def guarded(http: str, header_timeout_s: float) -> type:
         from uvicorn.protocols.http.h11_impl import H11Protocol
 
         base = H11Protocol
+    deadlines = {"head": limits.header_timeout_s, "body": limits.body_timeout_s}
+    refused = refusals(limits)
 
     class Guarded(base):
-        _head_timer: Any = None
-        _in_head = False
+        _timer: Any = None
+        _timing = ""  # what the timer waits for: "head" or "body"
+        _phase = "idle"  # httptools: idle, head, body, done (the parser's callbacks say)
+        _head_bytes = 0
+        _tail = b""
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._arm()
+            self._arm("head")
 
         def data_received(self, data: bytes) -> None:
+            if self._where() != "body" and self._head_too_large(data):
+                self._refuse("size")
+                return
             super().data_received(data)
-            if self._reading_head():
-                self._arm()
-            else:
-                self._disarm()
+            self._track()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
 
-        # httptools' parser callbacks: a head starts at its first byte and ends with the headers
+        # httptools' parser callbacks
         def on_message_begin(self) -> None:
-            self._in_head = True
+            self._phase = "head"
             super().on_message_begin()
 
         def on_headers_complete(self) -> None:
-            self._in_head = False
+            self._phase = "body"
             super().on_headers_complete()
 
-        def _reading_head(self) -> bool:
+        def on_message_complete(self) -> None:
+            self._phase = "done"
+            super().on_message_complete()
+
+        def _where(self) -> str:
+            """head (a request's head is being read, or the next one's awaited), body, or other."""
             if http == "httptools":
-                return self._in_head
+                return "body" if self._phase == "body" else "head"
             import h11
 
-            return bool(self.conn.their_state is h11.IDLE)
+            state = self.conn.their_state
+            return "head" if state is h11.IDLE else "body" if state is h11.SEND_BODY else "other"
 
-        def _arm(self) -> None:
-            if self._head_timer is None:
-                self._head_timer = self.loop.call_later(header_timeout_s, self._timed_out)
+        def _head_too_large(self, data: bytes) -> bool:
+            """Count the head's bytes in `data` (up to its blank line); whether they are over the limit."""
+            seen = self._tail + data
+            end = seen.find(END_OF_HEAD)
+            self._head_bytes += len(data) if end < 0 else max(0, end + len(END_OF_HEAD) - len(self._tail))
+            over = self._head_bytes > limits.max_header_bytes
+            if end >= 0:
+                self._head_bytes, self._tail = 0, b""
+            else:
+                self._tail = seen[-3:]
+            return over
+
+        def _track(self) -> None:
+            where = self._where()
+            if where == "body" or (where == "head" and (http != "httptools" or self._phase == "head")):
+                self._arm(where)
+            else:
+                self._disarm()
+
+        def _arm(self, what: str) -> None:
+            if self._timing != what:
+                self._disarm()
+                self._timer, self._timing = self.loop.call_later(deadlines[what], self._timed_out, what), what
 
         def _disarm(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._timing = None, ""
 
-        def _timed_out(self) -> None:
-            self._head_timer = None
-            if not self.transport.is_closing():
-                self.transport.write(TIMEOUT_REPLY)
-                self.transport.close()
+        def _timed_out(self, what: str) -> None:
+            self._timer, self._timing = None, ""
+            self._refuse(what)
+
+        def _refuse(self, what: str) -> None:
+            """Answer `what`'s refusal unless a response has started, and close."""
+            self._disarm()
+            if self.transport.is_closing():
+                return
+            cycle = getattr(self, "cycle", None)
+            if what != "body" or cycle is None or not cycle.response_started:
+                self.transport.write(refused[what])
+            self.transport.close()
 
     return Guarded

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpux.serve import access
 from gpux.serve.body import Limits, Reply, decompress, json_reply, parse_infer, render_infer
-from gpux.serve.errors import BadRequest, NotFound, ServeError, TooLarge, Unauthorized, Unavailable
+from gpux.serve.errors import BadRequest, NotFound, RequestTimeout, ServeError, TooLarge, Unauthorized, Unavailable
 from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import CONTENT_TYPE as METRICS_TYPE
 from gpux.serve.metrics import Metrics
@@ -63,6 +63,9 @@ async def read_body(receive: Receive, limit: int, over: Callable[[], ServeError]
     chunks, size = [], 0
     while True:
         message = await receive()
+        if message["type"] == "http.disconnect":  # closed before the body was in (serve.body_timeout_s, or the client)
+            raise RequestTimeout("the connection closed before the request body was received in full "
+                                 "(serve.body_timeout_s)")
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:

@@ -1,0 +1,141 @@
+"""The serve: block's bounds on a real `gpux serve` on 127.0.0.1: headers too large (431), bodies that never arrive
+(408), images too large to decode, too many files and too much decoded at once (413); each refusal names its limit
+and the server goes on answering."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.serving import ServerThread, error_of, mean_project, mlp_project, post
+
+tritonhttp = pytest.importorskip("tritonclient.http")
+pytest.importorskip("PIL")
+LIMITS = ", body_timeout_s: 1.0, max_header_bytes: 4096"
+IMAGES = ", max_files: 4, max_image_pixels: 250000, max_decoded_bytes: 2097152"  # 500x500; two of 512x512 at once
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    base = tmp_path_factory.mktemp("limits")
+    with ServerThread([mlp_project(base / "mlp", "1.0.0", 0, LIMITS), mean_project(base / "mean", IMAGES)]) as s:
+        yield s
+
+
+def exchange(address: str, data: bytes, timeout: float = 10) -> bytes:
+    """Send raw bytes on a new connection; everything the server answers until it closes."""
+    host, port = address.split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(data)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+        return out
+
+
+def live(server: ServerThread) -> int:
+    return post(server.http, "/v2/health/live", b"", method="GET")[0]
+
+
+@pytest.mark.parametrize("head", [
+    b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n",  # one large header
+    b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 10_000 + b"\r\n",  # many small ones
+    b"GET /v2/" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",  # a long request line
+])
+def test_a_head_over_the_limit_is_431_and_closed(server: ServerThread, head: bytes) -> None:
+    answer = exchange(server.http, head)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
+    assert "exceed 4096 bytes (serve.max_header_bytes)" in error_of(answer.split(b"\r\n\r\n", 1)[1])
+    assert live(server) == 200
+
+
+def test_a_head_within_the_limit_is_served(server: ServerThread) -> None:
+    head = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + b"X-A: b\r\n" * 400 + b"\r\n"
+    assert exchange(server.http, head).startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_body_that_never_arrives_is_408_and_closed_while_others_are_served(server: ServerThread) -> None:
+    stalled = b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"inputs\": ["
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: exchange(server.http, stalled), range(8)))
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 8], "datatype": "FP32", "data": [0.5] * 8}]})
+        assert post(server.http, "/v2/models/mlp/infer", body)[0] == 200  # meanwhile
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:100]
+        assert "(serve.body_timeout_s)" in error_of(answer.split(b"\r\n\r\n", 1)[1])
+
+
+def png(width: int, height: int) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 100, 50)).save(out, "PNG")
+    return out.getvalue()
+
+
+def png_head(width: int, height: int) -> bytes:
+    """A PNG's signature and header for a width x height RGB image, and no pixels: what a client may claim."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) + \
+        chunk(b"IEND", b"")
+
+
+def send_files(server: ServerThread, files: list[bytes]) -> np.ndarray:
+    item = tritonhttp.InferInput("x", [len(files)], "BYTES")
+    item.set_data_from_numpy(np.array(files, dtype=object))
+    return tritonhttp.InferenceServerClient(server.http).infer("mean", [item], request_id="").as_numpy("rgb")
+
+
+@pytest.mark.parametrize(("files", "message"), [
+    (lambda: [png_head(13_000, 13_000)], "an image of 13000x13000 = 169000000 pixels, above the limit of 250000 "
+                                         "(serve.max_image_pixels)"),
+    (lambda: [png_head(20_000, 20_000)], "above the limit of 250000: serve.max_image_pixels"),  # Pillow's bomb
+    (lambda: [png(8, 8)] * 5, "input 'x' has 5 files, above the limit of 4 (serve.max_files)"),
+    (lambda: [png(500, 500)] * 3, "above the limit of 2097152 (serve.max_decoded_bytes)"),
+])
+def test_files_over_a_limit_are_413_before_they_are_decoded(server: ServerThread, files: Callable[[], list[bytes]],
+                                                            message: str) -> None:
+    with pytest.raises(tritonhttp.InferenceServerException, match=r"\[413\]") as refused:
+        send_files(server, files())
+    assert message in str(refused.value)
+    np.testing.assert_allclose(send_files(server, [png(32, 32)]), [[200 / 255, 100 / 255, 50 / 255]], rtol=1e-5)
+
+
+def test_requests_over_the_decoding_budget_together_take_turns(server: ServerThread) -> None:
+    """Four requests of 1.5 MiB decoded each, under a budget of 2 MiB: each waits for its share, none is refused."""
+    files = [png(400, 400), png(400, 400)]
+    barrier = threading.Barrier(4)
+
+    def one(_: int) -> np.ndarray:
+        barrier.wait()
+        return send_files(server, files)
+
+    with ThreadPoolExecutor(4) as pool:
+        for got in pool.map(one, range(4)):
+            np.testing.assert_allclose(got, [[200 / 255, 100 / 255, 50 / 255]] * 2, rtol=1e-5)
+    from gpux.serve.memory import DECODING
+
+    assert DECODING.held == 0
+
+
+def test_the_limits_are_in_the_schema() -> None:
+    from gpux.config.schema import Serve
+
+    fields = Serve.model_fields
+    for name in ("body_timeout_s", "keep_alive_s", "max_header_bytes", "max_files", "max_image_pixels",
+                 "max_decoded_bytes"):
+        assert fields[name].description and fields[name].default, name
+    assert Path(__file__).parents[1].joinpath("schemas", "gpux.schema.json").read_text().count("max_decoded_bytes")
