@@ -1,16 +1,19 @@
 """The serve: block's bounds on a real `gpux serve` on 127.0.0.1: headers too large (431), bodies that never arrive
-(408), images too large to decode, too many files and too much decoded at once (413); each refusal names its limit
+(408), images too large to decode, too many files and too much decoded at once (413); malformed gRPC messages and
+requests with raw and typed contents (INVALID_ARGUMENT). Each refusal names its limit or fault, is counted and logged,
 and the server goes on answering."""
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +23,7 @@ from tests.serving import ServerThread, error_of, mean_project, mlp_project, pos
 tritonhttp = pytest.importorskip("tritonclient.http")
 pytest.importorskip("PIL")
 LIMITS = ", body_timeout_s: 1.0, max_header_bytes: 4096"
-IMAGES = ", max_files: 4, max_image_pixels: 250000, max_decoded_bytes: 2097152"  # 500x500; two of 512x512 at once
+IMAGES = ", max_files: 4, max_image_pixels: 1000000, max_decoded_bytes: 1048576"  # one 400x400 at a time
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +49,7 @@ def live(server: ServerThread) -> int:
 
 
 @pytest.mark.parametrize("head", [
-    b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n",  # one large header
+    b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 16 * 2**20 + b"\r\n\r\n",  # one large header
     b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 10_000 + b"\r\n",  # many small ones
     b"GET /v2/" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",  # a long request line
 ])
@@ -100,11 +103,12 @@ def send_files(server: ServerThread, files: list[bytes]) -> np.ndarray:
 
 
 @pytest.mark.parametrize(("files", "message"), [
-    (lambda: [png_head(13_000, 13_000)], "an image of 13000x13000 = 169000000 pixels, above the limit of 250000 "
+    (lambda: [png_head(13_000, 13_000)], "an image of 13000x13000 = 169000000 pixels, above the limit of 1000000 "
                                          "(serve.max_image_pixels)"),
-    (lambda: [png_head(20_000, 20_000)], "above the limit of 250000: serve.max_image_pixels"),  # Pillow's bomb
+    (lambda: [png_head(20_000, 20_000)], "above the limit of 1000000: serve.max_image_pixels"),  # Pillow's bomb
     (lambda: [png(8, 8)] * 5, "input 'x' has 5 files, above the limit of 4 (serve.max_files)"),
-    (lambda: [png(500, 500)] * 3, "above the limit of 2097152 (serve.max_decoded_bytes)"),
+    (lambda: [png(8, 8), png(600, 600)], "takes 1440000 bytes decoded, above the limit of 1048576 "
+                                         "(serve.max_decoded_bytes)"),
 ])
 def test_files_over_a_limit_are_413_before_they_are_decoded(server: ServerThread, files: Callable[[], list[bytes]],
                                                             message: str) -> None:
@@ -115,7 +119,8 @@ def test_files_over_a_limit_are_413_before_they_are_decoded(server: ServerThread
 
 
 def test_requests_over_the_decoding_budget_together_take_turns(server: ServerThread) -> None:
-    """Four requests of 1.5 MiB decoded each, under a budget of 2 MiB: each waits for its share, none is refused."""
+    """Four requests whose images take 640 KB decoded each, under a budget of 1 MiB: each waits for its turn, none
+    is refused."""
     files = [png(400, 400), png(400, 400)]
     barrier = threading.Barrier(4)
 
@@ -139,3 +144,56 @@ def test_the_limits_are_in_the_schema() -> None:
                  "max_decoded_bytes"):
         assert fields[name].description and fields[name].default, name
     assert Path(__file__).parents[1].joinpath("schemas", "gpux.schema.json").read_text().count("max_decoded_bytes")
+
+
+def grpc_call(server: ServerThread, method: str, data: bytes) -> Any:
+    """Raw bytes as one gRPC message to `method` of the service; the RpcError it is answered with."""
+    import grpc
+
+    with grpc.insecure_channel(server.grpc) as channel, pytest.raises(grpc.RpcError) as info:
+        channel.unary_unary(f"/inference.GRPCInferenceService/{method}")(data, timeout=30)
+    return info.value
+
+
+def test_a_malformed_grpc_message_is_invalid_argument_counted_and_logged(server: ServerThread,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    from tests.test_serve_hostile import requests_total
+
+    before = requests_total(server)
+    with caplog.at_level(logging.INFO, logger="gpux.serve.access"):
+        for junk in (b"\xff\xff\xff", b"\x0a\x80", bytes(range(256))):
+            error = grpc_call(server, "ModelInfer", junk)
+            assert error.code().name == "INVALID_ARGUMENT", error
+            assert "malformed ModelInferRequest message" in error.details()
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gpux.serve.access"]
+    assert [(x["method"], x["status"]) for x in lines] == [("ModelInfer", 400)] * 3
+    key = ("(unknown)", "grpc", "400")
+    assert requests_total(server).get(key, 0) - before.get(key, 0) == 3
+    error = grpc_call(server, "ModelMetadata", b"\xff\xff\xff")
+    assert error.code().name == "INVALID_ARGUMENT" and "malformed ModelMetadataRequest" in error.details()
+
+
+def test_a_malformed_message_on_a_stream_is_answered_and_the_stream_goes_on(server: ServerThread) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2
+
+    good = service_pb2.ModelInferRequest(model_name="mlp", id="good")
+    good.inputs.add(name="x", datatype="FP32", shape=[1, 8])
+    good.raw_input_contents.append(np.full((1, 8), 0.5, np.float32).tobytes())
+    with grpc.insecure_channel(server.grpc) as channel:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                       response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
+        answers = list(stream(iter([b"\xff\xff\xff", good.SerializeToString()]), timeout=30))
+    assert "malformed ModelInferRequest message" in answers[0].error_message
+    assert answers[1].error_message == "" and answers[1].infer_response.id == "good"
+
+
+def test_raw_and_typed_contents_in_one_request_are_refused(server: ServerThread) -> None:
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name="mlp")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, 8])
+    tensor.contents.fp32_contents.extend([0.5] * 8)
+    request.raw_input_contents.append(np.full((1, 8), 0.5, np.float32).tobytes())
+    error = grpc_call(server, "ModelInfer", request.SerializeToString())
+    assert error.code().name == "INVALID_ARGUMENT" and "contents and raw_input_contents" in error.details()

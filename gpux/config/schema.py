@@ -281,8 +281,8 @@ class Serve(Strict):
         "before it is decoded; 413 above).")
     max_decoded_bytes: int = Field(
         256 * 2**20, ge=2**20, description="Most memory the images being decoded may take at once, across requests "
-        "(width x height x 4 bytes each, from their headers): a request above it alone is 413, others wait their "
-        "turn.")
+        "(width x height x 4 bytes, from their headers; a request's files are decoded one after the other, so it "
+        "holds its largest): an image above it alone is 413, other requests wait their turn.")
 
 
 class RayAutoscaling(Strict):

@@ -16,6 +16,7 @@ from typing import Any
 from gpux.serve.body import Limits
 
 END_OF_HEAD = b"\r\n\r\n"
+LINGER_S = 2.0  # a connection refused while its client still sends: what it sends is read and dropped this long
 
 
 def reply(status: str, message: str) -> bytes:
@@ -56,12 +57,15 @@ def guarded(http: str, limits: Limits) -> type:
         _phase = "idle"  # httptools: idle, head, body, done (the parser's callbacks say)
         _head_bytes = 0
         _tail = b""
+        _dropping = False  # refused while the client still sends: read and drop until closed
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm("head")
 
         def data_received(self, data: bytes) -> None:
+            if self._dropping:
+                return
             if self._where() != "body" and self._head_too_large(data):
                 self._refuse("size")
                 return
@@ -135,6 +139,11 @@ def guarded(http: str, limits: Limits) -> type:
             cycle = getattr(self, "cycle", None)
             if what != "body" or cycle is None or not cycle.response_started:
                 self.transport.write(refused[what])
+            if what == "size" and self.transport.can_write_eof():  # the client may still be sending: closed now,
+                self.transport.write_eof()  # it would get a reset instead of the answer; it gets the answer and EOF,
+                self._dropping = True  # and what it sends meanwhile is dropped
+                self.loop.call_later(LINGER_S, self.transport.close)
+                return
             self.transport.close()
 
     return Guarded

@@ -38,7 +38,8 @@ def image_bytes(data: bytes, name: str, max_pixels: int) -> int:
 
 
 class Budget:
-    """Decoded bytes held by the requests in flight: a request waits until its share fits its model's limit."""
+    """Decoded bytes held by the requests in flight (each holds its largest image: its files are decoded one after
+    the other): a request waits until its share fits its model's limit."""
 
     def __init__(self) -> None:
         self.held = 0
@@ -47,7 +48,7 @@ class Budget:
     @contextlib.contextmanager
     def hold(self, need: int, limit: int, timeout_s: float) -> Iterator[None]:
         if need > limit:
-            raise TooLarge(f"the request's images take {need} bytes decoded, above the limit of {limit} "
+            raise TooLarge(f"an image of the request takes {need} bytes decoded, above the limit of {limit} "
                            "(serve.max_decoded_bytes)")
         deadline = time.monotonic() + timeout_s
         with self._changed:

@@ -88,8 +88,9 @@ def prepare(model: Any, item: Any) -> list[tuple[Feeds, Any]]:
     files = [(f"input '{item.name}' element {i}", v) for i, v in enumerate(item.array.reshape(-1))]
     named = [(name, element_bytes(value, name)) for name, value in files]
     s = model.settings
-    need = sum(memory.image_bytes(data, name, s.max_image_pixels) for name, data in named) \
-        if model.steps.kind == "image" else 0
+    sizes = [memory.image_bytes(data, name, s.max_image_pixels) for name, data in named] \
+        if model.steps.kind == "image" else []
+    need = max(sizes, default=0)  # decoded one after the other: the largest is what the request holds at once
     with memory.trimmed(need), memory.DECODING.hold(need, s.max_decoded_bytes, s.request_timeout_s):
         return [_feeds(model, data, name) for name, data in named]
 
