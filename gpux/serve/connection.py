@@ -16,6 +16,7 @@ from typing import Any
 from gpux.serve.body import Limits
 
 END_OF_HEAD = b"\r\n\r\n"
+DRAIN_GRACE_S = 0.5  # an idle connection of a draining server waits this long for a request already sent
 LINGER_S = 2.0  # a connection refused while its client still sends: what it sends is read and dropped this long
 
 
@@ -71,6 +72,31 @@ def guarded(http: str, limits: Limits) -> type:
                 return
             super().data_received(data)
             self._track()
+
+        def shutdown(self) -> None:
+            """The server is draining: a connection busy with a request closes after its answer (as uvicorn's do);
+            an idle or new one is given DRAIN_GRACE_S for a request already on its way (answered 503, then closed)
+            instead of being closed on it, which would reset it."""
+            if self._idle():
+                self.loop.call_later(DRAIN_GRACE_S, self._close_if_idle)
+            else:
+                super().shutdown()
+
+        def _idle(self) -> bool:
+            cycle = getattr(self, "cycle", None)
+            if cycle is not None and not cycle.response_complete:
+                return False
+            if http == "httptools":
+                return self._phase in ("idle", "done")
+            import h11
+
+            return bool(self.conn.their_state is h11.IDLE)
+
+        def _close_if_idle(self) -> None:
+            if self._idle() and not self.transport.is_closing():
+                self.transport.close()
+            elif not self.transport.is_closing():
+                super().shutdown()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()

@@ -102,7 +102,7 @@ class RestApp:
         except Exception as exc:  # a bug: answer 500, keep serving
             logging.getLogger("gpux.serve").exception("internal error on %s %s", method, path)
             reply = error_reply(ServeError(f"internal error: {type(exc).__name__}: {exc}"))
-        await self._send(send, reply)
+        await self._send(send, reply, self.repo.draining)
         target = infer_target(path)
         if target is not None:  # every answer, whatever its status
             self.metrics.answered(*(reply.labels or self.repo.labels(*target)), "http", reply.status, reply.seconds)
@@ -219,10 +219,12 @@ class RestApp:
         return reply
 
     @staticmethod
-    async def _send(send: Send, reply: Reply) -> None:
+    async def _send(send: Send, reply: Reply, draining: bool = False) -> None:
         headers = [(b"content-type", reply.content_type), (b"content-length", str(len(reply.body)).encode())]
         if reply.header_length is not None:
             headers.append((HEADER_LENGTH.encode(), str(reply.header_length).encode()))
+        if draining:  # the connection closes after this answer, and says so
+            headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
         await send({"type": "http.response.body", "body": reply.body})
 

@@ -49,6 +49,14 @@ class _Uvicorn:
             def capture_signals(self) -> Iterator[None]:
                 yield
 
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                """uvicorn's, but the listeners close without resetting a connection (gpux/serve/drain.py), and a
+                draining connection ends as gpux/serve/connection.py says."""
+                from gpux.serve.drain import stop_listening
+
+                await stop_listening(self.servers, sockets or [], self.config, self.server_state)
+                await super().shutdown(sockets)
+
         loop = "uvloop" if _has("uvloop") else "asyncio"
         http = "httptools" if _has("httptools") else "h11"
         config = uvicorn.Config(app, lifespan="off", access_log=False, log_config=None, loop=loop, ws="none",
