@@ -3,12 +3,13 @@
     python benchmarks/serve_hostile.py [--code DIR]
 
 Serves a small image model (a photo in, its mean colour out) with the default `serve:` limits (`--code DIR` runs
-another checkout of gpux, for a side-by-side), then sends, phase by phase: three 20 KB PNGs of 13000x13000 pixels
-at once; one request of 128 PNGs of 2000x2000; three requests of 16 PNGs of 2000x2000 at once; four 64 MB headers at
-once; 300 connections whose body never arrives (Content-Length larger than what is sent); 1000 malformed gRPC
-ModelInfer messages. The server's RSS (psutil, process and children) is sampled every 10 ms: the baseline after a
-few ordinary requests, the peak of each phase, and what is left 3 s after the corpus. Each phase prints the
-answers it got (HTTP status or gRPC code, or the error); a legal request must still answer 200 at the end.
+another checkout of gpux, for a side-by-side), then sends, phase by phase: three PNGs of 13000x13000 pixels (500 KB
+each) at once; one request of 128 PNGs of 2000x2000; three requests of 16 PNGs of 2000x2000 at once; four requests
+of a 24 MP PNG (6000x4000, under the pixel limit) at once; four 64 MB headers at once; 300 connections whose body
+never arrives (a Content-Length larger than what is sent); 1000 malformed gRPC ModelInfer messages. The server's
+RSS (psutil, process and children) is sampled every 10 ms: the baseline after a few ordinary requests, the peak of
+each phase, and what is left 3 s after the corpus. Each phase prints the answers it got (HTTP status or gRPC code,
+or the error); a legal request must still answer 200 at the end.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def malformed_grpc(address: str, count: int) -> Counter[str]:
 
 
 def phases(address: str, grpc_address: str) -> list[tuple[str, Any]]:
-    bomb, big = png(13000, 13000), png(2000, 2000)
+    bomb, big, photo = png(13000, 13000), png(2000, 2000), png(6000, 4000)
     head = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (64 * 2**20) + b"\r\n\r\n"
     stalled = b"POST /v2/models/mean/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"inputs\":"
 
@@ -133,6 +134,7 @@ def phases(address: str, grpc_address: str) -> list[tuple[str, Any]]:
          lambda: many(3, lambda: infer_files(address, [bomb]))),
         (f"1 request of 128 PNGs 2000x2000 ({len(big) // 1024} KB each)", lambda: infer_files(address, [big] * 128)),
         ("3 requests of 16 PNGs 2000x2000 at once", lambda: many(3, lambda: infer_files(address, [big] * 16))),
+        ("4 requests of a 24 MP PNG (6000x4000) at once", lambda: many(4, lambda: infer_files(address, [photo]))),
         ("4 x 64 MB header at once", lambda: many(4, lambda: raw(address, head))),
         ("300 bodies that never arrive", lambda: many(300, lambda: raw(address, stalled))),
         ("1000 malformed gRPC ModelInfer", lambda: malformed_grpc(grpc_address, 1000)),

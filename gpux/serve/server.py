@@ -176,7 +176,11 @@ def _address(host: str, port: int) -> str:
 
 
 def serve(request: ServeRequest) -> None:
-    """Run the server in this thread until a signal; uvloop where installed."""
+    """Run the server in this thread until a signal; uvloop where installed. The process is the server's: large
+    blocks go back to the system once freed (gpux/serve/memory.py)."""
+    from gpux.serve.memory import return_large_blocks
+
+    return_large_blocks()
     try:
         import uvloop
 

@@ -91,7 +91,7 @@ def prepare(model: Any, item: Any) -> list[tuple[Feeds, Any]]:
     sizes = [memory.image_bytes(data, name, s.max_image_pixels) for name, data in named] \
         if model.steps.kind == "image" else []
     need = max(sizes, default=0)  # decoded one after the other: the largest is what the request holds at once
-    with memory.trimmed(need), memory.DECODING.hold(need, s.max_decoded_bytes, s.request_timeout_s):
+    with memory.DECODING.hold(need, s.max_decoded_bytes, s.request_timeout_s):
         return [_feeds(model, data, name) for name, data in named]
 
 
