@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.serving import mlp_project
-from tests.test_serve_cli import Process, serve_process  # noqa: F401  (the fixture)
+from tests.test_serve_cli import Process
 
 grpc = pytest.importorskip("grpc")
 BODY = json.dumps({"inputs": [{"name": "x", "shape": [1, 8], "datatype": "FP32", "data": [0.5] * 8}]})
@@ -63,22 +63,29 @@ def grpc_client(address: str, stop: threading.Event, seen: Counter[str]) -> None
                     return
 
 
-def test_sigterm_under_load_answers_every_request_it_accepted(tmp_path: Path, serve_process: list[Process]) -> None:
+def test_sigterm_under_load_answers_every_request_it_accepted(tmp_path: Path) -> None:
     for run in range(3):
         p = Process(str(mlp_project(tmp_path / f"mlp{run}", "1.0.0", 0)), "--no-access-log")
-        serve_process.append(p)
-        p.start()
-        stop, seen = threading.Event(), Counter[str]()
-        threads = [threading.Thread(target=rest_client, args=(p.http, i % 2 == 0, stop, seen)) for i in range(6)]
-        threads += [threading.Thread(target=grpc_client, args=(p.grpc, stop, seen)) for _ in range(2)]
-        for t in threads:
-            t.start()
-        time.sleep(1.0)
-        p.proc.send_signal(signal.SIGTERM)
-        assert p.proc.wait(60) == 0
-        stop.set()
-        for t in threads:
-            t.join(30)
+        try:
+            seen = under_load(p.start())
+        finally:
+            p.stop()
         lost = {k: v for k, v in seen.items() if k.startswith("lost")}
         assert not lost and seen["200"] and seen["OK"], seen
         assert set(seen) <= {"200", "503", "OK", "UNAVAILABLE", "refused before sending"}, seen
+
+
+def under_load(p: Process) -> Counter[str]:
+    """6 REST clients (half on fresh connections) and 2 gRPC clients, SIGTERM after a second; what they got."""
+    stop, seen = threading.Event(), Counter[str]()
+    threads = [threading.Thread(target=rest_client, args=(p.http, i % 2 == 0, stop, seen)) for i in range(6)]
+    threads += [threading.Thread(target=grpc_client, args=(p.grpc, stop, seen)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.proc.wait(60) == 0
+    stop.set()
+    for t in threads:
+        t.join(30)
+    return seen

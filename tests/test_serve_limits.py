@@ -166,6 +166,7 @@ def test_a_malformed_grpc_message_is_invalid_argument_counted_and_logged(server:
             assert error.code().name == "INVALID_ARGUMENT", error
             assert "malformed ModelInferRequest message" in error.details()
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gpux.serve.access"]
+    lines = [x for x in lines if x["protocol"] == "grpc"]
     assert [(x["method"], x["status"]) for x in lines] == [("ModelInfer", 400)] * 3
     key = ("(unknown)", "grpc", "400")
     assert requests_total(server).get(key, 0) - before.get(key, 0) == 3

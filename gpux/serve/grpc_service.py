@@ -215,6 +215,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         seconds = time.perf_counter() - started
         self.metrics.answered(*(labels or self.repo.labels(request.model_name, request.model_version)), "grpc",
                               status, seconds if labels else None)
+        if status != 200:
+            self.repo.refused(request.model_name, request.model_version, seconds)
         _log(request, status, started)
 
 

@@ -106,6 +106,8 @@ class RestApp:
         target = infer_target(path)
         if target is not None:  # every answer, whatever its status
             self.metrics.answered(*(reply.labels or self.repo.labels(*target)), "http", reply.status, reply.seconds)
+            if reply.status != 200:
+                self.repo.refused(*target, time.perf_counter() - started)
         self._log(scope, reply, started)
 
     def _authorize(self, path: str, headers: dict[bytes, bytes]) -> None:
