@@ -53,25 +53,27 @@ def guarded(http: str, limits: Limits) -> type:
     refused = refusals(limits)
 
     class Guarded(base):
-        _timer: Any = None
-        _timing = ""  # what the timer waits for: "head" or "body"
-        _phase = "idle"  # httptools: idle, head, body, done (the parser's callbacks say)
+        _watch: Any = None  # one timer per connection, re-armed only when it fires (nothing per request)
+        _phase = "idle"  # idle (before the first request), head, body, done (answering, or between requests)
+        _since = 0.0  # when the phase began (loop time): a deadline runs from there
         _head_bytes = 0
         _tail = b""
         _dropping = False  # refused while the client still sends: read and drop until closed
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._arm("head")
+            self._since = self.loop.time()
+            self._watch = self.loop.call_later(min(deadlines.values()), self._check)
 
         def data_received(self, data: bytes) -> None:
             if self._dropping:
                 return
-            if self._where() != "body" and self._head_too_large(data):
+            if self._phase != "body" and self._head_too_large(data):
                 self._refuse("size")
                 return
             super().data_received(data)
-            self._track()
+            if http != "httptools":
+                self._follow_h11()
 
         def shutdown(self) -> None:
             """The server is draining: a connection busy with a request closes after its answer (as uvicorn's do);
@@ -84,13 +86,7 @@ def guarded(http: str, limits: Limits) -> type:
 
         def _idle(self) -> bool:
             cycle = getattr(self, "cycle", None)
-            if cycle is not None and not cycle.response_complete:
-                return False
-            if http == "httptools":
-                return self._phase in ("idle", "done")
-            import h11
-
-            return bool(self.conn.their_state is h11.IDLE)
+            return (cycle is None or cycle.response_complete) and self._phase in ("idle", "done")
 
         def _close_if_idle(self) -> None:
             if self._idle() and not self.transport.is_closing():
@@ -99,30 +95,35 @@ def guarded(http: str, limits: Limits) -> type:
                 super().shutdown()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
+            if self._watch is not None:
+                self._watch.cancel()
             super().connection_lost(exc)
 
-        # httptools' parser callbacks
+        # httptools' parser callbacks: where a request's head and body begin and end
         def on_message_begin(self) -> None:
-            self._phase = "head"
+            self._enter("head")
             super().on_message_begin()
 
         def on_headers_complete(self) -> None:
-            self._phase = "body"
+            self._enter("body")
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
             self._phase = "done"
             super().on_message_complete()
 
-        def _where(self) -> str:
-            """head (a request's head is being read, or the next one's awaited), body, or other."""
-            if http == "httptools":
-                return "body" if self._phase == "body" else "head"
+        def _enter(self, phase: str) -> None:
+            if self._phase != "idle" or phase != "head":  # the first head's deadline runs from the connection
+                self._since = self.loop.time()
+            self._phase = phase
+
+        def _follow_h11(self) -> None:
             import h11
 
             state = self.conn.their_state
-            return "head" if state is h11.IDLE else "body" if state is h11.SEND_BODY else "other"
+            phase = "head" if state is h11.IDLE else "body" if state is h11.SEND_BODY else "done"
+            if phase != self._phase and not (phase == "head" and self._phase == "idle"):
+                self._enter(phase)
 
         def _head_too_large(self, data: bytes) -> bool:
             """Count the head's bytes in `data` (up to its blank line); whether they are over the limit."""
@@ -136,30 +137,18 @@ def guarded(http: str, limits: Limits) -> type:
                 self._tail = seen[-3:]
             return over
 
-        def _track(self) -> None:
-            where = self._where()
-            if where == "body" or (where == "head" and (http != "httptools" or self._phase == "head")):
-                self._arm(where)
-            else:
-                self._disarm()
-
-        def _arm(self, what: str) -> None:
-            if self._timing != what:
-                self._disarm()
-                self._timer, self._timing = self.loop.call_later(deadlines[what], self._timed_out, what), what
-
-        def _disarm(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer, self._timing = None, ""
-
-        def _timed_out(self, what: str) -> None:
-            self._timer, self._timing = None, ""
-            self._refuse(what)
+        def _check(self) -> None:
+            """The watch: refuse a head or body past its deadline, else look again when the next one can pass."""
+            what = "head" if self._phase in ("idle", "head") else "body" if self._phase == "body" else ""
+            left = deadlines[what] - (self.loop.time() - self._since) if what else min(deadlines.values())
+            if left <= 0:
+                self._watch = None
+                self._refuse(what)
+                return
+            self._watch = self.loop.call_later(left, self._check)
 
         def _refuse(self, what: str) -> None:
             """Answer `what`'s refusal unless a response has started, and close."""
-            self._disarm()
             if self.transport.is_closing():
                 return
             cycle = getattr(self, "cycle", None)
