@@ -283,15 +283,19 @@ def test_any_change_takes_the_full_path(mlp_project: Path, change: str) -> None:
     assert cli("build", *args).returncode == 0
 
 
-@pytest.mark.parametrize("rewritten", ["model", "verify data"])
+@pytest.mark.parametrize("rewritten", ["model", "verify data", "calibration data"])
 def test_a_file_rewritten_in_place_with_its_size_and_mtime_is_read_again(
         mlp_project: Path, tmp_path_factory: pytest.TempPathFactory, rewritten: str) -> None:
-    """A retrained model (or new verify data) written over the old file, same size, mtime set back: the next
-    build rebuilds and `gpux run` answers with the new weights."""
+    """A retrained model (or new verify or calibration data) written over the old file, same size, mtime set back:
+    the next build rebuilds and `gpux run` answers with the new weights."""
     import onnxruntime as ort
 
     edit(mlp_project, "version: 1.0.0", "version: 1.0.0\nverify: {data: v.npz}")
     np.savez(mlp_project / "v.npz", x=np.ones((2, 8), np.float32))
+    if rewritten == "calibration data":
+        edit(mlp_project, "backend: cpu", "backend: cpu\nproviders:\n  cpu: {precision: int8, quantization: static, "
+             "calibration: cal.npz}")
+        np.savez(mlp_project / "cal.npz", x=np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32))
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
     first = cli("build", str(mlp_project), "--json")
     assert first.returncode == 0, first.stderr
@@ -300,9 +304,12 @@ def test_a_file_rewritten_in_place_with_its_size_and_mtime_is_read_again(
     if rewritten == "model":
         make_mlp(elsewhere / "retrained.onnx", seed=5)
         rewrite_in_place(mlp_project / "model.onnx", (elsewhere / "retrained.onnx").read_bytes())
-    else:
+    elif rewritten == "verify data":
         np.savez(elsewhere / "v.npz", x=np.zeros((2, 8), np.float32))
         rewrite_in_place(mlp_project / "v.npz", (elsewhere / "v.npz").read_bytes())
+    else:
+        np.savez(elsewhere / "cal.npz", x=np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32))
+        rewrite_in_place(mlp_project / "cal.npz", (elsewhere / "cal.npz").read_bytes())
     again = cli("build", str(mlp_project), "--json")
     assert again.returncode == 0, again.stderr
     [target] = json.loads(again.stdout)["targets"]
@@ -311,7 +318,8 @@ def test_a_file_rewritten_in_place_with_its_size_and_mtime_is_read_again(
     assert ran.returncode == 0, ran.stderr
     got = np.asarray(json.loads(ran.stdout)["outputs"]["probs"]["data"], np.float32)
     want = ort.InferenceSession(str(mlp_project / "model.onnx")).run(None, {"x": x})[0]
-    np.testing.assert_allclose(got, want, rtol=1e-5)
+    int8 = rewritten == "calibration data"  # answers within int8's rounding of the fp32 model's
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=0.05 if int8 else 0)
 
 
 def test_a_distribution_installed_or_upgraded_takes_the_full_path(mlp_project: Path, tmp_path: Path) -> None:
