@@ -10,6 +10,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -140,8 +141,8 @@ def test_the_limits_are_in_the_schema() -> None:
     from gpux.config.schema import Serve
 
     fields = Serve.model_fields
-    for name in ("body_timeout_s", "keep_alive_s", "max_header_bytes", "max_files", "max_image_pixels",
-                 "max_decoded_bytes"):
+    for name in ("body_timeout_s", "keep_alive_s", "max_connections", "max_header_bytes", "max_files",
+                 "max_image_pixels", "max_decoded_bytes"):
         assert fields[name].description and fields[name].default, name
     assert Path(__file__).parents[1].joinpath("schemas", "gpux.schema.json").read_text().count("max_decoded_bytes")
 
@@ -198,3 +199,20 @@ def test_raw_and_typed_contents_in_one_request_are_refused(server: ServerThread)
     request.raw_input_contents.append(np.full((1, 8), 0.5, np.float32).tobytes())
     error = grpc_call(server, "ModelInfer", request.SerializeToString())
     assert error.code().name == "INVALID_ARGUMENT" and "contents and raw_input_contents" in error.details()
+
+
+def test_a_connection_past_the_limit_is_503_and_closed(tmp_path: Path) -> None:
+    with ServerThread([mlp_project(tmp_path / "mlp", "1.0.0", 0, ", max_connections: 3")]) as server:
+        host, port = server.http.split(":")
+        held = [socket.create_connection((host, int(port))) for _ in range(3)]
+        try:
+            answer = exchange(server.http, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 503 "), answer[:100]
+            assert "more than 3 connections open (serve.max_connections)" in error_of(answer.split(b"\r\n\r\n")[1])
+        finally:
+            for sock in held:
+                sock.close()
+        deadline = time.monotonic() + 10
+        while live(server) != 200 and time.monotonic() < deadline:  # the refused one lingers a moment
+            time.sleep(0.1)
+        assert live(server) == 200

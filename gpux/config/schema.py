@@ -270,6 +270,9 @@ class Serve(Strict):
         "slower ones get 408 and are closed.")
     keep_alive_s: int = Field(
         5, ge=1, description="How long an idle keep-alive connection stays open between requests.")
+    max_connections: int = Field(
+        512, ge=1, description="Most connections open at once on the REST port; one more is answered 503 and "
+        "closed.")
     max_header_bytes: int = Field(
         64 * 2**10, ge=1024, description="Largest request line and headers together, in bytes (431 above, and the "
         "connection is closed).")

@@ -29,6 +29,7 @@ class Limits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     keep_alive_s: int = 5
+    max_connections: int = 512
     max_header_bytes: int = 64 * 2**10
 
     @classmethod

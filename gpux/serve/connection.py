@@ -6,7 +6,8 @@ and for a body shorter than its Content-Length: a client sending them a byte at 
 holds a connection as long as it likes; nor does it bound the size of the headers (httptools buffers them all).
 Here a connection must deliver each request's head within `header_timeout_s` of the connection opening or of the
 head's first byte, and its body within `body_timeout_s` of the head's end, else it is answered 408 and closed; a
-head above `max_header_bytes` is answered 431 and closed before it is parsed further. Responses are not timed. One
+head above `max_header_bytes` is answered 431 and closed before it is parsed further, and a connection past
+`max_connections` open is answered 503 and closed. Responses are not timed. One
 timer per connection watches both deadlines, re-armed only when it fires: nothing is armed or cancelled per request.
 While the server drains, a connection busy with a request closes after its answer; an idle one waits DRAIN_GRACE_S
 for a request already on its way (gpux/serve/drain.py closes the listeners)."""
@@ -43,6 +44,8 @@ def refusals(limits: Limits) -> dict[str, bytes]:
                                              "(serve.body_timeout_s)"),
         "size": reply("431 Request Header Fields Too Large",
                       f"request line and headers exceed {limits.max_header_bytes} bytes (serve.max_header_bytes)"),
+        "busy": reply("503 Service Unavailable", f"more than {limits.max_connections} connections open "
+                                                 "(serve.max_connections): retry later"),
     }
 
 
@@ -53,6 +56,7 @@ class Guard(_Protocol):
     deadlines: ClassVar[dict[str, float]] = {}  # set per class by `guarded`
     refused: ClassVar[dict[str, bytes]] = {}
     max_header_bytes = 0
+    max_connections = 0
 
     _watch: Any = None  # one timer per connection, re-armed only when it fires (nothing per request)
     _phase = "idle"  # idle (before the first request), head, body, done (answering, or between requests)
@@ -63,6 +67,9 @@ class Guard(_Protocol):
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            self._refuse("busy")
+            return
         self._since = self.loop.time()
         self._watch = self.loop.call_later(min(self.deadlines.values()), self._check)
 
@@ -155,7 +162,7 @@ class Guard(_Protocol):
         cycle = getattr(self, "cycle", None)
         if what != "body" or cycle is None or not cycle.response_started:
             self.transport.write(self.refused[what])
-        if what == "size" and self.transport.can_write_eof():  # the client may still be sending: closed now,
+        if what in ("size", "busy") and self.transport.can_write_eof():  # the client may still send: closed now,
             self.transport.write_eof()  # it would get a reset instead of the answer; it gets the answer and EOF,
             self._dropping = True  # and what it sends meanwhile is dropped
             self.loop.call_later(LINGER_S, self.transport.close)
@@ -176,6 +183,7 @@ def guarded(http: str, limits: Limits) -> type:
         base = H11Protocol
     return type("Guarded", (Guard, base), {
         "http": http, "deadlines": {"head": limits.header_timeout_s, "body": limits.body_timeout_s},
-        "refused": refusals(limits), "max_header_bytes": limits.max_header_bytes})
+        "refused": refusals(limits), "max_header_bytes": limits.max_header_bytes,
+        "max_connections": limits.max_connections})
 
 

@@ -23,6 +23,7 @@ class Settings:
     header_timeout_s: float
     body_timeout_s: float
     keep_alive_s: int
+    max_connections: int
     max_header_bytes: int
     max_files: int
     max_image_pixels: int
