@@ -216,3 +216,11 @@ def test_a_connection_past_the_limit_is_503_and_closed(tmp_path: Path) -> None:
         while live(server) != 200 and time.monotonic() < deadline:  # the refused one lingers a moment
             time.sleep(0.1)
         assert live(server) == 200
+
+
+def test_data_and_binary_data_in_one_rest_input_are_refused(server: ServerThread) -> None:
+    head = json.dumps({"inputs": [{"name": "x", "shape": [1, 8], "datatype": "FP32", "data": [0.5] * 8,
+                                   "parameters": {"binary_data_size": 32}}]}).encode()
+    status, _, body = post(server.http, "/v2/models/mlp/infer", head + np.full((1, 8), 0.5, np.float32).tobytes(),
+                           {"Inference-Header-Content-Length": str(len(head))})
+    assert status == 400 and "has 'data' and also parameters.binary_data_size" in error_of(body)

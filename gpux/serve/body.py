@@ -271,6 +271,8 @@ def _specs(items: list[Any], limits: Limits) -> list[Spec]:
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise BadRequest(f"input '{name}': parameters.binary_data_size must be a non-negative integer, "
                                  f"got {size!r}")
+            if item.get("data") is not None:
+                raise BadRequest(f"input '{name}' has 'data' and also parameters.binary_data_size; send one")
             out.append(Spec(name=name, datatype=datatype, shape=shape, size=size))
         elif "data" in item:
             out.append(Spec(name=name, datatype=datatype, shape=shape, data=item["data"]))
