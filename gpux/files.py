@@ -1,4 +1,4 @@
-"""Files gpux keeps: the store's folder, content hashes (memoised by size and mtime), atomic writes, OS locks."""
+"""Files gpux keeps: the store's folder, content stamps and the hashes memoised by them, atomic writes, OS locks."""
 
 from __future__ import annotations
 
@@ -37,6 +37,12 @@ def store_root(project_root: Path, override: str | Path | None = None) -> Path:
     return Path(chosen).resolve() if chosen else project_root / ".gpux"
 
 
+def stamp(st: os.stat_result) -> list[int]:
+    """What says a file is unchanged without reading it: size and mtime, and what a rewrite cannot keep (the inode:
+    a file written anew and renamed over; the ctime: a file rewritten in place, even with its mtime set back)."""
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+
+
 def sha256_file(path: Path) -> str:
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -62,27 +68,27 @@ def write_memo(memo_file: Path | None, memo: dict[str, Any]) -> None:
 
 def memoised(paths: list[Path], memo_file: Path | None, compute: Callable[[Path], Any],
              still_true: Callable[[Path, Any], bool] | None = None) -> list[Any]:
-    """`compute(p)` for each path, remembered in `memo_file` by (size, mtime_ns) so unchanged files are not
+    """`compute(p)` for each path, remembered in `memo_file` by the file's `stamp` so unchanged files are not
     read again; the memo is read once and written once, and only into a store that exists already (commands
     that only read, such as `inspect`, never create one)."""
     memo = read_memo(memo_file)
     changed, out = False, []
     for p in paths:
-        st = p.stat()
+        now = stamp(p.stat())
         key = str(p.resolve())
         entry = memo.get(key)
-        if not (isinstance(entry, list) and entry[:2] == [st.st_size, st.st_mtime_ns]
-                and (still_true is None or still_true(p, entry[2]))):
-            entry = memo[key] = [st.st_size, st.st_mtime_ns, compute(p)]
+        if not (isinstance(entry, list) and len(entry) == 2 and entry[0] == now
+                and (still_true is None or still_true(p, entry[1]))):
+            entry = memo[key] = [now, compute(p)]
             changed = True
-        out.append(entry[2])
+        out.append(entry[1])
     if changed:
         write_memo(memo_file, memo)
     return out
 
 
 def digest_files(paths: list[Path], root: Path, cache_file: Path | None = None) -> str:
-    """One sha256 over several files (name + bytes), memoised by (size, mtime_ns) in `cache_file`."""
+    """One sha256 over several files (name + bytes), memoised by their stamps in `cache_file`."""
     ordered = sorted(paths)
     h = hashlib.sha256()
     for p, digest in zip(ordered, memoised(ordered, cache_file, sha256_file), strict=True):

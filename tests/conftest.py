@@ -123,6 +123,18 @@ def gpux(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
                           capture_output=True, timeout=timeout)
 
 
+def rewrite_in_place(path: Path, data: bytes) -> None:
+    """Overwrite `path` with `data` of the same size in place (the same inode) and set its mtime back, as `touch -r`,
+    `cp -p` or a fixed build timestamp leave a retrained model of the same architecture: only the ctime tells."""
+    before = path.stat()
+    assert len(data) == before.st_size, "the rewrite must keep the size"
+    with path.open("r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+
+
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text))

@@ -92,6 +92,36 @@ def make_raises(path: Path) -> Path:
     return path
 
 
+MEAN = """\
+name: mean
+version: 1
+model: {{source: model.onnx}}
+inputs:
+  x:
+    dtype: float32
+    shape: [batch, 3, 8, 8]
+    preprocess: {{image: {{resize: {{shorter: 8}}, crop: 8, scale: 1/255}}}}
+outputs: {{rgb: {{dtype: float32, shape: [batch, 3]}}}}
+runtime: {{backend: cpu}}
+serve: {{http_port: 0, grpc_port: 0{serve}}}
+"""
+
+
+def mean_project(root: Path, serve: str = "") -> Path:
+    """An image model: a photo in (resized to 8x8), its mean R, G and B (0..1) out."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    root.mkdir(parents=True, exist_ok=True)
+    graph = helper.make_graph([helper.make_node("ReduceMean", ["x"], ["rgb"], axes=[2, 3], keepdims=0)], "mean",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+                              [helper.make_tensor_value_info("rgb", TensorProto.FLOAT, ["batch", 3])])
+    model = helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(root / "model.onnx"))
+    (root / "gpux.yml").write_text(MEAN.format(serve=serve))
+    return root
+
+
 def mlp_project(root: Path, version: str, seed: int, serve: str = "") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     make_mlp(root / "model.onnx", seed=seed)

@@ -321,6 +321,38 @@ def test_the_record_is_not_used_when_what_it_depends_on_changed(tmp_path: Path,
     assert read and np.allclose(answer, repointed)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps")
+def test_a_model_or_labels_rewritten_in_place_are_not_served_from_the_record(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, serve_process: list[Process]) -> None:
+    """Same size, mtime set back: the next start reads the config and serves the new weights; new labels of the
+    same size also void the record."""
+    from gpux.serve import record
+    from tests.conftest import make_mlp, rewrite_in_place
+
+    project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    yml = project / "gpux.yml"
+    yml.write_text(yml.read_text().replace("[cat, dog, fox, owl]", "labels.txt"))
+    (project / "labels.txt").write_text("cat\ndog\nfox\nowl\n")
+    x = np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)
+
+    def start() -> tuple[bool, np.ndarray]:
+        return served_once(project, serve_process, lambda p: (loaded(p.proc.pid, "pydantic_core"),
+                                                              send_http(p.http, x)), "--provider", "cpu")
+
+    read, first = start()
+    assert read and not start()[0]
+    elsewhere = tmp_path_factory.mktemp("new")
+    make_mlp(elsewhere / "model.onnx", seed=5)
+    rewrite_in_place(project / "model.onnx", (elsewhere / "model.onnx").read_bytes())
+    read, retrained = start()
+    assert read and not np.allclose(retrained, first)
+    assert not start()[0]
+    command = {"targets": [str(project)], "provider": "cpu", "strict": False, "store": None, "overrides": {}}
+    assert record.replay([str(project)], command) is not None
+    rewrite_in_place(project / "labels.txt", b"owl\nfox\ndog\ncat\n")
+    assert record.replay([str(project)], command) is None
+
+
 def test_a_record_is_dropped_only_for_a_model_that_did_not_open_as_recorded(tmp_path: Path) -> None:
     """A model reloaded through the repository API is read from its config too, but its record opened fine."""
     from types import SimpleNamespace

@@ -80,6 +80,22 @@ def test_index_unload_load_over_rest(tmp_path: Path) -> None:
             client.load_model("nope")
 
 
+def test_a_load_reads_a_model_rewritten_in_place(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A retrained model written over the served file, same size and mtime: a load serves the new weights."""
+    from tests.conftest import rewrite_in_place
+
+    mlp = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    with ServerThread([mlp]) as server:
+        first = probs(server.http)
+        tritonhttp.InferenceServerClient(server.http).load_model("mlp")  # the store is there now: hashes memoised
+        elsewhere = tmp_path_factory.mktemp("new")
+        make_mlp(elsewhere / "model.onnx", seed=7)
+        rewrite_in_place(mlp / "model.onnx", (elsewhere / "model.onnx").read_bytes())
+        tritonhttp.InferenceServerClient(server.http).load_model("mlp")
+        assert not np.allclose(probs(server.http), first)
+        np.testing.assert_allclose(probs(server.http), reference(mlp), rtol=1e-6, atol=1e-7)
+
+
 def test_failed_load_keeps_the_old_model_serving(tmp_path: Path) -> None:
     mlp = mlp_project(tmp_path / "mlp", "1.0.0", 0)
     with ServerThread([mlp]) as server:

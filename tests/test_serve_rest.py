@@ -180,7 +180,7 @@ def test_not_ready_until_loaded(mlp_project: Path) -> None:
     from gpux.serve.models import Repository
     from gpux.serve.rest import Limits, RestApp
     repo = Repository([open_project(str(mlp_project / "gpux.yml"))], Metrics())
-    app = RestApp(repo, repo.metrics, Limits(1 << 20, 1 << 20))
+    app = RestApp(repo, repo.metrics, Limits(max_body_bytes=1 << 20, max_tensor_elements=1 << 20))
 
     async def call(method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         sent: list[dict[str, Any]] = []

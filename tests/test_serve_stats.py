@@ -129,3 +129,29 @@ def test_an_inference_is_counted_when_its_caller_gave_up_or_it_failed() -> None:
     assert (gave_up.queue.count, gave_up.execution_count, gave_up.compute_infer.count) == (1, 1, 1)
     assert gave_up.runs.seconds >= 0.2
     assert (failed.queue.count, failed.execution_count) == (1, 0)
+
+
+def test_every_refused_request_is_one_failure_on_every_protocol(server: ServerThread) -> None:
+    """Wherever a request fails (its body, its inputs, the model), on REST, gRPC or a stream, it is one failure of
+    the model it names, as gpux_requests_total counts it."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    client = tritonhttp.InferenceServerClient(server.http)
+
+    def fails() -> int:
+        return int(client.get_inference_statistics("mlp")["model_stats"][0]["inference_stats"]["fail"]["count"])
+
+    before = fails()
+    few = '{"inputs":[{"name":"x","datatype":"FP32","shape":[1,8],"data":[0,0,0]}]}'  # refused as the body is read
+    assert post(server.http, "/v2/models/mlp/infer", few)[0] == 400
+    assert post(server.http, "/v2/models/mlp/infer", "{not json")[0] == 400
+    short = service_pb2.ModelInferRequest(model_name="mlp")
+    short.inputs.add(name="x", datatype="FP32", shape=[1, 8])
+    short.raw_input_contents.append(b"\0" * 12)  # refused as the message is decoded
+    with grpc.insecure_channel(server.grpc) as channel:
+        with pytest.raises(grpc.RpcError):
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(short, timeout=30)
+        stream = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([short, short]), timeout=30)
+        assert all(answer.error_message for answer in stream)
+    assert fails() == before + 5

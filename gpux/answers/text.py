@@ -12,13 +12,14 @@ from typing import Any
 
 from gpux.config.inputs import TextSteps
 from gpux.errors import InputError, reading_file
+from gpux.files import stamp as file_stamp
 from gpux.optional import require
 
 TEXT_SUFFIXES = (".txt",)
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path: str, stamp: tuple[int, int], max_length: int) -> tuple[Any, Any, int | None]:
+def _load(path: str, stamp: tuple[int, ...], max_length: int) -> tuple[Any, Any, int | None]:
     """(plain, truncating) tokenizers of one file, and the pad id its own padding settings name."""
     tokenizers = require("tokenizers", "text")
     plain = tokenizers.Tokenizer.from_file(path)
@@ -39,7 +40,7 @@ def tokenizer(path: Path, steps: TextSteps) -> tuple[Any, Any, int]:
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
     require("tokenizers", "text")
     try:
-        plain, truncating, own = _load(str(path), (st.st_mtime_ns, st.st_size), steps.max_length)
+        plain, truncating, own = _load(str(path), tuple(file_stamp(st)), steps.max_length)
     except Exception as exc:  # the tokenizers library raises a bare Exception for a bad file
         raise ValueError(f"not a tokenizer.json the tokenizers library reads: {str(exc).splitlines()[0]}") from None
     pad_id = plain.token_to_id(steps.pad_token) if steps.pad_token is not None else own

@@ -60,7 +60,7 @@ def build(project: Project, provider: str, *, force: bool = False, verify: bool 
 def execute(plan: BuildPlan, *, force: bool = False, verify: bool = True, log: Log | None = None,
             full_check: bool = False, for_run: bool = False, strict: bool = False) -> BuildResult:
     """Find in the cache, or build, every target of `plan` in order. `full_check` re-hashes cached artifacts (what
-    `run` does before loading) instead of trusting their recorded size and mtime. `strict` refuses an artifact
+    `run` does before loading) instead of trusting their recorded stamp. `strict` refuses an artifact
     that is not verified (lossy on generated data only, or built with --no-verify)."""
     log = log or (lambda _msg: None)
     project, root = plan.project, plan.root

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpux.files import atomic_write_text, sha256_file
+from gpux.files import atomic_write_text, sha256_file, stamp
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
@@ -50,7 +50,7 @@ def file_table(workdir: Path) -> dict[str, dict[str, Any]]:
         if p.is_file() and p.name != MANIFEST:
             st = p.stat()
             rel = p.relative_to(workdir).as_posix()
-            out[rel] = {"sha256": sha256_file(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+            out[rel] = {"sha256": sha256_file(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "stamp": stamp(st)}
     return out
 
 
@@ -94,7 +94,7 @@ def check(artifact: Artifact, full: bool) -> str | None:
             return f"{rel} is missing"
         if st.st_size != meta["size"]:
             return f"{rel} has {st.st_size} bytes, the manifest says {meta['size']}"
-        if (full or st.st_mtime_ns != meta.get("mtime_ns")) and sha256_file(p) != meta["sha256"]:
+        if (full or stamp(st) != meta.get("stamp")) and sha256_file(p) != meta["sha256"]:
             return f"{rel} does not match its sha256 in the manifest"
     return None
 

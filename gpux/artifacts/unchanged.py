@@ -1,6 +1,6 @@
 """Answers an unchanged `gpux build` from the record of the last one, before any config model is loaded.
 
-A record holds what the build depended on: the gpux.yml bytes, the size and mtime of every file it read or
+A record holds what the build depended on: the gpux.yml bytes, the stamp (`gpux.files.stamp`) of every file it read or
 wrote (model, external data, labels, samples, calibration data, artifacts and their manifests), gpux and every
 installed distribution with its version, the CPU model and the accelerator devices present, and the request
 (flags and environment). If all of it is unchanged, the build's result is replayed; anything else (or any
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux.config import CONFIG_NAMES
-from gpux.files import atomic_write_text, sha256_file, store_root
+from gpux.files import atomic_write_text, sha256_file, stamp, store_root
 from gpux.machine import installed_state
 
 ENV = ("GPUX_PROVIDER", "GPUX_STORE", "GPUX_PROBE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
@@ -44,19 +44,20 @@ def _record_file(config: Path, request: dict[str, Any]) -> Path:
 
 
 def _stat(p: str) -> list[Any] | None:
-    """Size and mtime; for a folder, its mtime (it changes when an entry is added or removed) and entry count; for
-    a symbolic link, also where it points (a link pointed elsewhere is a change)."""
+    """A file's stamp (size, mtime, inode, ctime); for a folder, its entry count in place of the size (its mtime
+    changes when an entry is added or removed); for a symbolic link, also where it points (a link pointed elsewhere
+    is a change)."""
     try:
         st = os.stat(p)
-        size = len(os.listdir(p)) if os.path.isdir(p) else st.st_size
+        count = [len(os.listdir(p))] if os.path.isdir(p) else []
         link = os.readlink(p) if os.path.islink(p) else None
     except OSError:
         return None
-    return [size, st.st_mtime_ns] + ([link] if link is not None else [])
+    return stamp(st) + count + ([link] if link is not None else [])
 
 
 def snapshot(files: list[Path]) -> dict[str, Any]:
-    """Size and mtime of each file, by its absolute path as named (a link is followed, and where it points kept)."""
+    """The stamp of each file, by its absolute path as named (a link is followed, and where it points kept)."""
     return {os.path.abspath(f): _stat(str(f)) for f in files}
 
 

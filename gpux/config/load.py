@@ -28,8 +28,8 @@ class Derived:
     """What the rooms above derive from a project's files once per process (`gpux.model.io.check_model`: the
     model's checked I/O and its versions against ONNX Runtime), kept with the project so no room reads the
     model again. Copies made with `dataclasses.replace` share it; each value is kept with the key it was
-    derived under (the model file's size and mtime, the declared I/O) and derived again when that changes, or
-    when `still_true` says the kept value no longer holds (the model's external data files changed)."""
+    derived under (the model file's stamp, `gpux.files.stamp`, and the declared I/O) and derived again when that
+    changes, or when `still_true` says the kept value no longer holds (the model's external data files changed)."""
 
     values: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 

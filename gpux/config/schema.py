@@ -265,6 +265,27 @@ class Serve(Strict):
     header_timeout_s: float = Field(
         10.0, gt=0, description="Longest a client may take to send a request's line and headers (from connecting, "
         "or from the first byte of a later request on the connection); slower ones get 408 and are closed.")
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="Longest a client may take to send a request's body once its headers are in; "
+        "slower ones get 408 and are closed.")
+    keep_alive_s: int = Field(
+        5, ge=1, description="How long an idle keep-alive connection stays open between requests.")
+    max_connections: int = Field(
+        512, ge=1, description="Most connections open at once on the REST port; one more is answered 503 and "
+        "closed.")
+    max_header_bytes: int = Field(
+        64 * 2**10, ge=1024, description="Largest request line and headers together, in bytes (431 above, and the "
+        "connection is closed).")
+    max_files: int = Field(
+        64, ge=1, description="Most encoded files (images, audio, texts) one request may send, batching on or off "
+        "(413 above).")
+    max_image_pixels: int = Field(
+        25_000_000, ge=1, description="Most pixels one image file may have (width x height, read from its header "
+        "before it is decoded; 413 above).")
+    max_decoded_bytes: int = Field(
+        256 * 2**20, ge=2**20, description="Most memory the images being decoded may take at once, across requests "
+        "(width x height x 4 bytes, from their headers; a request's files are decoded one after the other, so it "
+        "holds its largest): an image above it alone is 413, other requests wait their turn.")
 
 
 class RayAutoscaling(Strict):

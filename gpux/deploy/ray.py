@@ -95,7 +95,7 @@ class ModelServer:
         model.ready = True
         self.metrics.child(self.metrics.ready, model.name, model.version).set(1)
         s = model.settings
-        limits = Limits(s.max_body_bytes, s.max_tensor_elements, s.header_timeout_s)
+        limits = Limits.of(s)
         app_name = serve.get_replica_context().app_name  # whatever name the application was run under
         peers = tuple(replace(p, app=app_name) if p.name == model.name else p for p in self.peers)
         return RayRoutes(RestApp(self.repo, self.metrics, limits, self.api_key), peers)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux.errors import error_lines
+from gpux.files import stamp
 from gpux.optional import is_installed, require, version_of
 
 
@@ -174,8 +175,8 @@ def lowered_source(src: Path, ir: int, folder: Path) -> Path:
     """A copy of `src` stamped with IR version `ir` in `folder` (inside the store), made once per source."""
     onnx = require("onnx")
     folder.mkdir(parents=True, exist_ok=True)
-    st = src.stat()
-    dst = folder / f"{src.stem}-{st.st_size}-{st.st_mtime_ns}-ir{ir}.onnx"
+    made_from = "-".join(map(str, stamp(src.stat())))  # a source rewritten in place, mtime kept, is made again
+    dst = folder / f"{src.stem}-{made_from}-ir{ir}.onnx"
     if dst.is_file():
         return dst
     model = onnx.load(str(src))  # with its external data

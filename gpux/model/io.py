@@ -32,7 +32,8 @@ def _tensor(value_info: Any) -> Tensor:
 
 
 def read_io(path: Path, memo: Path | None = None, check: bool = True) -> ModelIO:
-    """The model's interface; memoised in `memo` by the file's (size, mtime) so unchanged models aren't parsed.
+    """The model's interface; memoised in `memo` by the file's stamp (`gpux.files.stamp`) so unchanged models aren't
+    parsed.
     `check=False` skips the model checks (gpux's own intermediate files)."""
     if memo is None or not path.is_file():
         return _parse_io(path, check)
@@ -42,13 +43,12 @@ def read_io(path: Path, memo: Path | None = None, check: bool = True) -> ModelIO
     return ModelIO.from_dict({k: v for k, v in cached.items() if k != "beside"})
 
 
-def keep_io(path: Path, memo: Path, io: ModelIO, stamp: tuple[int, int]) -> None:
-    """Remember `io` in `memo` as what `path` holds, if the file is still the one that was read (`stamp`: its size
-    and mtime then): a model replaced meanwhile is read again next time, not trusted."""
-    from gpux.files import memoised
+def keep_io(path: Path, memo: Path, io: ModelIO, then: tuple[int, ...]) -> None:
+    """Remember `io` in `memo` as what `path` holds, if the file is still the one that was read (`then`: its stamp
+    then): a model replaced meanwhile is read again next time, not trusted."""
+    from gpux.files import memoised, stamp
 
-    st = path.stat()
-    if (st.st_size, st.st_mtime_ns) != stamp:
+    if tuple(stamp(path.stat())) != then:
         return
     entry = _entry(path, io)
     memoised([path], memo, lambda _p: entry, _still_true)
@@ -64,8 +64,10 @@ def _still_true(path: Path, got: Any) -> bool:
 
 
 def _stamps(path: Path, names: list[str]) -> list[list[int] | None]:
-    """(size, mtime) of the external data files beside `path` (None: missing): a memoised reading depends on them
+    """The stamps of the external data files beside `path` (None: missing): a memoised reading depends on them
     too, so one made while a file was missing or truncated is not trusted once that file changes."""
+    from gpux.files import stamp
+
     out: list[list[int] | None] = []
     for name in names:
         try:
@@ -73,7 +75,7 @@ def _stamps(path: Path, names: list[str]) -> list[list[int] | None]:
         except OSError:
             out.append(None)
             continue
-        out.append([st.st_size, st.st_mtime_ns])
+        out.append(stamp(st))
     return out
 
 
@@ -210,8 +212,8 @@ class Checked:
     inputs: dict[str, Tensor]
     outputs: dict[str, Tensor]
     compat: Any
-    stamp: tuple[int, int] = (0, 0)  # the model file's (size, mtime_ns) when it was read
-    beside: tuple[list[int] | None, ...] = ()  # its external data files' (size, mtime_ns) then (None: missing)
+    stamp: tuple[int, ...] = ()  # the model file's stamp (gpux.files.stamp) when it was read
+    beside: tuple[list[int] | None, ...] = ()  # its external data files' stamps then (None: missing)
     files: tuple[Path, ...] = ()  # the files the model is made of: the source and its external data
     read: ModelIO | None = None  # the interface as the file states it, where outputs it misstates were replaced
     notes: tuple[Problem, ...] = ()  # warnings at their gpux.yml line: outputs the metadata misstates
@@ -223,10 +225,12 @@ def check_model(project: Project, store_dir: str | Path | None = None) -> Checke
     problem."""
     if not project.source.is_file():
         raise ConfigError([project.problem(("model", "source"), f"file not found: {project.source}")])
-    st = project.source.stat()
+    from gpux.files import stamp
+
+    now = tuple(stamp(project.source.stat()))
     cfg = project.config
-    key = (project.source, st.st_size, st.st_mtime_ns, cfg.model, cfg.inputs, cfg.outputs)
-    return project.derived.get("model", key, lambda: _checked(project, store_dir, (st.st_size, st.st_mtime_ns)),
+    key = (project.source, now, cfg.model, cfg.inputs, cfg.outputs)
+    return project.derived.get("model", key, lambda: _checked(project, store_dir, now),
                                lambda kept: kept.beside == _beside(project.source, kept.io))
 
 
@@ -234,7 +238,7 @@ def _beside(path: Path, io: ModelIO) -> tuple[list[int] | None, ...]:
     return tuple(_stamps(path, list(io.external_data)))
 
 
-def _checked(project: Project, store_dir: str | Path | None, stamp: tuple[int, int]) -> Checked:
+def _checked(project: Project, store_dir: str | Path | None, stamp: tuple[int, ...]) -> Checked:
     from gpux.files import store_root
     from gpux.model.compat import Compat
 
@@ -297,7 +301,7 @@ def sample_inputs(project: Project, io: ModelIO) -> dict[str, Tensor]:
     return inputs
 
 
-def _kept(project: Project, io: ModelIO, compat: Any, stamp: tuple[int, int]) -> Checked:
+def _kept(project: Project, io: ModelIO, compat: Any, stamp: tuple[int, ...]) -> Checked:
     inputs, outputs = effective_io(project, io)
     return Checked(io=io, inputs=inputs, outputs=outputs, compat=compat, stamp=stamp,
                    beside=_beside(project.source, io), files=tuple(source_files(project, io)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import orjson
@@ -20,11 +20,22 @@ OCTET_TYPE = b"application/octet-stream"
 NESTING = 500  # where a body too deep for the JSON parser is reported (tensor data nests as deep as its shape)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Limits:
+    """The server-wide limits (the first model's serve: block)."""
+
     max_body_bytes: int
     max_tensor_elements: int
     header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_s: int = 5
+    max_connections: int = 512
+    max_header_bytes: int = 64 * 2**10
+
+    @classmethod
+    def of(cls, settings: Any) -> Limits:
+        """The limits a model's Settings (gpux/serve/settings.py) set."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
 
 @dataclass(kw_only=True)
@@ -260,6 +271,8 @@ def _specs(items: list[Any], limits: Limits) -> list[Spec]:
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise BadRequest(f"input '{name}': parameters.binary_data_size must be a non-negative integer, "
                                  f"got {size!r}")
+            if item.get("data") is not None:
+                raise BadRequest(f"input '{name}' has 'data' and also parameters.binary_data_size; send one")
             out.append(Spec(name=name, datatype=datatype, shape=shape, size=size))
         elif "data" in item:
             out.append(Spec(name=name, datatype=datatype, shape=shape, data=item["data"]))

@@ -15,6 +15,7 @@ import numpy as np
 from gpux.serve import access, codec, shm
 from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, NotFound, ServeError, Unauthorized
+from gpux.serve.grpc_messages import Malformed, handlers
 from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import Repository
@@ -151,6 +152,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         try:
             self._authorize(context)
+            if isinstance(request, Malformed):
+                raise request.error()
         except ServeError as exc:
             self._answered(request, exc.status, time.perf_counter())
             await self._guard(context, exc)
@@ -190,6 +193,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         """The response to one ModelInferRequest, or its error (then the response only names the request)."""
         started = time.perf_counter()
         try:
+            if isinstance(request, Malformed):
+                raise request.error()
             decoded = await on_thread(request.ByteSize() > OFF_LOOP_BYTES, decode, request, self.limits)
             result = await infer(self.repo, decoded)
             response = encode(result.model.name, result.model.version, request.id, result.outputs, result.shm)
@@ -210,6 +215,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         seconds = time.perf_counter() - started
         self.metrics.answered(*(labels or self.repo.labels(request.model_name, request.model_version)), "grpc",
                               status, seconds if labels else None)
+        if status != 200:
+            self.repo.refused(request.model_name, request.model_version, seconds)
         _log(request, status, started)
 
 
@@ -231,6 +238,9 @@ def decode(request: Any, limits: Limits) -> InferRequest:
         if ref is not None:
             inputs.append(InferInput(name, datatype, shm.UNREAD, ref))
             continue
+        if raw and tensor.HasField("contents"):
+            raise BadRequest(f"input '{name}': contents and raw_input_contents in one request; send either (as "
+                             "Triton requires)")
         if raw:
             array = codec.from_bytes(name, datatype, shape, next(contents))
         elif datatype in CONTENTS:
@@ -294,6 +304,6 @@ def make_server(service: InferenceService, address: str, limits: Limits) -> tupl
                ("grpc.max_send_message_length", max(limits.max_body_bytes, 64 * 2**20)),
                ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(options=options)
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
+    server.add_generic_rpc_handlers((handlers(service),))
     port = server.add_insecure_port(address)
     return server, port

@@ -124,6 +124,14 @@ class Repository:
             return "(unknown)", ""
         return name, version if not version or version in self.models[name] else "(unknown)"
 
+    def refused(self, name: str, version: str, seconds: float) -> None:
+        """A request to a served model answered with an error, wherever it failed (its body, its inputs, the
+        model): one failure in the statistics of the version it named (the latest when none), on every protocol."""
+        versions = self.models.get(name, {})
+        model = versions.get(version or (self.versions(name) or [""])[-1])
+        if model is not None:
+            model.stats.fail.add(seconds)
+
     def versions(self, name: str) -> list[str]:
         """The model's versions, lowest first (sorted once: the latest is looked up on every request)."""
         return self._versions.get(name, [])

@@ -57,7 +57,8 @@ def server_metadata() -> dict[str, Any]:
 
 async def infer(repo: Repository, request: InferRequest, timeout: float | None = None) -> InferResult:
     """Check the request against the model, run it (encoded files through the declared steps), pick the outputs;
-    counted in the model's statistics, success or fail, and in its requests in flight (an unload waits for them)."""
+    counted in the model's statistics when it succeeds (a failure is counted by the transport that answers it,
+    `Repository.refused`, wherever it failed) and in its requests in flight (an unload waits for them)."""
     model = repo.get(request.model, request.version)
     started = time.perf_counter()
     model.active += 1
@@ -70,9 +71,6 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
                 await shm.read_inputs(held, request.inputs)
                 result = await _infer(model, request, timeout)
                 result.shm = await shm.write_outputs(held, result.outputs, request.shm_outputs)
-    except Exception:
-        model.stats.fail.add(time.perf_counter() - started)
-        raise
     finally:
         model.active -= 1
     model.stats.succeeded(time.perf_counter() - started)

@@ -4,8 +4,8 @@ the config models and pydantic (about 12 MB less memory, and a faster start).
 A start that read the config keeps one for a command whose every model was opened the usual way, by a runtime that
 says how to open its session again (the runner's `recipe`), and declares no pre- or post-processing. The next start
 of the same command uses it when nothing it depended on changed, as taken when that start read the config: the
-gpux.yml bytes; the size and mtime of every file its build reads (the model as named, its external data, labels,
-calibration and verify data), the saved choice (`gpux use`) and the tune lock; the artifact's files (re-hashed);
+gpux.yml bytes; the stamp (`gpux.files.stamp`) of every file its build reads (the model as named, its external data,
+labels, calibration and verify data), the saved choice (`gpux use`) and the tune lock; the artifact's files (re-hashed);
 the installed distributions, the CPU and the devices (`environment`); the command itself (targets, provider,
 --strict, --store, overrides) and the environment variables that steer a choice. Anything else, or any doubt,
 reads the config as before.

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpux.serve import access
 from gpux.serve.body import Limits, Reply, decompress, json_reply, parse_infer, render_infer
-from gpux.serve.errors import BadRequest, NotFound, ServeError, TooLarge, Unauthorized, Unavailable
+from gpux.serve.errors import BadRequest, NotFound, RequestTimeout, ServeError, TooLarge, Unauthorized, Unavailable
 from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import CONTENT_TYPE as METRICS_TYPE
 from gpux.serve.metrics import Metrics
@@ -63,6 +63,9 @@ async def read_body(receive: Receive, limit: int, over: Callable[[], ServeError]
     chunks, size = [], 0
     while True:
         message = await receive()
+        if message["type"] == "http.disconnect":  # closed before the body was in (serve.body_timeout_s, or the client)
+            raise RequestTimeout("the connection closed before the request body was received in full "
+                                 "(serve.body_timeout_s)")
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
@@ -99,10 +102,12 @@ class RestApp:
         except Exception as exc:  # a bug: answer 500, keep serving
             logging.getLogger("gpux.serve").exception("internal error on %s %s", method, path)
             reply = error_reply(ServeError(f"internal error: {type(exc).__name__}: {exc}"))
-        await self._send(send, reply)
+        await self._send(send, reply, self.repo.draining)
         target = infer_target(path)
         if target is not None:  # every answer, whatever its status
             self.metrics.answered(*(reply.labels or self.repo.labels(*target)), "http", reply.status, reply.seconds)
+            if reply.status != 200:
+                self.repo.refused(*target, time.perf_counter() - started)
         self._log(scope, reply, started)
 
     def _authorize(self, path: str, headers: dict[bytes, bytes]) -> None:
@@ -216,10 +221,12 @@ class RestApp:
         return reply
 
     @staticmethod
-    async def _send(send: Send, reply: Reply) -> None:
+    async def _send(send: Send, reply: Reply, draining: bool = False) -> None:
         headers = [(b"content-type", reply.content_type), (b"content-length", str(len(reply.body)).encode())]
         if reply.header_length is not None:
             headers.append((HEADER_LENGTH.encode(), str(reply.header_length).encode()))
+        if draining:  # the connection closes after this answer, and says so
+            headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
         await send({"type": "http.response.body", "body": reply.body})
 

@@ -18,7 +18,6 @@ from gpux.serve.offload import Offload
 from gpux.serve.rest import Limits, RestApp
 
 log = logging.getLogger("gpux.serve")
-KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this (uvicorn's default, said here)
 
 
 @dataclass(kw_only=True)
@@ -40,7 +39,7 @@ class _Uvicorn:
     """uvicorn's Server without its own signal handling (this module owns SIGTERM/SIGINT)."""
 
     @staticmethod
-    def make(app: Any, drain_s: float, header_timeout_s: float) -> Any:
+    def make(app: Any, drain_s: float, limits: Limits) -> Any:
         import uvicorn
 
         from gpux.serve.connection import guarded
@@ -50,10 +49,18 @@ class _Uvicorn:
             def capture_signals(self) -> Iterator[None]:
                 yield
 
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                """uvicorn's, but the listeners close without resetting a connection (gpux/serve/drain.py), and a
+                draining connection ends as gpux/serve/connection.py says."""
+                from gpux.serve.drain import stop_listening
+
+                await stop_listening(self.servers, sockets or [], self.config, self.server_state)
+                await super().shutdown(sockets)
+
         loop = "uvloop" if _has("uvloop") else "asyncio"
         http = "httptools" if _has("httptools") else "h11"
         config = uvicorn.Config(app, lifespan="off", access_log=False, log_config=None, loop=loop, ws="none",
-                                http=guarded(http, header_timeout_s), timeout_keep_alive=KEEP_ALIVE_S,
+                                http=guarded(http, limits), timeout_keep_alive=limits.keep_alive_s,
                                 timeout_graceful_shutdown=int(drain_s) or 1, server_header=False)
         return Quiet(config)
 
@@ -74,7 +81,7 @@ class Server:
         first = self.repo.all()[0].settings
         self.host = request.host or first.host
         self.lifecycle = Lifecycle(self.repo, self.metrics, request.load, request.drain_s)
-        self.limits = Limits(first.max_body_bytes, first.max_tensor_elements, first.header_timeout_s)
+        self.limits = Limits.of(first)
         self.http_port = first.http_port if request.http_port is None else request.http_port
         grpc_port = first.grpc_port if request.grpc_port is None else request.grpc_port
         self.grpc_port: int | None = grpc_port if request.grpc else None
@@ -94,7 +101,7 @@ class Server:
         sock.bind((self.host, self.http_port))
         self.http_port = sock.getsockname()[1]
         app = RestApp(self.repo, self.metrics, self.limits, self.request.api_key, self.offload, self.lifecycle)
-        self._uvicorn = _Uvicorn.make(app, self.request.drain_s, self.limits.header_timeout_s)
+        self._uvicorn = _Uvicorn.make(app, self.request.drain_s, self.limits)
         self._tasks.append(asyncio.create_task(self._uvicorn.serve(sockets=[sock])))
         if self.grpc_port is not None:
             from gpux.serve.grpc_service import InferenceService, make_server
@@ -169,7 +176,11 @@ def _address(host: str, port: int) -> str:
 
 
 def serve(request: ServeRequest) -> None:
-    """Run the server in this thread until a signal; uvloop where installed."""
+    """Run the server in this thread until a signal; uvloop where installed. The process is the server's: large
+    blocks go back to the system once freed (gpux/serve/memory.py)."""
+    from gpux.serve.memory import return_large_blocks
+
+    return_large_blocks()
     try:
         import uvloop
 

@@ -21,6 +21,13 @@ class Settings:
     max_tensor_elements: int
     request_timeout_s: float
     header_timeout_s: float
+    body_timeout_s: float
+    keep_alive_s: int
+    max_connections: int
+    max_header_bytes: int
+    max_files: int
+    max_image_pixels: int
+    max_decoded_bytes: int
 
     @classmethod
     def of(cls, values: dict[str, Any]) -> Settings:

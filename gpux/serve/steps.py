@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpux.model.io import Tensor
-from gpux.serve.errors import BadRequest, ServeError
+from gpux.serve.errors import BadRequest, ServeError, TooLarge
 
 if TYPE_CHECKING:
     from gpux.config.load import Project
@@ -62,6 +62,9 @@ async def run_files(model: Any, item: Any, run: Run) -> tuple[list[dict[str, np.
     limit = model.settings.max_batch_size
     if count == 0:
         raise BadRequest(f"input '{item.name}' holds no files; send one encoded file per element")
+    if count > model.settings.max_files:
+        raise TooLarge(f"input '{item.name}' has {count} files, above the limit of {model.settings.max_files} "
+                       "(serve.max_files)")
     if limit and model.batchable and count > limit:
         raise BadRequest(f"input '{item.name}' has a batch of {count} files, above serve.max_batch_size {limit}")
     started = time.perf_counter()
@@ -108,22 +111,32 @@ def joined(model: Any, parts: list[dict[str, np.ndarray]], names: list[str]) -> 
 
 
 def prepare(model: Any, item: Any) -> list[tuple[Feeds, Any]]:
-    """The feeds and Placement of each file; a file that cannot be read is a 400 naming the input and element."""
+    """The feeds and Placement of each file; a file that cannot be read is a 400 naming the input and element.
+    Images are measured from their headers first (serve.max_image_pixels), and decoded once their share of
+    serve.max_decoded_bytes is free (gpux/serve/memory.py)."""
+    from gpux.serve import memory
+
+    files = [(f"input '{item.name}' element {i}", v) for i, v in enumerate(item.array.reshape(-1))]
+    named = [(name, element_bytes(value, name)) for name, value in files]
+    s = model.settings
+    sizes = [memory.image_bytes(data, name, s.max_image_pixels) for name, data in named] \
+        if model.steps.kind == "image" else []
+    need = max(sizes, default=0)  # decoded one after the other: the largest is what the request holds at once
+    with memory.DECODING.hold(need, s.max_decoded_bytes, s.request_timeout_s):
+        return [_feeds(model, data, name) for name, data in named]
+
+
+def _feeds(model: Any, data: bytes, name: str) -> tuple[Feeds, Any]:
     from gpux.errors import GpuxError, InputError
 
-    out = []
-    for i, value in enumerate(item.array.reshape(-1)):
-        name = f"input '{item.name}' element {i}"
-        data = element_bytes(value, name)
-        try:
-            out.append(model.steps.feeds(data, name))
-        except InputError as exc:
-            raise BadRequest(exc.lines()[0]) from None
-        except GpuxError as exc:  # e.g. Pillow missing on the server
-            raise ServeError(exc.lines()[0]) from None
-        except Exception as exc:  # whatever a decoder raises on a malformed file is the file's fault
-            raise BadRequest(f"{name}: cannot decode the file: {type(exc).__name__}: {exc}") from None
-    return out
+    try:
+        return model.steps.feeds(data, name)
+    except InputError as exc:
+        raise BadRequest(exc.lines()[0]) from None
+    except GpuxError as exc:  # e.g. Pillow missing on the server
+        raise ServeError(exc.lines()[0]) from None
+    except Exception as exc:  # whatever a decoder raises on a malformed file is the file's fault
+        raise BadRequest(f"{name}: cannot decode the file: {type(exc).__name__}: {exc}") from None
 
 
 def element_bytes(value: Any, name: str) -> bytes:
