@@ -1,6 +1,6 @@
 """What a model really returns: its ONNX file run on ONNX Runtime's CPU provider on three seeded samples (a batch of
 1 with every other dynamic dim at the size the project feeds it, else 64; a batch of 2; then a batch of 1 with each
-input's last dynamic dim 32 longer: a width, a length), remembered in the store by the file's size and mtime.
+input's last dynamic dim 32 longer: a width, a length), remembered in the store by the file's stamp (gpux.files.stamp).
 Declared shapes and steps are checked against it (gpux.model.fit), not only against the model's metadata."""
 
 from __future__ import annotations
