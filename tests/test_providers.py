@@ -49,14 +49,14 @@ def test_third_party_providers_register_through_entry_points(monkeypatch: pytest
     ep = metadata.EntryPoint("npu-x", "tests.test_providers:PLUGIN", providers.ENTRY_POINT_GROUP)
     monkeypatch.setattr(metadata, "entry_points",
                         lambda group: [ep] if group == providers.ENTRY_POINT_GROUP else [])
-    providers.plugin_providers.cache_clear()
+    providers._plugins.cache_clear()
     probe.cache_clear()
     try:
         assert providers.plugin_providers() == {"npu-x": PLUGIN}
         a = probe("npu-x")
         assert a.provider == "npu-x" and a.status == "not installed" and "NpuXExecutionProvider" in a.reason
     finally:
-        providers.plugin_providers.cache_clear()
+        providers._plugins.cache_clear()
         probe.cache_clear()
 
 
@@ -77,9 +77,27 @@ def test_a_plugin_row_is_selectable_like_a_built_in_one(monkeypatch: pytest.Monk
     ep = metadata.EntryPoint("npu-x", "tests.test_providers:PLUGIN", providers.ENTRY_POINT_GROUP)
     monkeypatch.setattr(metadata, "entry_points",
                         lambda group: [ep] if group == providers.ENTRY_POINT_GROUP else [])
-    providers.plugin_providers.cache_clear()
+    providers._plugins.cache_clear()
     try:
         chain = select(load_config(mlp_project / "gpux.yml"), "npu-x").chain
     finally:
-        providers.plugin_providers.cache_clear()
+        providers._plugins.cache_clear()
     assert chain == ("npu-x", "cpu")  # its fallback, then cpu, like any explicit request
+
+
+def test_a_plugin_that_does_not_load_is_said_where_its_name_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpux.errors import UsageError
+    from gpux.plan.select import parse_request
+
+    ep = metadata.EntryPoint("npu-y", "gpux_npu_y_missing:ROW", providers.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(metadata, "entry_points",
+                        lambda group: [ep] if group == providers.ENTRY_POINT_GROUP else [])
+    providers._plugins.cache_clear()
+    try:
+        assert providers.plugin_providers() == {}
+        assert "ModuleNotFoundError" in providers.broken_plugin("npu-y") and providers.broken_plugin("cpu") == ""
+        with pytest.raises(UsageError, match="unknown provider 'npu-y'; its plugin is installed but does not load: "
+                                             "gpux_npu_y_missing:ROW: ModuleNotFoundError"):
+            parse_request("npu-y", "--provider")
+    finally:
+        providers._plugins.cache_clear()

@@ -41,7 +41,10 @@ def _provider_name(value: Any, index: int | None, allow_auto: bool = False) -> s
     if value == "auto" and not allow_auto:
         raise _fail("'auto' stands alone (backend: auto); a list names providers to try in order", *at)
     if not isinstance(value, str) or value not in names:
-        raise _fail(f"unknown provider {show_value(value)}{did_you_mean(value, names)}; "
+        from gpux.providers import broken_plugin
+
+        broken = broken_plugin(value) if isinstance(value, str) else ""
+        raise _fail(f"unknown provider {show_value(value)}{did_you_mean(value, names)}{broken}; "
                     f"expected one of {', '.join(names)}", *at)
     return value
 

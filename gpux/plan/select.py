@@ -15,7 +15,7 @@ from gpux.config.load import Project
 from gpux.config.problems import did_you_mean
 from gpux.errors import ProviderUnavailable, UsageError
 from gpux.plan.choice import Place, Reset, read
-from gpux.providers import Availability, registry
+from gpux.providers import Availability, broken_plugin, registry
 
 ENV_PROVIDER = "GPUX_PROVIDER"
 SAVED = "gpux use"
@@ -62,7 +62,7 @@ def parse_request(value: str, source: str) -> tuple[str, ...]:
     known = (*registry(), AUTO)
     for n in names:
         if n not in known:
-            raise UsageError(f"{source}: unknown provider {n!r}{did_you_mean(n, known)}; "
+            raise UsageError(f"{source}: unknown provider {n!r}{did_you_mean(n, known)}{broken_plugin(n)}; "
                              f"expected one of auto, {', '.join(known[:-1])}")
     return names or (AUTO,)
 

@@ -189,20 +189,35 @@ def probe_for(project: Any, name: str) -> Availability:
     return probe_torch(name, int(getattr(getattr(project.config.providers, name), "device_id", 0) or 0))
 
 
-@cache
 def plugin_providers() -> dict[str, Provider]:
     """Third-party providers registered under the `gpux.providers` entry-point group."""
+    return _plugins()[0]
+
+
+def broken_plugin(name: str) -> str:
+    """Why provider `name` is unknown when a plugin registered it and does not load (`; ...`), else ''."""
+    why = _plugins()[1].get(name)
+    return f"; its plugin is installed but does not load: {why}" if why else ""
+
+
+@cache
+def _plugins() -> tuple[dict[str, Provider], dict[str, str]]:
+    """The plugin rows, and for each entry point that does not give one, why (by the entry point's name)."""
     from importlib import metadata
 
     found: dict[str, Provider] = {}
+    broken: dict[str, str] = {}
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             obj = ep.load()
-        except Exception:
+        except Exception as exc:  # a third party's import raises anything: said where the name is asked for
+            broken[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}".splitlines()[0]
             continue
-        if isinstance(obj, Provider) and obj.name not in BUILTIN_ROWS:
+        if not isinstance(obj, Provider):
+            broken[ep.name] = f"{ep.value} is a {type(obj).__name__}, not a gpux.providers.Provider row"
+        elif obj.name not in BUILTIN_ROWS:
             found[obj.name] = obj
-    return found
+    return found, broken
 
 
 def ort_conflict_warning() -> str | None:
