@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from gpux.serve.body import Reply, json_reply
-from gpux.serve.errors import BadRequest, NotFound, ServeError
+from gpux.serve.errors import BadRequest, NotServed, ServeError
 from gpux.serve.rest import Receive, RestApp, Send, error_reply, read_body
 from gpux.serve.rest import _options as options
 
@@ -74,7 +74,7 @@ class RayRoutes:
         return None
 
     def _unknown(self, name: str) -> NoReturn:
-        raise NotFound(f"unknown model '{name}'; served models: {', '.join(sorted(self.by_name)) or 'none'}")
+        raise NotServed(f"unknown model '{name}'; served models: {', '.join(sorted(self.by_name)) or 'none'}")
 
     async def repository(self, method: str, rest: list[str], body: bytes) -> Reply:
         """POST index: every model with its application's state; load and unload: a 400 saying what to do."""
@@ -91,7 +91,7 @@ class RayRoutes:
             if peer is None:
                 self._unknown(rest[1])
             raise BadRequest(NOT_UNDER_RAY.format(name=peer.name, app=peer.app))
-        raise NotFound(f"unknown path /v2/repository/{'/'.join(rest)}")
+        raise NotServed(f"unknown path /v2/repository/{'/'.join(rest)}")
 
     def index(self) -> list[dict[str, str]]:
         """Triton's RepositoryIndex of every model, its state from its Ray application's status."""

@@ -22,7 +22,9 @@ class Unauthorized(ServeError):
     status, grpc_code = 401, "UNAUTHENTICATED"
 
 
-class NotFound(ServeError):
+class NotServed(ServeError):
+    """No such model, version or path is served here (404)."""
+
     status, grpc_code = 404, "NOT_FOUND"
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from gpux.serve import access, codec, shm
 from gpux.serve.classify import class_count
-from gpux.serve.errors import BadRequest, NotFound, ServeError, Unauthorized
+from gpux.serve.errors import BadRequest, NotServed, ServeError, Unauthorized
 from gpux.serve.grpc_messages import Malformed, handlers
 from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import Metrics
@@ -146,7 +146,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     def _lifecycle(self) -> Lifecycle:
         if self.lifecycle is None:
-            raise NotFound("the model repository API is not served here")
+            raise NotServed("the model repository API is not served here")
         return self.lifecycle
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:

@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from gpux.serve.errors import BadRequest, NotFound, ServeError
+from gpux.serve.errors import BadRequest, NotServed, ServeError
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import LoadRequest, Model, Repository, open_served
 
@@ -93,7 +93,7 @@ class Lifecycle:
     def _known(self, name: str) -> None:
         if name not in self.repo.models:
             known = ", ".join(sorted(self.repo.models)) or "none"
-            raise NotFound(f"unknown model '{name}'; served models: {known} (load reopens a served model)")
+            raise NotServed(f"unknown model '{name}'; served models: {known} (load reopens a served model)")
 
     def _mark_gone(self, model: Model, reason: str) -> None:
         model.ready, model.unloaded, model.reason = False, True, reason

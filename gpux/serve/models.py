@@ -14,7 +14,7 @@ from gpux.model.io import Tensor
 from gpux.serve.batcher import Worker
 from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE
-from gpux.serve.errors import NotFound, Unavailable
+from gpux.serve.errors import NotServed, Unavailable
 from gpux.serve.metrics import Metrics
 from gpux.serve.settings import Settings
 from gpux.serve.shm import Regions
@@ -140,11 +140,11 @@ class Repository:
         versions = self.models.get(name)
         if versions is None:
             known = ", ".join(sorted(self.models)) or "none"
-            raise NotFound(f"unknown model '{name}'; served models: {known}")
+            raise NotServed(f"unknown model '{name}'; served models: {known}")
         if not version:
             return versions[self.versions(name)[-1]]
         if version not in versions:
-            raise NotFound(f"unknown version '{version}' of model '{name}'; versions: "
+            raise NotServed(f"unknown version '{version}' of model '{name}'; versions: "
                            f"{', '.join(self.versions(name))}")
         return versions[version]
 
@@ -156,9 +156,9 @@ class Repository:
         return model
 
     @staticmethod
-    def gone(model: Model) -> NotFound:
+    def gone(model: Model) -> NotServed:
         """The 404 of an unloaded model."""
-        return NotFound(f"model '{model.name}' is unloaded ({model.reason or 'unloaded'}); POST "
+        return NotServed(f"model '{model.name}' is unloaded ({model.reason or 'unloaded'}); POST "
                         f"/v2/repository/models/{model.name}/load serves it again")
 
     def unavailable(self, model: Model) -> Unavailable:

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpux.serve import access
 from gpux.serve.body import Limits, Reply, decompress, json_reply, parse_infer, render_infer
-from gpux.serve.errors import BadRequest, NotFound, RequestTimeout, ServeError, TooLarge, Unauthorized, Unavailable
+from gpux.serve.errors import BadRequest, NotServed, RequestTimeout, ServeError, TooLarge, Unauthorized, Unavailable
 from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import CONTENT_TYPE as METRICS_TYPE
 from gpux.serve.metrics import Metrics
@@ -131,7 +131,7 @@ class RestApp:
         if parts == ["metrics"]:
             return Reply(status=200, body=self.metrics.render(), content_type=METRICS_TYPE.encode())
         if parts[0] != "v2":
-            raise NotFound(f"unknown path {path}; the API lives under /v2")
+            raise NotServed(f"unknown path {path}; the API lives under /v2")
         rest = parts[1:]
         if rest in ([], [""]):
             return json_reply(server_metadata())
@@ -148,7 +148,7 @@ class RestApp:
             return json_reply(self.repo.statistics())
         if rest[0] == "models" and len(rest) >= 2:
             return await self._model_route(method, rest[1:], body, headers)
-        raise NotFound(f"unknown path {path}")
+        raise NotServed(f"unknown path {path}")
 
     async def _model_route(self, method: str, rest: list[str], body: bytes, headers: dict[bytes, bytes]) -> Reply:
         name, version, action = rest[0], "", rest[1:]
@@ -165,7 +165,7 @@ class RestApp:
             if method != "POST":
                 return json_reply({"error": "use POST for infer"}, 405)
             return await self._infer(name, version, body, headers)
-        raise NotFound(f"unknown path /v2/models/{'/'.join(rest)}")
+        raise NotServed(f"unknown path /v2/models/{'/'.join(rest)}")
 
     async def _repository(self, method: str, rest: list[str], body: bytes) -> Reply:
         """The model repository extension: POST index, POST models/{m}/load and /unload."""
@@ -181,7 +181,7 @@ class RestApp:
         if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
             await (self.lifecycle.load if rest[2] == "load" else self.lifecycle.unload)(rest[1])
             return Reply(status=200, body=b"")
-        raise NotFound(f"unknown path /v2/repository/{'/'.join(rest)}")
+        raise NotServed(f"unknown path /v2/repository/{'/'.join(rest)}")
 
     def _shared_memory(self, method: str, rest: list[str], body: bytes) -> Reply:
         """The system shared memory extension: [region/{name}/]status, register, unregister."""
@@ -199,7 +199,7 @@ class RestApp:
                 doc = _options(body)
                 self.repo.shm.register(name, doc.get("key"), doc.get("offset", 0), doc.get("byte_size"))
             return Reply(status=200, body=b"")
-        raise NotFound(f"unknown path /v2/systemsharedmemory/{'/'.join(rest)}")
+        raise NotServed(f"unknown path /v2/systemsharedmemory/{'/'.join(rest)}")
 
     async def _infer(self, name: str, version: str, body: bytes, headers: dict[bytes, bytes]) -> Reply:
         started = time.perf_counter()
