@@ -1,0 +1,210 @@
+"""`gpux run NAME SOURCE --on ray` on a real local Ray cluster of two nodes (a head and a second node, one CPU
+each, both on 127.0.0.1): trained MobileNetV2 over real photos, answers compared file by file with `gpux run NAME
+FOLDER`; a bad file recorded, not fatal; an actor killed mid-run loses and doubles nothing; --resume skips what an
+earlier run answered; the same cluster serves `gpux deploy ray` with a replica on each node."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .conftest import gpux
+from .trained import mobilenet_v2_example, photos
+
+pytestmark = pytest.mark.slow
+
+ACTOR = "FileAnswerer"  # in the process title of each Ray Data actor
+
+
+def make_photos(folder: Path, n: int) -> Path:
+    """`n` JPEGs cut from skimage's real photos (crops at seeded places, every other one mirrored)."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    sources, rng = photos(), np.random.default_rng(0)
+    for i in range(n):
+        im = Image.fromarray(sources[i % len(sources)]).convert("RGB")
+        w, h = im.size
+        cw, ch = int(w * rng.uniform(0.6, 1.0)), int(h * rng.uniform(0.6, 1.0))
+        x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+        im = im.crop((x, y, x + cw, y + ch)).resize((320, 240))
+        (im.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if i % 2 else im).save(folder / f"p{i:03d}.jpg", quality=90)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A head and a second node, one CPU each, Ray's node IP set to 127.0.0.1; the example's model, built."""
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    # a driver resolves 127.0.0.1 in an address to this machine's outward IP unless Ray keeps to loopback
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    from ray.cluster_utils import Cluster
+
+    root = mobilenet_v2_example(tmp_path_factory.mktemp("mobilenet"))
+    yml = root / "gpux.yml"
+    yml.write_text(yml.read_text() + "deploy:\n  ray:\n    batch: {files_per_call: 4}\n")
+    folder = make_photos(tmp_path_factory.mktemp("photos") / "in", 36)
+    local = gpux("run", str(root), str(folder), "--json", timeout=900)
+    assert local.returncode == 0, local.stderr
+    node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False}
+    c = Cluster(initialize_head=True, head_node_args=node)
+    try:
+        c.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+        c.wait_for_nodes()
+        yield {"root": root, "folder": folder, "address": c.address, "cluster": c,
+               "local": {d["file"]: d for d in map(json.loads, local.stdout.splitlines())}}
+    finally:
+        c.shutdown()
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def same_answers(got: dict[str, Any], want: dict[str, Any]) -> None:
+    (g,), (w,) = got["answers"].values(), want["answers"].values()
+    assert [a["label"] for a in g] == [a["label"] for a in w], got["file"]
+    np.testing.assert_allclose([a["score"] for a in g], [a["score"] for a in w], rtol=1e-5, atol=1e-6)
+    assert got["provider"] == want["provider"]
+
+
+def on_ray(c: dict[str, Any], *args: str) -> list[str]:
+    return [sys.executable, "-m", "gpux", "run", str(c["root"]), *args, "--on", f"ray:{c['address']}"]
+
+
+def test_two_nodes_answer_like_gpux_run_and_record_a_bad_file(cluster: dict[str, Any], tmp_path: Path) -> None:
+    import ray
+
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"not a jpeg at all")
+    out = tmp_path / "answers.jsonl"
+    r = subprocess.run(on_ray(cluster, str(cluster["folder"]), str(bad), "-o", str(out)), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 1, r.stderr  # a file recorded with an error: exit 1, the job done
+    assert "37 files: 36 answered, 1 errors" in r.stderr and "2 actor(s) of 1 CPUS" in r.stderr
+    docs = lines(out)
+    assert [d["file"] for d in docs] == [*cluster["local"], str(bad)], "input order, every file once"
+    for d in docs[:-1]:
+        same_answers(d, cluster["local"][d["file"]])
+    assert "broken.jpg" in docs[-1]["error"] and "answers" not in docs[-1]
+    ray.init(address=cluster["address"])
+    try:
+        assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    finally:
+        ray.shutdown()
+
+
+def actor_pids() -> list[int]:
+    """Processes of this machine whose title names the batch actor (Ray sets `ray::MapWorker(...FileAnswerer)`)."""
+    found = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and ACTOR in (p / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(p.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_an_actor_killed_mid_run_loses_and_doubles_nothing(cluster: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "answers.jsonl"
+    proc = subprocess.Popen(on_ray(cluster, str(cluster["folder"]), "-o", str(out)), stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not (out.exists() and len(out.read_text().splitlines()) >= 4) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no answers came back"
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run ended before an actor could be killed"
+        victims = actor_pids()
+        assert len(victims) == 2, victims
+        os.kill(victims[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    docs = lines(out)
+    assert [d["file"] for d in docs] == list(cluster["local"]), "every file once, in order"
+    for d in docs:
+        same_answers(d, cluster["local"][d["file"]])
+
+
+def test_resume_skips_what_was_answered_and_retries_errors(cluster: dict[str, Any], tmp_path: Path) -> None:
+    local = cluster["local"]
+    files = list(local)
+    out = tmp_path / "answers.jsonl"
+    kept = [json.dumps(local[f]) for f in files[:10]] + [json.dumps({"file": files[10], "error": "it failed"})]
+    out.write_text("\n".join(kept) + "\n" + json.dumps(local[files[11]])[:40])  # a line cut short by a crash
+    r = subprocess.run(on_ray(cluster, str(cluster["folder"]), "-o", str(out), "--resume", "--concurrency", "1"),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert "36 files: 26 answered, 0 errors, 10 answered before (--resume)" in r.stderr
+    docs = lines(out)
+    assert sorted(d["file"] for d in docs) == sorted(files) and [d["file"] for d in docs[:10]] == files[:10]
+    for d in docs:
+        same_answers(d, local[d["file"]])
+    again = subprocess.run(on_ray(cluster, str(cluster["folder"]), "-o", str(out), "--resume"), capture_output=True,
+                           text=True, timeout=900)
+    assert again.returncode == 0 and "36 answered before" in again.stderr and lines(out) == docs
+
+
+def test_parquet_keeps_the_same_answers(cluster: dict[str, Any], tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    files = list(cluster["local"])[:6]
+    out = tmp_path / "answers.parquet"
+    r = subprocess.run(on_ray(cluster, *files, "-o", str(out)), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    rows = pq.read_table(out).to_pylist()
+    assert [row["file"] for row in rows] == files and all(row["error"] is None for row in rows)
+    for row in rows:
+        same_answers({**row, "answers": json.loads(row["answers"])}, cluster["local"][row["file"]])
+
+
+def test_the_same_cluster_serves_a_replica_on_each_node(cluster: dict[str, Any]) -> None:
+    """`gpux deploy ray`'s application on the two-node cluster: two replicas of one CPU each (so one on each
+    node) answer a photo sent as BYTES by tritonclient as `gpux run` answers it."""
+    import dataclasses
+
+    import ray
+    import tritonclient.http as th
+    from ray import serve
+
+    from gpux.config.load import load_config
+    from gpux.deploy.ray import app
+
+    from .test_deploy_ray import free_port
+
+    p = load_config(cluster["root"])
+    ray_cfg = p.config.deploy.ray.model_copy(update={"num_replicas": 2, "ray_actor_options": {"num_cpus": 1}})
+    p = dataclasses.replace(p, config=p.config.model_copy(
+        update={"deploy": p.config.deploy.model_copy(update={"ray": ray_cfg})}))
+    port = free_port()
+    ray.init(address=cluster["address"])
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port, "location": "HeadOnly"})
+        serve.run(app([p]), name="gpux", route_prefix="/")
+        assert serve.status().applications["gpux"].deployments[p.name].replica_states.get("RUNNING") == 2
+        handle = serve.get_deployment_handle(p.name, app_name="gpux")
+        pids = {handle.info.remote().result()["pid"] for _ in range(40)}
+        assert len(pids) == 2
+        file = next(iter(cluster["local"]))
+        x = th.InferInput("x", [1], "BYTES")
+        x.set_data_from_numpy(np.array([Path(file).read_bytes()], dtype=object))
+        got = th.InferenceServerClient(f"127.0.0.1:{port}").infer(p.name, [x]).as_numpy("logits")
+        same_answers({"file": file, "provider": cluster["local"][file]["provider"],
+                      "answers": {"logits": json.loads(got[0])}}, cluster["local"][file])
+    finally:
+        serve.shutdown()
+        ray.shutdown()
