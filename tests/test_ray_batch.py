@@ -67,6 +67,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         c.shutdown()
 
 
+def built_artifacts(root: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in (root / ".gpux").rglob("manifest.json")}
+
+
 def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -88,8 +92,10 @@ def test_two_nodes_answer_like_gpux_run_and_record_a_bad_file(cluster: dict[str,
     bad = tmp_path / "broken.jpg"
     bad.write_bytes(b"not a jpeg at all")
     out = tmp_path / "answers.jsonl"
+    built = built_artifacts(cluster["root"])
     r = subprocess.run(on_ray(cluster, str(cluster["folder"]), str(bad), "-o", str(out)), capture_output=True,
                        text=True, timeout=900)
+    assert built_artifacts(cluster["root"]) == built, "the actors opened the artifact `gpux run` built; none rebuilt"
     assert r.returncode == 1, r.stderr  # a file recorded with an error: exit 1, the job done
     assert "37 files: 36 answered, 1 errors" in r.stderr and "2 actor(s) of 1 CPUS" in r.stderr
     docs = lines(out)
@@ -193,7 +199,7 @@ def test_the_same_cluster_serves_a_replica_on_each_node(cluster: dict[str, Any])
     port = free_port()
     ray.init(address=cluster["address"])
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port, "location": "HeadOnly"})
+        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
         serve.run(app([p]), name="gpux", route_prefix="/")
         assert serve.status().applications["gpux"].deployments[p.name].replica_states.get("RUNNING") == 2
         handle = serve.get_deployment_handle(p.name, app_name="gpux")

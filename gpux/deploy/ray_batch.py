@@ -127,11 +127,12 @@ def answer_on_ray(project: Any, req: BatchRequest) -> int:
     """List, build once, answer on Ray Data, write in input order; a summary line at the end. Exit 0, or 1 where
     any file was recorded with an error."""
     from gpux.answers.steps import Steps, file_kind
-    from gpux.deploy.ray_output import Answers
+    from gpux.deploy.ray_output import Answers, check_output
     from gpux.model.io import interface
     from gpux.run.inuse import holding
 
     address = ray_address(req.on)
+    check_output(req.output, req.resume)
     files = list_files(req.sources, file_kind(project))
     inputs, outputs = interface(project, req.store)
     Steps.of(project, inputs, outputs).file_input(files[0])  # a model that takes no files is refused here

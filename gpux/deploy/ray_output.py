@@ -24,10 +24,7 @@ class Answers:
         self.rows: list[dict[str, Any]] = []
         self.count = 0
         self.errors = 0
-        if path and not str(path).endswith(SUFFIXES):
-            raise UsageError(f"--output {path}: answers are written as JSON lines (*.jsonl) or Parquet (*.parquet)")
-        if resume and not path:
-            raise UsageError("--resume skips the files an earlier run answered; name its --output file")
+        check_output(path, resume)
         kept = self._kept() if resume else []
         self.answered = {doc["file"] for doc in kept}
         self.stream: TextIO | None = None
@@ -79,6 +76,14 @@ class Answers:
             tmp.replace(self.path)
         elif self.stream is not None and self.stream is not sys.stdout:
             self.stream.close()
+
+
+def check_output(path: str | None, resume: bool) -> None:
+    """--output and --resume, checked before anything is listed, built or started."""
+    if path and not str(path).endswith(SUFFIXES):
+        raise UsageError(f"--output {path}: answers are written as JSON lines (*.jsonl) or Parquet (*.parquet)")
+    if resume and not path:
+        raise UsageError("--resume skips the files an earlier run answered; name its --output file")
 
 
 def _row(doc: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,50 @@
+"""`gpux run --on ray`'s user errors, one line each and exit 2 before Ray starts; sources as globs and @list files
+(which `gpux run NAME FILES` reads the same way)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpux.answers.steps import input_files
+from gpux.errors import InputError
+
+from .conftest import gpux
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--on", "spark"], "--on spark: expected local, ray, ray://HOST:PORT (Ray Client) or ray:ADDRESS"),
+    (["--on", "ray", "--resume"], "--resume skips the files an earlier run answered; name its --output file"),
+    (["--on", "ray", "-o", "answers.csv"], "--output answers.csv: answers are written as JSON lines (*.jsonl) or "
+                                           "Parquet (*.parquet)"),
+    (["--resume"], "--resume, --actor-cpus and --actor-gpus go with --on ray"),
+    (["--on", "ray", "--save", "drawn"], "--save cannot go with --on ray; it answers files"),
+    (["--on", "ray"], "declares no preprocess for its inputs"),
+])
+def test_user_errors_are_one_line_and_exit_2(mlp_project: Path, tmp_path: Path, args: list[str],
+                                             message: str) -> None:
+    photo = tmp_path / "a.jpg"
+    photo.write_bytes(b"\xff\xd8")
+    r = gpux("run", str(mlp_project), str(photo), *args, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert len([x for x in r.stderr.splitlines() if x.startswith("error:")]) == 1
+
+
+def test_no_files_with_on_ray(mlp_project: Path) -> None:
+    r = gpux("run", str(mlp_project), "--on", "ray")
+    assert r.returncode == 2 and "--on ray answers files; pass them" in r.stderr
+
+
+def test_globs_and_list_files_name_files_in_order(tmp_path: Path) -> None:
+    for name in ("b.jpg", "a.jpg", "c.png", "notes.txt"):
+        (tmp_path / name).write_bytes(b"x")
+    listed = tmp_path / "list.txt"
+    listed.write_text(f"# the ones to answer\n{tmp_path / 'c.png'}\n\n{tmp_path / 'a.jpg'}\n")
+    got = input_files([str(tmp_path / "*.jpg"), f"@{listed}"], "image")
+    assert got == [str(tmp_path / "a.jpg"), str(tmp_path / "b.jpg"), str(tmp_path / "c.png"), str(tmp_path / "a.jpg")]
+    with pytest.raises(InputError, match=r"\*\.gif: no file matches this pattern"):
+        input_files([str(tmp_path / "*.gif")], "image")
+    with pytest.raises(InputError, match="@missing.txt: cannot read the list of files"):
+        input_files(["@missing.txt"], "image")
