@@ -46,5 +46,5 @@ def test_globs_and_list_files_name_files_in_order(tmp_path: Path) -> None:
     assert got == [str(tmp_path / "a.jpg"), str(tmp_path / "b.jpg"), str(tmp_path / "c.png"), str(tmp_path / "a.jpg")]
     with pytest.raises(InputError, match=r"\*\.gif: no file matches this pattern"):
         input_files([str(tmp_path / "*.gif")], "image")
-    with pytest.raises(InputError, match="@missing.txt: cannot read the list of files"):
+    with pytest.raises(InputError, match=r"@missing\.txt: cannot read the list of files"):
         input_files(["@missing.txt"], "image")
