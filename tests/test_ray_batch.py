@@ -91,18 +91,21 @@ def test_two_nodes_answer_like_gpux_run_and_record_a_bad_file(cluster: dict[str,
 
     bad = tmp_path / "broken.jpg"
     bad.write_bytes(b"not a jpeg at all")
+    files = list(cluster["local"])
+    files[5:5] = [str(bad)]  # inside a call of 4 files, between two that are answered
+    listed = tmp_path / "files.txt"
+    listed.write_text("\n".join(files))
     out = tmp_path / "answers.jsonl"
     built = built_artifacts(cluster["root"])
-    r = subprocess.run(on_ray(cluster, str(cluster["folder"]), str(bad), "-o", str(out)), capture_output=True,
-                       text=True, timeout=900)
-    assert built_artifacts(cluster["root"]) == built, "the actors opened the artifact `gpux run` built; none rebuilt"
+    r = subprocess.run(on_ray(cluster, f"@{listed}", "-o", str(out)), capture_output=True, text=True, timeout=900)
+    assert built and built_artifacts(cluster["root"]) == built, "the actors opened the artifact `gpux run` built; none rebuilt"
     assert r.returncode == 1, r.stderr  # a file recorded with an error: exit 1, the job done
     assert "37 files: 36 answered, 1 errors" in r.stderr and "2 actor(s) of 1 CPUS" in r.stderr
     docs = lines(out)
-    assert [d["file"] for d in docs] == [*cluster["local"], str(bad)], "input order, every file once"
-    for d in docs[:-1]:
+    assert [d["file"] for d in docs] == files, "input order, every file once"
+    for d in docs[:5] + docs[6:]:
         same_answers(d, cluster["local"][d["file"]])
-    assert "broken.jpg" in docs[-1]["error"] and "answers" not in docs[-1]
+    assert "broken.jpg" in docs[5]["error"] and "answers" not in docs[5]
     ray.init(address=cluster["address"])
     try:
         assert len([n for n in ray.nodes() if n["Alive"]]) == 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,12 +45,11 @@ class FileAnswerer:
         import numpy as np
 
         files = [str(f) for f in rows["file"]]
-        decoded = list(self.pool.map(self._decode, files))
-        lines: list[str] = [json.dumps({"file": f, "error": d}) if isinstance(d, str) else "" for f, d in
-                            zip(files, decoded, strict=True)]
-        good = [i for i, d in enumerate(decoded) if not isinstance(d, str)]
-        for i, line in self._answered(files, decoded, good):
-            lines[i] = line
+        pending = [self.pool.submit(self._decode, f) for f in files]  # decoded ahead while the model runs
+        lines = [""] * len(files)
+        start = 0
+        while start < len(files):
+            start = self._answer_from(files, pending, lines, start)
         return {"index": rows["index"], "line": np.array(lines, dtype=object)}
 
     def _decode(self, file: str) -> tuple[dict[str, Any], Any] | str:
@@ -63,30 +62,51 @@ class FileAnswerer:
         except Exception as exc:  # a file that fails is recorded, the others go on
             return error_text(exc)
 
-    def _answered(self, files: list[str], decoded: list[Any], good: list[int]) -> list[tuple[int, str]]:
-        """(position, line) of each decoded file: batched as `gpux run` batches; where a batch's inference fails,
-        each of its files is run alone so that only the file that fails is recorded as an error."""
+    def _answer_from(self, files: list[str], pending: list[Future[Any]], lines: list[str], start: int) -> int:
+        """Files from `start` on answered in batches, as `gpux run` batches them, into `lines`; where to go on: past
+        a file that could not be decoded (its error recorded), else the end. Where an inference fails, each file
+        not yet answered is run alone, so that only a file that fails is recorded as an error."""
         from gpux.answers.many import answer_many
 
-        def answered(picked: list[int], batch: int) -> list[tuple[int, str]]:
-            found = answer_many(self.session, self.steps, picked, lambda j: decoded[picked[j]], batch=batch,
-                                workers=0)
-            return [(picked[j], self._line(files[picked[j]], answers)) for j, answers in found]
+        picked = list(range(start, len(files)))
+
+        def decoded(j: int) -> tuple[dict[str, Any], Any]:
+            got = pending[picked[j]].result()
+            if isinstance(got, str):
+                raise _Unread(picked[j], got)
+            return got
 
         try:
-            return answered(good, self.batch)
-        except Exception:  # one file of the batch failed: find which
-            out: list[tuple[int, str]] = []
-            for i in good:
-                try:
-                    out += answered([i], 1)
-                except Exception as exc:  # that file alone
-                    out.append((i, json.dumps({"file": files[i], "error": error_text(exc)})))
-            return out
+            for j, answers in answer_many(self.session, self.steps, picked, decoded, batch=self.batch, workers=0):
+                lines[picked[j]] = self._line(files[picked[j]], answers)
+        except _Unread as unread:
+            lines[unread.index] = json.dumps({"file": files[unread.index], "error": unread.text})
+            return unread.index + 1
+        except Exception:  # an inference failed
+            for i in picked:
+                lines[i] = lines[i] or self._alone(files[i], pending[i].result())
+        return len(files)
+
+    def _alone(self, file: str, decoded: tuple[dict[str, Any], Any] | str) -> str:
+        if isinstance(decoded, str):
+            return json.dumps({"file": file, "error": decoded})
+        try:
+            outputs = dict(zip(self.session.output_names, self.session.run_feeds(decoded[0]), strict=True))
+            return self._line(file, self.steps.file_answers(outputs, decoded[1]))
+        except Exception as exc:  # this file's inference fails
+            return json.dumps({"file": file, "error": error_text(exc)})
 
     def _line(self, file: str, answers: dict[str, Any]) -> str:
         plain = {k: v.tolist() if hasattr(v, "tolist") else v for k, v in answers.items()}
         return json.dumps({"file": file, "provider": self.session.provider, "answers": plain})
+
+
+class _Unread(Exception):
+    """A file that could not be read or decoded, where answer_many comes to it."""
+
+    def __init__(self, index: int, text: str) -> None:
+        super().__init__(text)
+        self.index, self.text = index, text
 
 
 def read_uri(uri: str) -> bytes:
