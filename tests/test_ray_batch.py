@@ -100,7 +100,7 @@ def test_two_nodes_answer_like_gpux_run_and_record_a_bad_file(cluster: dict[str,
     r = subprocess.run(on_ray(cluster, f"@{listed}", "-o", str(out)), capture_output=True, text=True, timeout=900)
     assert built and built_artifacts(cluster["root"]) == built, "the actors opened the artifact `gpux run` built; none rebuilt"
     assert r.returncode == 1, r.stderr  # a file recorded with an error: exit 1, the job done
-    assert "37 files: 36 answered, 1 errors" in r.stderr and "2 actor(s) of 1 CPUS" in r.stderr
+    assert "37 files: 36 answered, 1 failed" in r.stderr and "2 actor(s) of 1 CPU" in r.stderr
     docs = lines(out)
     assert [d["file"] for d in docs] == files, "input order, every file once"
     for d in docs[:5] + docs[6:]:
@@ -158,7 +158,7 @@ def test_resume_skips_what_was_answered_and_retries_errors(cluster: dict[str, An
     r = subprocess.run(on_ray(cluster, str(cluster["folder"]), "-o", str(out), "--resume", "--concurrency", "1"),
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
-    assert "36 files: 26 answered, 0 errors, 10 answered before (--resume)" in r.stderr
+    assert "36 files: 26 answered, 0 failed, 10 answered before (--resume)" in r.stderr
     docs = lines(out)
     assert sorted(d["file"] for d in docs) == sorted(files) and [d["file"] for d in docs[:10]] == files[:10]
     for d in docs:

@@ -43,7 +43,7 @@ class Summary:
     def line(self) -> str:
         rate = self.answered / self.seconds if self.seconds > 0 else 0.0
         skipped = f", {self.skipped} answered before (--resume)" if self.skipped else ""
-        return (f"{self.files} files: {self.answered - self.errors} answered, {self.errors} errors{skipped}; "
+        return (f"{self.files} files: {self.answered - self.errors} answered, {self.errors} failed{skipped}; "
                 f"{self.seconds:.1f}s ({rate:.1f} files/s)")
 
 
@@ -187,4 +187,4 @@ def _run(project: Any, req: BatchRequest, address: str | None, todo: list[tuple[
 
 
 def _shown(resources: dict[str, float]) -> str:
-    return ", ".join(f"{v:g} {k.removeprefix('num_').upper()}" for k, v in resources.items() if v)
+    return ", ".join(f"{v:g} {k.removeprefix('num_')[:-1].upper()}" for k, v in resources.items() if v)
