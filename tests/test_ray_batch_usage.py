@@ -48,3 +48,31 @@ def test_globs_and_list_files_name_files_in_order(tmp_path: Path) -> None:
         input_files([str(tmp_path / "*.gif")], "image")
     with pytest.raises(InputError, match=r"@missing\.txt: cannot read the list of files"):
         input_files(["@missing.txt"], "image")
+
+
+def test_actors_and_their_resources_come_from_the_flags_the_batch_block_or_the_provider(mlp_project: Path) -> None:
+    from gpux.config.load import load_config
+    from gpux.deploy.ray_batch import BatchRequest, actor_resources, concurrency
+
+    plain = load_config(mlp_project)
+    asked = BatchRequest(sources=("x",))
+    assert actor_resources(plain, "cpu", asked) == {"num_cpus": 1.0, "num_gpus": 0.0}
+    assert actor_resources(plain, "cuda", asked) == {"num_cpus": 1.0, "num_gpus": 1.0}, "a GPU provider asks for one"
+    cluster = {"CPU": 6.0, "GPU": 2.0}
+    assert concurrency(plain, asked, {"num_cpus": 1.0, "num_gpus": 0.0}, cluster) == 6
+    assert concurrency(plain, asked, {"num_cpus": 1.0, "num_gpus": 1.0}, cluster) == 2
+    yml = mlp_project / "gpux.yml"
+    yml.write_text(yml.read_text() + "deploy:\n  ray:\n    batch: {concurrency: 3, num_cpus: 2, num_gpus: 0.5}\n")
+    declared = load_config(mlp_project)
+    assert actor_resources(declared, "cuda", asked) == {"num_cpus": 2.0, "num_gpus": 0.5}
+    assert concurrency(declared, asked, {"num_cpus": 2.0, "num_gpus": 0.5}, cluster) == 3
+    flags = BatchRequest(sources=("x",), concurrency=5, num_cpus=0.5, num_gpus=0)
+    assert actor_resources(declared, "cuda", flags) == {"num_cpus": 0.5, "num_gpus": 0}
+    assert concurrency(declared, flags, {"num_cpus": 0.5, "num_gpus": 0}, cluster) == 5
+
+
+def test_a_batch_block_with_a_bad_value_is_one_line_at_its_place(mlp_project: Path) -> None:
+    yml = mlp_project / "gpux.yml"
+    yml.write_text(yml.read_text() + "deploy:\n  ray:\n    batch: {concurency: 3}\n")
+    r = gpux("validate", str(mlp_project))
+    assert r.returncode == 3 and "deploy.ray.batch.concurency" in r.stderr and "Traceback" not in r.stderr

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux import report
-from gpux.errors import UsageError
+from gpux.errors import GpuxError, UsageError
 from gpux.optional import require
 
 
@@ -162,8 +162,9 @@ def _run(project: Any, req: BatchRequest, address: str | None, todo: list[tuple[
     chosen = selection.runs_on or selection.chain[-1]
     build(project, chosen, store_dir=req.store, log=report.progress(req.quiet))  # once, here; actors open it
     started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address=address, include_dashboard=False if address is None else None, log_to_driver=False)
+    if started_here:  # a new local Ray only where no address is named: no dashboard then
+        joining = address or os.environ.get("RAY_ADDRESS")
+        ray.init(address=address, log_to_driver=False, **({} if joining else {"include_dashboard": False}))
     try:
         resources = actor_resources(project, chosen, req)
         actors = concurrency(project, req, resources, ray.cluster_resources())
@@ -179,11 +180,25 @@ def _run(project: Any, req: BatchRequest, address: str | None, todo: list[tuple[
         ds = data.from_items(items, override_num_blocks=-(-len(items) // per_call))  # a block per call
         answered = ds.map_batches(FileAnswerer, fn_constructor_args=(spec,), batch_size=per_call,
                                   compute=data.ActorPoolStrategy(size=actors), batch_format="numpy", **resources)
-        for batch in answered.iter_batches(batch_size=None, batch_format="numpy"):
-            out.write([str(line) for line in batch["line"]])
+        try:
+            for batch in answered.iter_batches(batch_size=None, batch_format="numpy"):
+                out.write([str(line) for line in batch["line"]])
+        except ray.exceptions.RayError as exc:  # an actor that cannot open the model, a node lost for good
+            raise RayJobFailed(f"Ray Data stopped after {out.count} of {len(todo)} files: {_last_line(exc)}",
+                               hint="rerun with --resume to answer the rest" if req.output else None) from exc
     finally:
         if started_here:
             ray.shutdown()
+
+
+class RayJobFailed(GpuxError):
+    """The Ray job ended before every file was answered."""
+
+
+def _last_line(exc: BaseException) -> str:
+    """The root cause a Ray error ends its message with (`Type: message` of the exception raised in an actor)."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    return lines[-1][:300] if lines else type(exc).__name__
 
 
 def _shown(resources: dict[str, float]) -> str:
