@@ -98,7 +98,7 @@ def test_two_nodes_answer_like_gpux_run_and_record_a_bad_file(cluster: dict[str,
     out = tmp_path / "answers.jsonl"
     built = built_artifacts(cluster["root"])
     r = subprocess.run(on_ray(cluster, f"@{listed}", "-o", str(out)), capture_output=True, text=True, timeout=900)
-    assert built and built_artifacts(cluster["root"]) == built, "the actors opened the artifact `gpux run` built; none rebuilt"
+    assert built and built_artifacts(cluster["root"]) == built, "the actors opened what `gpux run` built"
     assert r.returncode == 1, r.stderr  # a file recorded with an error: exit 1, the job done
     assert "37 files: 36 answered, 1 failed" in r.stderr and "2 actor(s) of 1 CPU" in r.stderr
     docs = lines(out)
@@ -127,6 +127,7 @@ def actor_pids() -> list[int]:
 
 def test_an_actor_killed_mid_run_loses_and_doubles_nothing(cluster: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "answers.jsonl"
+    before = set(actor_pids())  # an earlier job's actors, if any still exit
     proc = subprocess.Popen(on_ray(cluster, str(cluster["folder"]), "-o", str(out)), stderr=subprocess.PIPE,
                             text=True)
     try:
@@ -135,7 +136,7 @@ def test_an_actor_killed_mid_run_loses_and_doubles_nothing(cluster: dict[str, An
             assert time.monotonic() < deadline, "no answers came back"
             time.sleep(0.2)
         assert proc.poll() is None, "the run ended before an actor could be killed"
-        victims = actor_pids()
+        victims = [p for p in actor_pids() if p not in before]
         assert len(victims) == 2, victims
         os.kill(victims[0], signal.SIGKILL)
         _, err = proc.communicate(timeout=900)
@@ -179,6 +180,26 @@ def test_parquet_keeps_the_same_answers(cluster: dict[str, Any], tmp_path: Path)
     assert [row["file"] for row in rows] == files and all(row["error"] is None for row in rows)
     for row in rows:
         same_answers({**row, "answers": json.loads(row["answers"])}, cluster["local"][row["file"]])
+    more = list(cluster["local"])[:8]
+    again = subprocess.run(on_ray(cluster, *more, "-o", str(out), "--resume"), capture_output=True, text=True,
+                           timeout=900)
+    assert again.returncode == 0 and "8 files: 2 answered, 0 failed, 6 answered before" in again.stderr
+    assert [row["file"] for row in pq.read_table(out).to_pylist()] == more
+
+
+def test_a_uri_prefix_is_listed_and_read_through_pyarrow(cluster: dict[str, Any], tmp_path: Path) -> None:
+    """file:// stands for the object stores (s3://, gs://) pyarrow reads the same way where their support is in."""
+    import shutil
+
+    picked = list(cluster["local"])[:4]
+    for f in picked:
+        shutil.copy(f, tmp_path)
+    r = subprocess.run(on_ray(cluster, f"file://{tmp_path}/", "--json"), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    docs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [d["file"] for d in docs] == [f"file://{tmp_path / Path(f).name}" for f in picked]
+    for d, f in zip(docs, picked, strict=True):
+        same_answers(d, cluster["local"][f])
 
 
 def test_the_same_cluster_serves_a_replica_on_each_node(cluster: dict[str, Any]) -> None:
@@ -216,4 +237,27 @@ def test_the_same_cluster_serves_a_replica_on_each_node(cluster: dict[str, Any])
                       "answers": {"logits": json.loads(got[0])}}, cluster["local"][file])
     finally:
         serve.shutdown()
+        ray.shutdown()
+
+
+def test_actors_that_cannot_open_the_model_stop_the_job_in_one_line(cluster: dict[str, Any], tmp_path: Path) -> None:
+    """The driver holds the project it read; each actor reads gpux.yml again, here made invalid after the driver
+    read it: the job stops with a GpuxError naming the actor's own error, not a Ray traceback."""
+    import shutil
+
+    import ray
+
+    from gpux.config.load import load_config
+    from gpux.deploy.ray_batch import BatchRequest, RayJobFailed, answer_on_ray
+
+    root = tmp_path / "copy"
+    shutil.copytree(cluster["root"], root, ignore=shutil.ignore_patterns(".gpux"))
+    project = load_config(root)
+    (root / "gpux.yml").write_text((root / "gpux.yml").read_text().replace("topk: 5", "topk: five"))
+    ray.init(address=cluster["address"])
+    try:
+        with pytest.raises(RayJobFailed, match=r"Ray Data stopped after 0 of 3 files: .*topk"):
+            answer_on_ray(project, BatchRequest(sources=tuple(list(cluster["local"])[:3]), concurrency=1,
+                                                output=str(tmp_path / "a.jsonl")))
+    finally:
         ray.shutdown()
