@@ -21,6 +21,8 @@ import pytest
 from .conftest import gpux
 from .trained import mobilenet_v2_example, photos
 
+pytest.importorskip("pyarrow", reason="Ray Data needs pyarrow and pandas: pip install 'gpux-ml[ray]'")
+pytest.importorskip("pandas", reason="Ray Data needs pyarrow and pandas: pip install 'gpux-ml[ray]'")
 pytestmark = pytest.mark.slow
 
 ACTOR = "FileAnswerer"  # in the process title of each Ray Data actor

@@ -136,6 +136,7 @@ def answer_on_ray(project: Any, req: BatchRequest) -> int:
     files = list_files(req.sources, file_kind(project))
     inputs, outputs = interface(project, req.store)
     Steps.of(project, inputs, outputs).file_input(files[0])  # a model that takes no files is refused here
+    ray_modules()  # before an output is opened
     out = Answers(req.output, req.resume)
     todo = [(i, f) for i, f in enumerate(files) if f not in out.answered]
     started = time.perf_counter()
@@ -150,14 +151,21 @@ def answer_on_ray(project: Any, req: BatchRequest) -> int:
     return 1 if summary.errors else 0
 
 
+def ray_modules() -> tuple[Any, Any]:
+    """ray and ray.data, or a MissingDependency naming the extra (pandas and pyarrow are what Ray Data imports)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray = require("ray", extra="ray")
+    for needed in ("pandas", "pyarrow"):
+        require(needed, extra="ray")
+    return ray, require("ray.data", extra="ray")
+
+
 def _run(project: Any, req: BatchRequest, address: str | None, todo: list[tuple[int, str]], out: Any) -> None:
     from gpux.artifacts.build import build
     from gpux.deploy.ray_answer import ActorSpec, FileAnswerer
     from gpux.plan.select import select
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray = require("ray", extra="ray")
-    data = require("ray.data", extra="ray")
+    ray, data = ray_modules()
     selection = select(project, req.provider, req.strict, store_dir=req.store)
     chosen = selection.runs_on or selection.chain[-1]
     build(project, chosen, store_dir=req.store, log=report.progress(req.quiet))  # once, here; actors open it
