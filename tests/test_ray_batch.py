@@ -1,7 +1,7 @@
 """`gpux run NAME SOURCE --on ray` on a real local Ray cluster of two nodes (a head and a second node, one CPU
 each, both on 127.0.0.1): trained MobileNetV2 over real photos, answers compared file by file with `gpux run NAME
 FOLDER`; a bad file recorded, not fatal; an actor killed mid-run loses and doubles nothing; --resume skips what an
-earlier run answered; the same cluster serves `gpux deploy ray` with a replica on each node."""
+earlier run answered; `gpux deploy ray` joins the same cluster with a replica on each node."""
 
 from __future__ import annotations
 
@@ -204,44 +204,6 @@ def test_a_uri_prefix_is_listed_and_read_through_pyarrow(cluster: dict[str, Any]
         same_answers(d, cluster["local"][f])
 
 
-def test_the_same_cluster_serves_a_replica_on_each_node(cluster: dict[str, Any]) -> None:
-    """`gpux deploy ray`'s application on the two-node cluster: two replicas of one CPU each (so one on each
-    node) answer a photo sent as BYTES by tritonclient as `gpux run` answers it."""
-    import dataclasses
-
-    import ray
-    import tritonclient.http as th
-    from ray import serve
-
-    from gpux.config.load import load_config
-    from gpux.deploy.ray import app
-
-    from .test_deploy_ray import free_port
-
-    p = load_config(cluster["root"])
-    ray_cfg = p.config.deploy.ray.model_copy(update={"num_replicas": 2, "ray_actor_options": {"num_cpus": 1}})
-    p = dataclasses.replace(p, config=p.config.model_copy(
-        update={"deploy": p.config.deploy.model_copy(update={"ray": ray_cfg})}))
-    port = free_port()
-    ray.init(address=cluster["address"])
-    try:
-        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
-        serve.run(app([p]), name="gpux", route_prefix="/")
-        assert serve.status().applications["gpux"].deployments[p.name].replica_states.get("RUNNING") == 2
-        handle = serve.get_deployment_handle(p.name, app_name="gpux")
-        pids = {handle.info.remote().result()["pid"] for _ in range(40)}
-        assert len(pids) == 2
-        file = next(iter(cluster["local"]))
-        x = th.InferInput("x", [1], "BYTES")
-        x.set_data_from_numpy(np.array([Path(file).read_bytes()], dtype=object))
-        got = th.InferenceServerClient(f"127.0.0.1:{port}").infer(p.name, [x]).as_numpy("logits")
-        same_answers({"file": file, "provider": cluster["local"][file]["provider"],
-                      "answers": {"logits": json.loads(got[0])}}, cluster["local"][file])
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-
-
 def test_actors_that_cannot_open_the_model_stop_the_job_in_one_line(cluster: dict[str, Any], tmp_path: Path) -> None:
     """The driver holds the project it read; each actor reads gpux.yml again, here made invalid after the driver
     read it: the job stops with a GpuxError naming the actor's own error, not a Ray traceback."""
@@ -262,4 +224,41 @@ def test_actors_that_cannot_open_the_model_stop_the_job_in_one_line(cluster: dic
             answer_on_ray(project, BatchRequest(sources=tuple(list(cluster["local"])[:3]), concurrency=1,
                                                 output=str(tmp_path / "a.jsonl")))
     finally:
+        ray.shutdown()
+
+
+def test_gpux_deploy_ray_joins_the_cluster_with_a_replica_on_each_node(cluster: dict[str, Any],
+                                                                       tmp_path: Path) -> None:
+    """`gpux deploy ray --address` onto the two-node cluster: two replicas of one CPU each (so one on each node)
+    answer a photo sent as BYTES by tritonclient as `gpux run` answers it; the application stays after gpux exits."""
+    import shutil
+
+    import ray
+    import tritonclient.http as th
+    from ray import serve
+
+    from .test_deploy_ray import free_port
+
+    root = tmp_path / "served"
+    shutil.copytree(cluster["root"], root)
+    yml = root / "gpux.yml"
+    two = "  ray:\n    num_replicas: 2\n    ray_actor_options: {num_cpus: 1}\n"
+    yml.write_text(yml.read_text().replace("  ray:\n", two))
+    port = free_port()
+    r = gpux("deploy", "ray", str(root), "--address", cluster["address"], "--port", str(port), timeout=900)
+    assert r.returncode == 0, r.stderr
+    ray.init(address=cluster["address"])
+    try:
+        app = serve.status().applications["gpux"]
+        assert app.deployments["mobilenet-v2"].replica_states.get("RUNNING") == 2
+        handle = serve.get_deployment_handle("mobilenet-v2", app_name="gpux")
+        assert len({handle.info.remote().result()["pid"] for _ in range(40)}) == 2
+        file = next(iter(cluster["local"]))
+        x = th.InferInput("x", [1], "BYTES")
+        x.set_data_from_numpy(np.array([Path(file).read_bytes()], dtype=object))
+        got = th.InferenceServerClient(f"127.0.0.1:{port}").infer("mobilenet-v2", [x]).as_numpy("logits")
+        same_answers({"file": file, "provider": cluster["local"][file]["provider"],
+                      "answers": {"logits": json.loads(got[0])}}, cluster["local"][file])
+    finally:
+        serve.shutdown()
         ray.shutdown()
