@@ -109,6 +109,9 @@ def main() -> None:
         run_folder().make_photos(folder, args.photos)
         node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False}
         cluster = Cluster(initialize_head=True, head_node_args=node)
+        from ray._common.utils import reset_ray_address
+
+        reset_ray_address()  # drivers here name the address; another's plain ray.init() must not join this cluster
         try:
             cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
             cluster.wait_for_nodes()

@@ -60,6 +60,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     assert local.returncode == 0, local.stderr
     node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False}
     c = Cluster(initialize_head=True, head_node_args=node)
+    forget_address()
     try:
         c.add_node(num_cpus=1, node_ip_address="127.0.0.1")
         c.wait_for_nodes()
@@ -71,6 +72,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 
 def built_artifacts(root: Path) -> dict[str, int]:
     return {str(p): p.stat().st_mtime_ns for p in (root / ".gpux").rglob("manifest.json")}
+
+
+def forget_address() -> None:
+    """Cluster records its address in /tmp/ray/ray_current_cluster, where any plain `ray.init()` on this machine
+    (another test's local Ray) would join it; the drivers here name the address instead."""
+    from ray._common.utils import reset_ray_address
+
+    reset_ray_address()
 
 
 def lines(path: Path) -> list[dict[str, Any]]:
