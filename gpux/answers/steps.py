@@ -269,10 +269,10 @@ def file_kind(project: Project) -> str | None:
 
 def input_files(paths: Sequence[str], kind: str | None) -> list[str]:
     """The files named, a folder's files of the kind (images, audio, .txt by suffix; bytes: every file; sorted)
-    in its place; a missing path is an error."""
+    in its place, a glob's matches (sorted), an @FILE's paths (one a line); a missing path is an error."""
     suffixes = SUFFIXES.get(kind or "image", IMAGE_SUFFIXES)
     out: list[str] = []
-    for p in paths:
+    for p in expand_paths(paths):
         path = Path(p)
         if path.is_dir():
             found = sorted(str(f) for f in path.iterdir() if f.is_file() and (not suffixes or
@@ -285,4 +285,27 @@ def input_files(paths: Sequence[str], kind: str | None) -> list[str]:
             out.append(p)
         else:
             raise InputError(f"{p}: file not found")
+    return out
+
+
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """@FILE replaced by its lines (blank lines and # comments skipped), a glob by its sorted matches."""
+    import glob
+
+    out: list[str] = []
+    for p in paths:
+        if p.startswith("@") and not Path(p).exists():
+            try:
+                lines = Path(p[1:]).read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise InputError(f"{p}: cannot read the list of files: {getattr(exc, 'strerror', None) or exc}") \
+                    from None
+            out += [s for s in (x.strip() for x in lines) if s and not s.startswith("#")]
+        elif glob.has_magic(p) and not Path(p).exists():
+            found = sorted(glob.glob(p))
+            if not found:
+                raise InputError(f"{p}: no file matches this pattern")
+            out += found
+        else:
+            out.append(p)
     return out

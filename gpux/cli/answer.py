@@ -59,6 +59,25 @@ def answer_files(project: Any, req: Any) -> int:
     return 0
 
 
+def answer_elsewhere(project: Any, req: Any) -> int:
+    """`--on ray[...]`: the files answered on Ray Data (gpux.deploy.ray_batch); options that mean nothing there
+    are refused."""
+    from gpux.errors import UsageError
+
+    if not req.files:
+        raise UsageError(f"--on {req.on} answers files; pass them (gpux run NAME FOLDER --on {req.on})")
+    given = [f"--{k}" for k, v in (("input", req.input_json), ("file", req.input_file), ("save", req.save),
+                                   ("benchmark", req.benchmark), ("placement", req.placement)) if v]
+    if given:
+        raise UsageError(f"{', '.join(given)} cannot go with --on {req.on}; it answers files")
+    from gpux.deploy.ray_batch import BatchRequest, answer_on_ray
+
+    return answer_on_ray(project, BatchRequest(
+        sources=tuple(req.files), on=req.on, output=req.output, resume=req.resume, provider=req.provider,
+        strict=req.strict, store=req.store, batch=req.batch, concurrency=req.concurrency, num_cpus=req.actor_cpus,
+        num_gpus=req.actor_gpus, quiet=req.as_json))
+
+
 def _save_paths(project: Any, steps: Any, files: list[str], folder: str | None) -> dict[str, Any]:
     """Where --save writes each file's drawing; refused where no output answers anything to draw."""
     from gpux.answers.draw import save_paths

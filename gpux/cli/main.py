@@ -107,7 +107,8 @@ def build(no_verify: bool, shapes: tuple[str, ...], **kwargs: Any) -> None:
 @click.option("--input", "-i", "input_json", default=None, help="Inputs as JSON: '{\"x\": [[1.0, 2.0]]}'.")
 @click.option("--file", "-f", "input_file", type=click.Path(dir_okay=False), default=None,
               help="Inputs from .json, .npy (single input) or .npz (one array per input).")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write outputs to .npz.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write outputs to .npz; with --on ray, the answers to .jsonl or .parquet.")
 @PROVIDER
 @STRICT
 @STORE
@@ -123,12 +124,21 @@ def build(no_verify: bool, shapes: tuple[str, ...], **kwargs: Any) -> None:
 @click.option("--batch", type=click.IntRange(min=1), default=None,
               help="Size of the 'batch' dim; with FILES, files per inference (default 8 where the batch dim is free).")
 @click.option("--shape", "shapes", multiple=True, help="Symbolic dim size, e.g. --shape seq=128.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Parallel requests.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="Parallel requests; with --on ray, actors (default: as many as the cluster holds).")
 @click.option("--csv", "as_csv", is_flag=True, help="Benchmark rows as CSV.")
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None, help="Benchmark JSON to gate on.")
 @click.option("--max-regression", type=float, default=10.0, show_default=True,
               help="Percent a figure may regress against --baseline before exit 1.")
 @REPORT
+@click.option("--on", default="local", show_default=True, metavar="local|ray[://ADDRESS]",
+              help="With FILES: where they are answered. ray: on Ray Data (a local Ray, or the cluster $RAY_ADDRESS "
+                   "names); ray://HOST:PORT through Ray Client; ray:ADDRESS joins a cluster (auto, HOST:PORT).")
+@click.option("--resume", is_flag=True, help="With --on ray and --output: skip the files that output already answers.")
+@click.option("--actor-cpus", type=click.FloatRange(min=0), default=None,
+              help="With --on ray: CPUs per actor (default: deploy.ray.batch, else 1).")
+@click.option("--actor-gpus", type=click.FloatRange(min=0), default=None,
+              help="With --on ray: GPUs per actor (default: deploy.ray.batch, else 1 for a GPU provider).")
 def run(target: str, **kwargs: Any) -> None:
     """Run a model (name, project folder, gpux.yml or .onnx) on the best working provider.
 

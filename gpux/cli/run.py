@@ -36,6 +36,10 @@ class RunRequest:
     max_regression: float = 10.0
     report: str | None = None  # an HTML page of the benchmark
     command_line: str = ""  # as typed, for the page
+    on: str = "local"  # where FILES are answered: local, or ray[://ADDRESS]
+    resume: bool = False
+    actor_cpus: float | None = None
+    actor_gpus: float | None = None
 
 
 def run_command(req: RunRequest) -> int:
@@ -62,6 +66,14 @@ def run_command(req: RunRequest) -> int:
             raise UsageError(f"--report {req.report} draws a benchmark; add --benchmark (or use gpux tune --report)")
         check_report_path(req.report)
     project = ms.project
+    if req.on == "local" and (req.resume or req.actor_cpus is not None or req.actor_gpus is not None):
+        from gpux.errors import UsageError
+
+        raise UsageError("--resume, --actor-cpus and --actor-gpus go with --on ray")
+    if req.on != "local":
+        from gpux.cli.answer import answer_elsewhere
+
+        return answer_elsewhere(project, req)
     if req.files and not req.benchmark:
         from gpux.cli.answer import answer_files
 

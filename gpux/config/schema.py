@@ -297,6 +297,15 @@ class RayAutoscaling(Strict):
     target_ongoing_requests: float = Field(2.0, gt=0, description="Requests per replica the autoscaler aims at.")
 
 
+class RayBatch(Strict):
+    concurrency: int | None = Field(
+        None, ge=1, description="Actors answering files at once, each with the model open once (default: as many "
+        "as the cluster's CPUs, or GPUs for a GPU provider, hold).")
+    files_per_call: int = Field(32, ge=1, description="Files Ray Data hands an actor per call (its batch_size).")
+    num_cpus: float | None = Field(None, ge=0, description="CPUs per actor (default 1: decoding runs there).")
+    num_gpus: float | None = Field(None, ge=0, description="GPUs per actor (default 1 for GPU providers, else 0).")
+
+
 class RayDeploy(Strict):
     num_replicas: int = Field(1, ge=1, description="Replicas of the model (ignored with autoscaling).")
     autoscaling: RayAutoscaling | None = Field(None, description="Scale replicas with load instead.")
@@ -305,6 +314,8 @@ class RayDeploy(Strict):
     ray_actor_options: dict[str, Any] = Field(
         default_factory=dict, description="Ray actor options per replica (num_cpus, num_gpus, memory, ...); "
         "default: num_gpus: 1 for GPU providers, num_cpus: 1 otherwise.")
+    batch: RayBatch = Field(default_factory=RayBatch, description="`gpux run NAME SOURCE --on ray`: batch inference "
+                            "on Ray Data.")
 
 
 class Deploy(Strict):
