@@ -127,7 +127,7 @@ def test_tune_locks_an_unverified_artifact_only_when_asked(mlp_project: Path) ->
     plain = [(c["status"], c["why"], c["verification"]) for c in rows if not c["refines"]]
     assert plain == [("unverified", UNVERIFIED, "unverified")] * 2
     assert {(c["status"], c["why"]) for c in rows if c["refines"]} == {
-        ("not needed", "plain int8 is unverified (no real data to judge on): a refinement would be too")}
+        ("not needed", "plain int8 is unverified (its data cannot judge it): a refinement would be too")}
     table = cli("tune", str(mlp_project), *QUICK, "--precisions", "int8")
     assert "--allow-unverified" in table.stderr and "generated data only" in table.stdout
     allowed = cli("tune", str(mlp_project), *QUICK, "--precisions", "int8", "--allow-unverified", "--json")

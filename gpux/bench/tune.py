@@ -25,8 +25,8 @@ from gpux.plan.lock import LOCK_NAME, SCHEMA, fingerprint
 
 OBJECTIVES = ("latency", "throughput")
 WHY_WIDTH = 120  # the table's why column, cut at a word; the JSON keeps the whole text
-UNVERIFIED = ("unverified (int8 on generated data only, or on under 10 real samples; declare verify.data or "
-              "calibration data)")
+UNVERIFIED = ("unverified (int8 on generated data only, or on too few real rows to show its floors; declare "
+              "verify.data, calibration data or verify.derive)")
 LIMITING_SHOWN = 8  # the most sensitive layers the lock lists per ranking
 
 
@@ -182,7 +182,8 @@ def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = 
 
     for o in outcomes:
         if o.status == "ok" and o.row.get("verification_status") == "unverified" and not allow_unverified:
-            o.status, o.why = "unverified", UNVERIFIED
+            said = (o.row.get("accuracy") or {}).get("unverified")  # e.g. what its rows show, and how many more
+            o.status, o.why = "unverified", f"unverified: {said}" if said else UNVERIFIED
     ok = [o for o in outcomes if o.status == "ok"]
     if not ok:
         return None
@@ -271,6 +272,15 @@ def agreement_cell(acc: dict[str, Any]) -> str:
     return "/".join("-" if v is None else f"{v * 100:.0f}" for v in values) + " %"
 
 
+def shown_cell(acc: dict[str, Any]) -> str:
+    """`>= 98.9 % of 300`: the lowest bound its judged rows show of a counted rate (the one nearest its floor)."""
+    rates = acc.get("evidence") or []
+    if not rates:
+        return "-"
+    w = min(rates, key=lambda w: w["bound"] - w["floor"])
+    return f">= {report.percent(w['bound'])} of {w['rows']}"
+
+
 def vs_cell(vs: dict[str, Any] | None) -> str:
     """`2.31× (2.10–2.52)`: the speedup over plain ONNX Runtime and its per-round range."""
     return "-" if not vs else f"{vs['speedup']:.2f}× ({vs['low']:.2f}–{vs['high']:.2f})"
@@ -283,10 +293,11 @@ def render(lock: dict[str, Any]) -> None:
         rows.append([c["provider"], c["precision"], _opts(c["options"]), c["status"],
                      "-" if c["p50_ms"] is None else f"{c['p50_ms']:.4f}",
                      "-" if c["throughput"] is None else f"{c['throughput']:.1f}", vs_cell(c.get("vs_plain_ort")),
-                     agreement_cell(acc), "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
+                     agreement_cell(acc), shown_cell(acc),
+                     "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
                      report.format_size(c["size"]) if c.get("size") else "-", why_cell(c["why"])])
     print(report.format_table(["provider", "precision", "options", "status", "p50 ms", "per s", "vs plain ORT",
-                               "top-1/conf/top-5", "cosine", "size", "why"], rows))
+                               "top-1/conf/top-5", "shown", "cosine", "size", "why"], rows))
     for provider, ranked in (lock.get("limiting_layers") or {}).items():
         report.info(f"layers int8 hurts most on {provider} (SQNR lost, ranked on {ranked['ranked_on']['samples']} "
                     "calibration samples): " + ", ".join(f"{r['layer']} {r['lost_db']:.1f} dB"
