@@ -125,7 +125,7 @@ def test_tune_locks_an_unverified_artifact_only_when_asked(mlp_project: Path) ->
     assert r.returncode == 1 and not (mlp_project / LOCK_NAME).exists()
     rows = json.loads(r.stdout)["candidates"]
     plain = [(c["status"], c["why"], c["verification"]) for c in rows if not c["refines"]]
-    assert plain == [("unverified", UNVERIFIED, "unverified")] * 2
+    assert plain == [("unverified", "unverified: an int8 artifact checked on generated data only", "unverified")] * 2
     assert {(c["status"], c["why"]) for c in rows if c["refines"]} == {
         ("not needed", "plain int8 is unverified (its data cannot judge it): a refinement would be too")}
     table = cli("tune", str(mlp_project), *QUICK, "--precisions", "int8")

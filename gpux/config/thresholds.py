@@ -86,6 +86,7 @@ class Derive(Strict):
     rows: int = Field(600, ge=1, le=100_000, description="Samples to judge in all: the declared ones, then "
                       "variants of each in turn (a seeded crop of 40-100 % of its area, resized back to its size, "
                       "mirrored half the time) until there are this many.")
+    mirror: bool = Field(True, description="Mirror half of the variants left to right (false for text).")
     seed: int = Field(0, description="Seed of the crops and mirrors (the same seed, the same rows).")
 
 

@@ -35,7 +35,7 @@ def image_axes(project: Any, inputs: dict[str, Any]) -> dict[str, str]:
 def derived(project: Any, inputs: dict[str, Any], samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Seeded variants of the samples in turn until there are `verify.derive.rows` samples in all: every image
     input cropped (the same box on all of a sample's images) and resized back, mirrored half the time; other
-    inputs as they are."""
+    inputs as they are (`mirror: false`: never mirrored, as text)."""
     import numpy as np
 
     spec = project.config.verify.derive
@@ -48,7 +48,7 @@ def derived(project: Any, inputs: dict[str, Any], samples: list[dict[str, Any]])
     rng = np.random.default_rng(spec.seed)
     out = []
     for k in range(max(0, spec.rows - len(samples))):
-        box, flip = _box(rng), bool(rng.integers(2))
+        box, flip = _box(rng), bool(rng.integers(2)) and spec.mirror
         sample = samples[k % len(samples)]
         out.append({n: _variant(v, images[n], box, flip) if n in images else v for n, v in sample.items()})
     return out
