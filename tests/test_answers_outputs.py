@@ -147,12 +147,13 @@ def test_ctc_collapses_repeats_drops_blanks_and_scores_the_kept_steps() -> None:
 
 @pytest.fixture(scope="module")
 def recognizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ppocr_recognizer example as committed, with the model, charset and heading make_model.py writes."""
+    """The ppocr_recognizer example as committed, with the model, charset, heading and lines make_model.py writes."""
     folder = tmp_path_factory.mktemp("ppocr_recognizer")
     make = _example("ppocr_recognizer")
     try:
         make.export(folder)
         make.heading(folder / "heading.png")
+        make.lines(folder / "lines.npz")
     except make.Missing as exc:
         pytest.skip(str(exc))
     shutil.copy(ROOT / "examples" / "ppocr_recognizer" / "gpux.yml", folder)
