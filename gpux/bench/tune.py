@@ -175,14 +175,20 @@ PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3}  # ties within noi
 def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = False) -> Outcome | None:
     """The fastest candidate that passed verification and ran (None: none did; ranked by the median round ratio over
     the plain session where it was measured, so a round slowed by the machine slows everyone in it); each row says
-    why not. One verified on generated data only (a lossy artifact: "unverified") is listed, not chosen, unless
-    allowed. A candidate within noise of the fastest (not clearly slower: gpux.bench.rounds.clearly_faster) ties
+    why not. One verified on generated data only (a lossy artifact: "unverified"), or whose judged rows do not
+    show a floor its answers meet (the bound of docs/verification.md, at any precision), is listed, not chosen,
+    unless allowed. A candidate within noise of the fastest (not clearly slower: gpux.bench.rounds.clearly_faster) ties
     with it, and ties go to the higher precision, then to the simpler candidate (earlier in the list)."""
     from gpux.bench import rounds
+    from gpux.quality.evidence import shortfall
 
     for o in outcomes:
-        if o.status == "ok" and o.row.get("verification_status") == "unverified" and not allow_unverified:
-            said = (o.row.get("accuracy") or {}).get("unverified")  # e.g. what its rows show, and how many more
+        if o.status != "ok" or allow_unverified:
+            continue
+        acc = o.row.get("accuracy") or {}
+        # lossy: unverified by its build; any precision: its rows must show each floor to rank (the bound's words)
+        said = acc.get("unverified") or shortfall(acc.get("evidence") or [])
+        if o.row.get("verification_status") == "unverified" or said:
             o.status, o.why = "unverified", f"unverified: {said}" if said else UNVERIFIED
     ok = [o for o in outcomes if o.status == "ok"]
     if not ok:

@@ -71,8 +71,9 @@ def weigh(outputs: Mapping[str, Mapping[str, Any]], floors: Mapping[str, Mapping
             rows = int(block[count])
             agree = round(float(block[rate]) * rows)
             bound = lower_bound(agree, rows, confidence)
+            shown = bound >= floor if floor < 1 else agree == rows  # no rows show 100 %: only no miss meets it
             out.append({"output": name, "metric": rate, "label": label, "rows": rows, "agree": agree,
-                        "observed": float(block[rate]), "bound": bound, "floor": floor, "shown": bound >= floor,
+                        "observed": float(block[rate]), "bound": bound, "floor": floor, "shown": shown,
                         "needed": rows_needed(floor, rows - agree, confidence)})
     return out
 
