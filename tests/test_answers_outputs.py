@@ -233,6 +233,7 @@ def charset(folder: Path) -> list[str]:
 
 def test_a_charset_that_does_not_fit_the_classes_is_an_error_at_its_line(recognizer: Path, tmp_path: Path) -> None:
     shutil.copy(recognizer / "model.onnx", tmp_path / "model.onnx")
+    shutil.copy(recognizer / "lines.npz", tmp_path / "lines.npz")
     text = (recognizer / "gpux.yml").read_text()
     (tmp_path / "charset.txt").write_text("".join(f"{c}\n" for c in charset(recognizer)[:-1]), encoding="utf-8")
     (tmp_path / "gpux.yml").write_text(text.replace("    shape: [1, 120, 6625]", ""))  # read from the model
