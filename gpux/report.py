@@ -283,19 +283,44 @@ def verdict(v: dict[str, Any] | None, short: bool = False) -> str:
         parts.append(f"top-1 {min(top1):.0%}")
     parts += answer_parts(v.get("outputs") or {})
     data = v.get("data", "generated")
+    shown = weakest(v)
     if status == "unverified":
         parts.append("generated data only" if data == "generated" else "calibration samples only"
-                     if not v.get("representative") else f"only {v.get('rows')} real samples")
-    elif not short:
-        parts.append(f"{v.get('samples')} samples: {data}")
-    return f"{word} at {v.get('precision')} ({', '.join(parts)})"
+                     if not v.get("representative") else shown or f"only {v.get('rows')} real samples")
+    else:
+        parts += [shown] if shown else []
+        parts += [] if short else [f"{v.get('samples')} samples: {data}"]
+    loose = v.get("loosened") or []
+    return f"{word} at {v.get('precision')} ({', '.join(parts)})" + (f" [loosened: {', '.join(loose)}]" if loose
+                                                                       else "")
+
+
+def weakest(v: dict[str, Any]) -> str:
+    """The judged rate whose bound is nearest its floor, as its rows show it: `confident top-1 45/45, shown >= 94.3 %
+    (floor 99 %)`; "" where no rate was counted."""
+    rates = (v.get("evidence") or {}).get("rates") or []
+    if not rates:
+        return ""
+    w = min(rates, key=lambda w: w["bound"] - w["floor"])
+    return f"{w['label']} {w['agree']}/{w['rows']}, shown >= {percent(w['bound'])} (floor {percent(w['floor'])})"
+
+
+def percent(x: float) -> str:
+    """99 %, 93.9 %: a rate as a user reads it, one decimal where it has one."""
+    return f"{x * 100:.1f}".rstrip("0").rstrip(".") + " %"
 
 
 ANSWER_TEXT: dict[str, Callable[[dict[str, Any]], str]] = {  # an answers record per kind (quality.agreement)
     "topk": lambda a: f"top-{a['k']} overlap {a['topk_overlap']:.0%}" if a.get("topk_overlap") is not None else "",
     "boxes": lambda a: f"box F1 {a['f1']:.3f} ({a['reference_boxes']} boxes"
-                       + (f", IoU {a['mean_iou']:.2f})" if a.get("mean_iou") is not None else ")"),
-    "text": lambda a: f"text exact {a['exact_match']:.0%}, CER {a['cer']:.1%}",
+                       + (f", IoU {a['mean_iou']:.2f}" if a.get("mean_iou") is not None else "")
+                       + (f"; confident found {a['recall_confident']:.1%}" if a.get("recall_confident") is not None
+                          else "")
+                       + (f", confident added {1 - a['precision_confident']:.1%}"
+                          if a.get("precision_confident") is not None else "") + ")",
+    "text": lambda a: f"text exact {a['exact_match']:.0%}"
+                      + (f" ({a['exact_confident']:.1%} of {a['confident_rows']} read confidently)"
+                         if a.get("exact_confident") is not None else "") + f", CER {a['cer']:.1%}",
     "python": lambda a: f"python answers exact {a['exact_match']:.0%}",
 }
 

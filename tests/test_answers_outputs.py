@@ -147,12 +147,13 @@ def test_ctc_collapses_repeats_drops_blanks_and_scores_the_kept_steps() -> None:
 
 @pytest.fixture(scope="module")
 def recognizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ppocr_recognizer example as committed, with the model, charset and heading make_model.py writes."""
+    """The ppocr_recognizer example as committed, with the model, charset, heading and lines make_model.py writes."""
     folder = tmp_path_factory.mktemp("ppocr_recognizer")
     make = _example("ppocr_recognizer")
     try:
         make.export(folder)
         make.heading(folder / "heading.png")
+        make.lines(folder / "lines.npz")
     except make.Missing as exc:
         pytest.skip(str(exc))
     shutil.copy(ROOT / "examples" / "ppocr_recognizer" / "gpux.yml", folder)
@@ -181,6 +182,24 @@ def paddle_reading(model: Path, crop: Any) -> tuple[Any, tuple[str, float]]:
     x[0, :, :, :resized] = (bgr.transpose(2, 0, 1) / 255 - 0.5) / 0.5
     out = session.run(None, {"x": x})[0]
     return out, decoder(out)[0]
+
+
+@pytest.mark.slow
+def test_ocr_int8_that_changes_confident_texts_fails_with_what_its_rows_show(recognizer: Path,
+                                                                            tmp_path: Path) -> None:
+    """Static int8 calibrated on the page's lines, judged on every 4th line held out and the rows derived from
+    them: the texts the FP32 model reads confidently change, and the failure says how often and what the rows show."""
+    for name in ("model.onnx", "charset.txt", "lines.npz"):
+        shutil.copy(recognizer / name, tmp_path / name)
+    text = (recognizer / "gpux.yml").read_text()
+    (tmp_path / "gpux.yml").write_text(text.replace("\nverify:", "\nproviders:\n  cpu: {precision: int8, quantization: "
+                                                                "static, calibration: lines.npz}\nverify:", 1))
+    r = gpux("build", str(tmp_path), "-p", "cpu")
+    assert r.returncode == 1, r.stderr
+    assert "calibration hold-out (7 of 28 samples, not calibrated on) + 393 derived from them" in r.stderr, r.stderr
+    assert "exact matches of the texts the reference reads confidently 0." in r.stderr, r.stderr
+    assert "< min_exact_match 0.99 (" in r.stderr and "rows read confidently)" in r.stderr, r.stderr
+    assert "confident texts read the same " in r.stderr and "the rows show at most " in r.stderr, r.stderr
 
 
 @pytest.mark.slow
@@ -214,6 +233,7 @@ def charset(folder: Path) -> list[str]:
 
 def test_a_charset_that_does_not_fit_the_classes_is_an_error_at_its_line(recognizer: Path, tmp_path: Path) -> None:
     shutil.copy(recognizer / "model.onnx", tmp_path / "model.onnx")
+    shutil.copy(recognizer / "lines.npz", tmp_path / "lines.npz")
     text = (recognizer / "gpux.yml").read_text()
     (tmp_path / "charset.txt").write_text("".join(f"{c}\n" for c in charset(recognizer)[:-1]), encoding="utf-8")
     (tmp_path / "gpux.yml").write_text(text.replace("    shape: [1, 120, 6625]", ""))  # read from the model

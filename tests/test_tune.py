@@ -105,6 +105,22 @@ def test_an_unverified_candidate_is_listed_not_chosen_unless_allowed() -> None:
     assert pick_best([outcome("int8", 0.001, "unverified")], "throughput") is None
 
 
+def test_a_candidate_whose_rows_do_not_show_its_floor_is_not_ranked() -> None:
+    """bf16 passes its floors as measured, but 45 confident rows cannot show 99 %: tune ranks the fp32 one."""
+    from gpux.quality.evidence import weigh
+
+    fast, slow = outcome("bf16", 0.001), outcome("fp32", 0.004)
+    record = {"logits": {"top1_confident": 1.0, "confident_rows": 45}}
+    fast.row["accuracy"] = {"evidence": weigh(record, {"logits": {"min_top1_confident": 0.99}})}
+    assert pick_best([fast, slow], "latency") is slow
+    assert fast.status == "unverified" and fast.why.startswith("unverified: 45 judged rows (logits: confident top-1) "
+                                                               "show at most 94.3 %; about 223 more"), fast.why
+    shown = outcome("bf16", 0.001)
+    shown.row["accuracy"] = {"evidence": weigh({"logits": {"top1_confident": 1.0, "confident_rows": 300}},
+                                               {"logits": {"min_top1_confident": 0.99}})}
+    assert pick_best([shown, outcome("fp32", 0.004)], "latency") is shown
+
+
 def test_verification_status_of_old_and_new_manifests() -> None:
     assert verification_status({"passed": True, "outputs": {}}) == "verified"  # before the status key
     assert verification_status({"passed": True, "status": "unverified"}) == "unverified"
@@ -126,9 +142,9 @@ def test_tune_locks_an_unverified_artifact_only_when_asked(mlp_project: Path) ->
     assert r.returncode == 1 and not (mlp_project / LOCK_NAME).exists()
     rows = json.loads(r.stdout)["candidates"]
     plain = [(c["status"], c["why"], c["verification"]) for c in rows if not c["refines"]]
-    assert plain == [("unverified", UNVERIFIED, "unverified")] * 2
+    assert plain == [("unverified", "unverified: an int8 artifact checked on generated data only", "unverified")] * 2
     assert {(c["status"], c["why"]) for c in rows if c["refines"]} == {
-        ("not needed", "plain int8 is unverified (no real data to judge on): a refinement would be too")}
+        ("not needed", "plain int8 is unverified (its data cannot judge it): a refinement would be too")}
     table = cli("tune", str(mlp_project), *QUICK, "--precisions", "int8")
     assert "--allow-unverified" in table.stderr and "generated data only" in table.stdout
     allowed = cli("tune", str(mlp_project), *QUICK, "--precisions", "int8", "--allow-unverified", "--json")

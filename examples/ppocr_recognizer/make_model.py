@@ -6,8 +6,9 @@ softmax_11.tmp_0 float32 [batch, width / 8, 6625]: per time step, the probabilit
 characters and a space) and keeps the characters in the model's metadata (``character``, one per line);
 ``make install`` puts it in the venv, nothing is downloaded. Writes ``model.onnx``, ``charset.txt`` (those
 characters; gpux.yml adds the blank first and the space last, as PaddleOCR does) and ``heading.png`` (the heading
-"Region-based segmentation" cropped from scikit-image's photo of a printed page, ``skimage/data/page.png``).
-Then ``gpux run . heading.png`` reads it.
+"Region-based segmentation" cropped from scikit-image's photo of a printed page, ``skimage/data/page.png``), and
+``lines.npz``: that page's lines of text, whole and in parts, pre-processed, to calibrate and verify on. Then
+``gpux run . heading.png`` reads it.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import argparse
 import importlib.util
 import shutil
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 HEADING = (0, 8, 300, 38)  # left, top, right, bottom in page.png: its first line, the heading
+LINES = ((8, 38), (46, 66), (63, 83), (81, 101), (99, 119), (117, 137), (171, 191))  # page.png's lines of text
+SPANS = ((0, 384), (0, 200), (150, 384), (80, 300))  # each whole, and three overlapping parts of it
 
 
 class Missing(Exception):
@@ -51,6 +55,30 @@ def heading(path: Path) -> Path:
     return path
 
 
+def line_tensor(img: Any) -> Any:
+    """[3, 48, 960] float32 as gpux.yml's preprocess makes it: height 48, padded right with 128, BGR, scaled to
+    [-1, 1]."""
+    import numpy as np
+    from PIL import Image
+
+    width = min(960, round(img.width * 48 / img.height))
+    canvas = np.full((48, 960, 3), 128, np.uint8)
+    canvas[:, :width] = np.asarray(img.convert("RGB").resize((width, 48), Image.Resampling.BILINEAR))
+    return ((canvas[:, :, ::-1].astype(np.float32) / 255 - 0.5) / 0.5).transpose(2, 0, 1)
+
+
+def lines(path: Path) -> Path:
+    """Real lines of printed text to calibrate and verify on: page.png's lines, each whole and in three parts
+    (x: [28, 1, 3, 48, 960])."""
+    import numpy as np
+    from PIL import Image
+
+    page = Image.open(package_file("skimage", "data", "page.png"))
+    crops = [line_tensor(page.crop((left, top, right, bottom))) for top, bottom in LINES for left, right in SPANS]
+    np.savez_compressed(path, x=np.stack(crops)[:, None])
+    return path
+
+
 def export(folder: Path) -> Path:
     """model.onnx and charset.txt in `folder`; returns the model's path."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -68,9 +96,10 @@ def main() -> None:
     try:
         export(out)
         heading(out / "heading.png")
+        lines(out / "lines.npz")
     except Missing as exc:
         raise SystemExit(f"error: {exc}") from None
-    print(f"wrote {out / 'model.onnx'}, {out / 'charset.txt'} and {out / 'heading.png'}")
+    print(f"wrote {out / 'model.onnx'}, {out / 'charset.txt'}, {out / 'heading.png'} and {out / 'lines.npz'}")
 
 
 if __name__ == "__main__":

@@ -149,7 +149,7 @@ def needless(o: Outcome, done: list[Outcome], spent: dict[int, float], left_s: f
     if plain is None:
         return "pending", ""
     if plain.status == "ok" and plain.row.get("verification_status") == "unverified":
-        return "not needed", "plain int8 is unverified (no real data to judge on): a refinement would be too"
+        return "not needed", "plain int8 is unverified (its data cannot judge it): a refinement would be too"
     if plain.status == "ok":
         return "not needed", "plain int8 passed verification: a refinement could only be slower"
     if plain.status != "failed verification":

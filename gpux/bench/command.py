@@ -186,7 +186,9 @@ def accuracy_of(verification: dict[str, Any]) -> dict[str, Any] | None:
             "top1": worst("top1"), "top5": worst("top5"), "top1_confident": worst("top1_confident"),
             "status": verification_status(verification), "data": verification.get("data"),
             "samples": verification.get("samples"), "representative": verification.get("representative"),
-            "tolerances": verification.get("tolerances"), "outputs": outputs}
+            "tolerances": verification.get("tolerances"), "outputs": outputs,
+            "evidence": (verification.get("evidence") or {}).get("rates"), "unverified": verification.get("unverified"),
+            "loosened": verification.get("loosened")}
 
 
 def verification_status(verification: dict[str, Any] | None) -> str:

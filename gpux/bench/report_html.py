@@ -163,6 +163,9 @@ def accuracy_text(verdict: str | None, acc: dict[str, Any] | None) -> str:
     parts += [f"{name} {acc[k] * 100:.3g}%" for k, name in AGREEMENT if acc.get(k) is not None]
     if acc.get("min_cosine") is not None:
         parts.append(f"cosine {acc['min_cosine']:.6f}")
+    shown = report.weakest({"evidence": {"rates": acc.get("evidence") or []}})
+    parts += [shown] if shown else []
+    parts += [f"loosened: {', '.join(acc['loosened'])}"] if acc.get("loosened") else []
     return " · ".join(parts)
 
 

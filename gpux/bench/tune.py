@@ -26,8 +26,8 @@ from gpux.plan.lock import LOCK_NAME, SCHEMA, fingerprint
 
 OBJECTIVES = ("latency", "throughput")
 WHY_WIDTH = 120  # the table's why column, cut at a word; the JSON keeps the whole text
-UNVERIFIED = ("unverified (int8 on generated data only, or on under 10 real samples; declare verify.data or "
-              "calibration data)")
+UNVERIFIED = ("unverified (int8 on generated data only, or on too few real rows to show its floors; declare "
+              "verify.data, calibration data or verify.derive)")
 LIMITING_SHOWN = 8  # the most sensitive layers the lock lists per ranking
 
 
@@ -182,14 +182,21 @@ PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3}  # ties within noi
 def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = False) -> Outcome | None:
     """The fastest candidate that passed verification and ran (None: none did; ranked by the median round ratio over
     the plain session where it was measured, so a round slowed by the machine slows everyone in it); each row says
-    why not. One verified on generated data only (a lossy artifact: "unverified") is listed, not chosen, unless
-    allowed. A candidate within noise of the fastest (not clearly slower: gpux.bench.rounds.clearly_faster) ties
+    why not. One verified on generated data only (a lossy artifact: "unverified"), or whose judged rows do not
+    show a floor its answers meet (the bound of docs/verification.md, at any precision), is listed, not chosen,
+    unless allowed. A candidate within noise of the fastest (not clearly slower: gpux.bench.rounds.clearly_faster) ties
     with it, and ties go to the higher precision, then to the simpler candidate (earlier in the list)."""
     from gpux.bench import rounds
+    from gpux.quality.evidence import shortfall
 
     for o in outcomes:
-        if o.status == "ok" and o.row.get("verification_status") == "unverified" and not allow_unverified:
-            o.status, o.why = "unverified", UNVERIFIED
+        if o.status != "ok" or allow_unverified:
+            continue
+        acc = o.row.get("accuracy") or {}
+        # lossy: unverified by its build; any precision: its rows must show each floor to rank (the bound's words)
+        said = acc.get("unverified") or shortfall(acc.get("evidence") or [])
+        if o.row.get("verification_status") == "unverified" or said:
+            o.status, o.why = "unverified", f"unverified: {said}" if said else UNVERIFIED
     ok = [o for o in outcomes if o.status == "ok"]
     if not ok:
         return None
@@ -278,6 +285,15 @@ def agreement_cell(acc: dict[str, Any]) -> str:
     return "/".join("-" if v is None else f"{v * 100:.0f}" for v in values) + " %"
 
 
+def shown_cell(acc: dict[str, Any]) -> str:
+    """`>= 98.9 % of 300`: the lowest bound its judged rows show of a counted rate (the one nearest its floor)."""
+    rates = acc.get("evidence") or []
+    if not rates:
+        return "-"
+    w = min(rates, key=lambda w: w["bound"] - w["floor"])
+    return f">= {report.percent(w['bound'])} of {w['rows']}"
+
+
 def vs_cell(vs: dict[str, Any] | None) -> str:
     """`2.31× (2.10–2.52)`: the speedup over plain ONNX Runtime and its per-round range."""
     return "-" if not vs else f"{vs['speedup']:.2f}× ({vs['low']:.2f}–{vs['high']:.2f})"
@@ -290,10 +306,11 @@ def render(lock: dict[str, Any]) -> None:
         rows.append([c["provider"], c["precision"], _opts(c["options"]), str(c.get("batch") or 1), c["status"],
                      "-" if c["p50_ms"] is None else f"{c['p50_ms']:.4f}",
                      "-" if c["throughput"] is None else f"{c['throughput']:.1f}", vs_cell(c.get("vs_plain_ort")),
-                     agreement_cell(acc), "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
+                     agreement_cell(acc), shown_cell(acc),
+                     "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
                      report.format_size(c["size"]) if c.get("size") else "-", why_cell(c["why"])])
     print(report.format_table(["provider", "precision", "options", "batch", "status", "p50 ms", "per s", "vs plain ORT",
-                               "top-1/conf/top-5", "cosine", "size", "why"], rows))
+                               "top-1/conf/top-5", "shown", "cosine", "size", "why"], rows))
     for provider, ranked in (lock.get("limiting_layers") or {}).items():
         report.info(f"layers int8 hurts most on {provider} (SQNR lost, ranked on {ranked['ranked_on']['samples']} "
                     "calibration samples): " + ", ".join(f"{r['layer']} {r['lost_db']:.1f} dB"

@@ -251,7 +251,8 @@ def serve(targets: tuple[str, ...], host: str | None, port: int | None, grpc_por
 @click.option("--concurrency", type=click.IntRange(min=1), default=None,
               help="Parallel requests for --objective throughput (default 4).")
 @click.option("--allow-unverified", is_flag=True,
-              help="Let a lossy candidate verified on generated data only (no verify.data) be locked.")
+              help="Let an unverified candidate be locked (lossy on generated data only, or on rows too few "
+                   "to show its floors).")
 @STORE
 @JSON
 @REPORT

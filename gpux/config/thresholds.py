@@ -52,11 +52,20 @@ class Thresholds(Strict):
         None, ge=0, le=1, description="Answers of postprocess boxes: least mean IoU of the matched boxes."
     )
     min_exact_match: float | None = Field(
-        None, ge=0, le=1, description="Text answers: least fraction of rows whose text equals the reference's."
+        None, ge=0, le=1, description="Text answers: least fraction of the texts the reference reads confidently "
+        "(every character at probability >= 0.5) that the artifact reads the same."
     )
     max_cer: float | None = Field(
         None, ge=0, description="Text answers: largest character error rate (edits over the reference's "
         "characters)."
+    )
+    min_box_recall: float | None = Field(
+        None, ge=0, le=1, description="Answers of postprocess boxes: least fraction of the reference's confident "
+        "boxes (score >= 0.5 and the threshold + 0.1) the artifact finds (same label, IoU >= 0.5)."
+    )
+    min_box_precision: float | None = Field(
+        None, ge=0, le=1, description="Answers of postprocess boxes: least fraction of the artifact's confident "
+        "boxes that match a reference box (1 - the rate of false boxes added)."
     )
 
 
@@ -71,6 +80,16 @@ class OutputCheck(Thresholds):
     )
 
 
+class Derive(Strict):
+    """More judged rows from the samples verification judges: seeded crops (resized back) and mirrors."""
+
+    rows: int = Field(600, ge=1, le=100_000, description="Samples to judge in all: the declared ones, then "
+                      "variants of each in turn (a seeded crop of 40-100 % of its area, resized back to its size, "
+                      "mirrored half the time) until there are this many.")
+    mirror: bool = Field(True, description="Mirror half of the variants left to right (false for text).")
+    seed: int = Field(0, description="Seed of the crops and mirrors (the same seed, the same rows).")
+
+
 class Verify(Thresholds):
     enabled: bool = Field(True, description="Compare every built artifact with the FP32 reference.")
     samples: int = Field(4, ge=1, description="Seeded random input sets to compare on.")
@@ -79,6 +98,12 @@ class Verify(Thresholds):
                              "per input, an extra leading axis stacks samples); preferred over generated ones. "
                              "An int8 artifact is verified only on real data (this, or a hold-out of its "
                              "calibration data); on generated data alone it is reported unverified.")
+    confidence: float = Field(0.95, ge=0.5, lt=1, description="How sure a verdict is that an agreement rate meets "
+                              "its floor: the one-sided Wilson lower bound at this level must reach the floor "
+                              "(0.5: the observed rate alone). Lower is looser, and said beside the verdict.")
+    derive: Derive | None = Field(None, description="Judge on more rows than declared: variants of each sample "
+                                  "verification judges (never of calibration samples): crops, scales and mirrors "
+                                  "of its image inputs.")
     classifications: list[str] | None = Field(
         None, description="Outputs that are class scores (compared by top-1 too); default: outputs with labels."
     )

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux.config.steps import Postprocess
-from gpux.quality.metrics import TIE, Rule, Verification
+from gpux.quality.metrics import CONFIDENT, TIE, Rule, Verification
 
 MATCH_IOU = 0.5  # an artifact box matches a reference box of the same label overlapping at least this much
+MARGIN = 0.1  # a confident box scores at least this much over the score threshold (and CONFIDENT)
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,20 @@ def topk_agreement(reference: list[Any], got: list[Any]) -> dict[str, Any]:
 
 
 # ---- boxes -------------------------------------------------------------------------------------------------------
-def decode_boxes(row: Any, spec: Postprocess, size: tuple[int, int] | None = None) -> tuple[Any, Any, Any]:
-    """A row's boxes; a raw grid's over an input of `size` (height, width; None: the square its anchors make)."""
+def decode_boxes(row: Any, spec: Postprocess, size: tuple[int, int] | None = None) -> tuple[Any, Any, Any, float]:
+    """The boxes, scores and classes after NMS (a raw grid's over an input of `size`: height, width; None: the square
+    its anchors make), and the score from which a box is confident."""
     from gpux.answers import post
 
     assert spec.boxes is not None
-    return post.decode_boxes(row, spec.boxes, (spec.softmax, spec.sigmoid), size)
+    return (*post.decode_boxes(row, spec.boxes, (spec.softmax, spec.sigmoid), size),
+            confident_score(spec.boxes.score))
+
+
+def confident_score(threshold: float) -> float:
+    """A box is confident at CONFIDENT or more and MARGIN above the score threshold: a box near the threshold
+    comes and goes under any rounding, as a hesitant class does."""
+    return max(CONFIDENT, threshold + MARGIN)
 
 
 def pairwise_iou(a: Any, b: Any) -> Any:
@@ -85,35 +94,51 @@ def pairwise_iou(a: Any, b: Any) -> Any:
     return np.where(union > 0, w * h / np.where(union > 0, union, 1), 0.0)
 
 
-def match(reference: tuple[Any, Any, Any], got: tuple[Any, Any, Any]) -> list[float]:
+def match(reference: Sequence[Any], got: Sequence[Any]) -> list[tuple[int, int, float]]:
     """Greedy matching by the artifact's score: each artifact box (best first) takes the unmatched reference box
-    of its label it overlaps most, at IoU >= MATCH_IOU. The IoU of each match."""
+    of its label it overlaps most, at IoU >= MATCH_IOU. (artifact box, reference box, IoU) of each match."""
     import numpy as np
 
-    (rb, _, rc), (gb, gs, gc) = reference, got
+    (rb, _, rc), (gb, gs, gc) = reference[:3], got[:3]
     iou = pairwise_iou(gb, rb) * (np.asarray(gc)[:, None] == np.asarray(rc)[None, :])
     taken = np.zeros(len(rb), bool)
-    ious = []
+    matches = []
     for i in np.argsort(-np.asarray(gs), kind="stable"):
         row = np.where(taken, -1.0, iou[i])
         j = int(row.argmax()) if row.size else -1
         if j >= 0 and row[j] >= MATCH_IOU:
             taken[j] = True
-            ious.append(float(row[j]))
-    return ious
+            matches.append((int(i), j, float(row[j])))
+    return matches
 
 
 def box_agreement(reference: list[Any], got: list[Any]) -> dict[str, Any]:
     """The artifact's boxes against the reference's, pooled over rows: precision, recall, F1 and the mean IoU
-    of the matches. No boxes on either side agree (F1 1); boxes where the reference has none give precision 0."""
-    ious = [x for r, g in zip(reference, got, strict=True) for x in match(r, g)]
+    of the matches; and on confident boxes (decode_boxes' 4th value), the share of the reference's the artifact
+    finds and the share of the artifact's the reference has (no false box added). No boxes on either side agree
+    (F1 1); boxes where the reference has none give precision 0."""
+    import numpy as np
+
     n_ref, n_got = sum(len(r[0]) for r in reference), sum(len(g[0]) for g in got)
+    ious, ref_confident, got_confident = [], [0, 0], [0, 0]  # [confident, of them matched]
+    for r, g in zip(reference, got, strict=True):
+        matched = match(r, g)
+        ious += [x for _, _, x in matched]
+        cut = r[3] if len(r) > 3 else CONFIDENT
+        for scores, index, tally in ((r[1], 1, ref_confident), (g[1], 0, got_confident)):
+            confident = np.asarray(scores) >= cut
+            hit = {m[index] for m in matched}
+            tally[0] += int(confident.sum())
+            tally[1] += sum(1 for k in np.flatnonzero(confident) if int(k) in hit)
     precision = len(ious) / n_got if n_got else 1.0
     recall = len(ious) / n_ref if n_ref else 1.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"rows": len(reference), "reference_boxes": n_ref, "artifact_boxes": n_got, "matched": len(ious),
             "match_iou": MATCH_IOU, "precision": precision, "recall": recall, "f1": f1,
-            "mean_iou": sum(ious) / len(ious) if ious else None}
+            "mean_iou": sum(ious) / len(ious) if ious else None,
+            "confident_reference_boxes": ref_confident[0], "confident_artifact_boxes": got_confident[0],
+            "recall_confident": ref_confident[1] / ref_confident[0] if ref_confident[0] else None,
+            "precision_confident": got_confident[1] / got_confident[0] if got_confident[0] else None}
 
 
 # ---- text --------------------------------------------------------------------------------------------------------
@@ -128,33 +153,51 @@ def edit_distance(a: str, b: str) -> int:
     return previous[-1]
 
 
-def decode_text(row: Any, spec: Postprocess) -> str:
+def decode_text(row: Any, spec: Postprocess) -> tuple[str, bool]:
     """Greedy CTC decoding of one row with one character per class (its index as a code point): strings compare
-    as the class sequences they are, whatever the charset file holds."""
-    from gpux.answers.post import ctc_greedy
+    as the class sequences they are, whatever the charset file holds. And whether the row reads it confidently:
+    every character it keeps (every step, where it keeps none) at a probability of CONFIDENT or more."""
+    import numpy as np
+
+    from gpux.answers.post import activate, ctc_greedy
 
     assert spec.ctc is not None
-    classes = row.shape[0 if spec.ctc.axis == 1 else -1]
+    axis = spec.ctc.axis
+    classes = row.shape[0 if axis == 1 else -1]
     blank = spec.ctc.blank % classes
     texts = [chr(0x100 + i) if i != blank else "" for i in range(classes)]
-    return str(ctc_greedy(row, texts, blank, spec.ctc.axis, (spec.softmax, spec.sigmoid))["text"])
+    text = str(ctc_greedy(row, texts, blank, axis, (spec.softmax, spec.sigmoid))["text"])
+    probs = activate(row, spec.softmax, spec.sigmoid, axis=-1 if axis != 1 else 0)
+    probs = probs.T if axis == 1 else probs
+    best, p = probs.argmax(axis=1), probs.max(axis=1)
+    kept = np.ones(best.shape, bool)
+    kept[1:] = best[1:] != best[:-1]
+    kept &= best != blank
+    return text, bool((p[kept] if kept.any() else p).min(initial=1.0) >= CONFIDENT)
 
 
-def text_agreement(reference: Sequence[str], got: Sequence[str]) -> dict[str, Any]:
-    """Exact-match rate of the strings, and the character error rate: edits over the reference's characters."""
-    pairs = list(zip(reference, got, strict=True))
+def text_agreement(reference: Sequence[Any], got: Sequence[Any]) -> dict[str, Any]:
+    """Exact-match rate of the strings (all of them, and those the reference reads confidently: judged), and the
+    character error rate: edits over the reference's characters. A row is a (text, confident) pair or a text."""
+    ref = [r if isinstance(r, tuple) else (r, True) for r in reference]
+    pairs = [(r, g[0] if isinstance(g, tuple) else g) for (r, _), g in zip(ref, got, strict=True)]
     chars = sum(len(r) for r, _ in pairs)
     edits = sum(edit_distance(r, g) for r, g in pairs)
+    sure = [r == g for (r, g), (_, confident) in zip(pairs, ref, strict=True) if confident]
     return {"rows": len(pairs), "exact_match": sum(r == g for r, g in pairs) / len(pairs) if pairs else 1.0,
-            "cer": edits / chars if chars else float(edits > 0)}
+            "cer": edits / chars if chars else float(edits > 0), "confident_rows": len(sure),
+            "exact_confident": sum(sure) / len(sure) if sure else None}
 
 
 KINDS: dict[str, Kind] = {
     "topk": Kind(1, decode_topk, topk_agreement, (("topk_overlap", "min_topk_overlap", "top-k label overlap"),)),
-    "boxes": Kind(2, decode_boxes, box_agreement, (("f1", "min_box_f1", "box F1"),
-                                                   ("mean_iou", "min_box_iou", "mean IoU of matched boxes"))),
-    "text": Kind(2, decode_text, text_agreement, (("exact_match", "min_exact_match", "exact text matches"),
-                                           ("cer", "max_cer", "character error rate"))),
+    "boxes": Kind(2, decode_boxes, box_agreement, (
+        ("recall_confident", "min_box_recall", "confident reference boxes found"),
+        ("precision_confident", "min_box_precision", "confident artifact boxes the reference has"),
+        ("f1", "min_box_f1", "box F1"), ("mean_iou", "min_box_iou", "mean IoU of matched boxes"))),
+    "text": Kind(2, decode_text, text_agreement, (
+        ("exact_confident", "min_exact_match", "exact matches of the texts the reference reads confidently"),
+        ("cer", "max_cer", "character error rate"))),
 }
 KINDS["python"] = Kind(1, None, lambda r, g: {"rows": len(r), "exact_match": sum(a == b for a, b in zip(
     r, g, strict=True)) / len(r) if r else 1.0}, (("exact_match", "min_exact_match", "exact answers"),))
@@ -252,7 +295,7 @@ def degenerate(kind: str, answers: Sequence[Any]) -> str | None:
     if kind == "text" and answers and not any(answers):
         return "every text the reference reads is empty"
     if kind == "boxes":
-        boxes = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b, _, _ in answers or [((), 0, 0)]])
+        boxes = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b, *_ in answers or [((), 0, 0)]])
         if len(boxes) and not ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])).any():
             return "every box the reference finds is zero-sized"
     return None
@@ -262,6 +305,9 @@ def counts(record: Mapping[str, Any]) -> str:
     """What an answers record was measured on, in a few words."""
     if record["kind"] == "boxes":
         return (f"answers after NMS: {record['matched']} of {record['reference_boxes']} reference boxes matched "
-                f"at IoU >= {record['match_iou']:g} by {record['artifact_boxes']} artifact boxes, {record['rows']} "
-                f"rows")
+                f"at IoU >= {record['match_iou']:g} by {record['artifact_boxes']} artifact boxes "
+                f"({record['confident_reference_boxes']} and {record['confident_artifact_boxes']} confident), "
+                f"{record['rows']} rows")
+    if record["kind"] == "text":
+        return f"{record['confident_rows']} of {record['rows']} rows read confidently"
     return f"{record['rows']} rows" + (f", top-{record['k']}" if record["kind"] == "topk" else "")

@@ -33,9 +33,14 @@ class Data:
 def verification_data(job: Any, target: Target) -> Data:
     """verify.data when declared (less any sample the target is calibrated on), else a hold-out of the
     target's calibration data, else seeded generated inputs (not representative)."""
+    from gpux.quality.derive import derived
+
     _, judged, source, representative = declared_samples(job.project, target, job.inputs)
     if judged:
-        return _data(judged, source, representative, job.inputs)
+        more = derived(job.project, job.inputs, judged) if representative else []
+        if more:
+            source += f" + {len(more)} derived from them (verify.derive: seeded crops, scales and mirrors)"
+        return _data(judged + more, source, representative, job.inputs)
     return _data(generated(job), "generated", False, job.inputs)
 
 

@@ -17,13 +17,14 @@ from typing import Any
 # flip under any lossy precision (bf16 flips ~5 % of real photo crops, all of them hesitant ones).
 TENSOR_KEYS = ("atol", "rtol", "min_within", "min_cosine", "min_slice_cosine", "min_top1", "min_top5",
                "min_top1_confident", "max_sum_error")
-ANSWER_KEYS = ("min_topk_overlap", "min_box_f1", "min_box_iou", "min_exact_match", "max_cer")
+ANSWER_KEYS = ("min_topk_overlap", "min_box_f1", "min_box_iou", "min_exact_match", "max_cer", "min_box_recall",
+               "min_box_precision")
 KEYS = TENSOR_KEYS + ANSWER_KEYS
 _ROWS: dict[str, tuple[tuple[float | None, ...], tuple[float | None, ...]]] = {  # TENSOR_KEYS, ANSWER_KEYS
-    "fp32": ((1e-4, 1e-3, 0.999, 0.9999, None, 1.0, 1.0, 1.0, 1e-3), (0.98, 0.98, 0.99, 0.98, 0.005)),
-    "fp16": ((None, None, None, 0.999, 0.99, None, 0.99, 0.99, 5e-3), (0.9, 0.95, 0.9, 0.95, 0.01)),
-    "bf16": ((None, None, None, 0.995, 0.98, None, 0.99, 0.99, 0.02), (0.8, 0.9, 0.85, 0.9, 0.02)),
-    "int8": ((None, None, None, 0.98, 0.9, None, 0.99, 0.99, 0.05), (0.7, 0.9, 0.8, 0.9, 0.03)),
+    "fp32": ((1e-4, 1e-3, 0.999, 0.9999, None, 1.0, 1.0, 1.0, 1e-3), (0.98, 0.98, 0.99, 0.99, 0.005, 0.99, 0.99)),
+    "fp16": ((None, None, None, 0.999, 0.99, None, 0.99, 0.99, 5e-3), (0.9, 0.95, 0.9, 0.99, 0.01, 0.99, 0.99)),
+    "bf16": ((None, None, None, 0.995, 0.98, None, 0.99, 0.99, 0.02), (0.8, 0.9, 0.85, 0.99, 0.01, 0.99, 0.99)),
+    "int8": ((None, None, None, 0.98, 0.9, None, 0.99, 0.99, 0.05), (0.7, 0.9, 0.8, 0.99, 0.01, 0.99, 0.99)),
 }
 _ROWS["best"] = _ROWS["fp16"]
 DEFAULTS: dict[str, dict[str, float | None]] = {p: dict(zip(KEYS, (*t, *a), strict=True))
@@ -110,9 +111,10 @@ def summary(v: Mapping[str, Any]) -> str:
         if values:
             worst = max(values) if key == "sum_error" else min(values)
             parts.append(f"{label} {worst:{fmt}}")
-    from gpux.report import answer_parts
+    from gpux.report import answer_parts, weakest
 
     parts += answer_parts(v.get("outputs") or {})
+    parts += [weakest(dict(v))] if weakest(dict(v)) else []
     n = v.get("samples", 0)
     parts.append(f"{n} {v.get('data', 'generated')} sample{'s' if n != 1 else ''}")
     status = v.get("status") or ("verified" if v.get("passed") else "failed")
@@ -166,8 +168,11 @@ def output_kind(ref: list[Any], declared: str, named: bool) -> str:
         len({x.shape[-1] for x in ref}) == 1  # top-k needs a class axis the samples share
     if declared != "auto" or not classes:
         return declared if declared != "auto" and (classes or declared == "dense") else "dense"
-    rows = np.concatenate([np.asarray(x, np.float64).reshape(-1, a.shape[-1]) for x in ref])
-    if np.isfinite(rows).all() and rows.min() >= -1e-6 and np.abs(rows.sum(-1) - 1).max() <= 1e-3:
+    def sums_to_one(x: Any) -> bool:  # one sample at a time: derived rows make many
+        rows = np.asarray(x, np.float64).reshape(-1, a.shape[-1])
+        return bool(np.isfinite(rows).all() and rows.min() >= -1e-6 and np.abs(rows.sum(-1) - 1).max() <= 1e-3)
+
+    if all(sums_to_one(x) for x in ref):
         return "distribution"
     return "scores" if named else "dense"
 
@@ -201,37 +206,54 @@ def pooled_cosine(reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any
 
 
 def _dense(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | None]) -> tuple[dict, list[str]]:
-    """Metrics of one numeric output; NaN/inf in the same places with the same values count as agreement."""
+    """Metrics of one numeric output, pooled over samples one sample at a time (memory stays one sample's);
+    NaN/inf in the same places with the same values count as agreement."""
     import numpy as np
 
-    r = np.concatenate([a.astype(np.float64).ravel() for a in ref])
-    g = np.concatenate([b.astype(np.float64).ravel() for b in out])
-    finite_r, finite_g = np.isfinite(r), np.isfinite(g)
-    same_special = ~finite_r & ~finite_g & ((np.isnan(r) & np.isnan(g)) | (r == g))
+    t = {"values": 0, "mismatched": 0, "finite": 0, "max_abs": 0.0, "scale": 0.0, "rg": 0.0, "rr": 0.0, "gg": 0.0,
+         "within": 0}
+    for a, b in zip(ref, out, strict=True):
+        r, g = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+        finite_r, finite_g = np.isfinite(r), np.isfinite(g)
+        same_special = ~finite_r & ~finite_g & ((np.isnan(r) & np.isnan(g)) | (r == g))
+        t["values"] += r.size
+        t["mismatched"] += int(np.count_nonzero((finite_r != finite_g) | (~finite_r & ~finite_g & ~same_special)))
+        both = finite_r & finite_g
+        r, g = r[both], g[both]
+        if not r.size:
+            continue
+        diff = np.abs(g - r)
+        t["finite"] += r.size
+        t["max_abs"], t["scale"] = max(t["max_abs"], float(diff.max())), max(t["scale"], float(np.abs(r).max()))
+        t["rg"], t["rr"], t["gg"] = t["rg"] + float(r @ g), t["rr"] + float(r @ r), t["gg"] + float(g @ g)
+        if tol["atol"] is not None:
+            t["within"] += int(np.count_nonzero(diff <= tol["atol"] + (tol["rtol"] or 0.0) * np.abs(r)))
     problems = []
-    mismatched = int(np.count_nonzero((finite_r != finite_g) | (~finite_r & ~finite_g & ~same_special)))
-    if mismatched:
-        problems.append(f"{name}: {mismatched} of {r.size} values are NaN/inf in only one of reference and "
+    if t["mismatched"]:
+        problems.append(f"{name}: {t['mismatched']} of {t['values']} values are NaN/inf in only one of reference and "
                         f"artifact")
-    both = finite_r & finite_g
-    r, g = r[both], g[both]
-    diff = np.abs(g - r)
-    max_abs = float(diff.max()) if diff.size else 0.0
-    scale = float(np.abs(r).max()) if r.size else 0.0
+    max_abs, scale = t["max_abs"], t["scale"]
     max_rel = max_abs / scale if scale > 0 else max_abs
-    cosine = _cosine(r, g, max_abs)
+    cosine = _cosine_of(t["rg"], t["rr"], t["gg"], max_abs)
     within = 1.0
-    if tol["atol"] is not None and r.size:
-        within = float(np.count_nonzero(diff <= tol["atol"] + (tol["rtol"] or 0.0) * np.abs(r)) / r.size)
+    if tol["atol"] is not None and t["finite"]:
+        within = t["within"] / t["finite"]
         if tol["min_within"] is not None and within < tol["min_within"]:
-            bad = r.size - round(within * r.size)
-            problems.append(f"{name}: {bad} of {r.size} values outside atol {tol['atol']:g} + rtol "
-                            f"{tol['rtol']:g}·|ref| (within {within:.2%} < min_within {tol['min_within']:.2%}; "
+            problems.append(f"{name}: {t['finite'] - t['within']} of {t['finite']} values outside atol {tol['atol']:g} "
+                            f"+ rtol {tol['rtol']:g}·|ref| (within {within:.2%} < min_within {tol['min_within']:.2%}; "
                             f"max-abs {max_abs:.3g})")
     negligible = scale < NEGLIGIBLE and max_abs < NEGLIGIBLE  # cosine of rounding noise means nothing
     if tol["min_cosine"] is not None and cosine < tol["min_cosine"] and not negligible:
         problems.append(f"{name}: cosine {cosine:.6f} < min_cosine {tol['min_cosine']}")
     return {"max_abs": max_abs, "max_rel": max_rel, "cosine": cosine, "within": within}, problems
+
+
+def _cosine_of(rg: float, rr: float, gg: float, max_abs: float) -> float:
+    """Cosine similarity from the dot products of two vectors (both zero: 1 when they agree)."""
+    import math
+
+    denom = math.sqrt(rr) * math.sqrt(gg)
+    return rg / denom if denom > 0 else (1.0 if max_abs == 0 else 0.0)
 
 
 def slice_axis(shape: tuple[int, ...], declared: int | None) -> int | None:
@@ -246,28 +268,27 @@ def slice_axis(shape: tuple[int, ...], declared: int | None) -> int | None:
 
 
 def _slices(name: str, ref: list[Any], out: list[Any], rule: Rule, metrics: dict[str, Any]) -> list[str]:
-    """The worst slice's cosine along the channel axis (pooled over samples), and which slices fall short."""
+    """The worst slice's cosine along the channel axis (pooled over samples, one sample at a time), and which
+    slices fall short."""
     import numpy as np
 
     axis = slice_axis(ref[0].shape, rule.axis)
     if axis is None or len({x.shape for x in ref}) > 1 or not ref[0].shape[axis]:
         return []  # samples of different shapes have no common slices
     n = ref[0].shape[axis]
-
-    def rows(arrays: list[Any]) -> Any:
-        return np.concatenate([np.moveaxis(a.astype(np.float64), axis, 0).reshape(n, -1) for a in arrays], axis=1)
-
-    r, g = rows(ref), rows(out)
-    if r.shape[1] < MIN_SLICE_VALUES:
+    if ref[0].size // n * len(ref) < MIN_SLICE_VALUES:
         return []
-    cosines = []
-    for i in range(n):
-        both = np.isfinite(r[i]) & np.isfinite(g[i])
-        ri, gi = r[i][both], g[i][both]
-        max_abs = float(np.abs(gi - ri).max()) if ri.size else 0.0
-        if not ri.size or max(float(np.abs(ri).max()), max_abs) < NEGLIGIBLE:
-            continue
-        cosines.append((_cosine(ri, gi, max_abs), i))
+    sums = np.zeros((6, n))  # r·g, r·r, g·g, max |r|, max |g - r|, finite values: per slice
+    for a, b in zip(ref, out, strict=True):
+        r, g = (np.moveaxis(x.astype(np.float64), axis, 0).reshape(n, -1) for x in (a, b))
+        both = np.isfinite(r) & np.isfinite(g)
+        r, g = np.where(both, r, 0.0), np.where(both, g, 0.0)
+        sums[:3] += (r * g).sum(1), (r * r).sum(1), (g * g).sum(1)
+        sums[3] = np.maximum(sums[3], np.abs(r).max(1, initial=0.0))
+        sums[4] = np.maximum(sums[4], np.abs(g - r).max(1, initial=0.0))
+        sums[5] += both.sum(1)
+    cosines = [(_cosine_of(sums[0, i], sums[1, i], sums[2, i], sums[4, i]), i) for i in range(n)
+               if sums[5, i] and max(sums[3, i], sums[4, i]) >= NEGLIGIBLE]
     if not cosines:
         return []
     worst, where = min(cosines)
@@ -305,39 +326,51 @@ def _scores(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | No
     k = ref[0].shape[-1] if ref[0].ndim else 0
     if k < 2 or not ref[0].size:
         return []
-    r = np.concatenate([a.astype(np.float64).reshape(-1, k) for a in ref])
-    g = np.concatenate([b.astype(np.float64).reshape(-1, k) for b in out])
-    r, g = np.where(np.isfinite(r), r, -np.inf), np.where(np.isfinite(g), g, -np.inf)
-    top2 = -np.sort(-r, axis=-1)[:, :2]
-    # rows the reference cannot rank (every value non-finite, or its top two tied) count neither way
-    ranked = np.isfinite(top2[:, 0]) & (top2[:, 0] - top2[:, 1] > TIE * np.maximum(np.abs(top2[:, 0]), 1.0))
+    table = np.concatenate([_score_rows(a, b, k, kind) for a, b in zip(ref, out, strict=True)], axis=1)
+    ranked = table[0] > 0  # rows the reference cannot rank (all non-finite, its top two tied) count neither way
     if not ranked.any():
         return []
-    r, g = r[ranked], g[ranked]
-    best = r.argmax(-1)
-    agree = best == g.argmax(-1)
+    agree, top5, confident, sum_error = table[1, ranked] > 0, table[2, ranked] > 0, table[3, ranked] > 0, \
+        table[4, ranked]
+    rows = int(ranked.sum())
+    metrics["rows"] = rows
     metrics["top1"] = float(agree.mean())
     if k > 5:
-        top5 = np.argpartition(-g, 5, axis=-1)[:, :5]
-        metrics["top5"] = float((top5 == best[:, None]).any(-1).mean())
-    probs = r if kind == "distribution" else _softmax(r)
-    confident = probs.max(-1) >= CONFIDENT
+        metrics["top5"] = float(top5.mean())
     metrics["confident_rows"] = int(confident.sum())
     if confident.any():
         metrics["top1_confident"] = float(agree[confident].mean())
     if kind == "distribution":
-        metrics["sum_error"] = float(np.nan_to_num(np.abs(g.sum(-1) - 1), nan=np.inf, posinf=np.inf).max())
+        metrics["sum_error"] = float(sum_error.max())
     problems = []
     for key, label in (("top1", "top-1 agreement"), ("top5", "top-5 agreement (reference top-1 in top-5)"),
                        ("top1_confident", "top-1 agreement where the reference is confident")):
         floor, value = tol.get(f"min_{key}"), metrics.get(key)
         if floor is not None and value is not None and value < floor:
-            problems.append(f"{name}: {label} {value:.1%} < min_{key} {floor:.0%} ({len(r)} rows)")
+            n = metrics["confident_rows"] if key == "top1_confident" else rows
+            problems.append(f"{name}: {label} {value:.1%} < min_{key} {floor:.0%} ({n} rows)")
     floor = tol.get("max_sum_error")
     if kind == "distribution" and floor is not None and metrics["sum_error"] > floor:
         problems.append(f"{name}: probabilities no longer sum to 1 (off by up to {metrics['sum_error']:.3g} > "
                         f"max_sum_error {floor:g})")
     return problems
+
+
+def _score_rows(a: Any, b: Any, k: int, kind: str) -> Any:
+    """Per row of one sample: [ranked, top-1 agrees, reference top-1 in the top-5, reference confident, how far
+    the artifact's row is from summing to 1]."""
+    import numpy as np
+
+    r, g = (np.asarray(x, np.float64).reshape(-1, k) for x in (a, b))
+    r, g = np.where(np.isfinite(r), r, -np.inf), np.where(np.isfinite(g), g, -np.inf)
+    top2 = -np.partition(-r, 1, axis=-1)[:, :2]
+    with np.errstate(invalid="ignore"):
+        ranked = np.isfinite(top2[:, 0]) & (top2[:, 0] - top2[:, 1] > TIE * np.maximum(np.abs(top2[:, 0]), 1.0))
+        best = r.argmax(-1)
+        top5 = (np.argpartition(-g, 5, axis=-1)[:, :5] == best[:, None]).any(-1) if k > 5 else ranked
+        confident = (r if kind == "distribution" else _softmax(r)).max(-1) >= CONFIDENT
+        off = np.nan_to_num(np.abs(g.sum(-1) - 1), nan=np.inf, posinf=np.inf)
+    return np.stack([ranked, best == g.argmax(-1), top5, confident, off]).astype(np.float64)
 
 
 def _softmax(x: Any) -> Any:

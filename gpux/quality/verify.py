@@ -5,14 +5,15 @@ precision the artifact executes at, and the verdict (verified, unverified, or a 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpux.config.load import Project
 from gpux.errors import BuildFailed, GpuxError, ModelError, VerificationFailed, error_lines, first_line
-from gpux.quality.metrics import KEYS, LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
+from gpux.quality.evidence import CONFIDENCE, RULES, loosened, percent, shortfall, weigh
+from gpux.quality.metrics import DEFAULTS, KEYS, LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
 
 if TYPE_CHECKING:
     from gpux.plan.targets import Target
@@ -47,7 +48,7 @@ def judged(project: Project, sizes: dict[str, int]) -> dict[str, Any]:
     answers = {n: p.model_dump(mode="json") for n, p in postprocessing(project).items()}
     code = {p.python: _code_digest(project.root, p.python) for p in postprocessing(project).values() if p.python}
     return {"classes": sorted(classifications(project)), "answers": answers, "generated": generated,
-            **({"code": code} if code else {})}
+            "evidence": RULES, **({"code": code} if code else {})}
 
 
 def image_sizes(project: Project, feeds: Sequence[dict[str, Any]]) -> list[tuple[int, int] | None]:
@@ -203,7 +204,7 @@ def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any
 
     add_answers(result, postprocessing(job.project), names, reference_out, got, judged, data.representative,
                 job.project.root, image_sizes(job.project, data.feeds))
-    return verdict(job, target, result, data)
+    return verdict(job, target, result, data, judged)
 
 
 def resolve_runner(kind: ArtifactKind, artifact: Any, target: Target) -> Any:
@@ -240,19 +241,27 @@ def _reference_on_data(job: Job, target: Target) -> tuple[list[str], Data, list[
     return names, data, out, job
 
 
-def verdict(job: Job, target: Target, result: Verification, data: Data) -> dict[str, Any]:
-    """The record kept in the manifest: verified; unverified (lossy, on generated data only or on too few real
-    samples to tell its floor: a warning, and its failures shown); or, on representative data or at a precision
-    generated data can judge, a failure."""
+def verdict(job: Job, target: Target, result: Verification, data: Data,
+            judged: Mapping[str, Rule] | None = None) -> dict[str, Any]:
+    """The record kept in the manifest: verified; unverified (lossy, on generated data only, or on too few real
+    rows to show its floors: a warning, and its failures shown); or, on representative data or at a precision
+    generated data can judge, a failure. What the rows show of each rate (its one-sided lower bound) is recorded,
+    and the thresholds set looser than the defaults."""
     result.data, result.extra = data.source, {"data_digest": data.digest, "representative": data.representative,
                                               "rows": data.rows}
     if not data.representative:
         result.shapes = dict(job.shapes)
-    why = unverified_why(result, data)
+    confidence = job.project.config.verify.confidence
+    weighed = weigh(result.outputs, {n: r.tol for n, r in (judged or {}).items()}, confidence) \
+        if data.representative else []
+    result.extra["evidence"] = {"confidence": confidence, "bound": "wilson", "rates": weighed}
+    result.extra["loosened"] = loosened(({k: r.tol.get(k) for k in r.user} for r in (judged or {}).values()),
+                                        DEFAULTS.get(result.precision, DEFAULTS["fp32"]), confidence)
+    why = unverified_why(result, data, weighed, confidence)
     result.status = "unverified" if why else "verified"
     job.log(f"verify {target.id}: {result.summary()}")
     if not result.passed and (result.status == "verified" or data.representative):
-        lines = "\n".join(f"  {f}" for f in result.failures)
+        lines = "\n".join(f"  {f}" for f in [*result.failures, *shown_lines(weighed, confidence)])
         failed = VerificationFailed(
             f"{target.id} failed verification against the FP32 reference on {data.source} inputs:\n{lines}",
             hint="loosen verify: thresholds in gpux.yml (verify.outputs.NAME for one output), choose another "
@@ -267,18 +276,30 @@ def verdict(job: Job, target: Target, result: Verification, data: Data) -> dict[
     return result.to_dict()
 
 
-MIN_ROWS = 10  # real samples (rows of a batch) a lossy verdict needs: fewer cannot tell 90 % agreement from 100 %
-UNVERIFIED_FIX = f"declare at least {MIN_ROWS} real inputs in verify.data or calibration data to verify it"
+def shown_lines(weighed: list[dict[str, Any]], confidence: float) -> list[str]:
+    """What the judged rows show of each rate that missed its floor: the bound beside the observed rate."""
+    return [f"{w['output']}: {w['label']} {w['agree']} of {w['rows']} rows ({percent(w['observed'])}): the rows "
+            f"show at most {percent(w['bound'])} ({confidence:.0%} one-sided), floor {percent(w['floor'])}"
+            for w in weighed if w["observed"] < w["floor"]]
 
 
-def unverified_why(result: Verification, data: Data) -> str:
-    """Why a lossy artifact cannot be called verified on this data ("" when it can, or is not lossy)."""
+MIN_ROWS = 10  # real rows a lossy verdict needs where no rate is counted (dense outputs, judged by cosine)
+UNVERIFIED_FIX = ("judge it on more real rows: verify.data, calibration data, or verify.derive (crops and flips of "
+                  "each declared sample)")
+
+
+def unverified_why(result: Verification, data: Data, weighed: Sequence[dict[str, Any]] = (),
+                   confidence: float = CONFIDENCE) -> str:
+    """Why a lossy artifact cannot be called verified on this data ("" when it can, or is not lossy): generated
+    or calibration data, or real rows too few to show a floor its answers meet."""
     if result.precision not in LOSSY:
         return ""
     if data.source != "generated" and not data.representative:
         return f"an {result.precision} artifact checked on the samples it was calibrated on (nothing held out)"
     if not data.representative:
         return f"an {result.precision} artifact checked on generated data only"
+    if weighed:
+        return shortfall(list(weighed), confidence)
     if data.rows < MIN_ROWS:
         return f"an {result.precision} artifact checked on only {data.rows} real sample{'s' if data.rows != 1 else ''}"
     return ""
