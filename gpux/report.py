@@ -276,6 +276,9 @@ def verdict(v: dict[str, Any] | None, short: bool = False) -> str:
         return "-"
     status = v.get("status") or ("verified" if v.get("passed") else "failed")
     word = {"verified": "verified", "unverified": "UNVERIFIED"}.get(status, status)
+    if v.get("rejected"):  # the model rejects the inputs gpux generates: nothing was compared
+        return f"{word} at {v.get('precision')} (the model rejects generated inputs: declare shapes:, input ranges " \
+               "or verify.data)"
     outs = list((v.get("outputs") or {}).values())
     parts = [f"cosine {min((o['cosine'] for o in outs), default=1.0):.6f}"]
     top1 = [o["top1"] for o in outs if o.get("top1") is not None]

@@ -87,7 +87,9 @@ def test_shapes_declared_once_drive_verification_and_openvino(tmp_path: Path) ->
     manifest = json.loads((Path(doc["targets"][-1]["path"]).parent / "manifest.json").read_text())
     assert manifest["info"]["shapes"] == {"x": "[2..8,3]"}
     folder = reshape_project(tmp_path / "b")
-    assert cli("build", str(folder), "-p", "cpu").returncode == 3
+    unsized = cli("build", str(folder), "-p", "cpu")  # fp32 runs what the model runs: built, said unverified
+    assert unsized.returncode == 0 and "UNVERIFIED at fp32 (the model rejects generated inputs" in unsized.stdout
+    assert cli("build", str(folder), "-p", "cpu", "--strict").returncode == 1
     r = cli("build", str(folder), "-p", "cpu", "--shape", "n=2")
     assert r.returncode == 0, r.stderr
 
@@ -294,3 +296,26 @@ def test_a_gpux_bug_inside_a_build_is_exit_70_with_its_traceback_and_never_remem
         onnxruntime.InferenceSession(b"not a model")
     except Exception as exc:  # the runtime's own error is not gpux's
         assert not raised_by_gpux(exc)
+
+
+def test_a_lossless_build_of_a_model_that_rejects_generated_inputs_is_built_unverified(tmp_path: Path) -> None:
+    """silero VAD from its wheel (a symbolic sample count, an integer rate input): the reference cannot run the
+    inputs gpux generates, so fp32 is built and said unverified (refused by --strict); a real input runs."""
+    import shutil
+
+    from .trained import package_file
+
+    shutil.copy(package_file("silero_vad", "data", "silero_vad.onnx"), tmp_path / "model.onnx")
+    write(tmp_path / "gpux.yml", "name: vad\nmodel: {source: model.onnx}\n")
+    r = cli("build", str(tmp_path), "-p", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)["targets"][-1]["verification"]
+    assert v["status"] == "unverified" and "rejects the generated verification inputs" in v["unverified"]
+    strict = cli("build", str(tmp_path), "-p", "cpu", "--strict")
+    assert strict.returncode == 1 and "unverified" in strict.stderr
+    np.savez(tmp_path / "real.npz", input=np.zeros((1, 512), np.float32), state=np.zeros((2, 1, 128), np.float32),
+             sr=np.array(16000, np.int64))
+    ran = cli("run", str(tmp_path), "-p", "cpu", "--file", str(tmp_path / "real.npz"), "--json")
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads(ran.stdout)
+    assert doc["verification"]["status"] == "unverified" and doc["outputs"]["output"]["shape"] == [1, 1]
