@@ -10,7 +10,7 @@ torch runtime (the trained MobileNetV2 traced; `cpu: {runtime: torch}`).
 The two are timed in alternating rounds (a 50 ms pause between them: ONNX Runtime's threads spin after a run) on
 real inputs where the example has them; each figure is the median over rounds of the mean time per call, and
 "gpux / plain" is the plain time over gpux's (above 1: gpux is faster). The README's MobileNetV2 example is also
-measured as shipped (its cpu block: static int8).
+measured as shipped (auto selection on its own gpux.yml: what `gpux run examples/mobilenet_v2` runs).
 """
 
 from __future__ import annotations
@@ -135,9 +135,10 @@ def measure(case: Case, provider: str, tmp: Path, rounds: int, seconds: float) -
     folder = project(tmp, case, provider)
     if provider == "torch":
         torch_project(folder)
-    session = gpux.load(folder, "cpu" if provider == "torch" else provider, strict=True, store_dir=tmp / "store")
+    session = gpux.load(folder, None, store_dir=tmp / "store") if case.shipped else \
+        gpux.load(folder, "cpu" if provider == "torch" else provider, strict=True, store_dir=tmp / "store")
     feeds = feeds_of(case, folder, session)
-    plain = plain_runner(provider, folder / "model.onnx", session)
+    plain = plain_runner("cpu" if case.shipped else provider, folder / "model.onnx", session)
     ours = session.run
     for fn in (plain, ours):
         mean_call_s(fn, feeds, seconds / 2)
@@ -149,7 +150,8 @@ def measure(case: Case, provider: str, tmp: Path, rounds: int, seconds: float) -
     opened = session.report()
     session.close()
     g, p = statistics.median(times["gpux"]), statistics.median(times["plain"])
-    return {"case": case.label, "provider": provider, "gpux_ms": g * 1e3, "plain_ms": p * 1e3, "ratio": p / g,
+    return {"case": case.label, "provider": session.provider if case.shipped else provider, "gpux_ms": g * 1e3,
+            "plain_ms": p * 1e3, "ratio": p / g,
             "opened": (opened.get("runtime") or {}).get("opened") or {}, "precision": opened.get("execution_precision")}
 
 

@@ -12,6 +12,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Ray reads these once, when it is first imported: whichever test imports it first decides for the whole run. Every
+# Ray here keeps to loopback (its node IP is 127.0.0.1, not this machine's outward address) and sends no usage stats.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 
 def make_mlp(path: Path, features: int = 8, hidden: int = 16, classes: int = 4, seed: int = 0) -> Path:
     """x float32 [batch, features] -> probs float32 [batch, classes]."""
