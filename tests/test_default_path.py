@@ -148,3 +148,20 @@ def test_answer_many_batches_runs_of_one_shape_and_keeps_order(classifier: Path)
             seen.append(i)
     assert seen == [0, 1]  # the answers before a bad item are given, then its error
     session.close()
+
+
+def test_a_lossy_build_is_timed_beside_a_plain_session_and_said_slower_only_when_every_round_is(
+        mlp_project: Path) -> None:
+    from gpux.report import slower_note
+
+    yml = mlp_project / "gpux.yml"
+    yml.write_text(yml.read_text() + "providers:\n  cpu: {precision: int8}\n")
+    r = gpux("build", str(mlp_project), "-p", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    vs = json.loads(r.stdout)["targets"][-1]["vs_plain"]
+    assert vs["speedup"] > 0 and vs["low"] <= vs["speedup"] <= vs["high"] and "plain onnxruntime" in vs["against"]
+    inspected = json.loads(gpux("inspect", str(mlp_project), "--json").stdout)
+    assert inspected["artifacts"][0]["info"]["vs_plain"] == vs
+    assert "vs plain fp32" in gpux("inspect", str(mlp_project)).stdout
+    assert slower_note({"speedup": 0.8, "low": 0.7, "high": 0.9}).startswith("slower than a plain fp32 session")
+    assert slower_note({"speedup": 0.9, "low": 0.5, "high": 1.2}) is None  # one round faster: noise, not said
