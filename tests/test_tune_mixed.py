@@ -95,7 +95,6 @@ def test_tune_tries_the_mixed_ladder_where_plain_int8_fails_and_locks_one_meetin
     if r.returncode == 1:  # on 700 judged rows no cpu int8 rung shows the 99 % floor: nothing is locked, each says why
         assert all(c["status"] in ("failed verification", "unverified") for c in tried), tried
         assert lock["choice"] is None and not (mobilenet / LOCK_NAME).exists()
-        assert "nothing locked" in r.stderr
         return
     assert r.returncode == 0, r.stderr
     passed = next(c for c in tried if c["status"] == "ok")
