@@ -17,7 +17,7 @@ from gpux.config.steps import ImageSteps
 
 from .conftest import gpux
 from .test_answers_outputs import paddle_reading, photo
-from .trained import _example
+from .trained import ppocr_recognizer_files
 
 OUT = "softmax_11.tmp_0"
 LINES = """name: lines
@@ -41,13 +41,7 @@ outputs:
 def recognizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from PIL import Image
 
-    folder = tmp_path_factory.mktemp("ppocr")
-    make = _example("ppocr_recognizer")
-    try:
-        make.export(folder)
-        make.heading(folder / "heading.png")
-    except make.Missing as exc:
-        pytest.skip(str(exc))
+    folder = ppocr_recognizer_files(tmp_path_factory.mktemp("ppocr"))
     Image.open(photo("page.png")).crop((0, 58, 384, 82)).save(folder / "body.png")
     Image.open(photo("page.png")).crop((0, 58, 60, 82)).save(folder / "short.png")
     return folder

@@ -19,7 +19,7 @@ from gpux.answers.post import ctc_greedy, decode_boxes, softmax
 from gpux.config.steps import BOX_LAYOUTS, Boxes, BoxLayoutName, Ctc
 
 from .conftest import gpux
-from .trained import ROOT, _example, package_file, yolov8_detector_example
+from .trained import ROOT, package_file, ppocr_recognizer_files, yolov8_detector_example
 
 LABELS = ["person", "cat", "dog"]
 # Boxes in the original 640 x 480 image (x1, y1, x2, y2); letterboxed into 320 x 320 they are halved and moved
@@ -148,14 +148,7 @@ def test_ctc_collapses_repeats_drops_blanks_and_scores_the_kept_steps() -> None:
 @pytest.fixture(scope="module")
 def recognizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ppocr_recognizer example as committed, with the model, charset, heading and lines make_model.py writes."""
-    folder = tmp_path_factory.mktemp("ppocr_recognizer")
-    make = _example("ppocr_recognizer")
-    try:
-        make.export(folder)
-        make.heading(folder / "heading.png")
-        make.lines(folder / "lines.npz")
-    except make.Missing as exc:
-        pytest.skip(str(exc))
+    folder = ppocr_recognizer_files(tmp_path_factory.mktemp("ppocr_recognizer"), lines=True)
     shutil.copy(ROOT / "examples" / "ppocr_recognizer" / "gpux.yml", folder)
     return folder
 

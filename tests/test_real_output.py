@@ -15,7 +15,7 @@ from gpux.quality.agreement import degenerate
 
 from .conftest import gpux
 from .test_answers_outputs import paddle_reading, photo
-from .trained import ROOT, _example
+from .trained import ROOT, ppocr_recognizer_files
 
 SHAPE = "    shape: [1, 120, 6625]            # [batch, time steps (width / 8), blank + 6623 characters + space]\n"
 OUT = "softmax_11.tmp_0"
@@ -46,14 +46,7 @@ def time_major(source: Path, target: Path, lie: bool = False) -> Path:
 
 @pytest.fixture(scope="module")
 def recognizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("ppocr")
-    make = _example("ppocr_recognizer")
-    try:
-        make.export(folder)
-        make.heading(folder / "heading.png")
-    except make.Missing as exc:
-        pytest.skip(str(exc))
-    return folder
+    return ppocr_recognizer_files(tmp_path_factory.mktemp("ppocr"))
 
 
 def example_yml() -> str:

@@ -105,6 +105,20 @@ def mobilenet_v2_example(folder: Path) -> Path:
     return folder
 
 
+def ppocr_recognizer_files(folder: Path, lines: bool = False) -> Path:
+    """The ppocr_recognizer example's model, charset and heading photo in `folder` (and its lines of text to verify
+    on, with `lines`), as its make_model.py writes them; skips where rapidocr's wheel is missing."""
+    make = _example("ppocr_recognizer")
+    try:
+        make.export(folder)
+        make.heading(folder / "heading.png")
+        if lines:
+            make.lines(folder / "lines.npz")
+    except make.Missing as exc:
+        pytest.skip(str(exc))
+    return folder
+
+
 def yolov8_detector_example(folder: Path) -> Path:
     """The yolov8_detector example as committed (gpux.yml) in `folder`, with the model copied from the nudenet wheel
     and the photos it is verified on (what its make_model.py writes)."""
