@@ -3,7 +3,6 @@ ONNX Runtime's defaults, timed by the same protocol on the same inputs as gpux's
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from gpux.bench import protocol as bench
@@ -39,19 +38,17 @@ def plain_row(project: Project, rows: Any, feeds: dict[str, Any]) -> dict[str, A
 
     if source_format(project) in TORCH_FORMATS or not is_installed("onnxruntime"):
         return None
-    import onnxruntime as ort
+    from gpux.bench.rounds import plain_session
 
+    protocol = rows.protocol
     started = time.perf_counter()
-    try:
-        session = ort.InferenceSession(str(project.source), providers=["CPUExecutionProvider"])
-        load_s = time.perf_counter() - started
-        session.run(None, feeds)
+    try:  # the same plain session tune measures against, through the same native run call as gpux's rows
+        calls, _session = plain_session(project.source, feeds, protocol.concurrency)
     except Exception as exc:  # ONNX Runtime's own errors have no common base class; the row says why
         return bench.result_row(PLAIN, "fp32", None, bench.Phases(), status="unavailable",
                                 error=f"a plain session cannot run the source: {exc}".splitlines()[0])
-    call = functools.partial(session.run, None, feeds)
-    protocol = rows.protocol
-    m = bench.measure(call, protocol)
+    load_s = time.perf_counter() - started  # its first run included
+    m = bench.measure(calls if protocol.concurrency > 1 else calls[0], protocol)
     batch = next((len(v) for v in feeds.values() if getattr(v, "ndim", 0)), 1)
     stats = bench.summarize(m.latencies_s, m.wall_s, batch=batch, concurrency=protocol.concurrency)
     phases = bench.Phases(load_s=load_s, warmup_s=m.warmup_s, measure_s=m.wall_s)
