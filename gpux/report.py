@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Container
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,14 +13,31 @@ if TYPE_CHECKING:
     from gpux.config.load import Project
 
 
-EMITTED = False  # a command printed its document: a failure after it adds none (gpux.cli.failure)
+@dataclass
+class Invocation:
+    """One command line's rendering state, held by its click context (no module state outlives a call)."""
+
+    args: list[str] | None = None  # its words, as a --report page shows them (None: sys.argv)
+    verbose: bool = False  # -v
+    emitted: bool = False  # its JSON document is out: a failure after it adds none
+
+
+def invocation() -> Invocation:
+    """The current command line's Invocation; outside a command (the Python API), a fresh one."""
+    import click
+
+    found = ctx.find_object(Invocation) if (ctx := click.get_current_context(silent=True)) is not None else None
+    return found or Invocation()
+
+
+def verbose() -> bool:  # -v on any command: every progress line, every provider absent from this machine
+    return invocation().verbose
 
 
 def emit_json(doc: Any) -> None:
     """One strict JSON document on stdout (NaN and infinities become null)."""
-    global EMITTED
     sys.stdout.write(json_text(doc) + "\n")
-    EMITTED = True
+    invocation().emitted = True
 
 
 def json_text(doc: Any, indent: int | None = 2) -> str:
@@ -47,9 +65,6 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
-VERBOSE = False  # -v on any command: every progress line and every provider absent from this machine
-
-
 def absent(attempt: dict[str, Any], source: str) -> bool:
     """With `auto`, a provider whose probe failed is simply not on this machine: the normal case, no warning."""
     return source == "auto" and attempt["stage"] == "probe" and not attempt["ok"]
@@ -68,7 +83,7 @@ def fallback_warnings(attempts: list[dict[str, Any]], source: str) -> list[str]:
 
 def absent_note(attempts: list[dict[str, Any]], source: str) -> str:
     names = [a["provider"] for a in attempts if absent(a, source)]
-    return f"; not on this machine: {', '.join(names)} (-v says why)" if names and not VERBOSE else ""
+    return f"; not on this machine: {', '.join(names)} (-v says why)" if names and not verbose() else ""
 
 
 SLOW_BUILD = "on first use; this can take minutes"
@@ -78,7 +93,7 @@ def progress(machine: bool) -> Callable[[str], None]:
     """Progress lines: every one on stderr with -v; otherwise a spinner on a terminal that leaves nothing
     behind, and nothing at all for machine output or when stderr is not a terminal (the summary says it).
     Lines a build step starts with 'warning: ' or 'note: ' are always shown."""
-    if VERBOSE:
+    if verbose():
         return info
     shown: Callable[[str], None] = (lambda _msg: None) if machine or not sys.stderr.isatty() else _Spinner()
 
@@ -135,8 +150,8 @@ def provider_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"torch.compile ({rt.get('compile')}): first call {rt.get('compile_s', 0):.2f}s, Inductor "
                      f"cache {c['state']} ({c['hits']} hit, {c['misses']} miss)")
     requested = ",".join(report["requested"])
-    lines += [f"({attempt_line(a)})" for a in report["attempts"] if VERBOSE and absent(a, source)]
-    if VERBOSE and rt.get("opened"):
+    lines += [f"({attempt_line(a)})" for a in report["attempts"] if verbose() and absent(a, source)]
+    if verbose() and rt.get("opened"):
         lines.append(f"opened with: {settings_text(rt['opened'])}")
     at = ""
     if report.get("precision"):
@@ -164,20 +179,6 @@ def settings_text(settings: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items())
 
 
-def labels_of(project: Project, output: str) -> list[str] | None:
-    spec = (project.config.outputs or {}).get(output)
-    if spec is None or spec.labels is None:
-        return None
-    if isinstance(spec.labels, list):
-        return spec.labels
-    path = project.root / spec.labels
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
 def output_doc(project: Project, outputs: dict[str, Any], top: int = 5, written: str | None = None) -> dict[str, Any]:
     """Each output's dtype, shape and values; with `written` (the -o file) the values stay in that file."""
     doc: dict[str, Any] = {}
@@ -187,11 +188,11 @@ def output_doc(project: Project, outputs: dict[str, Any], top: int = 5, written:
             entry["file"] = written
         else:
             entry["data"] = arr.tolist()
-        labels = labels_of(project, name)
-        if labels and arr.ndim >= 1 and arr.shape[-1] == len(labels) and arr.dtype.kind == "f":
+        names = project.labels_of(name)
+        if names and arr.ndim >= 1 and arr.shape[-1] == len(names) and arr.dtype.kind == "f":
             rows = arr.reshape(-1, arr.shape[-1])
             entry["top"] = [
-                [{"label": labels[i], "score": float(r[i])} for i in r.argsort()[::-1][:top]] for r in rows
+                [{"label": names[i], "score": float(r[i])} for i in r.argsort()[::-1][:top]] for r in rows
             ]
         doc[name] = entry
     return doc
@@ -385,7 +386,7 @@ def render_build(doc: dict[str, Any]) -> None:
         warn(w)
     source = doc["requested"]["source"]
     attempts = doc.get("attempts") or []
-    for a in attempts if VERBOSE else []:
+    for a in attempts if verbose() else []:
         if absent(a, source):
             info(attempt_line(a))
     if source == "auto" and not fallback_warnings(attempts, source):

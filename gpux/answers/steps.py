@@ -37,12 +37,11 @@ class Steps:
 
     @classmethod
     def of(cls, project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]) -> Steps:
-        from gpux.report import labels_of
 
         cfg = project.config
         pre = {n: (s.preprocess, inputs[n]) for n, s in (cfg.inputs or {}).items()
                if s.preprocess is not None and n in inputs}
-        post = {n: (s.postprocess, _texts(project, n, s.postprocess) or labels_of(project, n))
+        post = {n: (s.postprocess, _texts(project, n, s.postprocess) or project.labels_of(n))
                 for n, s in (cfg.outputs or {}).items() if s.postprocess is not None and n in outputs}
         problems = [p for n, (spec, labels) in post.items() for p in _misfits(project, n, spec, labels, outputs[n])]
         problems += [p for n, (spec, real) in pre.items() for p in _pre_misfits(project, n, spec, real, inputs)]
@@ -154,12 +153,7 @@ def _texts(project: Project, name: str, spec: Postprocess) -> list[str] | None:
         return None
     charset = spec.ctc.charset
     if isinstance(charset, str):
-        try:
-            text = (project.root / charset).read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError([project.problem(("outputs", name, "postprocess", "ctc", "charset"),
-                                               f"cannot read the charset file {charset}: {exc}")]) from None
-        charset = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
+        charset = project.read_lines(("outputs", name, "postprocess", "ctc", "charset"), charset, exact=True)
     return spec.ctc.texts(charset)
 
 

@@ -138,16 +138,12 @@ def digest_of(parts: dict[str, Any] | None) -> str:
 
 
 def reads(project: Project, checked: Checked) -> list[Path]:
-    """Every file and folder a build reads: config, model (+ external data), labels, samples, calibration
-    data (folders too: adding a file changes them)."""
-    cfg = project.config
-    named: list[str | None] = [spec.labels for spec in {**(cfg.inputs or {}), **(cfg.outputs or {})}.values()
-             if isinstance(spec.labels, str)]
-    named += [cfg.verify.data] + [getattr(b, "calibration", None) for b in
-                                  (getattr(cfg.providers, n) for n in type(cfg.providers).model_fields)]
-    out = [project.path, project.root / cfg.model.source, *checked.files]  # the source as named: a link, too
-    for rel in filter(None, named):
-        p = project.root / rel
+    """Every file and folder a build reads: config, model (+ external data) and every other file gpux.yml names
+    (`config.files`: labels, charsets, tokenizers, python steps, samples, calibration data; folders with their
+    files: adding one changes them)."""
+    out = [project.path, project.root / project.config.model.source, *checked.files]  # the source as named: a link
+    for entry in project.named_files()[1:]:
+        p = entry.found(project.root) or entry.candidates(project.root)[0]
         out += [p, *sorted(p.rglob("*"))] if p.is_dir() else [p]
     return out
 

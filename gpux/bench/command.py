@@ -324,7 +324,7 @@ def gate(doc: dict[str, Any], base: dict[str, Any], req: BenchmarkRequest) -> in
 def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_providers: bool) -> None:
     """The table on stdout; on stderr, what went wrong per row, one line for the providers not on this
     machine (with -p all), and the baseline gate: each regression an error, the rest one line."""
-    hide = all_providers and not report.VERBOSE
+    hide = all_providers and not report.verbose()
     absent = [r for r in rows if hide and r["status"] == "unavailable"]
     print(report.results_table([r for r in rows if r not in absent]))
     from gpux.bench.stages import inputs_line, speed_line
@@ -350,7 +350,7 @@ def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_provider
         return
     for r in gate["regressions"]:
         report.error(f"regression against {gate['file']}: {r}")
-    for n in gate["notes"] if report.VERBOSE else []:
+    for n in gate["notes"] if report.verbose() else []:
         report.info(f"baseline: {n}")
     if not gate["regressions"]:
         report.info(f"baseline {gate['file']}: no regression beyond {gate['max_regression_pct']:g}% "

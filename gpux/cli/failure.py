@@ -24,8 +24,9 @@ def wants_json(args: Sequence[str]) -> bool:
         any(a == "--format" and b == "json" for a, b in itertools.pairwise(words))
 
 
-def fail(exc: BaseException, as_json: bool, debug: bool) -> int:
-    """Say what went wrong on stderr (and as a document on stdout with `as_json`); the exit code."""
+def fail(exc: BaseException, as_json: bool, debug: bool, emitted: bool = False) -> int:
+    """Say what went wrong on stderr (and as a document on stdout with `as_json`, unless the command already
+    printed its document: `emitted`); the exit code."""
     from gpux import report
 
     if debug and isinstance(exc, GpuxError):
@@ -51,7 +52,7 @@ def fail(exc: BaseException, as_json: bool, debug: bool) -> int:
         traceback.print_exception(exc)
         lines, code, hint = [f"{type(exc).__name__}: {exc}", INTERNAL], int(ExitCode.INTERNAL), None
         click.echo(f"error: {INTERNAL}", err=True)
-    if as_json and not report.EMITTED:
+    if as_json and not emitted:
         report.emit_json(error_doc(exc, lines, hint, code))
     return code
 
@@ -77,5 +78,5 @@ def error_doc(exc: BaseException, lines: list[str], hint: str | None, code: int)
     return {"error": doc}
 
 
-def exit_with(exc: BaseException, args: Sequence[str], debug: bool) -> None:
-    sys.exit(fail(exc, wants_json(args), debug))
+def exit_with(exc: BaseException, args: Sequence[str], debug: bool, emitted: bool = False) -> None:
+    sys.exit(fail(exc, wants_json(args), debug, emitted))

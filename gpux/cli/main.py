@@ -12,19 +12,22 @@ from gpux.cli.options import JSON, PROVIDER, REPORT, STORE, STRICT
 from gpux.errors import ExitCode, debugging
 from gpux.version import __version__
 
-ARGS: list[str] | None = None  # the arguments main() was given: the command line a --report page shows
 
 def command_line() -> str:
+    """The command line as typed (what a --report page shows)."""
     import shlex
 
-    return shlex.join(["gpux", *(sys.argv[1:] if ARGS is None else ARGS)])
+    from gpux.report import invocation
+
+    args = invocation().args
+    return shlex.join(["gpux", *(sys.argv[1:] if args is None else args)])
 
 
-def _verbose(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+def _verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
-        from gpux import report
+        from gpux.report import Invocation
 
-        report.VERBOSE = True
+        ctx.ensure_object(Invocation).verbose = True
 
 
 # Accepted before or after the subcommand (`gpux --debug run ...` and `gpux run ... --debug`); main() reads
@@ -303,17 +306,16 @@ _add_common(cli)
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; an error ends it with its exit code (gpux.cli.failure: stderr, and a JSON document with
     --json)."""
-    from gpux import report
+    from gpux.report import Invocation
 
-    global ARGS
-    report.EMITTED = False
-    args = ARGS = sys.argv[1:] if argv is None else list(argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    invocation = Invocation(args=args)
     debug = debugging() or "--debug" in args
     try:
-        cli.main(args=args, prog_name="gpux", standalone_mode=False)
+        cli.main(args=args, prog_name="gpux", standalone_mode=False, obj=invocation)
     except SystemExit:
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # every error ends here: one line (or a traceback for a gpux bug) and its code
         from gpux.cli.failure import exit_with
 
-        exit_with(exc, args, debug)
+        exit_with(exc, args, debug, invocation.emitted)

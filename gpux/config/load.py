@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from gpux.config import CONFIG_NAMES, WORKSPACE_NAME
+from gpux.config.files import Named, lines, named
 from gpux.config.migrate import migrate
 from gpux.config.parse import Loc, Marks, Written, parse_yaml
 from gpux.config.problems import describe_errors, show_value
@@ -78,6 +79,28 @@ class Project:
     def source(self) -> Path:
         return (self.root / self.config.model.source).resolve()
 
+    def named_files(self) -> list[Named]:
+        """Every file this gpux.yml names (`config.files.FIELDS`), the model first."""
+        return named(self.config)
+
+    def read_lines(self, at: Loc, path: str, *, exact: bool = False) -> list[str]:
+        """The entries of the list file `path` that field `at` names (UTF-8, a BOM dropped; `exact`: each line as it
+        is, as a charset needs). A file that cannot be read is a ConfigError at `at`."""
+        try:
+            text = (self.root / path).read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError([self.problem(at, f"cannot read {path}: {exc}")]) from exc
+        return lines(text, exact=exact)
+
+    def labels_of(self, output: str) -> list[str] | None:
+        """Output `output`'s labels as gpux.yml declares them (a list, or a file of one per line); None: none."""
+        spec = (self.config.outputs or {}).get(output)
+        if spec is None or spec.labels is None:
+            return None
+        if isinstance(spec.labels, list):
+            return [str(x) for x in spec.labels]
+        return self.read_lines(("outputs", output, "labels"), spec.labels)
+
     def problem(self, loc: tuple[str, ...], message: str, key: bool = False, as_written: bool = False) -> Problem:
         """A Problem at the v1 field `loc` (or at `loc` as the file writes it), named and located as written."""
         if self.implied:
@@ -141,45 +164,26 @@ def load_config(path: str | Path, *, require_model: bool = True) -> Project:
 def check_files(written: Written, data: dict[str, Any], require_model: bool = True) -> tuple[list[Problem],
                                                                                             list[Problem]]:
     """Files named by the config exist (cheap: nothing is parsed): (problems, notes). Reads the raw mapping, so
-    these are reported together with validation problems."""
+    these are reported together with validation problems. Without `require_model`, a missing file (often made
+    later, as models are) is a note; an empty path or a folder for the model is always a problem."""
     root = written.path.parent
     out: list[Problem] = []
     notes: list[Problem] = []
-    model = data.get("model")
-    source = model.get("source") if isinstance(model, dict) else None
-    if isinstance(source, str) and not (root / source).is_file():
-        where = (root / source).resolve()
-        msg = f"file not found: {source} (looked for {where}; paths are relative to gpux.yml)"
-        if not source or where.is_dir():
-            msg = f"expected a model file, got {'an empty path' if not source else 'a folder'}: {where}"
-        if require_model or not source or where.is_dir():
-            out.append(written.problem(("model", "source"), msg))
-        else:
-            notes.append(written.problem(("model", "source"), f"{msg}; build, run and validate --check-model "
-                                                              "need it"))
-    for kind in ("inputs", "outputs"):
-        specs = data.get(kind)
-        for name, spec in (specs.items() if isinstance(specs, dict) else ()):
-            labels = spec.get("labels") if isinstance(spec, dict) else None
-            if isinstance(labels, str) and labels and not (root / labels).is_file():  # may be generated, as models
-                (out if require_model else notes).append(written.problem((kind, str(name), "labels"),
-                                                                         f"labels file not found: {labels}"))
-            charset = _dig(spec, "postprocess", "ctc", "charset")
-            if isinstance(charset, str) and charset and not (root / charset).is_file():  # often generated, as models
-                at = (kind, str(name), "postprocess", "ctc", "charset")
-                (out if require_model else notes).append(written.problem(at, f"file not found: {charset}"))
-    verify = data.get("verify")
-    sample = verify.get("data") if isinstance(verify, dict) else None
-    if isinstance(sample, str) and sample and not (root / sample).exists():  # a file or a folder of samples
-        (out if require_model else notes).append(written.problem(("verify", "data"), f"file not found: {sample}"))
+    for entry in named(data):
+        if entry.field.module or entry.found(root) is not None or (entry.at != ("model", "source") and not entry.path):
+            continue
+        msg = entry.field.missing.format(path=entry.path)
+        if entry.at == ("model", "source"):
+            where = (root / entry.path).resolve()
+            msg += f" (looked for {where}; paths are relative to gpux.yml)"
+            if not entry.path or where.is_dir():
+                out.append(written.problem(entry.at, "expected a model file, got "
+                                           f"{'an empty path' if not entry.path else 'a folder'}: {where}"))
+                continue
+            if not require_model:
+                msg += "; build, run and validate --check-model need it"
+        (out if require_model else notes).append(written.problem(entry.at, msg))
     return out, notes
-
-
-def _dig(data: Any, *keys: str) -> Any:
-    """data[k1][k2]... of the raw mapping, None where a level is missing or not a mapping."""
-    for key in keys:
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
 
 
 def check_torch_runtime(written: Written, data: dict[str, Any]) -> list[Problem]:

@@ -22,7 +22,6 @@ from typing import Any
 from gpux import report
 from gpux.artifacts import store
 from gpux.config.load import Project
-from gpux.config.schema import PROVIDERS
 from gpux.deploy.docker import (
     Progress,
     build_image,
@@ -40,8 +39,8 @@ WRITTEN = ("Dockerfile", "gpux-ca.crt", "wheels", "model", "store")  # what a co
 
 # -- the build context -----------------------------------------------------------------------------------------
 def project_files(project: Project, io: Any) -> tuple[str, list[tuple[Path, str]]]:
-    """(model.source as packaged, [(file here, path under model/)]): the source, its external data, labels,
-    verification data and calibration data. Files other than the source must lie inside the project folder."""
+    """(model.source as packaged, [(file here, path under model/)]): the source, its external data and every other
+    file gpux.yml names (`config.files`). Files other than the source must lie inside the project folder."""
     from gpux.model.io import source_files
 
     root, src = project.root.resolve(), project.source
@@ -52,19 +51,17 @@ def project_files(project: Project, io: Any) -> tuple[str, list[tuple[Path, str]
     out = [(src, source_rel)]
     for f in source_files(project, io)[1:]:
         out.append((f, (Path(source_rel).parent / f.relative_to(src.parent)).as_posix()))
-    cfg = project.config
-    named = [s.labels for s in [*(cfg.inputs or {}).values(), *(cfg.outputs or {}).values()]
-             if isinstance(s.labels, str)]
-    named += [f for s in (cfg.outputs or {}).values() if s.postprocess for f in s.postprocess.files]
-    named += [cfg.verify.data] if cfg.verify.data else []
-    named += [c for p in PROVIDERS if (c := getattr(getattr(cfg.providers, p), "calibration", None))]
-    for rel in named:
-        path = (root / rel).resolve()
+    for entry in project.named_files()[1:]:  # labels, charsets, tokenizers, python steps, samples, calibration data
+        found = entry.found(root)
+        if found is None and entry.field.module:
+            continue  # an installed module, not the project's
+        path = (found or entry.candidates(root)[0]).resolve()
         if not path.is_relative_to(root):
-            raise UsageError(f"{project.path}: {rel} lies outside the project folder; an image cannot hold it",
-                             hint=f"move it into {root}")
-        found = sorted(x for x in path.rglob("*") if x.is_file()) if path.is_dir() else [path]
-        out += [(x, x.relative_to(root).as_posix()) for x in found]
+            raise UsageError(f"{project.path}: {entry.path} lies outside the project folder; an image cannot hold "
+                             "it", hint=f"move it into {root}")
+        files = sorted(x for x in path.rglob("*") if x.is_file() and "__pycache__" not in x.parts) \
+            if path.is_dir() else [path]
+        out += [(x, x.relative_to(root).as_posix()) for x in files]
     return source_rel, list(dict.fromkeys(out))
 
 

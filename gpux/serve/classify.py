@@ -14,15 +14,8 @@ if TYPE_CHECKING:
 
 
 def labels_of(project: Project) -> dict[str, list[str]]:
-    """Each output's labels as gpux.yml declares them: a list, or a text file beside it (one per line)."""
-    out: dict[str, list[str]] = {}
-    for name, spec in (project.config.outputs or {}).items():
-        if isinstance(spec.labels, list):
-            out[name] = [str(x) for x in spec.labels]
-        elif isinstance(spec.labels, str):
-            text = (project.root / spec.labels).read_text(encoding="utf-8")
-            out[name] = [line.strip() for line in text.splitlines() if line.strip()]
-    return out
+    """Each output's labels as gpux.yml declares them (`Project.labels_of`)."""
+    return {name: found for name in (project.config.outputs or {}) if (found := project.labels_of(name)) is not None}
 
 
 def class_count(name: str, value: Any) -> int:
