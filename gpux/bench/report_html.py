@@ -14,6 +14,7 @@ from typing import Any
 
 from gpux import report
 from gpux.errors import InputError
+from gpux.providers.options import OptionFields
 
 PLAIN_ORT = "plain ONNX Runtime"
 FAILED = "failed verification"
@@ -44,7 +45,7 @@ def check_report_path(path: str) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"--report {path}: cannot create its folder: {exc.strerror or exc}") from None
+        raise InputError(f"--report {path}: cannot create its folder: {exc.strerror or exc}") from exc
     if not os.access(folder, os.W_OK):
         raise InputError(f"--report {path}: the folder {folder} is not writable")
 
@@ -58,7 +59,7 @@ def write_report(doc: dict[str, Any], path: str, *, kind: str, command: str, nam
         atomic_write_text(Path(path), render_page(page, doc, command))
         Path(path).chmod(0o644)  # a page to share, not a private file
     except OSError as exc:
-        raise InputError(f"--report {path}: cannot write: {exc.strerror or exc}") from None
+        raise InputError(f"--report {path}: cannot write: {exc.strerror or exc}") from exc
     report.info(f"wrote {path}")
 
 
@@ -246,7 +247,7 @@ def _flat(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix.rstrip("."), "-" if value is None else str(value))]
 
 
-def _options(options: dict[str, Any], prefix: str = "") -> str:
+def _options(options: OptionFields, prefix: str = "") -> str:
     """`optimization=all, quantization=static`: the options besides the precision the label already says."""
     return ", ".join(_options(v, f"{prefix}{k}.") if isinstance(v, dict) else f"{prefix}{k}={v}"
                      for k, v in options.items() if k != "precision" or prefix)

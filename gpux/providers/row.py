@@ -7,12 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pkgutil import resolve_name
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 if TYPE_CHECKING:
     from gpux.arrays import Feeds, Outputs
+    from gpux.providers.options import OptionFields
 
 Status = Literal["ok", "not installed", "import failed", "no device"]
+# `gpux tune`'s rows of a provider: (precision label, option fields); and its int8 refinements: (the fields that mark
+# its plain int8 row, [(what a refinement changes, its build time in the plain one's)])
+TuneRows: TypeAlias = "tuple[tuple[str, OptionFields], ...]"
+Refinements: TypeAlias = "tuple[OptionFields, tuple[tuple[OptionFields, float], ...]]"
 
 
 @dataclass(frozen=True)
@@ -130,8 +135,8 @@ class Provider:
     triton: tuple[tuple[str, Flavor], ...] = ()  # (runtime it runs with, how Triton serves that artifact)
     # `gpux tune` on its own runtime: (precision label, option fields) rows, and the int8 refinements: (the
     # fields that mark its plain int8 row, [(what a refinement changes, its build time in the plain one's)])
-    tune: tuple[tuple[str, dict[str, Any]], ...] = field(default=(), compare=False)
-    refine: tuple[dict[str, Any], tuple[tuple[dict[str, Any], float], ...]] | None = field(default=None, compare=False)
+    tune: TuneRows = field(default=(), compare=False)
+    refine: Refinements | None = field(default=None, compare=False)
 
     @property
     def option_model(self) -> Any:
