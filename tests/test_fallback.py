@@ -199,3 +199,37 @@ def test_min_coverage_below_the_floor_falls_back(mlp_project: Path, fakes: Fakes
         [cuda] = [a for a in s.attempts if a.provider == "cuda"]
         assert cuda.stage == "placement" and "below runtime.min_coverage 90%" in cuda.reason
         assert s.provider == "cpu" and s.placement["coverage"] == 1.0
+
+
+# -- the first inference: a runtime's failure, a rejection of the inputs, a gpux bug ----------------------
+def test_a_gpux_bug_at_the_first_inference_is_raised_not_fallen_back(mlp_project: Path) -> None:
+    """A TypeError raised in gpux's own code is a bug: raised as it is, never a provider's failure."""
+    namespace: dict[str, object] = {}
+    # a function of gpux's runner (its code is in gpux/runtimes/onnxruntime.py) with a bug in it
+    exec(compile("def run(feeds):\n    return len(None)\n", ort_mod.__file__, "exec"), namespace)
+    with gpux.load(mlp_project, provider="cpu") as s:
+        first = s.provider
+        s.runner.run = namespace["run"]
+        with pytest.raises(TypeError, match="NoneType"):
+            s.run(X)
+        assert s.provider == first, "no fallback"
+        assert all(a.ok for a in s.attempts if a.provider == first) and \
+            not [a for a in s.attempts if a.stage == "first-inference"], "no attempt recorded as its failure"
+
+
+def test_a_runtime_rejecting_the_inputs_is_an_input_error_and_its_failure_falls_back(mlp_project: Path,
+                                                                                     fakes: Fakes) -> None:
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+    from gpux.errors import InputError
+
+    fakes.infer_error["cuda"] = RuntimeError("Exception from src/inference/src/infer_request.cpp")
+    with gpux.load(mlp_project, provider="cuda,cpu") as s:
+        assert s.run(X)["probs"].shape == (1, 4) and s.provider == "cpu"
+        assert (s.attempts[0].provider, s.attempts[0].stage) == ("cuda", "first-inference")
+    fakes.infer_error["cuda"] = InvalidArgument("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dims")
+    with gpux.load(mlp_project, provider="cuda,cpu") as s:
+        with pytest.raises(InputError, match=r"the model rejected the inputs: .*Got invalid dims") as raised:
+            s.run(X)
+        assert isinstance(raised.value.__cause__, InvalidArgument), "the runtime's error is the cause"
+        assert s.provider == "cuda" and not [a for a in s.attempts if a.stage == "first-inference"]

@@ -37,3 +37,25 @@ def test_run_dict_takes_the_native_path_only_for_checked_signatures(mlp_project:
     session.close()
     with pytest.raises(AssertionError):
         session.run({"x": x})
+
+
+def test_the_prepared_path_remembers_a_bounded_number_of_signatures(mlp_project: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpux.model import checked
+
+    monkeypatch.setattr(checked, "KEPT", 2)
+    session = gpux.load(mlp_project, "cpu", strict=True)
+    checked_calls: list[int] = []
+    run_feeds = session.run_feeds
+    monkeypatch.setattr(session, "run_feeds", lambda feeds: checked_calls.append(1) or run_feeds(feeds))
+    call = session.prepared()
+    rows = {n: np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32) for n in (1, 2, 3)}
+    for n in (1, 1, 2, 2):
+        assert call({"x": rows[n]})[0].shape == (n, 4)
+    assert len(checked_calls) == 2, "each signature is checked once while there is room"
+    for n in (3, 3, 1):
+        assert call({"x": rows[n]})[0].shape == (n, 4)
+    assert len(checked_calls) == 4, "past the bound, a new signature is checked on every call; known ones are not"
+    with pytest.raises(InputError, match="must already be a float32"):
+        call({"x": rows[1].astype(np.float64)})
+    session.close()

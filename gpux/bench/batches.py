@@ -7,11 +7,12 @@ import dataclasses
 from typing import Any
 
 from gpux.config.load import Project
+from gpux.model.tensor import Tensor
 
 SIZES = (4, 8, 16)  # tried where the batch dimension is free and no smaller maximum is declared
 
 
-def batch_dim(project: Project, inputs: dict[str, Any]) -> tuple[str, int] | None:
+def batch_dim(project: Project, inputs: dict[str, Tensor]) -> tuple[str, int] | None:
     """(name, largest size to try) of the inputs' shared symbolic first dimension, None where there is none, or
     `shapes:` fixes it."""
     firsts = {t.shape[0] if t.shape else None for t in inputs.values()}
@@ -31,6 +32,8 @@ def batched(project: Project, opened: list[tuple[Any, Any]]) -> list[tuple[Any, 
     with its `batch`, the row's feeds of that many rows (its batch-1 inputs repeated)."""
     import numpy as np
 
+    from gpux.run.fallback import gpux_bug
+
     if not opened:
         return []
     found = batch_dim(project, opened[0][1].session.inputs)
@@ -43,7 +46,9 @@ def batched(project: Project, opened: list[tuple[Any, Any]]) -> list[tuple[Any, 
             feeds = {k: np.ascontiguousarray(np.repeat(v, size, axis=0)) for k, v in row.feeds.items()}
             try:
                 row.session.run_feeds(feeds)
-            except Exception:  # an artifact of a fixed batch size (a runtime's own error type): no larger batches
+            except Exception as exc:  # a runtime's error (they share no base class): a fixed batch size, no larger
+                if gpux_bug(exc):
+                    raise
                 break
             out.append((outcome, dataclasses.replace(outcome, batch=size, row={}),
                         dataclasses.replace(row, feeds=feeds)))

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpux.bench.records import Row
 from gpux.config.load import Project
 from gpux.errors import UsageError
 from gpux.providers.builtin import ACCURACY_CONTROL_COST
+from gpux.providers.options import OptionFields
 
 SLOWER = ACCURACY_CONTROL_COST  # accuracy control's builds, in plain ones (each registry row holds its own table)
 
@@ -25,12 +27,12 @@ class Outcome:
 
     provider: str
     precision: str
-    options: dict[str, Any]
+    options: OptionFields
     status: str = "pending"  # ok | failed verification | unverified | unavailable | over budget | not needed
-    row: dict[str, Any] = field(default_factory=dict)
+    row: Row = field(default_factory=lambda: Row())  # as measured (bench.command.measured_row), with tune's figures
     why: str = ""
     refines: Outcome | None = field(default=None, repr=False)  # the plain int8 candidate this one refines
-    changes: dict[str, Any] = field(default_factory=dict)  # what it changes over that one
+    changes: OptionFields = field(default_factory=dict)  # what it changes over that one
     cost: float = 1.0  # its build time, in the plain one's
     note: str = ""  # e.g. where its calibration data comes from
     batch: int = 1  # rows per call (throughput: gpux.bench.batches), with one caller where above 1
@@ -46,7 +48,7 @@ class Outcome:
                 "p50_ms": ms(stats.get("p50")), "p99_ms": ms(stats.get("p99")), "throughput": stats.get("throughput"),
                 "median_ci_ms": [ms(v) for v in stats["median_ci"]] if stats.get("median_ci") else None,
                 "round_scores": self.row.get("round_scores"), "vs_plain_ort": self.row.get("vs_plain_ort"),
-                "artifact": Path(self.row["artifact"]).parent.name if self.row.get("artifact") else None,
+                "artifact": Path(art).parent.name if (art := self.row.get("artifact")) else None,
                 "accuracy": self.row.get("accuracy"), "size": self.row.get("artifact_size"),
                 "keep_fp32": {k: v for k, v in (info.get("keep_fp32") or {}).items() if k != "ranking"} or None,
                 "build_s": (self.row.get("phases") or {}).get("build_s"), "error": self.row.get("error")}
@@ -56,7 +58,7 @@ def ms(v: float | None) -> float | None:
     return None if v is None else v * 1e3
 
 
-def option_rows(project: Project, provider: str) -> list[tuple[str, dict[str, Any]]]:
+def option_rows(project: Project, provider: str) -> list[tuple[str, OptionFields]]:
     """(precision label, option fields) tune tries on `provider`, in the runtime the project runs it with:
     ONNX Runtime's, OpenVINO's or TensorRT's fields (its registry row's `tune`), or with `runtime: torch` the
     `torch:` block's compile mode and precision (the row's variants); fields of another runtime are never candidates."""
@@ -112,7 +114,7 @@ def refinements(project: Project, plain: Outcome) -> list[Outcome]:
     return out
 
 
-def block_of(project: Project, provider: str, options: dict[str, Any]) -> Any:
+def block_of(project: Project, provider: str, options: OptionFields) -> Any:
     """The provider block a candidate with `options` builds with (as tune builds it)."""
     from gpux.plan.targets import fitted_options, with_options
 
@@ -120,7 +122,7 @@ def block_of(project: Project, provider: str, options: dict[str, Any]) -> Any:
     return getattr(candidate.config.providers, provider, None)
 
 
-def borrowed(project: Project, provider: str, options: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def borrowed(project: Project, provider: str, options: OptionFields) -> tuple[OptionFields, str]:
     """`options`, plus the calibration data another provider block declares where this int8 candidate would
     otherwise calibrate on generated samples (its block declares none, and its option model takes one); and a
     note saying so."""
@@ -163,5 +165,5 @@ def needless(o: Outcome, done: list[Outcome], spent: dict[int, float], left_s: f
     return "pending", ""
 
 
-def _changes(changes: dict[str, Any]) -> str:
+def _changes(changes: OptionFields) -> str:
     return ", ".join(f"{k}={v}" for k, v in changes.items())

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from gpux import report
+from gpux.arrays import Feeds
 from gpux.bench import protocol as bench
+from gpux.bench.records import Accuracy, Gate, Row
 from gpux.config.load import Project
 from gpux.errors import GpuxError, InputError, VerificationFailed
 from gpux.machine import environment_facts
@@ -26,14 +28,14 @@ def with_torch(project: Project, provider: str, compile_mode: str, precision: st
     return with_options(project, provider, runtime="torch", torch=torch_opts)
 
 
-def torch_rows(project: Project, rows_of: Rows) -> list[dict[str, Any]]:
+def torch_rows(project: Project, rows_of: Rows) -> list[Row]:
     """`--provider all` for a PyTorch source: each device PyTorch has here, eager and compiled."""
     from gpux.formats import TORCH_FORMATS, source_format
     from gpux.providers import probe_for
 
     if source_format(project) not in TORCH_FORMATS:
         return []
-    rows = []
+    rows: list[Row] = []
     from gpux.providers import registry
 
     for name, variants in ((n, r.torch.variants) for n, r in registry().items() if r.torch):
@@ -78,18 +80,19 @@ class Rows:
 
 
 def bench_one(project: Project, provider: str | None, precision: str | None, rows: Rows, *,
-              strict: bool = False, pinned: bool = False) -> dict[str, Any]:
+              strict: bool = False, pinned: bool = False) -> Row:
     """One row: open (build or cache hit, load), first inference, warm-up, measurement. `pinned`: this provider
     only (a row of a table), an unverified artifact measured and marked; `strict`: the user's --strict."""
     opened = open_one(project, provider, precision, rows, strict=strict, pinned=pinned)
-    if isinstance(opened, dict):
+    if not isinstance(opened, OpenedRow):
         return opened
     protocol = rows.protocol
     with opened.session:
         if opened.split is not None:
             m = bench.measure(opened.split, protocol)
             row = measured_row(opened, m, protocol.concurrency)
-            return {**row, **opened.split.summary(m, row["stats"])}
+            row.update(opened.split.summary(m, row["stats"]))
+            return row
         calls = opened.session.runner.bind(opened.feeds, protocol.concurrency)
         m = bench.measure(calls if protocol.concurrency > 1 else calls[0], protocol)
         return measured_row(opened, m, protocol.concurrency)
@@ -100,7 +103,7 @@ class OpenedRow:
     """A session opened for a row, the inputs it is measured on and what the row says before its timings."""
 
     session: Any
-    feeds: dict[str, Any]
+    feeds: Feeds
     requested: str | None
     precision: str | None
     first_s: float
@@ -108,7 +111,7 @@ class OpenedRow:
 
 
 def open_one(project: Project, provider: str | None, precision: str | None, rows: Rows, *,
-             strict: bool = False, pinned: bool = False) -> OpenedRow | dict[str, Any]:
+             strict: bool = False, pinned: bool = False) -> OpenedRow | Row:
     """Open (build or cache hit, load) and run once; a row saying why when it cannot (see bench_one)."""
     from gpux.model.inputs import load_file, synthetic
     from gpux.quality.calibrate import ranges
@@ -138,14 +141,14 @@ def open_one(project: Project, provider: str | None, precision: str | None, rows
                              split=split)
         started = time.perf_counter()
         session.run_feeds(feeds)
-    except BaseException:
+    except BaseException:  # whatever stops the first run (Ctrl-C too): the session is closed, the error raised
         session.close()
         raise
     return OpenedRow(session=session, feeds=feeds, requested=provider, precision=precision,
                      first_s=time.perf_counter() - started)
 
 
-def measured_row(opened: OpenedRow, m: bench.Measurement, concurrency: int) -> dict[str, Any]:
+def measured_row(opened: OpenedRow, m: bench.Measurement, concurrency: int) -> Row:
     """The row of an opened session measured as `m` says."""
     from gpux.model.inputs import symbolic_values
 
@@ -155,14 +158,14 @@ def measured_row(opened: OpenedRow, m: bench.Measurement, concurrency: int) -> d
     phases = bench.Phases(build_s=session.timings.get("build_s"), load_s=session.timings.get("load_s"),
                           first_inference_s=opened.first_s, warmup_s=m.warmup_s, measure_s=m.wall_s,
                           compile_s=session.timings.get("compile_s"))
-    info = session.report()
     art = session.build.final.artifact if session.build else None
     status = f"fell back to {session.provider}" if session.fell_back else "ok"
     verification = (art.manifest.get("verification") or {}) if art else {}
     return bench.result_row(
         session.provider, precision or (art.manifest["target"]["precision"] if art else "-"), stats, phases,
         status=status, latencies_s=m.latencies_s, requested=provider or "auto", runs_on=session.used,
-        request_source=info["request_source"], attempts=info["attempts"], artifact=str(art.main) if art else None,
+        request_source=session.selection.source, attempts=[a.to_dict() for a in session.attempts],
+        artifact=str(art.main) if art else None,
         artifact_size=art.size() if art else None, verification_status=verification_status(verification),
         artifact_sha256=art.manifest["files"][art.manifest["main"]]["sha256"] if art else None,
         accuracy=accuracy_of(verification), options=session.runner.details,
@@ -171,7 +174,7 @@ def measured_row(opened: OpenedRow, m: bench.Measurement, concurrency: int) -> d
     )
 
 
-def accuracy_of(verification: dict[str, Any]) -> dict[str, Any] | None:
+def accuracy_of(verification: dict[str, Any]) -> Accuracy | None:
     """Every accuracy figure of a verification record: the worst value of each metric over the outputs
     (cosine, max-abs, worst slice, top-1, top-5, confident top-1), the record per output, its verdict, the data
     it was judged on and the thresholds; None when nothing was compared."""
@@ -279,11 +282,11 @@ def synthetic_sizes(project: Project, req: BenchmarkRequest) -> dict[str, int]:
     return shape_values
 
 
-def every_provider_rows(project: Project, rows_of: Rows) -> list[dict[str, Any]]:
+def every_provider_rows(project: Project, rows_of: Rows) -> list[Row]:
     """`--provider all`: a row per provider and precision (unavailable providers included), then the torch rows."""
     from gpux.providers import ort_available_eps, probe, registry, runtime_of
 
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     for name, row in registry().items():
         if row.runtime == "torch":
             continue  # PyTorch-only providers (mps): their rows come from torch_rows
@@ -315,18 +318,18 @@ def gate(doc: dict[str, Any], base: dict[str, Any], req: BenchmarkRequest) -> in
     try:
         regressions = bench.compare_baseline(doc, base, req.max_regression, notes=notes)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise InputError(f"--baseline {req.baseline}: not a gpux benchmark document: {exc}") from None
+        raise InputError(f"--baseline {req.baseline}: not a gpux benchmark document: {exc}") from exc
     doc["baseline"] = {"file": req.baseline, "max_regression_pct": req.max_regression, "regressions": regressions,
                        "notes": notes}
     return 1 if regressions else 0
 
 
-def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_providers: bool) -> None:
+def render(rows: list[Row], gate: Gate | None, all_providers: bool) -> None:
     """The table on stdout; on stderr, what went wrong per row, one line for the providers not on this
     machine (with -p all), and the baseline gate: each regression an error, the rest one line."""
     hide = all_providers and not report.verbose()
     absent = [r for r in rows if hide and r["status"] == "unavailable"]
-    print(report.results_table([r for r in rows if r not in absent]))
+    print(report.results_table([dict(r) for r in rows if r not in absent]))
     from gpux.bench.stages import inputs_line, speed_line
 
     said = [line for r in rows if (line := speed_line(r))]
@@ -357,7 +360,7 @@ def render(rows: list[dict[str, Any]], gate: dict[str, Any] | None, all_provider
                     f"({len(gate['notes'])} notes; -v shows them)")
 
 
-def row_warnings(rows: list[dict[str, Any]], hide_unavailable: bool) -> list[str]:
+def row_warnings(rows: list[Row], hide_unavailable: bool) -> list[str]:
     """Per row, each provider asked for and passed over (a fallback) and what stopped the row, as
     `PROVIDER PRECISION: ...` lines: the text output's warnings and the JSON document's `warnings`.
     `hide_unavailable`: rows of providers not on this machine (`-p all`) are no warning."""
@@ -375,7 +378,7 @@ def load_baseline(path: str) -> dict[str, Any]:
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise InputError(f"--baseline {path}: cannot read it: {exc}") from None
+        raise InputError(f"--baseline {path}: cannot read it: {exc}") from exc
     rows = doc.get("results") if isinstance(doc, dict) else None
     valid = isinstance(rows, list) and all(isinstance(r, dict) for r in rows)
     if not valid or doc.get("schema") != bench.SCHEMA_VERSION:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpux.arrays import Feeds
 from gpux.bench import protocol as bench
+from gpux.bench.records import Row
 from gpux.config.load import Project
 
 PLAIN = "plain onnxruntime"
 
 
-def plain_rows(project: Project, rows: Any) -> list[dict[str, Any]]:
+def plain_rows(project: Project, rows: Any) -> list[Row]:
     """The plain session's row, on the inputs gpux's rows ran (`rows`: the bench.command.Rows they share); none
     with declared steps (those rows time each stage, which a plain session has not)."""
     from gpux.model.inputs import load_file, synthetic
@@ -28,7 +30,7 @@ def plain_rows(project: Project, rows: Any) -> list[dict[str, Any]]:
     return [row] if row else []
 
 
-def plain_row(project: Project, rows: Any, feeds: dict[str, Any]) -> dict[str, Any] | None:
+def plain_row(project: Project, rows: Any, feeds: Feeds) -> Row | None:
     """The plain session's row on `feeds` (what gpux's rows ran), or None where the source is not an ONNX model
     ONNX Runtime can open here."""
     import time
@@ -39,12 +41,15 @@ def plain_row(project: Project, rows: Any, feeds: dict[str, Any]) -> dict[str, A
     if source_format(project) in TORCH_FORMATS or not is_installed("onnxruntime"):
         return None
     from gpux.bench.rounds import plain_session
+    from gpux.run.fallback import gpux_bug
 
     protocol = rows.protocol
     started = time.perf_counter()
     try:  # the same plain session tune measures against, through the same native run call as gpux's rows
         calls, _session = plain_session(project.source, feeds, protocol.concurrency)
-    except Exception as exc:  # ONNX Runtime's own errors have no common base class; the row says why
+    except Exception as exc:  # ONNX Runtime's errors share no base class: the row says why (a gpux bug is raised)
+        if gpux_bug(exc):
+            raise
         return bench.result_row(PLAIN, "fp32", None, bench.Phases(), status="unavailable",
                                 error=f"a plain session cannot run the source: {exc}".splitlines()[0])
     load_s = time.perf_counter() - started  # its first run included
@@ -56,12 +61,12 @@ def plain_row(project: Project, rows: Any, feeds: dict[str, Any]) -> dict[str, A
                             requested=PLAIN, runs_on="CPUExecutionProvider", options={"graph_optimization": "all"})
 
 
-def plain_line(rows: list[dict[str, Any]]) -> str | None:
+def plain_line(rows: list[Row]) -> str | None:
     """`each row against a plain session: cpu fp32 1.02×, ...` (median speed ratios), where the plain row ran."""
     plain = next((r for r in rows if r.get("provider") == PLAIN and r.get("stats")), None)
     if plain is None:
         return None
-    base = plain["stats"]["p50"]
-    parts = [f"{r['provider']} {r['precision']} {base / r['stats']['p50']:.2f}×" for r in rows
-             if r is not plain and (r.get("stats") or {}).get("p50")]
+    base = (plain.get("stats") or {})["p50"]
+    parts = [f"{r['provider']} {r['precision']} {base / p50:.2f}×" for r in rows
+             if r is not plain and (p50 := (r.get("stats") or {}).get("p50"))]
     return f"against a plain onnxruntime session ({base * 1e3:.3f} ms): " + ", ".join(parts) if parts else None

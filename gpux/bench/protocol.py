@@ -19,7 +19,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from gpux.bench.records import Figures, Row, RowFacts
 
 SCHEMA_VERSION = 1
 PERCENTILE_METHOD = "linear (type 7)"  # numpy.percentile's default
@@ -106,8 +111,14 @@ class Stats:
     stalls: int = 0  # calls slower than stall_threshold
     stall_threshold: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "median_ci": list(self.median_ci)}
+    def to_dict(self) -> Figures:
+        return {"count": self.count, "min": self.min, "max": self.max, "mean": self.mean, "std": self.std,
+                "cv_pct": self.cv_pct, "p50": self.p50, "p90": self.p90, "p95": self.p95, "p99": self.p99,
+                "p99_9": self.p99_9, "throughput": self.throughput, "batch": self.batch,
+                "concurrency": self.concurrency, "percentile_method": self.percentile_method,
+                "warnings": list(self.warnings), "stable": self.stable, "mad": self.mad, "iqr": self.iqr,
+                "median_ci": list(self.median_ci), "ci_level": self.ci_level, "stalls": self.stalls,
+                "stall_threshold": self.stall_threshold}
 
 
 @dataclass
@@ -145,7 +156,7 @@ def _phase(fns: Sequence[Infer], clock: Callable[[], int], min_n: int, min_s: fl
                 el = e - start
                 if (k >= last_n and el >= min_ns) or el >= cap_ns:
                     stop[0] = True
-        except BaseException as exc:
+        except BaseException as exc:  # whatever a call raises (Ctrl-C too) stops every worker, raised by the caller
             errors.append(exc)
             stop[0] = True
         ends[i] = e
@@ -259,16 +270,16 @@ def summarize(latencies_s: Sequence[float], wall_s: float, *, batch: int = 1, co
 
 
 def result_row(provider: str, precision: str, stats: Stats | None, phases: Phases, *, status: str = "ok",
-               latencies_s: Sequence[float] = (), **extra: Any) -> dict[str, Any]:
-    """One entry of a benchmark document's ``results``; ``extra`` keys (e.g. ``error``) are kept as-is."""
+               latencies_s: Sequence[float] = (), **facts: Unpack[RowFacts]) -> Row:
+    """One entry of a benchmark document's ``results``; its ``facts`` (e.g. ``error``) are kept as given."""
     return {
         "provider": provider, "precision": precision, "status": status,
         "stats": None if stats is None else stats.to_dict(), "phases": phases.to_dict(),
-        "latencies_ms": [round(x * 1e3, 6) for x in latencies_s], **extra,
+        "latencies_ms": [round(x * 1e3, 6) for x in latencies_s], **facts,
     }
 
 
-def make_document(results: list[dict[str, Any]], environment: dict[str, Any] | None = None) -> dict[str, Any]:
+def make_document(results: list[Row], environment: dict[str, Any] | None = None) -> dict[str, Any]:
     """A benchmark JSON document: ``{"schema", "environment", "results"}``."""
     return {"schema": SCHEMA_VERSION, "environment": environment or {}, "results": results}
 
@@ -287,7 +298,7 @@ def compare_baseline(current: dict[str, Any], baseline: dict[str, Any], max_regr
         if doc.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"{name} document has schema {doc.get('schema')!r}, expected {SCHEMA_VERSION}")
 
-    def key(row: dict[str, Any]) -> tuple[str, str]:
+    def key(row: Row) -> tuple[str, str]:
         return str(row.get("provider", "?")), str(row.get("precision", "?"))
 
     base = {key(r): r for r in baseline.get("results", [])}
@@ -303,11 +314,16 @@ def compare_baseline(current: dict[str, Any], baseline: dict[str, Any], max_regr
             else:
                 said.append(f"{label} baseline status {ref.get('status')!r}; not compared")
         else:
-            _compare_row(label, row.get("stats") or {}, ref.get("stats") or {}, max_regression_pct, found, said)
+            _compare_row(label, _figures(row), _figures(ref), max_regression_pct, found, said)
     return found
 
 
-def _compare_row(label: str, cur: dict[str, Any], ref: dict[str, Any], limit: float, found: list[str],
+def _figures(row: Row) -> Figures:
+    stats = row.get("stats")
+    return stats if stats is not None else {}
+
+
+def _compare_row(label: str, cur: Figures, ref: Figures, limit: float, found: list[str],
                  said: list[str]) -> None:
     c, b = cur.get("p50"), ref.get("p50")
     if not c or not b:
@@ -321,8 +337,8 @@ def _compare_row(label: str, cur: dict[str, Any], ref: dict[str, Any], limit: fl
         found.append(f"{label} {shown}: slower by more than {limit:g}% and beyond both {CI_LEVEL:.0%} intervals")
     elif change > limit:
         said.append(f"{label} {shown}: intervals overlap, within noise; measure longer to tell")
-    for metric, sign in (("p99", 1), ("throughput", -1)):
-        x, y = cur.get(metric), ref.get(metric)
+    for metric, x, y, sign in (("p99", cur.get("p99"), ref.get("p99"), 1),
+                               ("throughput", cur.get("throughput"), ref.get("throughput"), -1)):
         if x and y and sign * (x - y) / y * 100 > limit:
             said.append(f"{label} {metric} {(x - y) / y * 100:+.1f}% (not gated: tail and throughput of a short "
                         f"run move with the machine's load)")
@@ -347,7 +363,7 @@ CSV_COLUMNS: list[tuple[str, tuple[str | int, ...], float | None]] = [
 ]
 
 
-def _cell(row: dict[str, Any], path: tuple[str | int, ...], scale: float | None) -> Any:
+def _cell(row: Row, path: tuple[str | int, ...], scale: float | None) -> Any:
     value: Any = row
     for part in path:
         try:
@@ -363,7 +379,7 @@ def _cell(row: dict[str, Any], path: tuple[str | int, ...], scale: float | None)
 STAGE_COLUMNS = [(f"{s}_p50_ms", ("stages", s, "p50"), MS) for s in ("preprocess", "inference", "postprocess")]
 
 
-def to_csv(rows: list[dict[str, Any]]) -> str:
+def to_csv(rows: list[Row]) -> str:
     """CSV of result rows, one fixed column per figure with its unit in the header (raw latencies left out)."""
     columns = CSV_COLUMNS + (STAGE_COLUMNS if any(r.get("stages") for r in rows) else [])
     buf = io.StringIO()

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from gpux import report
+from gpux.bench.records import Accuracy
 from gpux.errors import InputError
+from gpux.providers.options import OptionFields
 
 PLAIN_ORT = "plain ONNX Runtime"
 FAILED = "failed verification"
-AGREEMENT = (("top1", "top-1"), ("top1_confident", "confident top-1"), ("top5", "top-5"))
 
 
 @dataclass(kw_only=True)
@@ -44,7 +45,7 @@ def check_report_path(path: str) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"--report {path}: cannot create its folder: {exc.strerror or exc}") from None
+        raise InputError(f"--report {path}: cannot create its folder: {exc.strerror or exc}") from exc
     if not os.access(folder, os.W_OK):
         raise InputError(f"--report {path}: the folder {folder} is not writable")
 
@@ -58,7 +59,7 @@ def write_report(doc: dict[str, Any], path: str, *, kind: str, command: str, nam
         atomic_write_text(Path(path), render_page(page, doc, command))
         Path(path).chmod(0o644)  # a page to share, not a private file
     except OSError as exc:
-        raise InputError(f"--report {path}: cannot write: {exc.strerror or exc}") from None
+        raise InputError(f"--report {path}: cannot write: {exc.strerror or exc}") from exc
     report.info(f"wrote {path}")
 
 
@@ -146,7 +147,7 @@ def tune_page(doc: dict[str, Any]) -> Page:
                 no_speedup=why, summary=summary, rows=table, left_out=left, environment=env)
 
 
-def failed_series(key: str, label: str, precision: str, acc: dict[str, Any] | None, failure: str) -> Any:
+def failed_series(key: str, label: str, precision: str, acc: Accuracy | None, failure: str) -> Any:
     """A row that failed verification: in the speedup chart with its accuracy (or its first failure) only."""
     import textwrap
 
@@ -156,26 +157,31 @@ def failed_series(key: str, label: str, precision: str, acc: dict[str, Any] | No
     return Series(key=key, label=label, precision=precision, ok=False, p50=0.0, accuracy=figures, measured=False)
 
 
-def accuracy_text(verdict: str | None, acc: dict[str, Any] | None) -> str:
+def agreement(acc: Accuracy) -> list[tuple[float | None, str]]:
+    """(value, name) of each agreement with the FP32 reference: top-1, confident top-1, top-5."""
+    return [(acc.get("top1"), "top-1"), (acc.get("top1_confident"), "confident top-1"), (acc.get("top5"), "top-5")]
+
+
+def accuracy_text(verdict: str | None, acc: Accuracy | None) -> str:
     """`verified · top-1 100% · cosine 0.999998`: the verdict, then the agreement and the least cosine."""
     acc = acc or {}
     parts = [verdict or str(acc.get("status") or "not verified")]
-    parts += [f"{name} {acc[k] * 100:.3g}%" for k, name in AGREEMENT if acc.get(k) is not None]
+    parts += [f"{name} {v * 100:.3g}%" for v, name in agreement(acc) if v is not None]
     if acc.get("min_cosine") is not None:
         parts.append(f"cosine {acc['min_cosine']:.6f}")
     shown = report.weakest({"evidence": {"rates": acc.get("evidence") or []}})
     parts += [shown] if shown else []
-    parts += [f"loosened: {', '.join(acc['loosened'])}"] if acc.get("loosened") else []
+    parts += [f"loosened: {', '.join(loosened)}"] if (loosened := acc.get("loosened")) else []
     return " · ".join(parts)
 
 
 def _row_cells(s: Any, row: dict[str, Any], status: str, why: str) -> list[str]:
-    acc = row.get("accuracy") or {}
+    acc: Accuracy = row.get("accuracy") or Accuracy()
     judged = f"{acc.get('samples')} {acc.get('data')}" if acc.get("data") else "-"
     ratio = "-" if s.speedup is None else f"{s.speedup[0]:.2f}× ({s.speedup[1]:.2f}–{s.speedup[2]:.2f})"
     return [s.label, status, _num(s.p50), "-" if not s.ci else f"{_num(s.ci[0])}–{_num(s.ci[1])}", _num(s.p99),
             ratio, str(row.get("verification_status") or row.get("verification") or "-"),
-            *[_pct(acc.get(k)) for k, _ in AGREEMENT],
+            *[_pct(v) for v, _ in agreement(acc)],
             "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}", judged, why]
 
 
@@ -246,7 +252,7 @@ def _flat(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix.rstrip("."), "-" if value is None else str(value))]
 
 
-def _options(options: dict[str, Any], prefix: str = "") -> str:
+def _options(options: OptionFields, prefix: str = "") -> str:
     """`optimization=all, quantization=static`: the options besides the precision the label already says."""
     return ", ".join(_options(v, f"{prefix}{k}.") if isinstance(v, dict) else f"{prefix}{k}={v}"
                      for k, v in options.items() if k != "precision" or prefix)

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpux.arrays import Feeds
 from gpux.bench import protocol as bench
+from gpux.bench.records import Speedup
 
 ROUNDS = 5
 PAUSE_S = 0.05  # between two slices: long enough for ONNX Runtime's spinning threads to go idle
@@ -43,7 +45,7 @@ class Entry:
         return bench.Measurement(self.latencies_s, self.wall_s, 0, self.warmup_s)
 
 
-def plain_session(source: Path, feeds: dict[str, Any], concurrency: int) -> tuple[list[bench.Infer], Any]:
+def plain_session(source: Path, feeds: Feeds, concurrency: int) -> tuple[list[bench.Infer], Any]:
     """The baseline: a default InferenceSession on the source model, timed through the same native run call as
     the candidates (so the comparison is of engines, not of Python wrappers). (calls, session)."""
     import functools
@@ -89,7 +91,7 @@ def ratios(base: Sequence[float], other: Sequence[float], objective: str) -> lis
 
 
 def speedup(base: float, base_scores: Sequence[float], value: float, scores: Sequence[float],
-            objective: str) -> dict[str, Any]:
+            objective: str) -> Speedup:
     """Speedup over the baseline (its median latency over the candidate's, or the candidate's throughput over
     its), its noise (the least and greatest ratio of a round) and the median ratio of a round (`paired`: each
     round's load divided out, what candidates are ranked by)."""

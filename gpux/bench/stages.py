@@ -11,7 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpux.arrays import Feeds, Outputs
 from gpux.bench import protocol as bench
+from gpux.bench.records import Figures, Pipelined, Row, Said
 from gpux.errors import InputError
 
 STAGES = ("preprocess", "inference", "postprocess")
@@ -40,8 +42,8 @@ class Inputs:
     declares preprocess or no file is given for a kind gpux cannot generate (the row's seeded tensors are used);
     `said` tells which, for the output."""
 
-    items: list[Any] | None
-    said: dict[str, Any]
+    items: list[Any] | None  # paths or encoded bytes
+    said: Said
 
 
 def stage_inputs(steps: Any, files: list[str], sizes: dict[str, int]) -> Inputs:
@@ -96,12 +98,12 @@ class Split:
     session: Any
     steps: Any
     inputs: Inputs
-    feeds: dict[str, Any]  # the tensors where no item is preprocessed
+    feeds: Feeds  # the tensors where no item is preprocessed
     infer: Any = None  # Session.prepared(): the hot path, set by first()
     times: dict[str, list[int]] = field(default_factory=lambda: {s: [] for s in STAGES})
     _turn: Any = field(default_factory=itertools.count)
 
-    def pre(self) -> tuple[dict[str, Any], Any]:
+    def pre(self) -> tuple[Feeds, Any]:
         from gpux.answers.steps import describe
 
         if self.inputs.items is None:
@@ -110,7 +112,7 @@ class Split:
         item = items[next(self._turn) % len(items)]
         return self.steps.feeds(item, "the generated image" if isinstance(item, bytes) else describe(item))
 
-    def post(self, values: list[Any], placement: Any) -> Any:
+    def post(self, values: Outputs, placement: Any) -> Any:
         if not self.steps.post:
             return None
         outputs = dict(zip(self.session.output_names, values, strict=True))
@@ -118,7 +120,7 @@ class Split:
             return self.steps.file_answers(outputs, placement)
         return [self.steps.answers(outputs, None, r) for r in range(self.steps.rows(outputs))]
 
-    def first(self) -> tuple[dict[str, Any], float]:
+    def first(self) -> tuple[Feeds, float]:
         """One call through every stage, untimed but for the inference: the first inference of the row (its
         shapes checked, the usual fallback on failure). Returns the feeds it ran and the inference's seconds."""
         self.infer = self.session.prepared()
@@ -142,7 +144,7 @@ class Split:
         self.times["inference"].append(t2 - t1)
         self.times["postprocess"].append(t3 - t2)
 
-    def pipelined(self, seconds: float = 1.0) -> dict[str, Any] | None:
+    def pipelined(self, seconds: float = 1.0) -> Pipelined | None:
         """Files per second the way `gpux run NAME FOLDER` answers them (decoded ahead in threads, batched where
         the batch dimension is free: gpux.answers.many), over the files in turn for at least `seconds`."""
         from gpux.answers.many import answer_many, batch_size
@@ -157,14 +159,14 @@ class Split:
                                                lambda i: self.steps.feeds(items[i], str(i)), batch=batch))
         return {"files_per_s": done / elapsed, "files": done, "batch": batch}
 
-    def summary(self, m: bench.Measurement, e2e: dict[str, Any]) -> dict[str, Any]:
+    def summary(self, m: bench.Measurement, e2e: Figures | None) -> Row:
         """What the row adds: each stage's statistics over the measured calls (warm-up left out), end to end
         (the row's own stats), the stages' raw timings, and the inputs measured."""
         n = len(m.latencies_s)
         declared = {"preprocess": self.inputs.items is not None, "inference": True,
                     "postprocess": bool(self.steps.post)}
-        stages: dict[str, Any] = {}
-        raw: dict[str, Any] = {}
+        stages: dict[str, Figures | None] = {}
+        raw: dict[str, list[float]] = {}
         for stage in STAGES:
             xs = [x / 1e9 for x in self.times[stage][-n:]] if declared[stage] else None
             if not xs:
@@ -178,7 +180,7 @@ class Split:
         return {"stages": stages, "stage_latencies_ms": raw, "inputs": self.inputs.said, "pipelined": self.pipelined()}
 
 
-def open_split(session: Any, project: Any, files: list[str], sizes: dict[str, int], feeds: dict[str, Any]) -> Split:
+def open_split(session: Any, project: Any, files: list[str], sizes: dict[str, int], feeds: Feeds) -> Split:
     """The split call for an opened session (its steps bound to the model's real inputs and outputs)."""
     from gpux.answers.steps import Steps
 
@@ -188,23 +190,23 @@ def open_split(session: Any, project: Any, files: list[str], sizes: dict[str, in
     return Split(session=session, steps=steps, inputs=stage_inputs(steps, files, sizes), feeds=feeds)
 
 
-def speed_line(row: dict[str, Any]) -> str | None:
+def speed_line(row: Row) -> str | None:
     """Ultralytics' predict speed line for a row with stages: medians per image, end to end beside them."""
-    stages = row.get("stages")
-    if not stages or not row.get("stats"):
+    stages, stats = row.get("stages"), row.get("stats")
+    if not stages or not stats:
         return None
     words = {"preprocess": "pre-process", "inference": "inference", "postprocess": "post-process"}
-    parts = [f"{stages[s]['p50'] * 1e3:.2f} ms {words[s]}" for s in STAGES if stages.get(s)]
+    parts = [f"{stage['p50'] * 1e3:.2f} ms {words[s]}" for s in STAGES if (stage := stages.get(s))]
     shapes = " ".join(f"{list(v)}" for v in (row.get("shapes") or {}).values())
     per = "image" if stages.get("preprocess") else "call"
     many = row.get("pipelined")
     overlap = f"; files at once: {many['files_per_s']:.1f} files/s (decoded in threads, batch {many['batch']})" \
         if many else ""
     return (f"{row['provider']} {row['precision']}: speed {', '.join(parts)}, "
-            f"{row['stats']['p50'] * 1e3:.2f} ms end to end per {per} (medians) at shape {shapes}{overlap}")
+            f"{stats['p50'] * 1e3:.2f} ms end to end per {per} (medians) at shape {shapes}{overlap}")
 
 
-def inputs_line(row: dict[str, Any]) -> str:
+def inputs_line(row: Row) -> str:
     """Which inputs the stages were measured on."""
     said = row.get("inputs") or {}
     if said.get("kind") == "files":

@@ -16,13 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux import report
+from gpux.arrays import Feeds
 from gpux.bench import protocol as bench
 from gpux.bench.batches import batched
 from gpux.bench.candidates import Outcome, ms, needless
 from gpux.bench.candidates import candidates as candidates_for
+from gpux.bench.records import Accuracy, Baseline, Limiting, Row, Speedup
 from gpux.config.load import Project
 from gpux.errors import UsageError
 from gpux.plan.lock import LOCK_NAME, SCHEMA, fingerprint
+from gpux.providers.options import OptionFields
 
 OBJECTIVES = ("latency", "throughput")
 WHY_WIDTH = 120  # the table's why column, cut at a word; the JSON keeps the whole text
@@ -51,7 +54,7 @@ def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
 
 
 def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
-                log: Callable[[str], None]) -> dict[str, Any] | None:
+                log: Callable[[str], None]) -> Baseline | None:
     """Open every candidate (built and verified), then measure the survivors and a plain ONNX Runtime session
     interleaved in rounds (gpux.bench.rounds). The baseline's figures (None: no ONNX source to run plainly)."""
     from gpux.bench import rounds
@@ -62,7 +65,7 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
                               concurrency=concurrency, batch=project.config.benchmark.batch or 1)
     deadline = time.monotonic() + req.budget_s
     opened: list[tuple[Outcome, Any]] = []
-    base: dict[str, Any] | None = None
+    base: Baseline | None = None
     try:
         open_all(project, outcomes, req, protocol, deadline, log, opened)
         if not opened:
@@ -84,7 +87,8 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
             f"interleaved in {rounds.ROUNDS} rounds ...")
         done = rounds.measure_rounds(every, protocol, req.seconds, req.objective, deadline)
         if plain and base is not None:
-            base.update(baseline_figures(every[-1], concurrency, req.objective), rounds=done)
+            base.update(baseline_figures(every[-1], concurrency, req.objective))
+            base["rounds"] = done
         for (o, prepared), e in zip(opened, entries, strict=True):
             o.row = measured_row(prepared, e.measurement(), e.concurrency or concurrency)
             o.row["round_scores"] = e.scores
@@ -92,9 +96,9 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
             o.row["build_info"] = art.manifest.get("info") if art else None
             o.status = "ok" if o.row["status"] == "ok" else "unavailable"
             if plain and base is not None:
-                key = "p50" if req.objective == "latency" else "throughput"
-                o.row["vs_plain_ort"] = rounds.speedup(base[key], every[-1].scores, o.row["stats"][key], e.scores,
-                                                       req.objective)
+                latency, stats = req.objective == "latency", o.row.get("stats") or {}
+                theirs, ours = (base["p50"], stats["p50"]) if latency else (base["throughput"], stats["throughput"])
+                o.row["vs_plain_ort"] = rounds.speedup(theirs, every[-1].scores, ours or 0.0, e.scores, req.objective)
     finally:
         for _, prepared in opened:
             prepared.session.close()  # a batched row shares its candidate's session: closing twice is harmless
@@ -105,7 +109,7 @@ def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protoc
              deadline: float, log: Callable[[str], None], opened: list[tuple[Outcome, Any]]) -> None:
     """Build, verify and open each candidate in turn (a refinement not needed, or past the budget, is left
     out); the opened ones are appended to `opened`, the others' rows say why."""
-    from gpux.bench.command import Rows, open_one, verification_status
+    from gpux.bench.command import OpenedRow, Rows, open_one, verification_status
     from gpux.plan.targets import fitted_options, resolve_shapes, with_options
 
     spent: dict[int, float] = {}  # seconds each opened candidate took, by id()
@@ -122,7 +126,7 @@ def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protoc
         got = open_one(candidate, o.provider, o.precision, Rows(protocol=protocol, shapes=resolve_shapes(candidate),
                                                                 store=req.store, input_file=None, log=log), pinned=True)
         spent[id(o)] = time.monotonic() - started
-        if isinstance(got, dict):
+        if not isinstance(got, OpenedRow):
             o.row = got
             o.status = got["status"] if got["status"] == "failed verification" else "unavailable"
             o.why = why_out(got)
@@ -133,23 +137,26 @@ def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protoc
             opened.append((o, got))
 
 
-def baseline_entry(project: Project, feeds: dict[str, Any],
-                   concurrency: int) -> tuple[tuple[list[Any], Any] | None, dict[str, Any]]:
+def baseline_entry(project: Project, feeds: Feeds,
+                   concurrency: int) -> tuple[tuple[list[Any], Any] | None, Baseline]:
     """The plain ONNX Runtime session on the source model ((calls, session), None where it cannot run: a source
     that is not ONNX, inputs it does not take) and the lock's record of it, saying why not."""
     from gpux.bench import rounds
     from gpux.formats import source_format
+    from gpux.run.fallback import gpux_bug
 
-    record: dict[str, Any] = {"what": rounds.BASELINE, "source": str(project.source)}
+    record: Baseline = {"what": rounds.BASELINE, "source": str(project.source)}
     if source_format(project) != "onnx":
         return None, {**record, "error": f"the source is {source_format(project)}, not ONNX: no plain session"}
     try:
         return rounds.plain_session(project.source, feeds, concurrency), record
-    except Exception as exc:
+    except Exception as exc:  # ONNX Runtime's errors share no base class: the lock says why (a gpux bug is raised)
+        if gpux_bug(exc):
+            raise
         return None, {**record, "error": f"a plain ONNX Runtime session failed: {str(exc).splitlines()[0][:200]}"}
 
 
-def baseline_figures(entry: Any, concurrency: int, objective: str) -> dict[str, Any]:
+def baseline_figures(entry: Any, concurrency: int, objective: str) -> Baseline:
     """The baseline's figures for the lock (its p50 and throughput in seconds and per second, as rows' stats)."""
     from gpux.bench import rounds
 
@@ -159,7 +166,7 @@ def baseline_figures(entry: Any, concurrency: int, objective: str) -> dict[str, 
             "round_spread": rounds.spread(entry.scores, objective)}
 
 
-def why_out(row: dict[str, Any]) -> str:
+def why_out(row: Row) -> str:
     """Why a measured candidate is out: each failing metric of its verification whole (`probs: cosine 0.973100
     < min_cosine 0.98`), else its error."""
     return "; ".join(row.get("failures") or ()) or str(row.get("error") or row["status"])
@@ -170,7 +177,7 @@ def why_cell(why: str, width: int = WHY_WIDTH) -> str:
     return textwrap.shorten(why, width, placeholder=" …")
 
 
-def _opts(options: dict[str, Any], prefix: str = "") -> str:
+def _opts(options: OptionFields, prefix: str = "") -> str:
     """`precision=fp32, optimization=all`; a nested block's fields as `torch.compile=default`."""
     return ", ".join(_opts(v, f"{prefix}{k}.") if isinstance(v, dict) else f"{prefix}{k}={v}"
                      for k, v in options.items())
@@ -192,7 +199,7 @@ def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = 
     for o in outcomes:
         if o.status != "ok" or allow_unverified:
             continue
-        acc = o.row.get("accuracy") or {}
+        acc: Accuracy = o.row.get("accuracy") or {}
         # lossy: unverified by its build; any precision: its rows must show each floor to rank (the bound's words)
         said = acc.get("unverified") or shortfall(acc.get("evidence") or [])
         if o.row.get("verification_status") == "unverified" or said:
@@ -201,13 +208,13 @@ def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = 
     if not ok:
         return None
 
-    paired = all((o.row.get("vs_plain_ort") or {}).get("paired") for o in ok)
+    paired = all((vs := o.row.get("vs_plain_ort")) and vs["paired"] for o in ok)
 
     def speed(o: Outcome) -> float:  # higher is faster: the median round ratio over the plain session, else p50
-        if paired:
-            return float(o.row["vs_plain_ort"]["paired"])
-        s = o.row["stats"]
-        return float(1 / s["p50"] if objective == "latency" else s["throughput"])
+        vs, s = o.row.get("vs_plain_ort"), o.row.get("stats") or {}
+        if paired and vs:
+            return float(vs["paired"])
+        return float(1 / s["p50"] if objective == "latency" else s["throughput"] or 0.0)
 
     def beats(a: Outcome, b: Outcome) -> bool:
         ra, rb = a.row.get("round_scores"), b.row.get("round_scores")
@@ -265,10 +272,10 @@ def tune(req: TuneRequest) -> dict[str, Any]:
     return lock
 
 
-def limiting_layers(outcomes: list[Outcome]) -> dict[str, Any]:
+def limiting_layers(outcomes: list[Outcome]) -> dict[str, Limiting]:
     """Per provider, the layers int8 hurts most as the ranking of its first mixed-precision build measured them
     (what limits int8 on this model), with what they were ranked on."""
-    out: dict[str, Any] = {}
+    out: dict[str, Limiting] = {}
     for o in outcomes:
         record = (o.row.get("build_info") or {}).get("keep_fp32") or {}
         if record.get("ranking") and o.provider not in out:
@@ -277,15 +284,15 @@ def limiting_layers(outcomes: list[Outcome]) -> dict[str, Any]:
     return out
 
 
-def agreement_cell(acc: dict[str, Any]) -> str:
+def agreement_cell(acc: Accuracy) -> str:
     """`91/100/100 %`: top-1, confident top-1 and top-5 agreement with the FP32 reference (class scores)."""
-    values = [acc.get(k) for k in ("top1", "top1_confident", "top5")]
+    values = [acc.get("top1"), acc.get("top1_confident"), acc.get("top5")]
     if all(v is None for v in values):
         return "-"
     return "/".join("-" if v is None else f"{v * 100:.0f}" for v in values) + " %"
 
 
-def shown_cell(acc: dict[str, Any]) -> str:
+def shown_cell(acc: Accuracy) -> str:
     """`>= 98.9 % of 300`: the lowest bound its judged rows show of a counted rate (the one nearest its floor)."""
     rates = acc.get("evidence") or []
     if not rates:
@@ -294,7 +301,7 @@ def shown_cell(acc: dict[str, Any]) -> str:
     return f">= {report.percent(w['bound'])} of {w['rows']}"
 
 
-def vs_cell(vs: dict[str, Any] | None) -> str:
+def vs_cell(vs: Speedup | None) -> str:
     """`2.31× (2.10–2.52)`: the speedup over plain ONNX Runtime and its per-round range."""
     return "-" if not vs else f"{vs['speedup']:.2f}× ({vs['low']:.2f}–{vs['high']:.2f})"
 
@@ -302,7 +309,7 @@ def vs_cell(vs: dict[str, Any] | None) -> str:
 def render(lock: dict[str, Any]) -> None:
     rows = []
     for c in lock["candidates"]:
-        acc = c.get("accuracy") or {}
+        acc: Accuracy = c.get("accuracy") or Accuracy()
         rows.append([c["provider"], c["precision"], _opts(c["options"]), str(c.get("batch") or 1), c["status"],
                      "-" if c["p50_ms"] is None else f"{c['p50_ms']:.4f}",
                      "-" if c["throughput"] is None else f"{c['throughput']:.1f}", vs_cell(c.get("vs_plain_ort")),

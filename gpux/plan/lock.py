@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux.config.load import Project
+from gpux.providers.options import OptionFields
 from gpux.version import __version__
 
 LOCK_NAME = "gpux.lock.json"
@@ -38,7 +39,7 @@ def fingerprint(project: Project) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Locked:
     provider: str
-    options: dict[str, Any]
+    options: OptionFields
     artifacts: tuple[str, ...] = ()  # the folders of every candidate measured (the choice's among them)
     figures: dict[str, Any] | None = None  # the choice's row
 

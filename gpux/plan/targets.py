@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux.config.load import Project
+from gpux.providers.options import OptionFields
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +51,7 @@ def with_options(project: Project, provider: str, **update: Any) -> Project:
     return dataclasses.replace(project, config=project.config.model_copy(update={"providers": providers}))
 
 
-def fitted_options(project: Project, provider: str, options: dict[str, Any]) -> dict[str, Any]:
+def fitted_options(project: Project, provider: str, options: OptionFields) -> OptionFields:
     """`options` plus, at their defaults, the declared fields of `providers.<provider>` its option model rejects
     beside them (calibration beside precision fp32: the int8-only fields), found by validating each declared
     field with `options`, not from a list; what `gpux tune` builds each candidate with and the lock is run with."""
@@ -61,7 +62,7 @@ def fitted_options(project: Project, provider: str, options: dict[str, Any]) -> 
         return dict(options)
     cls = type(block)
     flat = {k: v for k, v in options.items() if not isinstance(v, dict)}
-    reset = {}
+    reset: OptionFields = {}
     for name, f in cls.model_fields.items():
         value, default = getattr(block, name), f.get_default(call_default_factory=True)
         if name in options or value == default:

@@ -76,7 +76,7 @@ def _probe_openvino(p: Provider) -> Availability:
         import openvino
 
         devices = openvino.Core().available_devices
-    except Exception as exc:
+    except Exception as exc:  # a broken install raises anything; a probe must never raise
         return Availability(p.name, "import failed", f"openvino fails to load: {exc}",
                             "pip install --force-reinstall openvino")
     if not devices:

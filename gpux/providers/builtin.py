@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from gpux.machine import cuda_device_problem
-from gpux.providers.row import Flavor, ImageRow, Provider, TorchDevice
+from gpux.providers.row import Flavor, ImageRow, Provider, Refinements, TorchDevice, TuneRows
 
 CUDA_BASE = "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"  # Ubuntu 24.04: Python 3.12 from apt (22.04 has 3.10)
 SLIM = "python:3.11-slim"
@@ -21,24 +21,25 @@ ACCURACY_CONTROL_COST = 10  # NNCF's accuracy control validates a model per laye
 # and above; at basic a QDQ model runs its float operators between them). Refinements are tried in order while
 # the budget covers their cost; entropy calibration comes last: its KL search over 2048-bin histograms runs in
 # Python (MobileNetV2, 33 samples: 65-75 s against 6 s for minmax)
-CPU_TUNE = (("fp32", {"precision": "fp32", "optimization": "basic"}),
+CPU_TUNE: TuneRows = (("fp32", {"precision": "fp32", "optimization": "basic"}),
             ("fp32", {"precision": "fp32", "optimization": "all"}),
             ("fp16", {"precision": "fp16", "optimization": "basic"}),
             ("int8", {"precision": "int8", "quantization": "dynamic", "optimization": "all"}),
             ("int8", {"precision": "int8", "quantization": "static", "optimization": "all"}))
-CPU_REFINE = ({"quantization": "static"},
+CPU_REFINE: Refinements = ({"quantization": "static"},
               (({"calibration_method": "percentile"}, 4), ({"keep_fp32": 0.05}, 3), ({"keep_fp32": 0.15}, 1.5),
                ({"keep_fp32": 0.3}, 1.5), ({"calibration_method": "entropy"}, 12)))
-OPENVINO_TUNE = (("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "latency"}),
+OPENVINO_TUNE: TuneRows = (("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "latency"}),
                  ("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "throughput"}),
                  ("bf16", {"precision": "fp32", "inference_precision": "bf16", "hint": "latency"}),
                  ("fp16", {"precision": "fp16", "inference_precision": "f32", "hint": "latency"}),
                  ("int8", {"precision": "int8", "int8_mode": "quantize", "hint": "latency"}))
-OPENVINO_REFINE = ({"int8_mode": "quantize"},
+OPENVINO_REFINE: Refinements = ({"int8_mode": "quantize"},
                    (({"preset": "mixed"}, 1.5), ({"bias_correction": "full"}, 4), ({"keep_fp32": 0.05}, 3),
                     ({"keep_fp32": 0.15}, 1.5), ({"keep_fp32": 0.3}, 1.5),
                     ({"int8_mode": "accuracy"}, ACCURACY_CONTROL_COST)))
-TENSORRT_TUNE = (("fp32", {"precision": "fp32"}), ("fp16", {"precision": "fp16"}), ("int8", {"precision": "int8"}))
+TENSORRT_TUNE: TuneRows = (("fp32", {"precision": "fp32"}), ("fp16", {"precision": "fp16"}),
+                           ("int8", {"precision": "int8"}))
 
 
 def _rocm_device_problem() -> str | None:

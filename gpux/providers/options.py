@@ -7,9 +7,14 @@ names next to its code (gpux.runtimes.onnxruntime_options, gpux.runtimes.openvin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, BeforeValidator, ByteSize, ConfigDict, Field, model_validator
+
+# a provider block's option values as gpux.yml, tune's rows and gpux.lock.json write them: scalars, or a nested
+# block's fields (`torch: {compile: default}`), or a list (OpenVINO's ignored scopes)
+OptionValue: TypeAlias = "str | int | float | bool | list[OptionValue] | dict[str, OptionValue] | None"
+OptionFields: TypeAlias = "dict[str, OptionValue]"  # option field name -> value
 
 DIM_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _DEVICE = r"(?:CPU|GPU(?:\.\d+)?|NPU)"

@@ -7,9 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pkgutil import resolve_name
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+if TYPE_CHECKING:
+    from gpux.arrays import Feeds, Outputs
+    from gpux.providers.options import OptionFields
 
 Status = Literal["ok", "not installed", "import failed", "no device"]
+# `gpux tune`'s rows of a provider: (precision label, option fields); and its int8 refinements: (the fields that mark
+# its plain int8 row, [(what a refinement changes, its build time in the plain one's)])
+TuneRows: TypeAlias = "tuple[tuple[str, OptionFields], ...]"
+Refinements: TypeAlias = "tuple[OptionFields, tuple[tuple[OptionFields, float], ...]]"
 
 
 @dataclass(frozen=True)
@@ -31,19 +39,21 @@ class Availability:
 class Runner:
     """An opened artifact: `run(feeds)` returns outputs in `output_names` order."""
 
-    run: Callable[[dict[str, Any]], list[Any]]
+    run: Callable[[Feeds], Outputs]
     output_names: list[str]
     used: str  # what executes, e.g. "CPUExecutionProvider" or "OpenVINO CPU"
     dropped: str | None = None  # why the runtime did not take the requested device (None: it did)
     details: dict[str, Any] = field(default_factory=dict)
     close: Callable[[], None] = lambda: None
     native: Any = None  # the runtime's own session / compiled model
-    binder: Callable[[dict[str, Any], int], list[Callable[[], object]]] | None = None
-    fast: Callable[[dict[str, Any]], list[Any]] | None = None  # run() without the runtime's Python-side checks
+    binder: Callable[[Feeds, int], list[Callable[[], object]]] | None = None
+    fast: Callable[[Feeds], Outputs] | None = None  # run() without the runtime's Python-side checks
     # how to open it again without the project: {"runtime": "module:function", "arguments": {plain values}}
     recipe: dict[str, Any] | None = None
+    # the runtime's error types for inputs it rejects (the feeds do not fit the model): an InputError, no fallback
+    rejects: tuple[type[BaseException], ...] = ()
 
-    def bind(self, feeds: dict[str, Any], n: int = 1) -> list[Callable[[], object]]:
+    def bind(self, feeds: Feeds, n: int = 1) -> list[Callable[[], object]]:
         """`n` zero-argument callables that each run `feeds` with the least per-call work (for timing loops);
         each may be used from its own thread."""
         if self.binder is not None:
@@ -125,8 +135,8 @@ class Provider:
     triton: tuple[tuple[str, Flavor], ...] = ()  # (runtime it runs with, how Triton serves that artifact)
     # `gpux tune` on its own runtime: (precision label, option fields) rows, and the int8 refinements: (the
     # fields that mark its plain int8 row, [(what a refinement changes, its build time in the plain one's)])
-    tune: tuple[tuple[str, dict[str, Any]], ...] = field(default=(), compare=False)
-    refine: tuple[dict[str, Any], tuple[tuple[dict[str, Any], float], ...]] | None = field(default=None, compare=False)
+    tune: TuneRows = field(default=(), compare=False)
+    refine: Refinements | None = field(default=None, compare=False)
 
     @property
     def option_model(self) -> Any:

@@ -20,11 +20,24 @@ from gpux.errors import (
     StepError,
     VerificationFailed,
     first_line,
+    raised_by_gpux,
 )
 from gpux.model.io import Checked
 from gpux.plan.select import Selection
 from gpux.providers import Runner
 from gpux.runtimes import kind_of, resolve
+
+# Python's own errors of code that is wrong: raised in gpux's code, a bug (exit 70), never a runtime's failure
+BUGS = (TypeError, AttributeError, KeyError, NameError, AssertionError)
+
+
+def gpux_bug(exc: BaseException, runtime_errors: tuple[type[BaseException], ...] = ()) -> bool:
+    """Whether `exc` is a bug in gpux rather than a runtime's failure: one of Python's own error classes (BUGS, not
+    a library's subclass of one), raised in gpux's code, and of no type the runtime declares. Where it was raised
+    alone cannot tell: a runtime's native call raises from the gpux frame that made it, so its own error types
+    (ONNX Runtime's Fail, InvalidArgument..., OpenVINO's and CUDA's RuntimeError) never count as gpux's."""
+    return (isinstance(exc, BUGS) and type(exc).__module__ == "builtins" and not isinstance(exc, runtime_errors)
+            and raised_by_gpux(exc))
 
 
 @dataclass(frozen=True)
@@ -91,7 +104,7 @@ class Fallback:
         selection an unverified artifact is held in reserve while a later provider may give a verified one."""
         try:
             opened = self._next_verified()
-        except BaseException:
+        except BaseException:  # whatever stops the search (Ctrl-C included): the runner held in reserve is closed
             self._keep(None)
             raise
         if opened is not None:
@@ -140,7 +153,9 @@ class Fallback:
         built = time.perf_counter()
         try:
             runner = open_runner(provider, self.project, result.final.artifact)
-        except Exception as exc:  # runtimes raise anything when a device or library is missing
+        except Exception as exc:  # runtimes raise anything when a device or library is missing; a gpux bug is raised
+            if gpux_bug(exc):
+                raise
             self.fail(provider, "session", first_line(exc))
             return None
         if runner.dropped:

@@ -8,15 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpux.arrays import Feeds, Named, Outputs
 from gpux.config.load import Project
 from gpux.config.locate import open_project
 from gpux.errors import InputError, first_line
+from gpux.model.checked import Signatures, signature, taken_as_given
 from gpux.model.inputs import cast_all
 from gpux.model.io import Tensor, check_model
 from gpux.providers import Runner
-from gpux.run.fallback import Attempt, Fallback, Opened
-
-SIGNATURES = 256  # input signatures run(dict) remembers as checked (varying shapes beyond it are cast each call)
+from gpux.run.fallback import Attempt, Fallback, Opened, gpux_bug
 
 
 class Session:
@@ -38,8 +38,8 @@ class Session:
         self._first_done = False
         # run(dict)'s hot path: signatures (name, type, dtype, shape, strides per input) whose values cast_all
         # took as they were, and the runtime's native run once the first inference succeeded
-        self._seen: set[tuple[Any, ...]] = set()
-        self._native: Callable[[dict[str, Any]], list[Any]] | None = None
+        self._seen = Signatures()
+        self._native: Callable[[Feeds], Outputs] | None = None
         self._names = opened.runner.output_names
 
     @property
@@ -53,20 +53,18 @@ class Session:
         self._take(self._fallback.next())
 
     # -- inference ------------------------------------------------------------------------------
-    def run(self, inputs: dict[str, Any] | None = None, **named: Any) -> dict[str, Any]:
+    def run(self, inputs: dict[str, Any] | None = None, **named: Any) -> Named:  # user data: any array-like
         """Run once; values are cast to each input's dtype. Returns output name → array. Arrays of a signature
         already checked (same names, dtypes, shapes and layout, nothing to cast) go straight to the runtime."""
         data = {**(inputs or {}), **named} if named or inputs is None else inputs
-        key = _signature(data)
+        key = signature(data)
         native = self._native
         if native is not None and key in self._seen:
             out = native(data)
             return {self._names[0]: out[0]} if len(out) == 1 else dict(zip(self._names, out, strict=True))
         feeds = cast_all(data, self.inputs, "inputs")
         result = dict(zip(self.output_names, self.run_feeds(feeds), strict=True))
-        if key is not None and self._first_done and len(self._seen) < SIGNATURES and \
-                all(feeds[k] is v for k, v in data.items()):
-            self._seen.add(key)
+        if self._first_done and self._seen.remember(key, taken_as_given(data, feeds)):
             self._native = self.runner.fast or self.runner.run
         return result
 
@@ -81,17 +79,21 @@ class Session:
             self._steps = Steps.of(self.project, self.inputs, self.outputs)
         return predict(self, self._steps, x)
 
-    def run_feeds(self, feeds: dict[str, Any]) -> list[Any]:
-        """Run prepared feeds; the first inference that fails moves on to the next provider."""
+    def run_feeds(self, feeds: Feeds) -> Outputs:
+        """Run prepared feeds; the first inference that fails moves on to the next provider, unless the runtime
+        said the feeds do not fit the model (an InputError) or gpux's own code failed (a bug: raised as it is)."""
         assert self._runner is not None
         if self._first_done:
             return self._runner.run(feeds)
         while True:
+            runner = self.runner
             try:
-                out = self._runner.run(feeds)
-            except Exception as exc:
-                if type(exc).__name__ == "InvalidArgument":  # ONNX Runtime: the feeds do not fit the model
-                    raise InputError(f"the model rejected the inputs: {str(exc).strip()}") from None
+                out = runner.run(feeds)
+            except runner.rejects as exc:  # the runtime's own word that the feeds do not fit the model
+                raise InputError(f"the model rejected the inputs: {str(exc).strip()}") from exc
+            except Exception as exc:  # a runtime raises anything at its first inference: the next provider may run
+                if gpux_bug(exc, runner.rejects):
+                    raise
                 self._rejected(exc, feeds)
                 continue
             problem = self._check_placement(feeds)
@@ -102,7 +104,7 @@ class Session:
             self.attempts.append(Attempt(self.provider, "ok", True, self.runner.used))
             return out
 
-    def _rejected(self, exc: Exception, feeds: dict[str, Any]) -> None:
+    def _rejected(self, exc: Exception, feeds: Feeds) -> None:
         """The first inference failed: on to the next provider. Where none is left, the inputs are what fails (an
         InputError with the runtime's whole message), not the providers, when every provider that ran them failed
         at it and the model's own file on ONNX Runtime's CPU provider rejects them too."""
@@ -115,19 +117,20 @@ class Session:
             ran = [a for a in self.attempts if a.stage in ("first-inference", "placement", "ok")]
             if ran and all(a.stage == "first-inference" for a in ran) and _reference_rejects(self.project, feeds):
                 raise InputError(f"{provider} rejected the inputs, and so does the model on ONNX Runtime's CPU "
-                                 f"provider: {type(exc).__name__}: {str(exc).strip()}") from None
+                                 f"provider: {type(exc).__name__}: {str(exc).strip()}") from exc
             raise
 
-    def prepared(self) -> Callable[[dict[str, Any]], list[Any]]:
+    def prepared(self) -> Callable[[Feeds], Outputs]:
         """The hot path: `call(feeds)` takes numpy arrays already of the inputs' dtypes and returns the outputs
         in `output_names` order. Each new combination of shapes is checked once (names, dtypes, ranks, static
         dims: the same one-line errors as `run`) and its first call goes through the usual fallback; later
-        calls with those shapes go straight to the runtime's native run."""
-        checked: set[tuple[Any, ...]] = set()
-        native: list[Callable[[dict[str, Any]], list[Any]]] = []
+        calls of a signature taken as given go straight to the runtime's native run (as many signatures as
+        gpux.model.checked keeps; past them, each call is checked)."""
+        checked = Signatures()
+        native: list[Callable[[Feeds], Outputs]] = []
 
-        def call(feeds: dict[str, Any]) -> list[Any]:
-            key = tuple([getattr(v, "shape", None) for v in feeds.values()])
+        def call(feeds: Feeds) -> Outputs:
+            key = signature(feeds)
             if key in checked:
                 return native[0](feeds)
             cast = cast_all(feeds, self.inputs, "inputs")
@@ -138,13 +141,13 @@ class Session:
                 raise InputError(f"inputs: {wrong[0]!r} must already be a {t.dtype} array on the prepared path",
                                  hint="cast once outside the loop, or use Session.run(dict), which casts")
             out = self.run_feeds(cast)
-            native[:] = [self.runner.fast or self.runner.run]
-            checked.add(key)
+            if checked.remember(key, taken_as_given(feeds, cast)):
+                native[:] = [self.runner.fast or self.runner.run]
             return out
 
         return call
 
-    def _check_placement(self, feeds: dict[str, Any]) -> str | None:
+    def _check_placement(self, feeds: Feeds) -> str | None:
         """With runtime.min_coverage (or placement asked for), measure which EP took each node."""
         minimum = self.project.config.runtime.min_coverage
         details = self.runner.details
@@ -219,7 +222,7 @@ class Session:
         self.close()
 
 
-def _reference_rejects(project: Project, feeds: dict[str, Any]) -> bool:
+def _reference_rejects(project: Project, feeds: Feeds) -> bool:
     """Whether the model's ONNX file on ONNX Runtime's CPU provider fails on these feeds (False where it cannot
     be told: not ONNX, or no session opens)."""
     from gpux.formats import source_format
@@ -232,24 +235,13 @@ def _reference_rejects(project: Project, feeds: dict[str, Any]) -> bool:
         options, quiet = ort.SessionOptions(), ort.RunOptions()
         options.log_severity_level = quiet.log_severity_level = 4
         session = ort.InferenceSession(str(project.source), options, providers=["CPUExecutionProvider"])
-    except Exception:  # the model or runtime, not the inputs
+    except Exception:  # ONNX Runtime's errors share no base class: the model or runtime, not the inputs
         return False
     try:
         session.run(None, feeds, quiet)
-    except Exception:
+    except Exception:  # ONNX Runtime's errors share no base class: any failure here is the reference's rejection
         return True
     return False
-
-
-def _signature(data: dict[str, Any]) -> tuple[Any, ...] | None:
-    """Name, type, dtype, shape and strides of every value, flat (None: a value that is not an array)."""
-    key: list[Any] = []
-    try:
-        for k, v in data.items():
-            key += (k, type(v), v.dtype, v.shape, v.strides)
-    except AttributeError:
-        return None
-    return tuple(key)
 
 
 def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, *, strict: bool = False,

@@ -255,7 +255,10 @@ def open_session_runner(model: Path | str, ep: str, ep_opts: dict[str, str], int
         dropped = f"ONNX Runtime did not take {ep} (it would run on {used})"
     opened = {"graph_optimization": level, "intra_op_threads": intra_op or "default (one per core)",
               **({"inter_op_threads": inter_op} if inter_op else {})}  # as `opening` says, from these arguments
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
     return Runner(run=sess.run, output_names=sess.output_names, used=used, dropped=dropped,
+                  rejects=(InvalidArgument,),  # ONNX Runtime's word that the feeds do not fit the model
                   details={"ep": ep, "ep_options": ep_opts, "session_providers": sess.used, "opened": opened},
                   close=sess.close,
                   native=sess.session,

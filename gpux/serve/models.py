@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpux.model.checked import Signatures
 from gpux.model.io import Tensor
 from gpux.serve.batcher import Worker
 from gpux.serve.classify import labels_of
@@ -54,7 +55,7 @@ class Model:
     files: str | None = None  # the input that takes encoded files (BYTES), through its declared preprocess
     stats: ModelStats = field(default_factory=ModelStats)  # the statistics extension's counters
     active: int = 0  # requests in flight
-    checked: set[tuple[Any, ...]] = field(default_factory=set)  # input signatures known to pass (serve/protocol.py)
+    checked: Signatures = field(default_factory=Signatures)  # input signatures known to pass (serve/protocol.py)
     unloaded: bool = False  # taken out of service by the repository API (gpux/serve/lifecycle.py)
     reason: str = ""  # why it is unloaded
 

@@ -18,7 +18,6 @@ from gpux.serve.shm import Ref
 from gpux.serve.steps import answer, joined, run_files, wants_answers
 
 SERVER_NAME = "gpux"
-SIGNATURES_KEPT = 64  # input signatures known to pass, per model
 EXTENSIONS = ["binary_tensor_data", "classification", "statistics", "model_repository", shm.EXTENSION]
 
 
@@ -176,8 +175,8 @@ def check_inputs(model: Model, inputs: list[InferInput]) -> dict[str, np.ndarray
     if missing:
         raise BadRequest(f"missing input '{missing[0]}' for model '{model.name}'; it needs: "
                          f"{', '.join(model.inputs)}")
-    if all(feeds[i.name] is i.array for i in inputs) and len(model.checked) < SIGNATURES_KEPT:
-        model.checked.add(signature)  # inputs taken as sent (not text the runtime wants as str)
+    # remembered where the inputs are taken as sent (not text the runtime wants as str)
+    model.checked.remember(signature, all(feeds[i.name] is i.array for i in inputs))
     return feeds
 
 
