@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
     from gpux.config.load import Project
+    from gpux.providers.row import Availability
 
 
 @dataclass
@@ -65,23 +66,38 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
-def absent(attempt: dict[str, Any], source: str) -> bool:
+class AttemptDoc(TypedDict):
+    """One provider's try as documents carry it (`run.fallback.Attempt.to_dict`, a --json document's attempts)."""
+
+    provider: str
+    stage: str  # probe | build | session | first-inference | placement | ok
+    ok: bool
+    reason: str
+    fix: str | None
+
+
+def probe_attempt(skipped: Availability) -> AttemptDoc:
+    """A provider passed over at its probe, as an attempt."""
+    return {"provider": skipped.provider, "stage": "probe", "ok": False, "reason": skipped.reason, "fix": skipped.fix}
+
+
+def absent(attempt: AttemptDoc, source: str) -> bool:
     """With `auto`, a provider whose probe failed is simply not on this machine: the normal case, no warning."""
     return source == "auto" and attempt["stage"] == "probe" and not attempt["ok"]
 
 
-def attempt_line(a: dict[str, Any]) -> str:
+def attempt_line(a: AttemptDoc) -> str:
     fix = f" → {a['fix']}" if a.get("fix") else ""
     return f"skipped {a['provider']} ({a['stage']}): {a['reason']}{fix}"
 
 
-def fallback_warnings(attempts: list[dict[str, Any]], source: str) -> list[str]:
+def fallback_warnings(attempts: Sequence[AttemptDoc], source: str) -> list[str]:
     """One `skipped PROVIDER (stage): reason → fix` line per provider asked for and passed over: the
     warnings of a fallback (with `auto`, providers simply absent from this machine are none)."""
     return [attempt_line(a) for a in attempts if not a["ok"] and not absent(a, source)]
 
 
-def absent_note(attempts: list[dict[str, Any]], source: str) -> str:
+def absent_note(attempts: Sequence[AttemptDoc], source: str) -> str:
     names = [a["provider"] for a in attempts if absent(a, source)]
     return f"; not on this machine: {', '.join(names)} (-v says why)" if names and not verbose() else ""
 
@@ -174,7 +190,7 @@ def slower_note(speed: dict[str, Any] | None) -> str | None:
            "per round)"
 
 
-def settings_text(settings: dict[str, Any]) -> str:
+def settings_text(settings: Mapping[str, object]) -> str:
     """`graph_optimization=all, intra_op_threads=4`: how a runtime opened (or opens) an artifact."""
     return ", ".join(f"{k}={v}" for k, v in settings.items())
 

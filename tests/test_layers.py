@@ -114,6 +114,14 @@ def test_modules_stay_small(limit: int) -> None:
     assert not big, f"modules over {limit} lines: {big}"
 
 
+def test_functions_stay_short(limit: int = 60) -> None:
+    """docs/design.md: functions under 60 lines (ruff's C901 and PLR0913 hold complexity and parameters)."""
+    long = [f"{module_name(p)}.{node.name}: {n}" for p in ROOT.rglob("*.py") if GENERATED not in p.parts
+            for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and (n := (node.end_lineno or node.lineno) - node.lineno + 1) > limit]
+    assert not long, f"functions over {limit} lines: {long}"
+
+
 # 'module:attribute' strings are imports made later (registry rows, steps, lazy hooks): they must resolve and,
 # like an import, point down the room order. Rows and steps (providers/, runtimes/) name the code of a runtime,
 # run by the rooms above it: they may name providers/ and runtimes/ only.

@@ -38,8 +38,8 @@ def test_rounds_rotate_the_order_pause_between_slices_and_keep_a_score_per_round
 
     entries = [rounds.Entry(call=call("a")), rounds.Entry(call=call("b")), rounds.Entry(call=call("plain"))]
     protocol = rounds.bench.Protocol(runs=5, seconds=0.0, warmup=0, warmup_seconds=0.0)
-    done = rounds.measure_rounds(entries, protocol, 0.0, "latency", deadline=float("inf"), rounds=3,
-                                 sleep=pauses.append)
+    done = rounds.measure_rounds(entries, protocol, 0.0, "latency", deadline=float("inf"),
+                                 pace=rounds.Pace(rounds=3, sleep=pauses.append))
     assert done == 3 and len(pauses) == 9 and all(p == rounds.PAUSE_S for p in pauses)
     firsts = [order[i] for i in range(len(order)) if i == 0 or order[i] != order[i - 1]]
     assert firsts[:3] == ["a", "b", "plain"] and firsts[3:6] == ["b", "plain", "a"], "each round starts one later"
@@ -128,6 +128,7 @@ def test_non_int8_candidates_drop_the_int8_only_fields_their_option_model_reject
     from .conftest import MLP_YML, make_mlp
 
     make_mlp(tmp_path / "model.onnx")
+    (tmp_path / "cal.npz").write_bytes(b"")  # named files must exist to load (config.files); not read here
     (tmp_path / "gpux.yml").write_text(MLP_YML.format(name="m") + "providers:\n"
                                        "  cpu: {precision: int8, quantization: static, calibration: cal.npz}\n"
                                        "  openvino: {precision: int8, int8_mode: accuracy, calibration: cal.npz}\n")

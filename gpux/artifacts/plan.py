@@ -18,6 +18,7 @@ from gpux.files import digest_data, digest_files, store_root
 from gpux.model.io import Checked, Tensor, check_model
 from gpux.plan.targets import Target, resolve_shapes
 from gpux.quality.verify import judged
+from gpux.report import AttemptDoc, attempt_line, probe_attempt
 from gpux.runtimes import ArtifactKind, kind_of, targets
 from gpux.version import __version__
 
@@ -51,7 +52,7 @@ class BuildPlan:
     shapes: dict[str, int]  # the sizes of symbolic dims
     steps: tuple[Planned, ...]
     cannot_run: str | None = None  # why the provider it builds for cannot run here (built without its device)
-    attempts: list[dict[str, Any]] = field(default_factory=list)  # the providers of the selection passed over
+    attempts: list[AttemptDoc] = field(default_factory=list)  # the providers of the selection passed over
     taken: unchanged.Before | None = None  # what the build reads, before anything was hashed (for its record)
 
     @property
@@ -88,8 +89,7 @@ def plan_selected(project: Project, selection: Any, *, dry_run: bool = False, st
     what the build reads (`reads`), taken before anything is hashed, for the record of an unchanged build."""
     asked = selection.source != "auto"
     first = selection.skipped[0] if selection.skipped else None
-    attempts = [{"provider": a.provider, "stage": "probe", "ok": False, "reason": a.reason, "fix": a.fix}
-                for a in selection.skipped]
+    attempts = [probe_attempt(a) for a in selection.skipped]
     provider, cannot_run = selection.runs_on, None
     if dry_run:
         provider, attempts = selection.chain[0], []
@@ -99,8 +99,6 @@ def plan_selected(project: Project, selection: Any, *, dry_run: bool = False, st
     elif first is not None and selection.strict and asked:
         raise ProviderUnavailable(f"{first.provider} unavailable: {first.reason} — fallback is off", hint=first.fix)
     elif provider is None:
-        from gpux.report import attempt_line
-
         raise ProviderUnavailable("no provider can build here: " + "; ".join(attempt_line(a) for a in attempts))
     checked = checked or check_model(project, store_dir)
     before = unchanged.before(reads(project, checked), project.path) if taken else None

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from gpux.report import AttemptDoc
+
 
 class Figures(TypedDict, total=False):
     """gpux.bench.protocol.Stats as a document writes it (every key; a baseline document read back may lack some):
@@ -108,7 +110,7 @@ class RowFacts(TypedDict, total=False):
     requested: str
     runs_on: str
     request_source: str
-    attempts: list[dict[str, Any]]  # gpux.run.fallback.Attempt, as --json writes it
+    attempts: list[AttemptDoc]  # gpux.run.fallback.Attempt, as --json writes it
     artifact: str | None
     artifact_size: int | None
     verification_status: str

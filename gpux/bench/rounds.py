@@ -58,12 +58,20 @@ def plain_session(source: Path, feeds: Feeds, concurrency: int) -> tuple[list[be
     return [functools.partial(sess._sess.run, names, feeds, None)] * concurrency, sess
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How measuring is split: `rounds` rounds, `pause_s` between two slices, spent by `sleep`."""
+
+    rounds: int = ROUNDS
+    pause_s: float = PAUSE_S
+    sleep: Callable[[float], None] = time.sleep
+
+
 def measure_rounds(entries: Sequence[Entry], protocol: bench.Protocol, seconds: float, objective: str,
-                   deadline: float, *, rounds: int = ROUNDS, pause_s: float = PAUSE_S,
-                   sleep: Callable[[float], None] = time.sleep) -> int:
-    """Measure every entry for `seconds` in all, split over `rounds` rounds, in rotated order, pausing
+                   deadline: float, pace: Pace = Pace()) -> int:
+    """Measure every entry for `seconds` in all, split over the pace's rounds, in rotated order, pausing
     between slices; stop after the round in progress once `deadline` (time.monotonic) passes. The rounds run."""
-    done = 0
+    done, rounds = 0, pace.rounds
     for r in range(rounds):
         if done and time.monotonic() > deadline:
             break
@@ -74,7 +82,7 @@ def measure_rounds(entries: Sequence[Entry], protocol: bench.Protocol, seconds: 
             e = entries[(k + r) % len(entries)]
             p = dataclasses.replace(shared, concurrency=e.concurrency or shared.concurrency,
                                     batch=e.batch or shared.batch)
-            sleep(pause_s)
+            pace.sleep(pace.pause_s)
             m = bench.measure(e.call, p)
             e.latencies_s += m.latencies_s
             e.wall_s += m.wall_s

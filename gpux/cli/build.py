@@ -63,8 +63,8 @@ def _build(req: BuildRequest, request: dict[str, Any]) -> tuple[dict[str, Any], 
     if ms.workspace is not None:
         from gpux.workspace.commands import build_workspace
 
-        return build_workspace(ms, req.provider, req.store, req.as_json, force=req.force,
-                               verify=req.verify, strict=req.strict, shapes=req.shapes, dry_run=req.dry_run)
+        return build_workspace(ms, req.provider, req.store, req.as_json, dry_run=req.dry_run, force=req.force,
+                               verify=req.verify, strict=req.strict, shapes=req.shapes)
     project = ms.project
     checked = check_model(project, req.store)
     for w in [*project.warnings, *map(str, checked.notes)]:

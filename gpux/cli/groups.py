@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -75,14 +76,12 @@ def deploy() -> None:
 @STRICT
 @click.option("--api-key", envvar="GPUX_API_KEY", default=None, help="Require this bearer token ($GPUX_API_KEY).")
 @STORE
-def deploy_ray(targets: tuple[str, ...], address: str | None, host: str, port: int, provider: str | None,
-               strict: bool, api_key: str | None, store: str | None) -> None:
+def deploy_ray(targets: tuple[str, ...], **options: Any) -> None:
     """Deploy to Ray Serve: an application per model (deploy.ray: replicas, autoscaling) whose replicas answer
     the Open Inference Protocol over HTTP themselves."""
     from gpux.deploy.ray_launch import RayLaunch, launch
 
-    sys.exit(launch(RayLaunch(targets=list(targets), address=address, host=host, port=port, provider=provider,
-                              strict=strict, api_key=api_key, store=store)))
+    sys.exit(launch(RayLaunch(targets=list(targets), **options)))  # address, host, port, provider, strict, ...
 
 
 @click.group()

@@ -64,8 +64,7 @@ def would_skip(selection: Any) -> list[str]:
     `skipped PROVIDER (probe): reason → fix` line `gpux run` warns with."""
     if selection.source == "auto":
         return []
-    attempts = [{"provider": a.provider, "stage": "probe", "ok": False, **a.to_dict()} for a in selection.skipped]
-    return report.fallback_warnings(attempts, selection.source)
+    return report.fallback_warnings([report.probe_attempt(a) for a in selection.skipped], selection.source)
 
 
 def artifact_rows(project: Any, store_dir: str | None, tuned: set[str] | None = None) -> list[dict[str, Any]]:

@@ -224,9 +224,7 @@ def package(**kwargs: Any) -> None:
 @click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds a request may take before 408 (overrides serve.request_timeout_s).")
 @click.option("--no-access-log", is_flag=True, help="No JSON access line per request on stderr.")
-def serve(targets: tuple[str, ...], host: str | None, port: int | None, grpc_port: int | None, no_grpc: bool,
-          provider: str | None, strict: bool, store: str | None, api_key: str | None, no_access_log: bool,
-          **overrides: Any) -> None:
+def serve(targets: tuple[str, ...], no_grpc: bool, no_access_log: bool, **options: Any) -> None:
     """Serve models (names, folders, gpux.yml or .onnx) over the Open Inference Protocol (REST and gRPC).
 
     Projects with the same name and different versions are served as versions of one model.
@@ -234,10 +232,10 @@ def serve(targets: tuple[str, ...], host: str | None, port: int | None, grpc_por
     """
     from gpux.serve.command import ServeCommand, serve_command
 
-    overrides["request_timeout_s"] = overrides.pop("request_timeout")
-    sys.exit(serve_command(ServeCommand(targets=list(targets), host=host, port=port, grpc_port=grpc_port,
-                                        grpc=not no_grpc, provider=provider, strict=strict, store=store,
-                                        api_key=api_key, access_log=not no_access_log, overrides=overrides)))
+    overrides = {k: options.pop(k) for k in ("max_batch_size", "max_queue_delay_us", "instances")}
+    overrides["request_timeout_s"] = options.pop("request_timeout")
+    sys.exit(serve_command(ServeCommand(targets=list(targets), grpc=not no_grpc, access_log=not no_access_log,
+                                        overrides=overrides, **options)))  # host, port, grpc_port, provider, ...
 
 
 @cli.command()

@@ -10,9 +10,11 @@ import difflib
 import re
 import types
 import typing
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import BaseModel
+from pydantic_core import ErrorDetails
 
 from gpux.config.parse import Loc, Written, locate, relocate
 from gpux.errors import Problem
@@ -139,48 +141,67 @@ _BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "les
            "less_than": ("<", "lt")}
 
 
-def _message(root: type[BaseModel], loc: Loc, err: dict[str, Any]) -> tuple[str, bool]:
+_FIXED = {  # error kinds whose message is one template: (message, point at the key rather than the value)
+    "byte_size": ("expected a size such as 4GB, 512MiB or a number of bytes, got {got}", False),
+    "byte_size_unit": ("expected a size such as 4GB, 512MiB or a number of bytes, got {got}", False),
+    "invalid_key": ("expected a field name, got {got}", True),
+    "string_too_short": ("must not be empty", False),
+    "int_from_float": ("expected a whole number, got {got}", False),
+}
+_MAPPING_EXAMPLES: dict[Loc, str] = {("model",): " such as {source: model.onnx}",
+                                     ("inputs",): " of name -> {dtype, shape}",
+                                     ("outputs",): " of name -> {dtype, shape}"}
+
+
+def _missing(root: type[BaseModel], loc: Loc, err: ErrorDetails) -> str:
+    info = _field_info(root, loc)
+    return "required field is missing" + (f": {_sentence(info.description)}" if info and info.description else "")
+
+
+def _pattern(root: type[BaseModel], loc: Loc, err: ErrorDetails) -> str:
+    pattern, got = (err.get("ctx") or {}).get("pattern", ""), show_value(err.get("input"))
+    if pattern in _PATTERNS:
+        return f"{_PATTERNS[pattern]}, got {got}"
+    info = _field_info(root, loc)
+    what = _sentence(info.description) if info and info.description else f"a match of {pattern}"
+    return f"{got} is not valid ({what})"
+
+
+def _mapping(root: type[BaseModel], loc: Loc, err: ErrorDetails) -> str:
+    example = _MAPPING_EXAMPLES.get(loc, "")
+    if len(loc) == 2 and loc[0] in ("inputs", "outputs"):
+        example = " such as {dtype: float32, shape: [batch, 3]}"
+    return f"expected a mapping{example}, got {show_value(err.get('input'))}"
+
+
+_SAID: dict[str, tuple[Callable[[type[BaseModel], Loc, ErrorDetails], str], bool]] = {  # kind -> (say, at key)
+    "gpux": (lambda _r, _l, err: str(err["ctx"]["message"]), False),
+    "extra_forbidden": (lambda root, loc, _e: _unknown_field(root, loc), True),
+    "missing": (_missing, True),
+    "literal_error": (lambda root, loc, err: _not_a_choice(root, loc, err.get("input"),
+                                                           (err.get("ctx") or {}).get("expected", "")), False),
+    "value_error": (lambda _r, _l, err: err["msg"].removeprefix("Value error, "), False),
+    "assertion_error": (lambda _r, _l, err: err["msg"].removeprefix("Assertion failed, "), False),
+    "string_pattern_mismatch": (_pattern, False),
+    "dict_type": (_mapping, False),
+    "model_type": (_mapping, False),
+    "model_attributes_type": (_mapping, False),
+}
+
+
+def _message(root: type[BaseModel], loc: Loc, err: ErrorDetails) -> tuple[str, bool]:
     """One error as (message, point at the key rather than the value)."""
     kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
     got = show_value(value)
-    if kind == "gpux":
-        return ctx["message"], False
-    if kind == "extra_forbidden":
-        return _unknown_field(root, loc), True
-    if kind == "missing":
-        info = _field_info(root, loc)
-        about = f": {_sentence(info.description)}" if info and info.description else ""
-        return f"required field is missing{about}", True
-    if kind == "literal_error":
-        return _not_a_choice(root, loc, value, ctx.get("expected", "")), False
-    if kind in ("value_error", "assertion_error"):
-        return err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, "), False
-    if kind == "string_pattern_mismatch":
-        pattern = ctx.get("pattern", "")
-        info = _field_info(root, loc)
-        if pattern in _PATTERNS:
-            return f"{_PATTERNS[pattern]}, got {got}", False
-        what = _sentence(info.description) if info and info.description else f"a match of {pattern}"
-        return f"{got} is not valid ({what})", False
+    if kind in _SAID:
+        say, at_key = _SAID[kind]
+        return say(root, loc, err), at_key
+    if kind in _FIXED:
+        text, at_key = _FIXED[kind]
+        return text.format(got=got), at_key
     if kind in _BOUNDS:
         op, name = _BOUNDS[kind]
         return f"must be {op} {ctx.get(name)}, got {got}", False
-    if kind in ("byte_size", "byte_size_unit"):
-        return f"expected a size such as 4GB, 512MiB or a number of bytes, got {got}", False
-    if kind == "invalid_key":
-        return f"expected a field name, got {got}", True
-    if kind == "string_too_short":
-        return "must not be empty", False
-    if kind == "int_from_float":
-        return f"expected a whole number, got {got}", False
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        examples: dict[Loc, str] = {("model",): " such as {source: model.onnx}",
-                                    ("inputs",): " of name -> {dtype, shape}",
-                                    ("outputs",): " of name -> {dtype, shape}"}
-        example = examples.get(loc, "")
-        if len(loc) == 2 and loc[0] in ("inputs", "outputs"):
-            example = " such as {dtype: float32, shape: [batch, 3]}"
-        return f"expected a mapping{example}, got {got}", False
     if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
         return f"expected a string, got {got}; quote it: '{value}'", False
     if kind in _ALTERNATIVES:
@@ -214,7 +235,7 @@ def _not_a_choice(root: type[BaseModel], loc: Loc, value: Any, expected: str) ->
     return f"unknown {loc[-1] if loc else 'value'} {got}{hint}; expected one of {', '.join(choices)}"
 
 
-def _refine(root: type[BaseModel], loc: Loc, err: dict[str, Any], data: Any) -> Loc:
+def _refine(root: type[BaseModel], loc: Loc, err: ErrorDetails, data: Any) -> Loc:
     """Point a model-level error at what it is about: the bad list item, or the first option it names."""
     if err["type"] == "gpux":
         return (*loc, *err["ctx"].get("at", ()))
@@ -240,11 +261,11 @@ def _given(loc: Loc, data: Any) -> Loc:
     return tuple(out)
 
 
-def describe_errors(written: Written, root: type[BaseModel], errors: list[Any], data: Any) -> list[Problem]:
+def describe_errors(written: Written, root: type[BaseModel], errors: list[ErrorDetails], data: Any) -> list[Problem]:
     """Pydantic errors of validating `data` with the model `root` → one Problem per mistake, located at the key
     or value written in the file."""
-    found: list[tuple[Loc, str, bool, dict[str, Any]]] = []
-    unions: dict[Loc, list[tuple[Loc, dict[str, Any]]]] = {}
+    found: list[tuple[Loc, str, bool, ErrorDetails]] = []
+    unions: dict[Loc, list[tuple[Loc, ErrorDetails]]] = {}
     for err in errors:
         loc, tag_at, key_error = _split_loc(err["loc"], data, err["type"])
         if tag_at is not None:

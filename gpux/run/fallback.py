@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gpux.artifacts import store
 from gpux.artifacts.build import BuildResult, build
@@ -25,6 +24,7 @@ from gpux.errors import (
 from gpux.model.io import Checked
 from gpux.plan.select import Selection
 from gpux.providers import Runner
+from gpux.report import AttemptDoc
 from gpux.runtimes import kind_of, resolve
 
 # Python's own errors of code that is wrong: raised in gpux's code, a bug (exit 70), never a runtime's failure
@@ -50,7 +50,7 @@ class Attempt:
     reason: str = ""
     fix: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AttemptDoc:
         return {"provider": self.provider, "stage": self.stage, "ok": self.ok, "reason": self.reason,
                 "fix": self.fix}
 

@@ -244,7 +244,7 @@ def _reference_rejects(project: Project, feeds: Feeds) -> bool:
     return False
 
 
-def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, *, strict: bool = False,
+def load(target: str | os.PathLike[str] | Project = ".", provider: str | None = None, *, strict: bool = False,  # noqa: PLR0913  # the public API: keyword-only options
          store_dir: str | Path | None = None, force: bool = False, verify: bool = True,
          log: Callable[[str], None] | None = None, placement: bool = False,
          provider_source: str = "argument", verified_only: bool | None = None) -> Session:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from gpux import report
 from gpux.errors import GpuxError, UsageError
@@ -77,9 +77,17 @@ def inspect_workspace(ms: Models, store_dir: str | None, as_json: bool) -> int:
     return 0
 
 
-def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_json: bool, *, force: bool = False,
-                    verify: bool = True, strict: bool = False, shapes: dict[str, int] | None = None,
-                    dry_run: bool = False) -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]]:
+class BuildOptions(TypedDict, total=False):
+    """What `gpux build` hands each model's build (artifacts.build.build's keyword options)."""
+
+    force: bool
+    verify: bool
+    strict: bool
+    shapes: dict[str, int] | None
+
+
+def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_json: bool, *, dry_run: bool = False,
+                    **options: Unpack[BuildOptions]) -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]]:
     """Build every enabled model's artifacts for the one provider the workspace runs (`dry_run`: plan them): the
     report document, and how to show it as text."""
     from gpux.artifacts.build import build
@@ -90,13 +98,13 @@ def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_
         report.warn(w)
     head = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source}
     if dry_run:
-        plans = {n: plan_build(p, choice.provider, store_dir=store_dir, shapes=shapes).to_dict()
+        plans = {n: plan_build(p, choice.provider, store_dir=store_dir, shapes=options.get("shapes")).to_dict()
                  for n, p in ms.models.items()}
         return {**head, "models": plans}, _show_plans
     keep(choice.selection.reset)  # building settles the choice: a reset saved choice is saved
     log = report.progress(as_json)
-    built = {n: build(p, choice.provider, store_dir=store_dir, log=log, force=force, verify=verify, strict=strict,
-                      shapes=shapes).to_dict() for n, p in ms.models.items()}
+    built = {n: build(p, choice.provider, store_dir=store_dir, log=log, **options).to_dict()
+             for n, p in ms.models.items()}
     return {**head, "models": built}, _show_built
 
 
