@@ -89,12 +89,12 @@ def reading_file(name: str, kind: str = "a file") -> Iterator[None]:
     one InputError naming `name`."""
     try:
         yield
-    except FileNotFoundError:
-        raise InputError(f"{name}: file not found") from None
-    except IsADirectoryError:
-        raise InputError(f"{name}: a folder, not {kind}") from None
+    except FileNotFoundError as exc:
+        raise InputError(f"{name}: file not found") from exc
+    except IsADirectoryError as exc:
+        raise InputError(f"{name}: a folder, not {kind}") from exc
     except OSError as exc:
-        raise InputError(f"{name}: cannot read the file: {exc.strerror or exc}") from None
+        raise InputError(f"{name}: cannot read the file: {exc.strerror or exc}") from exc
 
 
 class StepError(GpuxError):

@@ -128,7 +128,7 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException:  # interrupted too: no half-written temporary file left behind, then re-raised
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise

@@ -4,15 +4,16 @@ the model and the declared postprocess; one answer per file, printed as text or 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from gpux import report
+from gpux.arrays import Feeds
 
 
 def answer_files(project: Any, req: Any) -> int:
     """Files are found before anything is built or loaded; a file that cannot be read stops the run (exit 2)."""
     import time
-    from pathlib import Path
 
     from gpux.answers.many import answer_many, batch_size
     from gpux.answers.steps import Steps, file_kind, input_files
@@ -78,7 +79,7 @@ def answer_elsewhere(project: Any, req: Any) -> int:
         num_gpus=req.actor_gpus, quiet=req.as_json))
 
 
-def _save_paths(project: Any, steps: Any, files: list[str], folder: str | None) -> dict[str, Any]:
+def _save_paths(project: Any, steps: Any, files: list[str], folder: str | None) -> dict[str, Path]:
     """Where --save writes each file's drawing; refused where no output answers anything to draw."""
     from gpux.answers.draw import save_paths
     from gpux.errors import UsageError
@@ -93,7 +94,7 @@ def _save_paths(project: Any, steps: Any, files: list[str], folder: str | None) 
     return dict(zip(files, save_paths(files, folder), strict=True))
 
 
-def _feeds(steps: Any, file: str) -> tuple[dict[str, Any], Any]:
+def _feeds(steps: Any, file: str) -> tuple[Feeds, Any]:
     """One file's feeds (a text input reads it as a file, not as the text); warnings (a truncated text) printed."""
     import warnings
     from pathlib import Path

@@ -99,7 +99,7 @@ def read_model(src: Path, declared: list[Tensor] | None = None) -> tuple[list[Te
     except UsageError:
         raise
     except Exception as exc:  # torch raises RuntimeError and friends for files it cannot read
-        raise UsageError(f"{src}: not a readable PyTorch model: {str(exc).splitlines()[0]}") from None
+        raise UsageError(f"{src}: not a readable PyTorch model: {str(exc).splitlines()[0]}") from exc
 
 
 def _is_export(src: Path) -> bool:
@@ -175,7 +175,7 @@ def _script_io(torch: Any, src: Path, declared: list[Tensor]) -> tuple[list[Tens
         one, two = outputs_at(1), outputs_at(2)
     except Exception as exc:  # the module's own error for inputs it does not take
         raise UsageError(f"{src}: the module fails on zeros of the declared inputs: "
-                         f"{str(exc).strip().splitlines()[-1]}", hint="check --input's dtypes and shapes") from None
+                         f"{str(exc).strip().splitlines()[-1]}", hint="check --input's dtypes and shapes") from exc
     symbol = next((d for t in declared for d in (t.shape or ()) if isinstance(d, str)), "batch")
     outs = []
     for i, (a, b) in enumerate(zip(one, two, strict=True)):

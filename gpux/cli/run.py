@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux import report
+from gpux.arrays import Named
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,16 +129,16 @@ def run_once(project: Any, req: RunRequest) -> int:
     return 0
 
 
-def write_outputs(path: str, outputs: dict[str, Any]) -> None:
+def write_outputs(path: str, outputs: Named) -> None:
     """The outputs as one .npz file (--output)."""
     import numpy as np
 
     from gpux.errors import InputError
 
     try:
-        np.savez(path, **outputs)
+        np.savez(path, **outputs)  # type: ignore[arg-type]  # numpy types **kwds as its allow_pickle: bool
     except OSError as exc:
-        raise InputError(f"--output {path}: cannot write: {exc.strerror or exc}") from None
+        raise InputError(f"--output {path}: cannot write: {exc.strerror or exc}") from exc
 
 
 __all__ = ["RunRequest", "run_command"]

@@ -177,7 +177,7 @@ def declared_io_problems(project: Any) -> list[Problem]:
     except (WireError, OSError) as exc:
         named = "" if project.implied else f"{project.source.name}: "
         raise ConfigError([project.problem(("model", "source"), f"{named}not a readable ONNX model ({exc})")]) \
-            from None
+            from exc
     problems = check_declared(project, io)
     # an output's metadata may misstate it: only running the model tells (--check-model), so a warning here
     shapes = [p for p in problems if p.field.startswith("outputs.") and ".shape" in p.field]

@@ -134,7 +134,7 @@ def load_config(path: str | Path, *, require_model: bool = True) -> Project:
     try:
         text = file.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([Problem(str(file), 0, 0, "", f"cannot read: {exc}")]) from None
+        raise ConfigError([Problem(str(file), 0, 0, "", f"cannot read: {exc}")]) from exc
     data, marks, problems = parse_yaml(text, str(file))
     if problems and data is None:
         raise ConfigError(problems)

@@ -93,7 +93,7 @@ def load_workspace(path: Path, require_model: bool = True) -> Workspace:
     try:
         config = WorkspaceConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError([at(tuple(e["loc"]), _message(e)) for e in exc.errors()]) from None
+        raise ConfigError([at(tuple(e["loc"]), _message(e)) for e in exc.errors()]) from exc
     ws = Workspace(path, config)
     errors: list[Problem] = []
     for name, member in config.models.items():
