@@ -150,7 +150,7 @@ class Worker:
             out, seconds = _timed(runner, feeds) if small else await loop.run_in_executor(self.pool, _timed, runner,
                                                                                          feeds)
             self.stats.executed(seconds, _rows(feeds), len(batch))
-        except Exception as exc:
+        except Exception as exc:  # handed to each waiting request, whose transport answers it (and logs a bug)
             for p in batch:
                 if not p.future.done():
                     p.future.set_exception(exc)

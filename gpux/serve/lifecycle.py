@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from gpux.serve.errors import BadRequest, NotServed, ServeError
+from gpux.serve.errors import BadRequest, NotServed, ServeError, is_bug
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import LoadRequest, Model, Repository, open_served
 
@@ -66,11 +66,13 @@ class Lifecycle:
             try:
                 for model in fresh:
                     await self.open(model)
+            # whatever fails, the old versions keep serving: the new ones are retired first; a bug goes on to the
+            # transport (a 500, logged), a model or config that does not open is a 400
             except Exception as exc:
                 await retire(fresh, 0)
-                if isinstance(exc, ServeError):
+                if isinstance(exc, ServeError) or is_bug(exc):
                     raise
-                raise BadRequest(f"failed to load model '{name}': {one_line(exc)}") from None
+                raise BadRequest(f"failed to load model '{name}': {one_line(exc)}") from exc
             for model in old:
                 model.ready = False
                 if model.version not in {m.version for m in fresh}:

@@ -12,7 +12,7 @@ import numpy as np
 from gpux.serve import shm
 from gpux.serve.classify import classify
 from gpux.serve.codec import DATATYPE, model_input
-from gpux.serve.errors import BadRequest, RequestTimeout, ServeError
+from gpux.serve.errors import BadRequest, RequestTimeout, ServeError, is_bug
 from gpux.serve.models import Model, Repository
 from gpux.serve.shm import Ref
 from gpux.serve.steps import answer, joined, run_files, wants_answers
@@ -93,8 +93,12 @@ async def _infer(model: Model, request: InferRequest, timeout: float | None) -> 
                              f"(serve.request_timeout_s)") from None
     except ServeError:
         raise
+    # a runtime's own errors (ONNX Runtime's pybind errors, OpenVINO's and PyTorch's RuntimeError, a plugin
+    # runtime's) are the model's answer to these inputs; a gpux bug goes on to the transport, logged, a 500
     except Exception as exc:
-        raise _runtime_error(exc) from None
+        if is_bug(exc):
+            raise
+        raise _runtime_error(exc) from exc
     ready = time.perf_counter()
     named = [n for n in wanted if n in model.steps.post and n not in request.classification] \
         if answers and model.steps is not None else []
@@ -147,9 +151,20 @@ def _runtime_error(exc: Exception) -> ServeError:
 
     text = (exc.message if isinstance(exc, GpuxError) else str(exc)).strip().splitlines()
     line = text[0] if text else type(exc).__name__
-    if type(exc).__name__ in ("InputError", "InvalidArgument", "Fail"):
+    if isinstance(exc, rejected_inputs()):
         return BadRequest(f"the model rejected the inputs: {line}")
     return ServeError(f"inference failed: {type(exc).__name__}: {line}")
+
+
+def rejected_inputs() -> tuple[type[Exception], ...]:
+    """The errors a runtime raises on inputs it refuses: gpux's InputError, and ONNX Runtime's InvalidArgument and
+    Fail where ONNX Runtime is imported (a runtime not imported raised nothing)."""
+    import sys
+
+    from gpux.errors import InputError
+
+    ort = sys.modules.get("onnxruntime.capi.onnxruntime_pybind11_state")
+    return (InputError,) if ort is None else (InputError, ort.InvalidArgument, ort.Fail)
 
 
 def check_inputs(model: Model, inputs: list[InferInput]) -> dict[str, np.ndarray]:

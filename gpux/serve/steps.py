@@ -8,6 +8,7 @@ import asyncio
 import base64
 import binascii
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpux.model.io import Tensor
-from gpux.serve.errors import BadRequest, ServeError, TooLarge
+from gpux.serve.errors import BadRequest, ServeError, TooLarge, is_bug
 
 if TYPE_CHECKING:
     from gpux.config.load import Project
@@ -127,16 +128,43 @@ def prepare(model: Any, item: Any) -> list[tuple[Feeds, Any]]:
 
 
 def _feeds(model: Any, data: bytes, name: str) -> tuple[Feeds, Any]:
+    """One file's feeds: a decoder's declared error on a malformed file is the file's (400); anything else is a bug,
+    logged with its traceback and answered 500 (gRPC INTERNAL)."""
     from gpux.errors import GpuxError, InputError
 
     try:
         return model.steps.feeds(data, name)
     except InputError as exc:
-        raise BadRequest(exc.lines()[0]) from None
+        raise BadRequest(exc.lines()[0]) from exc
     except GpuxError as exc:  # e.g. Pillow missing on the server
-        raise ServeError(exc.lines()[0]) from None
-    except Exception as exc:  # whatever a decoder raises on a malformed file is the file's fault
-        raise BadRequest(f"{name}: cannot decode the file: {type(exc).__name__}: {exc}") from None
+        raise ServeError(exc.lines()[0]) from exc
+    except decoding_errors() as exc:
+        if is_bug(exc):
+            raise _internal(exc, name) from exc
+        raise BadRequest(f"{name}: cannot decode the file: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # not a decoder's declared error: a bug here or in a library, never the file's
+        raise _internal(exc, name) from exc
+
+
+def decoding_errors() -> tuple[type[Exception], ...]:
+    """What the decoders declare on a malformed file: OSError (Pillow's UnidentifiedImageError, truncated data),
+    UnicodeDecodeError, and the errors of Pillow and soundfile where they are imported (a decoder not imported
+    raised nothing)."""
+    import sys
+
+    found: list[type[Exception]] = [OSError, UnicodeDecodeError]
+    pil, sound = sys.modules.get("PIL.Image"), sys.modules.get("soundfile")
+    if pil is not None:
+        found.append(pil.DecompressionBombError)
+    if sound is not None:
+        found.append(getattr(sound, "SoundFileError", OSError))
+    return tuple(found)
+
+
+def _internal(exc: Exception, name: str) -> ServeError:
+    """A bug met while decoding `name`: its traceback logged through the server's logger, a 500 for the client."""
+    logging.getLogger("gpux.serve").error("internal error while decoding %s", name, exc_info=exc)
+    return ServeError(f"internal error while decoding {name}: {type(exc).__name__}: {exc}")
 
 
 def element_bytes(value: Any, name: str) -> bytes:
