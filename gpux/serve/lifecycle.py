@@ -146,12 +146,12 @@ def announce(model: Model) -> None:
     """The load report in the log: providers skipped and why, warnings, what runs."""
     from gpux.report import attempt_line
 
-    for attempt in model.report.get("attempts", []):
+    for attempt in model.opened.report.get("attempts", []):
         if not attempt["ok"]:
             log.info("%s %s: skipped %s (%s): %s", model.name, model.version, attempt["provider"],
                      attempt["stage"], attempt["reason"])
-    skipped = {attempt_line(a) for a in model.report.get("attempts", [])}
-    for warning in model.report.get("warnings", []):
+    skipped = {attempt_line(a) for a in model.opened.report.get("attempts", [])}
+    for warning in model.opened.report.get("warnings", []):
         if warning in skipped:  # a fallback's skips are in the report's warnings too: said once, above
             continue
         log.warning("%s %s: warning: %s", model.name, model.version, warning)
