@@ -239,7 +239,7 @@ def test_a_later_start_serves_from_its_record_without_reading_the_config(tmp_pat
     # the artifact damaged in place (same size, same mtime): the record is not trusted, the config is read
     from gpux.serve import record
 
-    command = {"targets": [str(project)], "provider": "cpu", "strict": False, "store": None, "overrides": {}}
+    command = record.Command(targets=[str(project)], provider="cpu", strict=False, store=None, overrides={})
     [kept] = record.replay([str(project)], command) or []
     artifact = Path(kept.recipe.arguments["model"])
     stat, data = artifact.stat(), bytearray(artifact.read_bytes())
@@ -347,7 +347,7 @@ def test_a_model_or_labels_rewritten_in_place_are_not_served_from_the_record(
     read, retrained = start()
     assert read and not np.allclose(retrained, first)
     assert not start()[0]
-    command = {"targets": [str(project)], "provider": "cpu", "strict": False, "store": None, "overrides": {}}
+    command = record.Command(targets=[str(project)], provider="cpu", strict=False, store=None, overrides={})
     assert record.replay([str(project)], command) is not None
     rewrite_in_place(project / "labels.txt", b"owl\nfox\ndog\ncat\n")
     assert record.replay([str(project)], command) is None
@@ -360,7 +360,7 @@ def test_a_record_is_dropped_only_for_a_model_that_did_not_open_as_recorded(tmp_
     from gpux.serve import record
 
     project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
-    command = {"targets": [str(project)], "provider": "cpu", "strict": False, "store": None, "overrides": {}}
+    command = record.Command(targets=[str(project)], provider="cpu", strict=False, store=None, overrides={})
     where = record.record_file([str(project)], command)
     assert where is not None
     where.parent.mkdir(parents=True)
@@ -387,7 +387,7 @@ def test_a_record_opens_only_through_its_artifact_kinds_runtime(tmp_path: Path,
     for named in ("os:system", "gpux.runtimes.onnxruntime:build_onnx", "gpux.runtimes.openvino:open_compiled_runner"):
         with pytest.raises(ValueError, match="is not how a"):
             record.opener(record.Recipe(named, recipe.arguments))
-    command = {"targets": [str(project)], "provider": "cpu", "strict": False, "store": None, "overrides": {}}
+    command = record.Command(targets=[str(project)], provider="cpu", strict=False, store=None, overrides={})
     where = record.record_file([str(project)], command)
     assert where is not None
     where.parent.mkdir(parents=True, exist_ok=True)

@@ -51,8 +51,8 @@ def serve_command(cmd: ServeCommand) -> int:
     from gpux.serve import record
 
     targets = list(cmd.targets or ["."])
-    command = {"targets": targets, "provider": cmd.provider, "strict": cmd.strict, "store": cmd.store,
-               "overrides": {k: v for k, v in cmd.overrides.items() if v is not None}}
+    command = record.Command(targets=targets, provider=cmd.provider, strict=cmd.strict, store=cmd.store,
+                             overrides={k: v for k, v in cmd.overrides.items() if v is not None})
     _logging()
     recorded = record.replay(targets, command)  # an unchanged command: no config read, no pydantic
     opening = _open(cmd) if recorded is None else Opening([], {}, [(m.name, Path(m.root)) for m in recorded], {})
@@ -73,7 +73,7 @@ def serve_command(cmd: ServeCommand) -> int:
         def ready(server: Any) -> None:
             """Read from the configs: a record is kept; served from one that did not open as recorded: dropped."""
             if read is not None:
-                record.keep(targets, command, server.repo.all(), read)
+                record.keep(targets, command, [m.opened.record for m in server.repo.all()], read)
             elif recorded is not None:
                 record.forget(targets, command, server.repo.all())
 

@@ -283,7 +283,7 @@ def _open_project(model: Model, project: Project, request: LoadRequest) -> Opene
         s.run(feeds)  # the first inference may still fall back: read the provider after it
     steps, files = bind(project, inputs, outputs)
     labels, report = labels_of(project), first.report()
-    recipe = recordable(project, first.runner.recipe, steps is not None)
+    recipe = recordable(project, first.runner, steps is not None)
     record = None if recipe is None else Recorded(
         name=model.name, version=model.version, path=model.path, root=str(project.root), settings=model.settings,
         inputs=inputs, outputs=outputs, labels=labels, provider=first.provider, runs_on=first.used, report=report,

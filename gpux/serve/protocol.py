@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpux.arrays import Named
 from gpux.serve import shm
 from gpux.serve.classify import classify
 from gpux.serve.codec import DATATYPE, model_input
@@ -16,6 +17,9 @@ from gpux.serve.errors import BadRequest, RequestTimeout, ServeError, is_bug
 from gpux.serve.models import Model, Repository
 from gpux.serve.shm import Ref
 from gpux.serve.steps import answer, joined, run_files, wants_answers
+
+if TYPE_CHECKING:
+    from gpux.answers.pre import Placement
 
 SERVER_NAME = "gpux"
 SIGNATURES_KEPT = 64  # input signatures known to pass, per model
@@ -117,7 +121,7 @@ async def _infer(model: Model, request: InferRequest, timeout: float | None) -> 
 
 
 async def _run(model: Model, request: InferRequest, item: InferInput | None,
-               limit: float) -> tuple[dict[str, Any] | list[dict[str, Any]], list[Any] | None]:
+               limit: float) -> tuple[Named | list[Named], list[Placement | None] | None]:
     """The outputs within the time limit (each file's own when files were sent), and each file's Placement."""
     assert model.worker is not None
     if item is not None:

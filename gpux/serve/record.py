@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpux.artifacts.unchanged import config_of, record_path, snapshot
 from gpux.config import CONFIG_NAMES
@@ -28,10 +28,22 @@ from gpux.model.io import Tensor
 from gpux.serve.settings import Settings
 
 if TYPE_CHECKING:
+    from gpux.config.load import Project
     from gpux.providers.row import Runner
 
 FORMAT = 3  # of a record: another one is not read (nor one whose fields differ: see `environment`)
 log = logging.getLogger("gpux.serve")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    """What a start was asked: the record of one command is not another's."""
+
+    targets: list[str]
+    provider: str | None
+    strict: bool
+    store: str | None
+    overrides: dict[str, float]  # serve: settings given on the command line
 
 
 @dataclass(frozen=True)
@@ -120,17 +132,17 @@ def open_runner(recipe: Recipe) -> Runner:
     return opener(recipe)(**recipe.arguments)
 
 
-def record_file(targets: list[str], command: dict[str, Any]) -> Path | None:
+def record_file(targets: list[str], command: Command) -> Path | None:
     """Where the record of serving `targets` with `command` lives (None: a target that is no gpux.yml project, a
     workspace among them)."""
     configs = [c for c in map(config_of, targets) if c is not None and c.name in CONFIG_NAMES]
     if not configs or len(configs) != len(targets):
         return None
-    return record_path(configs[0].parent, command.get("store"), ".serve",
-                       {"configs": [str(c.resolve()) for c in configs], **command})
+    return record_path(configs[0].parent, command.store, ".serve",
+                       {"configs": [str(c.resolve()) for c in configs], **asdict(command)})
 
 
-def replay(targets: list[str], command: dict[str, Any]) -> list[Recorded] | None:
+def replay(targets: list[str], command: Command) -> list[Recorded] | None:
     """The models of the last start of this command if nothing they depended on changed, else None (a record that
     does not read is logged: its file, why, and that the configs are read instead)."""
     where = record_file(targets, command)
@@ -169,7 +181,7 @@ class Taken:
     files: dict[str, Any]  # snapshot of every file its models depend on
 
 
-def taken(projects: list[Any], store: str | None) -> Taken | None:
+def taken(projects: list[Project], store: str | None) -> Taken | None:
     """What `projects` (just read) depend on; None when one of them could not be recorded anyway."""
     try:
         return Taken({str(p.path): sha256_file(p.path) for p in projects},
@@ -178,13 +190,20 @@ def taken(projects: list[Any], store: str | None) -> Taken | None:
         return None
 
 
-def keep(targets: list[str], command: dict[str, Any], models: list[Any], read: Taken | None) -> None:
-    """Record the models a start opened from their configs (best effort: a record not written only costs the
-    next start its speed). Nothing is kept when one of them cannot be opened again without its config (no
-    `opened.record`), or when a gpux.yml changed since the start read it."""
+class Reopened(Protocol):
+    """A served model, as `forget` asks it."""
+
+    @property
+    def record_failed(self) -> bool: ...  # given a record, opened from its config instead
+
+
+def keep(targets: list[str], command: Command, opened: list[Recorded | None], read: Taken | None) -> None:
+    """Record the models a start opened from their configs, `opened` (best effort: a record not written only
+    costs the next start its speed). Nothing is kept when one of them cannot be opened again without its config
+    (None), or when a gpux.yml changed since the start read it."""
     where = record_file(targets, command)
-    recorded = [m.opened.record for m in models]
-    if where is None or read is None or not models or None in recorded:
+    recorded = [m for m in opened if m is not None]
+    if where is None or read is None or not opened or len(recorded) != len(opened):
         return
     try:
         current = {m.path: sha256_file(Path(m.path)) for m in recorded}
@@ -197,7 +216,7 @@ def keep(targets: list[str], command: dict[str, Any], models: list[Any], read: T
         log.debug("no serve record kept: %s", exc)
 
 
-def forget(targets: list[str], command: dict[str, Any], models: list[Any]) -> None:
+def forget(targets: list[str], command: Command, models: list[Reopened]) -> None:
     """Drop the record a start served from when one of its models did not open as recorded (its config was read
     instead): the next start reads the configs and keeps a new record, rather than trying this one again."""
     where = record_file(targets, command)
@@ -205,15 +224,15 @@ def forget(targets: list[str], command: dict[str, Any], models: list[Any]) -> No
         where.unlink(missing_ok=True)
 
 
-def recordable(project: Any, recipe: dict[str, Any] | None, declares_steps: bool) -> Recipe | None:
+def recordable(project: Project, runner: Runner, declares_steps: bool) -> Recipe | None:
     """How a model opened from `project` opens again without it (None: it cannot: no recipe, declared steps, or
     no gpux.yml of its own)."""
-    if recipe is None or declares_steps or project.path.name not in CONFIG_NAMES:
+    if runner.recipe is None or declares_steps or project.path.name not in CONFIG_NAMES:
         return None
-    return Recipe.of(recipe)
+    return Recipe.of(runner.recipe)
 
 
-def _depends_on(project: Any, store: str | None) -> list[Path]:
+def _depends_on(project: Project, store: str | None) -> list[Path]:
     """The files whose change may change what a start opens for `project`: what its build reads (gpux.yml, the
     model and its external data, labels, calibration and verify data, folders too), the saved choice and the tune
     lock."""

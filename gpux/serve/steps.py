@@ -15,16 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpux.arrays import Feeds, Named
 from gpux.model.io import Tensor
 from gpux.serve.errors import BadRequest, ServeError, TooLarge, is_bug
 
 if TYPE_CHECKING:
+    from gpux.answers.pre import Placement
     from gpux.config.load import Project
 
 
 ANSWERS = "answers"  # request parameter: false gives tensors for files, true gives answers for tensors
-Feeds = dict[str, np.ndarray]
-Run = Callable[[Feeds], Awaitable[dict[str, Any]]]
+Run = Callable[[Feeds], Awaitable[Named]]
 
 
 def bind(project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]) -> tuple[Any, str | None]:
@@ -55,7 +56,7 @@ def wants_answers(parameters: dict[str, Any], files: bool) -> bool:
     return value
 
 
-async def run_files(model: Any, item: Any, run: Run) -> tuple[list[dict[str, np.ndarray]], list[Any]]:
+async def run_files(model: Any, item: Any, run: Run) -> tuple[list[Named], list[Placement | None]]:
     """Each encoded file of `item` through the preprocess (on a thread), then inference: files whose tensors agree
     in shape go as one batch where the model takes a batch, the rest one by one. Each file's outputs (one batch
     row each, in request order) and Placement."""
@@ -75,7 +76,7 @@ async def run_files(model: Any, item: Any, run: Run) -> tuple[list[dict[str, np.
     groups: dict[Any, list[int]] = {}
     for i, f in enumerate(feeds):
         groups.setdefault(tuple((k, v.shape) for k, v in f.items()) if model.batchable else i, []).append(i)
-    parts: list[dict[str, np.ndarray]] = [{} for _ in feeds]
+    parts: list[Named] = [{} for _ in feeds]
 
     async def group(files: list[int]) -> None:
         joined = {k: np.concatenate([feeds[i][k] for i in files]) for k in feeds[files[0]]} if len(files) > 1 \
@@ -95,7 +96,7 @@ def _batch_axis(model: Any, name: str) -> int:
     return post[0].batch_axis if post else 0
 
 
-def joined(model: Any, parts: list[dict[str, np.ndarray]], names: list[str]) -> dict[str, np.ndarray]:
+def joined(model: Any, parts: list[Named], names: list[str]) -> Named:
     """The named outputs of every file as one tensor each; files whose outputs differ in shape cannot be one (a 400
     that says to ask for answers or send those files apart)."""
     out = {}
@@ -111,7 +112,7 @@ def joined(model: Any, parts: list[dict[str, np.ndarray]], names: list[str]) -> 
     return out
 
 
-def prepare(model: Any, item: Any) -> list[tuple[Feeds, Any]]:
+def prepare(model: Any, item: Any) -> list[tuple[Feeds, Placement | None]]:
     """The feeds and Placement of each file; a file that cannot be read is a 400 naming the input and element.
     Images are measured from their headers first (serve.max_image_pixels), and decoded once their share of
     serve.max_decoded_bytes is free (gpux/serve/memory.py)."""
@@ -127,7 +128,7 @@ def prepare(model: Any, item: Any) -> list[tuple[Feeds, Any]]:
         return [_feeds(model, data, name) for name, data in named]
 
 
-def _feeds(model: Any, data: bytes, name: str) -> tuple[Feeds, Any]:
+def _feeds(model: Any, data: bytes, name: str) -> tuple[Feeds, Placement | None]:
     """One file's feeds: a decoder's declared error on a malformed file is the file's (400); anything else is a bug,
     logged with its traceback and answered 500 (gRPC INTERNAL)."""
     from gpux.errors import GpuxError, InputError
@@ -180,8 +181,8 @@ def element_bytes(value: Any, name: str) -> bytes:
     raise BadRequest(f"{name}: expected an encoded file (bytes, or base64 text in JSON), got {type(value).__name__}")
 
 
-def answer(model: Any, outputs: dict[str, np.ndarray] | list[dict[str, np.ndarray]], placements: list[Any] | None,
-           shape: tuple[int, ...] | None, names: list[str]) -> dict[str, np.ndarray]:
+def answer(model: Any, outputs: Named | list[Named], placements: list[Placement | None] | None,
+           shape: tuple[int, ...] | None, names: list[str]) -> Named:
     """The named outputs as answers: BYTES of `shape` (default: one per batch row), one JSON text per file (`outputs`
     a list: each file's own) or row."""
     if isinstance(outputs, list):  # each file's own outputs
