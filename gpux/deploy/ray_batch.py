@@ -89,7 +89,7 @@ def _uri_files(uri: str, kind: str | None) -> list[str]:
         found = filesystem.get_file_info(fs.FileSelector(path, recursive=False))
     except Exception as exc:  # a missing filesystem library, credentials, a bad bucket
         raise UsageError(f"{uri}: cannot list: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                         hint="install the filesystem's library (pyarrow's S3/GCS support) and credentials") from None
+                         hint="install the filesystem's library (pyarrow's S3/GCS support) and credentials") from exc
     suffixes = SUFFIXES.get(kind or "image", ())
     scheme = uri.split("://", 1)[0]
     files = sorted(f"{scheme}://{f.path}" for f in found if f.type == fs.FileType.File and

@@ -67,7 +67,7 @@ def decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
     try:
         out = inflater.decompress(body, limit + 1)
     except zlib.error as exc:
-        raise BadRequest(f"request body is not valid {encoding.decode()} data: {exc}") from None
+        raise BadRequest(f"request body is not valid {encoding.decode()} data: {exc}") from exc
     if len(out) > limit or inflater.unconsumed_tail:
         raise TooLarge(f"decompressed request body exceeds the limit of {limit} bytes (serve.max_body_bytes)")
     return out
@@ -192,10 +192,10 @@ def load_json(text: bytes, fast: bool = True) -> Any:
             pass
     try:
         return DECODER.decode(text.decode(json.detect_encoding(text)))
-    except RecursionError:
-        raise BadRequest(_too_deep(text)) from None
+    except RecursionError as exc:
+        raise BadRequest(_too_deep(text)) from exc
     except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
 
 
 LONG_NUMBER = re.compile(rb"\d{19}")  # an integer orjson may have read as a float (beyond int64 / uint64)

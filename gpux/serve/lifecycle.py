@@ -113,7 +113,7 @@ def reopen(name: str, old: list[Model]) -> list[Any]:
         try:
             project = open_project(model.path)
         except GpuxError as exc:
-            raise BadRequest(f"failed to load model '{name}': {one_line(exc)}") from None
+            raise BadRequest(f"failed to load model '{name}': {one_line(exc)}") from exc
         if project.name != name:
             raise BadRequest(f"failed to load model '{name}': {model.path} now names model "
                              f"'{project.name}'; a load reopens the same model (restart to serve another)")

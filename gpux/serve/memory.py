@@ -29,7 +29,7 @@ def image_bytes(data: bytes, name: str, max_pixels: int) -> int:
             with Image.open(io.BytesIO(data)) as image:
                 width, height = image.size
     except Image.DecompressionBombError as exc:
-        raise TooLarge(f"{name}: {exc} (and above the limit of {max_pixels}: serve.max_image_pixels)") from None
+        raise TooLarge(f"{name}: {exc} (and above the limit of {max_pixels}: serve.max_image_pixels)") from exc
     except Exception:  # not an image, or a malformed header: the decoder answers it with its own 400
         return 0
     if width * height > max_pixels:

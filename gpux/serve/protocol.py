@@ -92,9 +92,9 @@ async def _infer(model: Model, request: InferRequest, timeout: float | None) -> 
     limit = timeout if timeout is not None else model.settings.request_timeout_s
     try:
         outputs, placements = await _run(model, request, item, limit)
-    except TimeoutError:
+    except TimeoutError as exc:
         raise RequestTimeout(f"request to model '{model.name}' took longer than {limit:g} s "
-                             f"(serve.request_timeout_s)") from None
+                             f"(serve.request_timeout_s)") from exc
     except ServeError:
         raise
     # a runtime's own errors (ONNX Runtime's pybind errors, OpenVINO's and PyTorch's RuntimeError, a plugin

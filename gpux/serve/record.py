@@ -120,8 +120,8 @@ def opener(recipe: Recipe) -> Callable[..., Runner]:
         raise ValueError(f"{recipe.artifact} holds no artifact manifest")
     try:
         module = kind_of(artifact.kind).open.partition(":")[0]
-    except KeyError:
-        raise ValueError(f"{recipe.artifact} is an artifact of unknown kind {artifact.kind!r}") from None
+    except KeyError as exc:
+        raise ValueError(f"{recipe.artifact} is an artifact of unknown kind {artifact.kind!r}") from exc
     where, _, function = recipe.runtime.partition(":")
     if where != module or not function.startswith("open_"):
         raise ValueError(f"{recipe.runtime} is not how a {artifact.kind} artifact opens (a {module} function)")

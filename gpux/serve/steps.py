@@ -177,7 +177,7 @@ def element_bytes(value: Any, name: str) -> bytes:
             return base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise BadRequest(f"{name}: a JSON string of a file is the file in base64, and this one is not ({exc}); "
-                             "or send the file's bytes with the binary tensor extension") from None
+                             "or send the file's bytes with the binary tensor extension") from exc
     raise BadRequest(f"{name}: expected an encoded file (bytes, or base64 text in JSON), got {type(value).__name__}")
 
 
