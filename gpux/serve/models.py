@@ -13,6 +13,7 @@ from gpux.serve.batcher import Worker
 from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotServed, Unavailable
+from gpux.serve.memory import Budget
 from gpux.serve.metrics import Metrics
 from gpux.serve.opened import NOT_OPENED, Opened, RunNamed, open_recorded, warmup_feeds
 from gpux.serve.record import Recorded
@@ -130,6 +131,7 @@ class Repository:
         self.live = True
         self.draining = False  # SIGTERM: accepted requests finish, new ones are refused
         self.shm = Regions()  # the system shared memory extension's registered regions
+        self.decoding = Budget()  # bytes its requests' images hold decoded (serve.max_decoded_bytes)
         # Prometheus's counts go on across a reload: a replaced version's statistics stay counted
         self.retired: list[tuple[str, ModelStats]] = []
         metrics.watch(lambda: [*self.retired, *((m.name, m.stats) for m in self.all())])

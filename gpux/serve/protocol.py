@@ -20,6 +20,7 @@ from gpux.serve.steps import answer, joined, run_files, wants_answers
 
 if TYPE_CHECKING:
     from gpux.answers.pre import Placement
+    from gpux.serve.memory import Budget
 
 SERVER_NAME = "gpux"
 SIGNATURES_KEPT = 64  # input signatures known to pass, per model
@@ -69,11 +70,11 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
     try:
         regions = shm.refs(request)
         if not regions:  # the common case: tensors in the request, outputs in the reply
-            result = await _infer(model, request, timeout)
+            result = await _infer(model, request, timeout, repo.decoding)
         else:
             with repo.shm.hold(regions) as held:  # regions stay open until the outputs are written
                 await shm.read_inputs(held, request.inputs)
-                result = await _infer(model, request, timeout)
+                result = await _infer(model, request, timeout, repo.decoding)
                 result.shm = await shm.write_outputs(held, result.outputs, request.shm_outputs)
     finally:
         model.active -= 1
@@ -81,7 +82,7 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
     return result
 
 
-async def _infer(model: Model, request: InferRequest, timeout: float | None) -> InferResult:
+async def _infer(model: Model, request: InferRequest, timeout: float | None, budget: Budget) -> InferResult:
     """The request's outputs, with compute_input and compute_output counted."""
     item = file_item(model, request.inputs)
     answers = wants_answers(request.parameters, item is not None)
@@ -91,7 +92,7 @@ async def _infer(model: Model, request: InferRequest, timeout: float | None) -> 
         raise BadRequest(f"model '{model.name}' has no output '{unknown[0]}'; outputs: {', '.join(model.outputs)}")
     limit = timeout if timeout is not None else model.settings.request_timeout_s
     try:
-        outputs, placements = await _run(model, request, item, limit)
+        outputs, placements = await _run(model, request, item, limit, budget)
     except TimeoutError as exc:
         raise RequestTimeout(f"request to model '{model.name}' took longer than {limit:g} s "
                              f"(serve.request_timeout_s)") from exc
@@ -120,12 +121,12 @@ async def _infer(model: Model, request: InferRequest, timeout: float | None) -> 
     return result
 
 
-async def _run(model: Model, request: InferRequest, item: InferInput | None,
-               limit: float) -> tuple[Named | list[Named], list[Placement | None] | None]:
+async def _run(model: Model, request: InferRequest, item: InferInput | None, limit: float,
+               budget: Budget) -> tuple[Named | list[Named], list[Placement | None] | None]:
     """The outputs within the time limit (each file's own when files were sent), and each file's Placement."""
     assert model.worker is not None
     if item is not None:
-        return await asyncio.wait_for(run_files(model, item, model.worker.infer), limit)
+        return await asyncio.wait_for(run_files(model, item, model.worker.infer, budget), limit)
     started = time.perf_counter()
     feeds = check_inputs(model, request.inputs)
     checked = time.perf_counter()

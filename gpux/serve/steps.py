@@ -22,6 +22,7 @@ from gpux.serve.errors import BadRequest, ServeError, TooLarge, is_bug
 if TYPE_CHECKING:
     from gpux.answers.pre import Placement
     from gpux.config.load import Project
+    from gpux.serve.memory import Budget
 
 
 ANSWERS = "answers"  # request parameter: false gives tensors for files, true gives answers for tensors
@@ -56,10 +57,10 @@ def wants_answers(parameters: dict[str, Any], files: bool) -> bool:
     return value
 
 
-async def run_files(model: Any, item: Any, run: Run) -> tuple[list[Named], list[Placement | None]]:
+async def run_files(model: Any, item: Any, run: Run, budget: Budget) -> tuple[list[Named], list[Placement | None]]:
     """Each encoded file of `item` through the preprocess (on a thread), then inference: files whose tensors agree
     in shape go as one batch where the model takes a batch, the rest one by one. Each file's outputs (one batch
-    row each, in request order) and Placement."""
+    row each, in request order) and Placement. `budget`: the server's bytes held decoded (serve/memory.py)."""
     count = item.array.size
     limit = model.settings.max_batch_size
     if count == 0:
@@ -70,7 +71,7 @@ async def run_files(model: Any, item: Any, run: Run) -> tuple[list[Named], list[
     if limit and model.batchable and count > limit:
         raise BadRequest(f"input '{item.name}' has a batch of {count} files, above serve.max_batch_size {limit}")
     started = time.perf_counter()
-    prepared = await asyncio.get_running_loop().run_in_executor(None, prepare, model, item)
+    prepared = await asyncio.get_running_loop().run_in_executor(None, prepare, model, item, budget)
     model.stats.compute_input.add(time.perf_counter() - started)
     feeds = [f for f, _ in prepared]
     groups: dict[Any, list[int]] = {}
@@ -112,7 +113,7 @@ def joined(model: Any, parts: list[Named], names: list[str]) -> Named:
     return out
 
 
-def prepare(model: Any, item: Any) -> list[tuple[Feeds, Placement | None]]:
+def prepare(model: Any, item: Any, budget: Budget) -> list[tuple[Feeds, Placement | None]]:
     """The feeds and Placement of each file; a file that cannot be read is a 400 naming the input and element.
     Images are measured from their headers first (serve.max_image_pixels), and decoded once their share of
     serve.max_decoded_bytes is free (gpux/serve/memory.py)."""
@@ -124,7 +125,7 @@ def prepare(model: Any, item: Any) -> list[tuple[Feeds, Placement | None]]:
     sizes = [memory.image_bytes(data, name, s.max_image_pixels) for name, data in named] \
         if model.steps.kind == "image" else []
     need = max(sizes, default=0)  # decoded one after the other: the largest is what the request holds at once
-    with memory.DECODING.hold(need, s.max_decoded_bytes, s.request_timeout_s):
+    with budget.hold(need, s.max_decoded_bytes, s.request_timeout_s):
         return [_feeds(model, data, name) for name, data in named]
 
 
