@@ -239,9 +239,9 @@ def test_a_later_start_serves_from_its_record_without_reading_the_config(tmp_pat
     # the artifact damaged in place (same size, same mtime): the record is not trusted, the config is read
     from gpux.serve import record
 
-    command = {"targets": [str(project)], "provider": "cpu", "strict": False, "store": None, "overrides": {}}
+    command = record.Command(targets=[str(project)], provider="cpu", strict=False, store=None, overrides={})
     [kept] = record.replay([str(project)], command) or []
-    artifact = Path(kept.recipe["arguments"]["model"])
+    artifact = Path(kept.recipe.arguments["model"])
     stat, data = artifact.stat(), bytearray(artifact.read_bytes())
     data[-10] ^= 0xFF
     artifact.write_bytes(bytes(data))
@@ -347,7 +347,7 @@ def test_a_model_or_labels_rewritten_in_place_are_not_served_from_the_record(
     read, retrained = start()
     assert read and not np.allclose(retrained, first)
     assert not start()[0]
-    command = {"targets": [str(project)], "provider": "cpu", "strict": False, "store": None, "overrides": {}}
+    command = record.Command(targets=[str(project)], provider="cpu", strict=False, store=None, overrides={})
     assert record.replay([str(project)], command) is not None
     rewrite_in_place(project / "labels.txt", b"owl\nfox\ndog\ncat\n")
     assert record.replay([str(project)], command) is None
@@ -360,7 +360,7 @@ def test_a_record_is_dropped_only_for_a_model_that_did_not_open_as_recorded(tmp_
     from gpux.serve import record
 
     project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
-    command = {"targets": [str(project)], "provider": "cpu", "strict": False, "store": None, "overrides": {}}
+    command = record.Command(targets=[str(project)], provider="cpu", strict=False, store=None, overrides={})
     where = record.record_file([str(project)], command)
     assert where is not None
     where.parent.mkdir(parents=True)
@@ -369,3 +369,34 @@ def test_a_record_is_dropped_only_for_a_model_that_did_not_open_as_recorded(tmp_
     assert where.exists()
     record.forget([str(project)], command, [SimpleNamespace(recorded=None, record_failed=True)])
     assert not where.exists()
+
+
+def test_a_record_opens_only_through_its_artifact_kinds_runtime(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """The function a record names is called only where it is an opening function of the runtime its artifact's
+    kind opens with; a record that does not read is logged (its file, why, the configs read instead)."""
+    import logging
+
+    import gpux
+    from gpux.serve import record
+
+    project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
+    with gpux.load(project, provider="cpu") as session:
+        recipe = record.Recipe.of(session.runner.recipe)
+    assert record.opener(recipe).__name__ == "open_session_runner"
+    for named in ("os:system", "gpux.runtimes.onnxruntime:build_onnx", "gpux.runtimes.openvino:open_compiled_runner"):
+        with pytest.raises(ValueError, match="is not how a"):
+            record.opener(record.Recipe(named, recipe.arguments))
+    command = record.Command(targets=[str(project)], provider="cpu", strict=False, store=None, overrides={})
+    where = record.record_file([str(project)], command)
+    assert where is not None
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.write_text("{not json")
+    logger = logging.getLogger("gpux.serve")
+    logger.addHandler(caplog.handler)
+    try:
+        assert record.replay([str(project)], command) is None
+    finally:
+        logger.removeHandler(caplog.handler)
+    [line] = {r.getMessage() for r in caplog.records}  # (caught once or twice: as it propagates too)
+    assert str(where) in line and "JSONDecodeError" in line and "reading the configs instead" in line

@@ -132,9 +132,7 @@ def test_requests_over_the_decoding_budget_together_take_turns(server: ServerThr
     with ThreadPoolExecutor(4) as pool:
         for got in pool.map(one, range(4)):
             np.testing.assert_allclose(got, [[200 / 255, 100 / 255, 50 / 255]] * 2, rtol=1e-5)
-    from gpux.serve.memory import DECODING
-
-    assert DECODING.held == 0
+    assert server.server.repo.decoding.held == 0
 
 
 def test_the_limits_are_in_the_schema() -> None:

@@ -40,17 +40,26 @@ def _short(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
+def sdk_errors() -> tuple[type[Exception], ...]:
+    """What the Docker SDK raises when the engine or its connection fails: its own DockerException (APIError,
+    BuildError...), the socket's and requests' errors (OSError), and urllib3's where a stream breaks."""
+    import docker
+    import urllib3
+
+    return docker.errors.DockerException, OSError, urllib3.exceptions.HTTPError
+
+
 def connect() -> Any:
     """A Docker SDK client for the engine DOCKER_HOST names (or the default socket), checked with a ping."""
     docker = require("docker", "docker")
     try:
         client = docker.from_env()
         client.ping()
-    except Exception as exc:  # the SDK wraps socket and HTTP errors in several types
+    except sdk_errors() as exc:
         hint = "start the engine (dockerd), or point DOCKER_HOST at its socket, e.g. unix:///run/docker.sock"
         if "Permission denied" in str(exc) or isinstance(exc, PermissionError):
             hint = "the socket is not yours to use: join the docker group or use a rootless engine"
-        raise EngineUnavailable(f"no Docker engine answers at {engine_address()}: {_short(exc)}", hint=hint) from None
+        raise EngineUnavailable(f"no Docker engine answers at {engine_address()}: {_short(exc)}", hint=hint) from exc
     return client
 
 
@@ -69,11 +78,11 @@ def ensure_base_image(client: Any, image: str, log: Callable[[str], None]) -> No
         for chunk in client.api.pull(repo, tag=tag, stream=True, decode=True):
             if "error" in chunk:
                 raise docker.errors.APIError(chunk["error"])
-    except Exception as exc:
+    except sdk_errors() as exc:
         raise EngineUnavailable(
             f"base image {image} is not on the engine at {engine_address()} and pulling it failed: {_short(exc)}",
             hint="pull it (or `docker load` it) where a registry is reachable, or pass --base-image with a local "
-                 "image") from None
+                 "image") from exc
 
 
 class Progress:
@@ -137,10 +146,8 @@ def build_image(client: Any, context: Path, tag: str, progress: Progress) -> str
                 elif line.strip() and not line.startswith((" ---> ", "Removing intermediate container")):
                     tail.append(line)
                     progress.line(line)
-    except GpuxError:
-        raise
-    except Exception as exc:  # APIError (bad Dockerfile, context), connection lost
-        raise ImageBuildFailed(_failure(step, _short(exc), list(tail))) from None
+    except sdk_errors() as exc:  # APIError (bad Dockerfile, context), connection lost
+        raise ImageBuildFailed(_failure(step, _short(exc), list(tail))) from exc
     finally:
         progress.close()
     return image_id or client.images.get(tag).id
@@ -182,8 +189,8 @@ def run_image(client: Any, image: str, args: list[str], gpus: bool = False, devi
                 raise EngineUnavailable(
                     f"the Docker engine at {engine_address()} has no GPU runtime: {_short(exc)}",
                     hint="install the NVIDIA Container Toolkit where the engine runs (nvidia-ctk runtime configure "
-                         "--runtime=docker, then restart it), or package --provider cpu") from None
-            raise BuildFailed(f"cannot start {image}: {_short(exc)}") from None
+                         "--runtime=docker, then restart it), or package --provider cpu") from exc
+            raise BuildFailed(f"cannot start {image}: {_short(exc)}") from exc
         code = int(container.wait().get("StatusCode", 1))
         out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")

@@ -115,7 +115,7 @@ class ModelServer:
         served = sum(s.value for m in self.metrics.requests.collect() for s in m.samples
                      if s.name.endswith("_total"))
         return {"provider": self.model.provider, "runs_on": self.model.runs_on, "pid": os.getpid(),
-                "served": int(served), "report": self.model.report}
+                "served": int(served), "report": self.model.opened.report}
 
 
 def apps(targets: Sequence[str | Project], *, provider: str | None = None, store: str | None = None,

@@ -8,7 +8,17 @@ import json
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from gpux.serve.errors import is_bug
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from gpux.answers.pre import Placement
+    from gpux.arrays import Feeds
+
+    Decoded = tuple[Feeds, Placement | None]  # a file's feeds and where its image sits in them
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +51,7 @@ class FileAnswerer:
         self.batch = batch_size(self.steps, spec.batch)
         self.pool = ThreadPoolExecutor(os.cpu_count() or 1)  # Pillow, soundfile and numpy release the GIL
 
-    def __call__(self, rows: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:  # Ray Data's batch: columns
         import numpy as np
 
         files = [str(f) for f in rows["file"]]
@@ -52,14 +62,16 @@ class FileAnswerer:
             start = self._answer_from(files, pending, lines, start)
         return {"index": rows["index"], "line": np.array(lines, dtype=object)}
 
-    def _decode(self, file: str) -> tuple[dict[str, Any], Any] | str:
+    def _decode(self, file: str) -> Decoded | str:
         """The file's (feeds, placement), or its error as one line."""
         from pathlib import Path
 
         try:
             source: Any = read_uri(file) if "://" in file else Path(file)
             return self.steps.feeds(source, file)
-        except Exception as exc:  # a file that fails is recorded, the others go on
+        except Exception as exc:  # a file that fails is recorded, the others go on; a gpux bug stops the run
+            if is_bug(exc):
+                raise
             return error_text(exc)
 
     def _answer_from(self, files: list[str], pending: list[Future[Any]], lines: list[str], start: int) -> int:
@@ -70,7 +82,7 @@ class FileAnswerer:
 
         picked = list(range(start, len(files)))
 
-        def decoded(j: int) -> tuple[dict[str, Any], Any]:
+        def decoded(j: int) -> Decoded:
             got = pending[picked[j]].result()
             if isinstance(got, str):
                 raise _Unread(picked[j], got)
@@ -82,18 +94,22 @@ class FileAnswerer:
         except _Unread as unread:
             lines[unread.index] = json.dumps({"file": files[unread.index], "error": unread.text})
             return unread.index + 1
-        except Exception:  # an inference failed
+        except Exception as exc:  # an inference failed: each file alone, so only those that fail are recorded
+            if is_bug(exc):
+                raise
             for i in picked:
                 lines[i] = lines[i] or self._alone(files[i], pending[i].result())
         return len(files)
 
-    def _alone(self, file: str, decoded: tuple[dict[str, Any], Any] | str) -> str:
+    def _alone(self, file: str, decoded: Decoded | str) -> str:
         if isinstance(decoded, str):
             return json.dumps({"file": file, "error": decoded})
         try:
             outputs = dict(zip(self.session.output_names, self.session.run_feeds(decoded[0]), strict=True))
             return self._line(file, self.steps.file_answers(outputs, decoded[1]))
-        except Exception as exc:  # this file's inference fails
+        except Exception as exc:  # this file's inference fails: recorded as its error (a gpux bug stops the run)
+            if is_bug(exc):
+                raise
             return json.dumps({"file": file, "error": error_text(exc)})
 
     def _line(self, file: str, answers: dict[str, Any]) -> str:

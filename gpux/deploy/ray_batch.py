@@ -80,16 +80,17 @@ def list_files(sources: tuple[str, ...], kind: str | None) -> list[str]:
 def _uri_files(uri: str, kind: str | None) -> list[str]:
     from gpux.answers.steps import SUFFIXES
 
-    fs = require("pyarrow.fs", extra="ray")
+    fs, arrow = require("pyarrow.fs", extra="ray"), require("pyarrow", extra="ray")
     try:
         filesystem, path = fs.FileSystem.from_uri(uri)
         info = filesystem.get_file_info(path)
         if info.type == fs.FileType.File:
             return [uri]
         found = filesystem.get_file_info(fs.FileSelector(path, recursive=False))
-    except Exception as exc:  # a missing filesystem library, credentials, a bad bucket
+    # pyarrow's declared errors: a missing filesystem library, credentials, a bad bucket, a scheme it does not know
+    except (OSError, ValueError, arrow.ArrowException) as exc:
         raise UsageError(f"{uri}: cannot list: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                         hint="install the filesystem's library (pyarrow's S3/GCS support) and credentials") from None
+                         hint="install the filesystem's library (pyarrow's S3/GCS support) and credentials") from exc
     suffixes = SUFFIXES.get(kind or "image", ())
     scheme = uri.split("://", 1)[0]
     files = sorted(f"{scheme}://{f.path}" for f in found if f.type == fs.FileType.File and

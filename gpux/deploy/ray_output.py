@@ -6,12 +6,21 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypedDict
 
 from gpux.errors import UsageError
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
 COLUMNS = ("file", "provider", "answers", "error")  # Parquet: answers as JSON text, error empty where answered
+
+
+class Row(TypedDict):
+    """One file in a Parquet output (COLUMNS): its answers as JSON text, or its error."""
+
+    file: str
+    provider: str | None
+    error: str | None
+    answers: str | None
 
 
 class Answers:
@@ -21,7 +30,7 @@ class Answers:
     def __init__(self, path: str | None, resume: bool) -> None:
         self.path = Path(path) if path else None
         self.parquet = bool(path) and str(path).endswith(".parquet")
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[Row] = []
         self.count = 0
         self.errors = 0
         check_output(path, resume)
@@ -86,12 +95,12 @@ def check_output(path: str | None, resume: bool) -> None:
         raise UsageError("--resume skips the files an earlier run answered; name its --output file")
 
 
-def _row(doc: dict[str, Any]) -> dict[str, Any]:
+def _row(doc: dict[str, Any]) -> Row:
     return {"file": doc["file"], "provider": doc.get("provider"), "error": doc.get("error"),
             "answers": json.dumps(doc["answers"]) if "answers" in doc else None}
 
 
-def _doc(row: dict[str, Any]) -> dict[str, Any]:
+def _doc(row: Row) -> dict[str, Any]:
     if row.get("error"):
         return {"file": row["file"], "error": row["error"]}
     return {"file": row["file"], "provider": row["provider"], "answers": json.loads(row["answers"] or "null")}

@@ -251,7 +251,7 @@ def write_model(repo: Path, cfg: dict[str, Any], version: int, files: list[tuple
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
-    except BaseException:
+    except BaseException:  # whatever stops it, an interrupt too: no half-written folder is left, then it goes on
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from gpux.arrays import Feeds, Named
 from gpux.serve.errors import BadRequest
 from gpux.serve.stats import ModelStats
 
-Feeds = dict[str, np.ndarray]
-RunFn = Callable[[Feeds], dict[str, Any]]
+RunFn = Callable[[Feeds], Named]
 
 
 @dataclass
@@ -24,7 +24,7 @@ class Pending:
     feeds: Feeds
     rows: int
     key: tuple[Any, ...]
-    future: asyncio.Future[dict[str, Any]]
+    future: asyncio.Future[Named]
     enqueued: float = field(default_factory=time.perf_counter)
 
 
@@ -69,11 +69,11 @@ class Worker:
         """Whether `infer(feeds)` runs on the event loop's thread (small feeds of a fast model, no batching)."""
         return self.inline and sum(v.size for v in feeds.values()) <= self.inline_elements
 
-    def infer_inline(self, feeds: Feeds) -> dict[str, Any]:
+    def infer_inline(self, feeds: Feeds) -> Named:
         """Run `feeds` here, on the caller's thread (what `infer` does for feeds that `runs_inline`)."""
         return self._run_one(feeds, time.perf_counter(), None)
 
-    async def infer(self, feeds: Feeds) -> dict[str, Any]:
+    async def infer(self, feeds: Feeds) -> Named:
         if self.runs_inline(feeds):
             return self.infer_inline(feeds)
         loop = asyncio.get_running_loop()
@@ -84,7 +84,7 @@ class Worker:
         self._queue.put_nowait(pending)
         return await pending.future
 
-    def _run_one(self, feeds: Feeds, enqueued: float, loop: asyncio.AbstractEventLoop | None) -> dict[str, Any]:
+    def _run_one(self, feeds: Feeds, enqueued: float, loop: asyncio.AbstractEventLoop | None) -> Named:
         """The outputs. The wait for an idle runner is counted, and the inference once it ran, on the event loop's
         thread (`loop`: from this thread, None: this is it) even when the caller gave up meanwhile."""
         runner = self._idle.get()
@@ -150,7 +150,7 @@ class Worker:
             out, seconds = _timed(runner, feeds) if small else await loop.run_in_executor(self.pool, _timed, runner,
                                                                                          feeds)
             self.stats.executed(seconds, _rows(feeds), len(batch))
-        except Exception as exc:
+        except Exception as exc:  # handed to each waiting request, whose transport answers it (and logs a bug)
             for p in batch:
                 if not p.future.done():
                     p.future.set_exception(exc)
@@ -186,7 +186,7 @@ def batch_key(feeds: Feeds) -> tuple[Any, ...]:
     return tuple((k, v.shape[1:], v.dtype.str) for k, v in feeds.items())
 
 
-def _timed(runner: RunFn, feeds: Feeds) -> tuple[dict[str, Any], float]:
+def _timed(runner: RunFn, feeds: Feeds) -> tuple[Named, float]:
     started = time.perf_counter()
     out = runner(feeds)
     return out, time.perf_counter() - started

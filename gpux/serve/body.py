@@ -67,7 +67,7 @@ def decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
     try:
         out = inflater.decompress(body, limit + 1)
     except zlib.error as exc:
-        raise BadRequest(f"request body is not valid {encoding.decode()} data: {exc}") from None
+        raise BadRequest(f"request body is not valid {encoding.decode()} data: {exc}") from exc
     if len(out) > limit or inflater.unconsumed_tail:
         raise TooLarge(f"decompressed request body exceeds the limit of {limit} bytes (serve.max_body_bytes)")
     return out
@@ -192,10 +192,10 @@ def load_json(text: bytes, fast: bool = True) -> Any:
             pass
     try:
         return DECODER.decode(text.decode(json.detect_encoding(text)))
-    except RecursionError:
-        raise BadRequest(_too_deep(text)) from None
+    except RecursionError as exc:
+        raise BadRequest(_too_deep(text)) from exc
     except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
 
 
 LONG_NUMBER = re.compile(rb"\d{19}")  # an integer orjson may have read as a float (beyond int64 / uint64)
@@ -204,31 +204,46 @@ DECODER = json.JSONDecoder(parse_constant=codec.NonFinite)  # made once: json.lo
 TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
 
 
+@dataclass(slots=True)
+class _Open:
+    """A JSON container still open where `_too_deep` scans: `[` or `{`, the index or key it is at, whether its
+    current value began (a `:` read), and its 'name' value."""
+
+    kind: bytes
+    at: int | str | None
+    value: bool = False
+    name: object = None
+
+
 def _too_deep(text: bytes) -> str:
     """Where `text` nests deeper than NESTING, from a scan that does not recurse: the input (named when its
     'name' came first) or the JSON path."""
-    stack: list[dict[str, Any]] = []  # per open container: its kind, current key or index, its 'name' value
+    stack: list[_Open] = []
     for match in TOKEN.finditer(text):
         token = match.group()
-        top = stack[-1] if stack else {}
+        top = stack[-1] if stack else None
         if token in (b"[", b"{"):
             if len(stack) == NESTING:
                 break
-            stack.append({"kind": token, "at": 0 if token == b"[" else None, "value": False, "name": None})
+            stack.append(_Open(token, 0 if token == b"[" else None))
         elif token in (b"]", b"}"):
             if stack:
                 stack.pop()
+        elif top is None:
+            continue
         elif token == b":":
-            top["value"] = True
+            top.value = True
         elif token == b",":
-            top["value"] = False
-            if top.get("kind") == b"[":
-                top["at"] += 1
-        elif top.get("kind") == b"{" and (not top["value"] or top["at"] == "name"):  # a key, or the name
-            top["name" if top["value"] else "at"] = json.loads(token)
-    path = [f["at"] for f in stack]
+            top.value = False
+            if isinstance(top.at, int):  # in a list
+                top.at += 1
+        elif top.kind == b"{" and top.value and top.at == "name":
+            top.name = json.loads(token)
+        elif top.kind == b"{" and not top.value:  # a key
+            top.at = json.loads(token)
+    path = [f.at for f in stack]
     if path[:1] == ["inputs"] and len(path) > 2 and isinstance(path[1], int):
-        name = stack[2]["name"]
+        name = stack[2].name
         who = f"input '{name}'" if isinstance(name, str) else f"inputs[{path[1]}]"
         return f"{who}: {'.'.join(map(str, path[2:3]))} nests deeper than {NESTING} levels (tensor data nests " \
                f"at most {codec.MAX_RANK} lists deep)"

@@ -98,7 +98,7 @@ def from_contents(name: str, datatype: str, shape: tuple[int, ...], values: list
         with np.errstate(over="ignore"):  # a float out of range becomes inf: from_json names it
             return np.asarray(values, dtype=NUMPY[datatype]).reshape(shape)
     except (ValueError, TypeError, OverflowError) as exc:
-        raise BadRequest(f"input '{name}': data cannot be read as {datatype}: {exc}") from None
+        raise BadRequest(f"input '{name}': data cannot be read as {datatype}: {exc}") from exc
 
 
 def _leaves(name: str, data: Any) -> tuple[list[Any], set[type]]:

@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from gpux.serve.errors import BadRequest, NotServed, ServeError
+from gpux.serve.errors import BadRequest, NotServed, ServeError, is_bug
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import LoadRequest, Model, Repository, open_served
 
@@ -66,11 +66,13 @@ class Lifecycle:
             try:
                 for model in fresh:
                     await self.open(model)
+            # whatever fails, the old versions keep serving: the new ones are retired first; a bug goes on to the
+            # transport (a 500, logged), a model or config that does not open is a 400
             except Exception as exc:
                 await retire(fresh, 0)
-                if isinstance(exc, ServeError):
+                if isinstance(exc, ServeError) or is_bug(exc):
                     raise
-                raise BadRequest(f"failed to load model '{name}': {one_line(exc)}") from None
+                raise BadRequest(f"failed to load model '{name}': {one_line(exc)}") from exc
             for model in old:
                 model.ready = False
                 if model.version not in {m.version for m in fresh}:
@@ -111,7 +113,7 @@ def reopen(name: str, old: list[Model]) -> list[Any]:
         try:
             project = open_project(model.path)
         except GpuxError as exc:
-            raise BadRequest(f"failed to load model '{name}': {one_line(exc)}") from None
+            raise BadRequest(f"failed to load model '{name}': {one_line(exc)}") from exc
         if project.name != name:
             raise BadRequest(f"failed to load model '{name}': {model.path} now names model "
                              f"'{project.name}'; a load reopens the same model (restart to serve another)")
@@ -144,12 +146,12 @@ def announce(model: Model) -> None:
     """The load report in the log: providers skipped and why, warnings, what runs."""
     from gpux.report import attempt_line
 
-    for attempt in model.report.get("attempts", []):
+    for attempt in model.opened.report.get("attempts", []):
         if not attempt["ok"]:
             log.info("%s %s: skipped %s (%s): %s", model.name, model.version, attempt["provider"],
                      attempt["stage"], attempt["reason"])
-    skipped = {attempt_line(a) for a in model.report.get("attempts", [])}
-    for warning in model.report.get("warnings", []):
+    skipped = {attempt_line(a) for a in model.opened.report.get("attempts", [])}
+    for warning in model.opened.report.get("warnings", []):
         if warning in skipped:  # a fallback's skips are in the report's warnings too: said once, above
             continue
         log.warning("%s %s: warning: %s", model.name, model.version, warning)

@@ -4,6 +4,7 @@ bytes shared by the requests in flight, and large blocks handed back to the syst
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import threading
 import time
@@ -29,7 +30,7 @@ def image_bytes(data: bytes, name: str, max_pixels: int) -> int:
             with Image.open(io.BytesIO(data)) as image:
                 width, height = image.size
     except Image.DecompressionBombError as exc:
-        raise TooLarge(f"{name}: {exc} (and above the limit of {max_pixels}: serve.max_image_pixels)") from None
+        raise TooLarge(f"{name}: {exc} (and above the limit of {max_pixels}: serve.max_image_pixels)") from exc
     except Exception:  # not an image, or a malformed header: the decoder answers it with its own 400
         return 0
     if width * height > max_pixels:
@@ -66,8 +67,6 @@ class Budget:
                 self._changed.notify_all()
 
 
-DECODING = Budget()
-
 
 def return_large_blocks() -> bool:
     """Make glibc map every block of MMAP_THRESHOLD or more on its own (and unmap it when freed) instead of raising
@@ -78,17 +77,13 @@ def return_large_blocks() -> bool:
     return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
-_LIBC: list[Any] = []
-
-
+@functools.cache
 def _libc() -> Any:
     """glibc, where it is the C library (None elsewhere: musl, macOS and Windows have no mallopt or a different one)."""
-    if not _LIBC:
-        import ctypes
+    import ctypes
 
-        try:
-            libc = ctypes.CDLL(None)  # the symbols the process has loaded: the C library's among them
-        except (OSError, TypeError):
-            libc = None
-        _LIBC.append(libc if libc is not None and hasattr(libc, "gnu_get_libc_version") else None)
-    return _LIBC[0]
+    try:
+        libc = ctypes.CDLL(None)  # the symbols the process has loaded: the C library's among them
+    except (OSError, TypeError):
+        return None
+    return libc if hasattr(libc, "gnu_get_libc_version") else None

@@ -4,26 +4,29 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
-
+from gpux.arrays import Feeds
 from gpux.model.checked import Signatures
 from gpux.model.io import Tensor
 from gpux.serve.batcher import Worker
 from gpux.serve.classify import labels_of
 from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotServed, Unavailable
+from gpux.serve.memory import Budget
 from gpux.serve.metrics import Metrics
+from gpux.serve.opened import NOT_OPENED, Opened, RunNamed, open_recorded, warmup_feeds
+from gpux.serve.record import Recorded
 from gpux.serve.settings import Settings
 from gpux.serve.shm import Regions
 from gpux.serve.stats import ModelStats
 from gpux.serve.steps import as_bytes, bind
 
 if TYPE_CHECKING:
+    from gpux.answers.steps import Steps
     from gpux.config.load import Project
+    from gpux.workspace.project import Choice, Models
 
 
 INLINE_PROBES = 5
@@ -32,27 +35,17 @@ INLINE_BELOW_S = 0.0002  # a warm inference shorter than this runs on the event 
 
 @dataclass(kw_only=True)
 class Model:
-    """One version of one model: its interface, its worker once loaded, and what it runs on."""
+    """One version of one model being served: what it opens from, what opened (`opened`, set once), and its
+    serving state: the worker, the counters, readiness."""
 
     name: str
     version: str
     settings: Settings
     path: str  # its gpux.yml: what a load through the repository API reads again
-    project: Project | None = None  # None: opened from its record (gpux/serve/record.py), `recorded` says how
-    recorded: Any = None  # gpux.serve.record.Recorded
-    record_failed: bool = False  # opened from its config because its record did not open as recorded
-    recipe: dict[str, Any] | None = None  # how its runtime opens its session again (providers.row.Runner.recipe)
-    inputs: dict[str, Tensor] = field(default_factory=dict)
-    outputs: dict[str, Tensor] = field(default_factory=dict)
+    source: Project | Recorded  # read from its gpux.yml, or the record of an earlier start (gpux/serve/record.py)
+    opened: Opened = NOT_OPENED
     worker: Worker | None = None
-    provider: str = ""
-    runs_on: str = ""
     ready: bool = False
-    batchable: bool = False
-    report: dict[str, Any] = field(default_factory=dict)
-    labels: dict[str, list[str]] = field(default_factory=dict)  # output -> class labels from gpux.yml
-    steps: Any = None  # gpux.answers.steps.Steps where gpux.yml declares a preprocess or postprocess
-    files: str | None = None  # the input that takes encoded files (BYTES), through its declared preprocess
     stats: ModelStats = field(default_factory=ModelStats)  # the statistics extension's counters
     active: int = 0  # requests in flight
     checked: Signatures = field(default_factory=Signatures)  # input signatures known to pass (serve/protocol.py)
@@ -60,13 +53,50 @@ class Model:
     reason: str = ""  # why it is unloaded
 
     @classmethod
-    def of(cls, served: Any) -> Model:
+    def of(cls, served: Project | Recorded) -> Model:
         """The model of a Project, or of a Recorded one (gpux/serve/record.py)."""
-        if getattr(served, "config", None) is None:
-            return cls(name=served.name, version=served.version, settings=Settings.of(served.settings),
-                       path=served.path, recorded=served)
-        return cls(name=served.name, version=str(served.config.version), path=str(served.path), project=served,
+        if isinstance(served, Recorded):
+            return cls(name=served.name, version=served.version, settings=served.settings, path=served.path,
+                       source=served)
+        return cls(name=served.name, version=str(served.config.version), path=str(served.path), source=served,
                    settings=Settings.of(served.config.serve.model_dump()))
+
+    @property
+    def record_failed(self) -> bool:
+        """Given a record, opened from its config instead (the record did not open as recorded)."""
+        return isinstance(self.source, Recorded) and self.opened is not NOT_OPENED and not self.opened.from_record
+
+    @property
+    def inputs(self) -> dict[str, Tensor]:
+        return self.opened.inputs
+
+    @property
+    def outputs(self) -> dict[str, Tensor]:
+        return self.opened.outputs
+
+    @property
+    def provider(self) -> str:
+        return self.opened.provider
+
+    @property
+    def runs_on(self) -> str:
+        return self.opened.runs_on
+
+    @property
+    def labels(self) -> dict[str, list[str]]:
+        return self.opened.labels
+
+    @property
+    def steps(self) -> Steps | None:
+        return self.opened.steps
+
+    @property
+    def files(self) -> str | None:
+        return self.opened.files
+
+    @property
+    def batchable(self) -> bool:
+        return self.opened.batchable
 
     def tensor_metadata(self, tensors: dict[str, Tensor]) -> list[dict[str, Any]]:
         return [{"name": t.name, "datatype": DATATYPE.get(t.dtype, "BYTES"),
@@ -76,10 +106,11 @@ class Model:
         """Inputs and outputs as clients see them: where the model takes encoded files, its file input and its
         answered outputs are BYTES [-1], their tensor form in `parameters` (still accepted, docs/serve.md)."""
         inputs, outputs = self.tensor_metadata(self.inputs), self.tensor_metadata(self.outputs)
-        if self.files is None:
+        steps = self.steps
+        if self.files is None or steps is None or steps.kind is None:  # a file input has its preprocess's kind
             return inputs, outputs
-        return ([as_bytes(e, self.steps.kind) if e["name"] == self.files else e for e in inputs],
-                [as_bytes(e, "json") if e["name"] in self.steps.post else e for e in outputs])
+        return ([as_bytes(e, steps.kind) if e["name"] == self.files else e for e in inputs],
+                [as_bytes(e, "json") if e["name"] in steps.post else e for e in outputs])
 
 
 def version_key(version: str) -> tuple[Any, ...]:
@@ -90,7 +121,7 @@ def version_key(version: str) -> tuple[Any, ...]:
 class Repository:
     """Models by name and version; an empty version means the latest."""
 
-    def __init__(self, projects: list[Any], metrics: Metrics) -> None:
+    def __init__(self, projects: list[Project | Recorded], metrics: Metrics) -> None:
         """`projects`: Projects, or models recorded by an earlier start (gpux/serve/record.py)."""
         self.metrics = metrics
         self.models: dict[str, dict[str, Model]] = {}
@@ -101,6 +132,7 @@ class Repository:
         self.live = True
         self.draining = False  # SIGTERM: accepted requests finish, new ones are refused
         self.shm = Regions()  # the system shared memory extension's registered regions
+        self.decoding = Budget()  # bytes its requests' images hold decoded (serve.max_decoded_bytes)
         # Prometheus's counts go on across a reload: a replaced version's statistics stay counted
         self.retired: list[tuple[str, ModelStats]] = []
         metrics.watch(lambda: [*self.retired, *((m.name, m.stats) for m in self.all())])
@@ -189,56 +221,81 @@ class Repository:
                 "platform": f"gpux_{model.provider or 'pending'}", "inputs": inputs, "outputs": outputs}
 
 
+class Pipeline(NamedTuple):
+    """A workspace whose pipeline is served as one model, on the provider it chose."""
+
+    models: Models
+    choice: Choice
+
+
 @dataclass(frozen=True)
 class LoadRequest:
     provider: str | None = None
     strict: bool = False
     store: str | None = None
     fixed: dict[str, str] = field(default_factory=dict)  # model name -> the provider its workspace chose (strict)
-    pipelines: dict[str, Any] = field(default_factory=dict)  # served name -> (Models, Choice) of a workspace
+    pipelines: dict[str, Pipeline] = field(default_factory=dict)  # served name -> the workspace it is the pipeline of
 
 
 def open_served(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     """Open the model's sessions (one per instance) and warm each up; blocking, run it off the event loop."""
     settings = model.settings
-    runs = _open_recorded(model) if model.project is None else None
-    if runs is None and model.name in request.pipelines:
-        runs = _open_pipeline(model, request)
-    elif runs is None:
-        from gpux.run.session import load
-
-        project = model.project
-        assert project is not None  # read from its gpux.yml (also when its record did not open)
-
-        provider = request.fixed.get(model.name, request.provider)
-        strict = request.strict or model.name in request.fixed
-        given_by = "workspace" if model.name in request.fixed else "--provider"
-        sessions = [load(project, provider=provider, strict=strict, store_dir=request.store,
-                         provider_source=given_by)
-                    for _ in range(settings.instances)]
-        first = sessions[0]
-        model.inputs, model.outputs = dict(first.inputs), dict(first.outputs)
-        feeds = warmup_feeds(model.inputs)
-        for s in sessions:
-            s.run(feeds)  # the first inference may still fall back: read the provider after it
-        model.provider, model.runs_on, model.report = first.provider, first.used, first.report()
-        model.recipe = first.runner.recipe
-        model.steps, model.files = bind(project, model.inputs, model.outputs)
-        runs = [s.run for s in sessions]
-    feeds = warmup_feeds(model.inputs)
-    for run in runs:
+    opened = _open(model, request)
+    feeds = warmup_feeds(opened.inputs)
+    for run in opened.runs:
         run(feeds)
-    inline = inline_elements(warm_seconds(runs[0], feeds), feeds)
-    model.batchable = batchable(model)
-    model.labels = labels_of(model.project) if model.project is not None else model.recorded.labels
-    model.stats.batchable = model.batchable
-    max_batch = settings.max_batch_size if model.batchable else 0
-    model.worker = Worker(runs, max_batch, settings.max_queue_delay_us, model.stats, inline)
-    metrics.child(metrics.model_info, model.name, model.version, model.provider, model.runs_on,
+    inline = inline_elements(warm_seconds(opened.runs[0], feeds), feeds)
+    model.opened = opened
+    model.stats.batchable = opened.batchable
+    max_batch = settings.max_batch_size if opened.batchable else 0
+    model.worker = Worker(list(opened.runs), max_batch, settings.max_queue_delay_us, model.stats, inline)
+    metrics.child(metrics.model_info, model.name, model.version, opened.provider, opened.runs_on,
                   str(settings.instances)).set(1)
 
 
-def inline_elements(seconds: float, feeds: dict[str, np.ndarray]) -> int:
+def _open(model: Model, request: LoadRequest) -> Opened:
+    """The model opened: its workspace's pipeline, from its record (its config read when that does not open as
+    recorded), or from its gpux.yml."""
+    if model.name in request.pipelines:
+        return _open_pipeline(model, request.pipelines[model.name], request.store)
+    source = model.source
+    if not isinstance(source, Recorded):
+        return _open_project(model, source, request)
+    opened = open_recorded(source, model.settings.instances)
+    if opened is not None:
+        return opened
+    from gpux.config.locate import open_project  # the config models: only when the record did not open
+
+    return _open_project(model, open_project(model.path), request)
+
+
+def _open_project(model: Model, project: Project, request: LoadRequest) -> Opened:
+    """Sessions of `project` through `gpux.run.session.load`, with the record a later start may open it from."""
+    from gpux.run.session import load
+    from gpux.serve.record import Recorded, recordable
+
+    provider = request.fixed.get(model.name, request.provider)
+    strict = request.strict or model.name in request.fixed
+    given_by = "workspace" if model.name in request.fixed else "--provider"
+    sessions = [load(project, provider=provider, strict=strict, store_dir=request.store, provider_source=given_by)
+                for _ in range(model.settings.instances)]
+    first = sessions[0]
+    inputs, outputs = dict(first.inputs), dict(first.outputs)
+    feeds = warmup_feeds(inputs)
+    for s in sessions:
+        s.run(feeds)  # the first inference may still fall back: read the provider after it
+    steps, files = bind(project, inputs, outputs)
+    labels, report = labels_of(project), first.report()
+    recipe = recordable(project, first.runner, steps is not None)
+    record = None if recipe is None else Recorded(
+        name=model.name, version=model.version, path=model.path, root=str(project.root), settings=model.settings,
+        inputs=inputs, outputs=outputs, labels=labels, provider=first.provider, runs_on=first.used, report=report,
+        recipe=recipe)
+    return Opened(inputs=inputs, outputs=outputs, provider=first.provider, runs_on=first.used, report=report,
+                  labels=labels, steps=steps, files=files, runs=tuple(s.run for s in sessions), record=record)
+
+
+def inline_elements(seconds: float, feeds: Feeds) -> int:
     """The most input values a request may hold to run on the event loop: none unless the warm-up feeds ran in
     under INLINE_BELOW_S, then as many as take about that long, assuming time grows with the values."""
     if seconds >= INLINE_BELOW_S:
@@ -247,7 +304,7 @@ def inline_elements(seconds: float, feeds: dict[str, np.ndarray]) -> int:
     return max(size, int(size * INLINE_BELOW_S / max(seconds, 1e-9)))
 
 
-def warm_seconds(run: Any, feeds: dict[str, np.ndarray]) -> float:
+def warm_seconds(run: RunNamed, feeds: Feeds) -> float:
     """Median time of a few warm inferences."""
     took = []
     for _ in range(INLINE_PROBES):
@@ -257,73 +314,16 @@ def warm_seconds(run: Any, feeds: dict[str, np.ndarray]) -> float:
     return sorted(took)[len(took) // 2]
 
 
-def _open_recorded(model: Model) -> list[Callable[[dict[str, Any]], dict[str, Any]]] | None:
-    """The sessions of a model recorded by an earlier start, opened as its runtime opened them then; None (its
-    project read from its gpux.yml instead) when they do not open."""
-    import logging
-
-    from gpux.serve.record import open_runner
-
-    rec = model.recorded
-    runners: list[Any] = []
-    try:
-        inputs = rec.tensors(rec.inputs)
-        feeds = warmup_feeds(inputs)
-        for _ in range(model.settings.instances):
-            runners.append(open_runner(rec.recipe))
-            runner = runners[-1]
-            if runner.dropped or _settled(runner.used) != _settled(rec.runs_on):  # an AUTO device elsewhere, say
-                raise RuntimeError(runner.dropped or f"it runs on {runner.used}, not {rec.runs_on}")
-            runner.run(feeds)  # a first inference that fails reads the config (whose fallback may move on)
-    except Exception as exc:
-        from gpux.config.locate import open_project
-
-        for r in runners:
-            r.close()
-        logging.getLogger("gpux.serve").warning("%s: not opened as recorded (%s); reading %s", model.name,
-                                                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
-                                                model.path)
-        model.project, model.recorded, model.record_failed = open_project(model.path), None, True
-        return None
-    model.inputs, model.outputs = inputs, rec.tensors(rec.outputs)
-    model.provider, model.runs_on, model.report = rec.provider, rec.runs_on, rec.report
-    names = runners[0].output_names
-
-    def named(run: Callable[[dict[str, Any]], list[Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-        return lambda feeds: dict(zip(names, run(feeds), strict=True))
-
-    return [named(r.fast or r.run) for r in runners]  # inputs checked by the server; the runtime checks again
-
-
-def _settled(used: str) -> str:
-    """Where a session runs, without the helper devices a runtime names in parentheses while it settles (OpenVINO's
-    AUTO runs on "(CPU)" until the device it chose has compiled)."""
-    return re.sub(r"\s*\([^)]*\),?", " ", used).strip(" ,")
-
-
-def _open_pipeline(model: Model, request: LoadRequest) -> list[Callable[[dict[str, Any]], dict[str, Any]]]:
+def _open_pipeline(model: Model, served: Pipeline, store: str | None) -> Opened:
     """A workspace's pipeline served as one model: its inputs in, its last step's outputs out."""
     from gpux.workspace.pipeline import open_pipeline
 
-    models, choice = request.pipelines[model.name]
-    pipes = [open_pipeline(models, choice, request.store, lambda _m: None) for _ in range(model.settings.instances)]
-    model.inputs, model.outputs = dict(pipes[0].inputs), pipes[0].outputs
-    model.provider, model.runs_on = choice.provider, pipes[0].stages[0].session.used
-    model.report = {"pipeline": [st.model for st in pipes[0].stages], "provider": choice.provider}
-    return [p.run_last for p in pipes]
+    pipes = [open_pipeline(served.models, served.choice, store, lambda _m: None)
+             for _ in range(model.settings.instances)]
+    first = pipes[0]
+    provider = served.choice.provider
+    return Opened(inputs=dict(first.inputs), outputs=first.outputs, provider=provider,
+                  runs_on=first.stages[0].session.used, labels={}, runs=tuple(p.run_last for p in pipes),
+                  report={"pipeline": [st.model for st in first.stages], "provider": provider})
 
 
-def batchable(model: Model) -> bool:
-    """Requests can be merged when every input and output starts with a variable (batch) dim."""
-    tensors = [*model.inputs.values(), *model.outputs.values()]
-    return bool(tensors) and all(t.shape and not isinstance(t.shape[0], int) for t in tensors)
-
-
-def warmup_feeds(inputs: dict[str, Tensor]) -> dict[str, np.ndarray]:
-    """Zeros of each input's shape, variable dims set to 1."""
-    feeds = {}
-    for name, t in inputs.items():
-        shape = tuple(d if isinstance(d, int) else 1 for d in (t.shape or ()))
-        feeds[name] = (np.full(shape, "", dtype=object) if t.dtype == "string"
-                       else np.zeros(shape, dtype="float32" if t.dtype == "bfloat16" else t.dtype))
-    return feeds

@@ -44,9 +44,9 @@ class Offload:
             self._pool = _start()
         try:
             return await asyncio.wrap_future(self._pool.submit(fn, *args))
-        except BrokenProcessPool:  # the worker died (killed for memory?): the next request starts a new one
+        except BrokenProcessPool as exc:  # the worker died (killed for memory?): the next request starts a new one
             self.close()
-            raise ServeError("the process decoding the request body died (out of memory?)") from None
+            raise ServeError("the process decoding the request body died (out of memory?)") from exc
 
     def close(self) -> None:
         if self._pool is not None:

@@ -5,17 +5,22 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpux.arrays import Named
 from gpux.serve import shm
 from gpux.serve.classify import classify
 from gpux.serve.codec import DATATYPE, model_input
-from gpux.serve.errors import BadRequest, RequestTimeout, ServeError
+from gpux.serve.errors import BadRequest, RequestTimeout, ServeError, is_bug
 from gpux.serve.models import Model, Repository
 from gpux.serve.shm import Ref
 from gpux.serve.steps import answer, joined, run_files, wants_answers
+
+if TYPE_CHECKING:
+    from gpux.answers.pre import Placement
+    from gpux.serve.memory import Budget
 
 SERVER_NAME = "gpux"
 EXTENSIONS = ["binary_tensor_data", "classification", "statistics", "model_repository", shm.EXTENSION]
@@ -64,11 +69,11 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
     try:
         regions = shm.refs(request)
         if not regions:  # the common case: tensors in the request, outputs in the reply
-            result = await _infer(model, request, timeout)
+            result = await _infer(model, request, timeout, repo.decoding)
         else:
             with repo.shm.hold(regions) as held:  # regions stay open until the outputs are written
                 await shm.read_inputs(held, request.inputs)
-                result = await _infer(model, request, timeout)
+                result = await _infer(model, request, timeout, repo.decoding)
                 result.shm = await shm.write_outputs(held, result.outputs, request.shm_outputs)
     finally:
         model.active -= 1
@@ -76,7 +81,7 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
     return result
 
 
-async def _infer(model: Model, request: InferRequest, timeout: float | None) -> InferResult:
+async def _infer(model: Model, request: InferRequest, timeout: float | None, budget: Budget) -> InferResult:
     """The request's outputs, with compute_input and compute_output counted."""
     item = file_item(model, request.inputs)
     answers = wants_answers(request.parameters, item is not None)
@@ -86,14 +91,18 @@ async def _infer(model: Model, request: InferRequest, timeout: float | None) -> 
         raise BadRequest(f"model '{model.name}' has no output '{unknown[0]}'; outputs: {', '.join(model.outputs)}")
     limit = timeout if timeout is not None else model.settings.request_timeout_s
     try:
-        outputs, placements = await _run(model, request, item, limit)
-    except TimeoutError:
+        outputs, placements = await _run(model, request, item, limit, budget)
+    except TimeoutError as exc:
         raise RequestTimeout(f"request to model '{model.name}' took longer than {limit:g} s "
-                             f"(serve.request_timeout_s)") from None
+                             f"(serve.request_timeout_s)") from exc
     except ServeError:
         raise
+    # a runtime's own errors (ONNX Runtime's pybind errors, OpenVINO's and PyTorch's RuntimeError, a plugin
+    # runtime's) are the model's answer to these inputs; a gpux bug goes on to the transport, logged, a 500
     except Exception as exc:
-        raise _runtime_error(exc) from None
+        if is_bug(exc):
+            raise
+        raise _runtime_error(exc) from exc
     ready = time.perf_counter()
     named = [n for n in wanted if n in model.steps.post and n not in request.classification] \
         if answers and model.steps is not None else []
@@ -111,12 +120,12 @@ async def _infer(model: Model, request: InferRequest, timeout: float | None) -> 
     return result
 
 
-async def _run(model: Model, request: InferRequest, item: InferInput | None,
-               limit: float) -> tuple[dict[str, Any] | list[dict[str, Any]], list[Any] | None]:
+async def _run(model: Model, request: InferRequest, item: InferInput | None, limit: float,
+               budget: Budget) -> tuple[Named | list[Named], list[Placement | None] | None]:
     """The outputs within the time limit (each file's own when files were sent), and each file's Placement."""
     assert model.worker is not None
     if item is not None:
-        return await asyncio.wait_for(run_files(model, item, model.worker.infer), limit)
+        return await asyncio.wait_for(run_files(model, item, model.worker.infer, budget), limit)
     started = time.perf_counter()
     feeds = check_inputs(model, request.inputs)
     checked = time.perf_counter()
@@ -146,9 +155,20 @@ def _runtime_error(exc: Exception) -> ServeError:
 
     text = (exc.message if isinstance(exc, GpuxError) else str(exc)).strip().splitlines()
     line = text[0] if text else type(exc).__name__
-    if type(exc).__name__ in ("InputError", "InvalidArgument", "Fail"):
+    if isinstance(exc, rejected_inputs()):
         return BadRequest(f"the model rejected the inputs: {line}")
     return ServeError(f"inference failed: {type(exc).__name__}: {line}")
+
+
+def rejected_inputs() -> tuple[type[Exception], ...]:
+    """The errors a runtime raises on inputs it refuses: gpux's InputError, and ONNX Runtime's InvalidArgument and
+    Fail where ONNX Runtime is imported (a runtime not imported raised nothing)."""
+    import sys
+
+    from gpux.errors import InputError
+
+    ort = sys.modules.get("onnxruntime.capi.onnxruntime_pybind11_state")
+    return (InputError,) if ort is None else (InputError, ort.InvalidArgument, ort.Fail)
 
 
 def check_inputs(model: Model, inputs: list[InferInput]) -> dict[str, np.ndarray]:

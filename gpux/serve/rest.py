@@ -42,7 +42,7 @@ def _options(body: bytes) -> dict[str, Any]:
     try:
         doc = json.loads(body)
     except ValueError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise BadRequest("request JSON must be an object")
     return doc

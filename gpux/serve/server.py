@@ -9,13 +9,17 @@ import signal
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import LoadRequest, Repository
 from gpux.serve.offload import Offload
 from gpux.serve.rest import Limits, RestApp
+
+if TYPE_CHECKING:
+    from gpux.config.load import Project
+    from gpux.serve.record import Recorded
 
 log = logging.getLogger("gpux.serve")
 
@@ -24,7 +28,7 @@ log = logging.getLogger("gpux.serve")
 class ServeRequest:
     """What `gpux serve` was asked for; None means the first project's serve: block decides."""
 
-    projects: list[Any]  # Projects, or models recorded by an earlier start (gpux/serve/record.py)
+    projects: list[Project | Recorded]  # read from gpux.yml, or recorded by an earlier start (gpux/serve/record.py)
     host: str | None = None
     http_port: int | None = None
     grpc_port: int | None = None

@@ -208,11 +208,11 @@ def _open(where: str, key: str) -> int:
     path = os.path.join(SHM_DIR, key[1:])
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         raise BadRequest(f"{where}: no shared memory object '{key}' ({path}); create it before registering") \
-            from None
+            from exc
     except OSError as exc:
-        raise BadRequest(f"{where}: cannot open shared memory object '{key}': {exc.strerror}") from None
+        raise BadRequest(f"{where}: cannot open shared memory object '{key}': {exc.strerror}") from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise BadRequest(f"{where}: '{key}' is not a shared memory object (not a regular file in {SHM_DIR})")

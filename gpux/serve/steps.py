@@ -8,22 +8,25 @@ import asyncio
 import base64
 import binascii
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpux.arrays import Feeds, Named
 from gpux.model.io import Tensor
-from gpux.serve.errors import BadRequest, ServeError, TooLarge
+from gpux.serve.errors import BadRequest, ServeError, TooLarge, is_bug
 
 if TYPE_CHECKING:
+    from gpux.answers.pre import Placement
     from gpux.config.load import Project
+    from gpux.serve.memory import Budget
 
 
 ANSWERS = "answers"  # request parameter: false gives tensors for files, true gives answers for tensors
-Feeds = dict[str, np.ndarray]
-Run = Callable[[Feeds], Awaitable[dict[str, Any]]]
+Run = Callable[[Feeds], Awaitable[Named]]
 
 
 def bind(project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]) -> tuple[Any, str | None]:
@@ -54,10 +57,10 @@ def wants_answers(parameters: dict[str, Any], files: bool) -> bool:
     return value
 
 
-async def run_files(model: Any, item: Any, run: Run) -> tuple[list[dict[str, np.ndarray]], list[Any]]:
+async def run_files(model: Any, item: Any, run: Run, budget: Budget) -> tuple[list[Named], list[Placement | None]]:
     """Each encoded file of `item` through the preprocess (on a thread), then inference: files whose tensors agree
     in shape go as one batch where the model takes a batch, the rest one by one. Each file's outputs (one batch
-    row each, in request order) and Placement."""
+    row each, in request order) and Placement. `budget`: the server's bytes held decoded (serve/memory.py)."""
     count = item.array.size
     limit = model.settings.max_batch_size
     if count == 0:
@@ -68,13 +71,13 @@ async def run_files(model: Any, item: Any, run: Run) -> tuple[list[dict[str, np.
     if limit and model.batchable and count > limit:
         raise BadRequest(f"input '{item.name}' has a batch of {count} files, above serve.max_batch_size {limit}")
     started = time.perf_counter()
-    prepared = await asyncio.get_running_loop().run_in_executor(None, prepare, model, item)
+    prepared = await asyncio.get_running_loop().run_in_executor(None, prepare, model, item, budget)
     model.stats.compute_input.add(time.perf_counter() - started)
     feeds = [f for f, _ in prepared]
     groups: dict[Any, list[int]] = {}
     for i, f in enumerate(feeds):
         groups.setdefault(tuple((k, v.shape) for k, v in f.items()) if model.batchable else i, []).append(i)
-    parts: list[dict[str, np.ndarray]] = [{} for _ in feeds]
+    parts: list[Named] = [{} for _ in feeds]
 
     async def group(files: list[int]) -> None:
         joined = {k: np.concatenate([feeds[i][k] for i in files]) for k in feeds[files[0]]} if len(files) > 1 \
@@ -94,7 +97,7 @@ def _batch_axis(model: Any, name: str) -> int:
     return post[0].batch_axis if post else 0
 
 
-def joined(model: Any, parts: list[dict[str, np.ndarray]], names: list[str]) -> dict[str, np.ndarray]:
+def joined(model: Any, parts: list[Named], names: list[str]) -> Named:
     """The named outputs of every file as one tensor each; files whose outputs differ in shape cannot be one (a 400
     that says to ask for answers or send those files apart)."""
     out = {}
@@ -110,7 +113,7 @@ def joined(model: Any, parts: list[dict[str, np.ndarray]], names: list[str]) -> 
     return out
 
 
-def prepare(model: Any, item: Any) -> list[tuple[Feeds, Any]]:
+def prepare(model: Any, item: Any, budget: Budget) -> list[tuple[Feeds, Placement | None]]:
     """The feeds and Placement of each file; a file that cannot be read is a 400 naming the input and element.
     Images are measured from their headers first (serve.max_image_pixels), and decoded once their share of
     serve.max_decoded_bytes is free (gpux/serve/memory.py)."""
@@ -122,21 +125,48 @@ def prepare(model: Any, item: Any) -> list[tuple[Feeds, Any]]:
     sizes = [memory.image_bytes(data, name, s.max_image_pixels) for name, data in named] \
         if model.steps.kind == "image" else []
     need = max(sizes, default=0)  # decoded one after the other: the largest is what the request holds at once
-    with memory.DECODING.hold(need, s.max_decoded_bytes, s.request_timeout_s):
+    with budget.hold(need, s.max_decoded_bytes, s.request_timeout_s):
         return [_feeds(model, data, name) for name, data in named]
 
 
-def _feeds(model: Any, data: bytes, name: str) -> tuple[Feeds, Any]:
+def _feeds(model: Any, data: bytes, name: str) -> tuple[Feeds, Placement | None]:
+    """One file's feeds: a decoder's declared error on a malformed file is the file's (400); anything else is a bug,
+    logged with its traceback and answered 500 (gRPC INTERNAL)."""
     from gpux.errors import GpuxError, InputError
 
     try:
         return model.steps.feeds(data, name)
     except InputError as exc:
-        raise BadRequest(exc.lines()[0]) from None
+        raise BadRequest(exc.lines()[0]) from exc
     except GpuxError as exc:  # e.g. Pillow missing on the server
-        raise ServeError(exc.lines()[0]) from None
-    except Exception as exc:  # whatever a decoder raises on a malformed file is the file's fault
-        raise BadRequest(f"{name}: cannot decode the file: {type(exc).__name__}: {exc}") from None
+        raise ServeError(exc.lines()[0]) from exc
+    except decoding_errors() as exc:
+        if is_bug(exc):
+            raise _internal(exc, name) from exc
+        raise BadRequest(f"{name}: cannot decode the file: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # not a decoder's declared error: a bug here or in a library, never the file's
+        raise _internal(exc, name) from exc
+
+
+def decoding_errors() -> tuple[type[Exception], ...]:
+    """What the decoders declare on a malformed file: OSError (Pillow's UnidentifiedImageError, truncated data),
+    UnicodeDecodeError, and the errors of Pillow and soundfile where they are imported (a decoder not imported
+    raised nothing)."""
+    import sys
+
+    found: list[type[Exception]] = [OSError, UnicodeDecodeError]
+    pil, sound = sys.modules.get("PIL.Image"), sys.modules.get("soundfile")
+    if pil is not None:
+        found.append(pil.DecompressionBombError)
+    if sound is not None:
+        found.append(getattr(sound, "SoundFileError", OSError))
+    return tuple(found)
+
+
+def _internal(exc: Exception, name: str) -> ServeError:
+    """A bug met while decoding `name`: its traceback logged through the server's logger, a 500 for the client."""
+    logging.getLogger("gpux.serve").error("internal error while decoding %s", name, exc_info=exc)
+    return ServeError(f"internal error while decoding {name}: {type(exc).__name__}: {exc}")
 
 
 def element_bytes(value: Any, name: str) -> bytes:
@@ -148,12 +178,12 @@ def element_bytes(value: Any, name: str) -> bytes:
             return base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise BadRequest(f"{name}: a JSON string of a file is the file in base64, and this one is not ({exc}); "
-                             "or send the file's bytes with the binary tensor extension") from None
+                             "or send the file's bytes with the binary tensor extension") from exc
     raise BadRequest(f"{name}: expected an encoded file (bytes, or base64 text in JSON), got {type(value).__name__}")
 
 
-def answer(model: Any, outputs: dict[str, np.ndarray] | list[dict[str, np.ndarray]], placements: list[Any] | None,
-           shape: tuple[int, ...] | None, names: list[str]) -> dict[str, np.ndarray]:
+def answer(model: Any, outputs: Named | list[Named], placements: list[Placement | None] | None,
+           shape: tuple[int, ...] | None, names: list[str]) -> Named:
     """The named outputs as answers: BYTES of `shape` (default: one per batch row), one JSON text per file (`outputs`
     a list: each file's own) or row."""
     if isinstance(outputs, list):  # each file's own outputs

@@ -150,7 +150,7 @@ def run_workspace(ms: Models, kw: dict[str, Any]) -> int:
                 if kw.get("output"):
                     import numpy as np
 
-                    np.savez(kw["output"], **outputs)
+                    np.savez(kw["output"], **outputs)  # type: ignore[arg-type]  # (numpy: as if a name were allow_pickle)
                 doc = {"outputs": {k: v.tolist() for k, v in outputs.items()}}
         finally:
             pipe.close()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpux.arrays import Feeds, Named
 from gpux.errors import ConfigError, Problem
 from gpux.model.io import Tensor
 from gpux.run.session import Session
@@ -37,15 +38,15 @@ class Pipeline:
         return {f"{last.model}.{n}": Tensor(f"{last.model}.{n}", t.dtype, t.shape)
                 for n, t in last.session.outputs.items()}
 
-    def run_last(self, feeds: dict[str, Any]) -> dict[str, Any]:
+    def run_last(self, feeds: Feeds) -> Named:
         """Run every step; only the last step's outputs (what a server answers)."""
         last = self.stages[-1]
         values = self.run(feeds)
         return {k: values[k] for k in (f"{last.model}.{n}" for n in last.session.output_names)}
 
-    def run(self, feeds: dict[str, Any], timings: list[float] | None = None) -> dict[str, Any]:
+    def run(self, feeds: Feeds, timings: list[float] | None = None) -> Named:
         """Every step's outputs as MODEL.OUTPUT → array; `timings` gets each step's seconds, in order."""
-        values = dict(feeds)
+        values: Named = dict(feeds)  # the pipeline's inputs, then each step's outputs as MODEL.OUTPUT
         for st in self.stages:
             started = time.perf_counter()
             out = st.session.run({name: values[src] for name, src in st.wiring.items()})
@@ -112,14 +113,14 @@ def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log:
                 sessions[step.model] = load(ms.models[step.model], choice.provider, strict=True,
                                             store_dir=store_dir, log=log, provider_source="workspace")
         plan = wire(ms, {n: (s.inputs, s.outputs) for n, s in sessions.items()})
-    except BaseException:
+    except BaseException:  # whatever stops it, an interrupt too: the sessions opened so far are closed, then it goes on
         for s in sessions.values():
             s.close()
         raise
     return Pipeline([Stage(m, sessions[m], w) for m, w in plan.steps], plan.inputs)
 
 
-def benchmark(pipe: Pipeline, feeds: dict[str, Any], runs: int, warmup: int) -> dict[str, Any]:
+def benchmark(pipe: Pipeline, feeds: Feeds, runs: int, warmup: int) -> dict[str, Any]:
     """Latency of each step and of the whole pipeline over `runs` runs after `warmup` ones (bounded by count)."""
     import numpy as np
 

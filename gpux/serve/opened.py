@@ -1,0 +1,102 @@
+"""A served model as it opened (`Opened`, immutable), from its gpux.yml, a workspace's pipeline, or the record of an
+earlier start: the sessions of a record opened again as its runtime opened them (`open_recorded`)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpux.arrays import Feeds, Named, Outputs
+from gpux.model.io import Tensor
+from gpux.serve.record import Recorded
+
+if TYPE_CHECKING:
+    from gpux.answers.steps import Steps
+    from gpux.providers.row import Runner
+
+RunNamed = Callable[[Feeds], Named]  # one instance's inference: feeds in, outputs by name out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Opened:
+    """One version of one model as it opened, whichever way (from its gpux.yml through `gpux.run.session.load`,
+    from its record, or a workspace's pipeline): its interface, where it runs, one inference per instance."""
+
+    inputs: dict[str, Tensor]
+    outputs: dict[str, Tensor]
+    provider: str
+    runs_on: str
+    report: dict[str, Any]  # the session's report, as `gpux run --json` shows it
+    labels: dict[str, list[str]]  # output -> class labels from gpux.yml
+    steps: Steps | None = None  # where gpux.yml declares a preprocess or postprocess
+    files: str | None = None  # the input that takes encoded files (BYTES), through its declared preprocess
+    runs: tuple[RunNamed, ...] = ()
+    record: Recorded | None = None  # how a later start opens it again without its gpux.yml (None: it cannot)
+    from_record: bool = False  # opened from the record of an earlier start
+
+    @property
+    def batchable(self) -> bool:
+        """Requests can be merged when every input and output starts with a variable (batch) dim."""
+        tensors = [*self.inputs.values(), *self.outputs.values()]
+        return bool(tensors) and all(t.shape and not isinstance(t.shape[0], int) for t in tensors)
+
+
+NOT_OPENED = Opened(inputs={}, outputs={}, provider="", runs_on="", report={}, labels={})
+
+
+class NotAsRecorded(Exception):
+    """A recorded session that opened, but not as its record says (another device, a device dropped)."""
+
+
+def open_recorded(rec: Recorded, instances: int) -> Opened | None:
+    """The sessions of a model recorded by an earlier start, opened as its runtime opened them then; None (its
+    project read from its gpux.yml instead, logged) when they do not open so."""
+    from gpux.serve.record import open_runner
+
+    runners: list[Runner] = []
+    feeds = warmup_feeds(rec.inputs)
+    try:
+        for _ in range(instances):
+            runners.append(open_runner(rec.recipe))
+            runner = runners[-1]
+            if runner.dropped or _settled(runner.used) != _settled(rec.runs_on):  # an AUTO device elsewhere, say
+                raise NotAsRecorded(runner.dropped or f"it runs on {runner.used}, not {rec.runs_on}")
+            runner.run(feeds)  # a first inference that fails reads the config (whose fallback may move on)
+    # whatever stops the session opening as recorded (a runtime's error, a record edited or gone stale) reads the
+    # config instead, the usual path, where a gpux bug shows again and is not caught
+    except Exception as exc:
+        for r in runners:
+            r.close()
+        logging.getLogger("gpux.serve").warning("%s: not opened as recorded (%s); reading %s", rec.name,
+                                                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                                                rec.path)
+        return None
+    names = runners[0].output_names
+
+    def named(run: Callable[[Feeds], Outputs]) -> RunNamed:
+        return lambda feeds: dict(zip(names, run(feeds), strict=True))
+
+    return Opened(inputs=rec.inputs, outputs=rec.outputs, provider=rec.provider, runs_on=rec.runs_on,
+                  report=rec.report, labels=rec.labels, from_record=True,
+                  runs=tuple(named(r.fast or r.run) for r in runners))  # inputs checked here; the runtime checks again
+
+
+def _settled(used: str) -> str:
+    """Where a session runs, without the helper devices a runtime names in parentheses while it settles (OpenVINO's
+    AUTO runs on "(CPU)" until the device it chose has compiled)."""
+    return re.sub(r"\s*\([^)]*\),?", " ", used).strip(" ,")
+
+
+def warmup_feeds(inputs: dict[str, Tensor]) -> Feeds:
+    """Zeros of each input's shape, variable dims set to 1."""
+    feeds = {}
+    for name, t in inputs.items():
+        shape = tuple(d if isinstance(d, int) else 1 for d in (t.shape or ()))
+        feeds[name] = (np.full(shape, "", dtype=object) if t.dtype == "string"
+                       else np.zeros(shape, dtype="float32" if t.dtype == "bfloat16" else t.dtype))
+    return feeds
