@@ -214,6 +214,19 @@ class _Open:
     value: bool = False
     name: object = None
 
+    def take(self, token: bytes) -> None:
+        """A `:`, `,` or string token read directly inside this container."""
+        if token == b":":
+            self.value = True
+        elif token == b",":
+            self.value = False
+            if isinstance(self.at, int):  # in a list
+                self.at += 1
+        elif self.kind == b"{" and self.value and self.at == "name":
+            self.name = json.loads(token)
+        elif self.kind == b"{" and not self.value:  # a key
+            self.at = json.loads(token)
+
 
 def _too_deep(text: bytes) -> str:
     """Where `text` nests deeper than NESTING, from a scan that does not recurse: the input (named when its
@@ -229,18 +242,8 @@ def _too_deep(text: bytes) -> str:
         elif token in (b"]", b"}"):
             if stack:
                 stack.pop()
-        elif top is None:
-            continue
-        elif token == b":":
-            top.value = True
-        elif token == b",":
-            top.value = False
-            if isinstance(top.at, int):  # in a list
-                top.at += 1
-        elif top.kind == b"{" and top.value and top.at == "name":
-            top.name = json.loads(token)
-        elif top.kind == b"{" and not top.value:  # a key
-            top.at = json.loads(token)
+        elif top is not None:
+            top.take(token)
     path = [f.at for f in stack]
     if path[:1] == ["inputs"] and len(path) > 2 and isinstance(path[1], int):
         name = stack[2].name
