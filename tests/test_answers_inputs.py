@@ -452,7 +452,8 @@ def test_what_only_the_model_or_the_tokenizer_tells_is_found_before_a_build(magi
     text = text_project(tmp_path / "t")
     (text / "tokenizer.json").unlink()
     r = gpux("run", str(text), str(yml), "-p", "cpu")
-    assert r.returncode == 3 and "inputs.input_ids.preprocess.text.tokenizer: cannot read" in r.stderr, r.stderr
+    assert r.returncode == 3 and "inputs.input_ids.preprocess.text.tokenizer: file not found: tokenizer.json" in \
+        r.stderr, r.stderr  # a file gpux.yml names (config.files): missing is found when it is read
     (text / "tokenizer.json").write_text("{}")
     r = gpux("run", str(text), str(yml), "-p", "cpu")
     assert r.returncode == 3 and "not a tokenizer.json the tokenizers library reads" in r.stderr, r.stderr

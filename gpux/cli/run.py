@@ -58,7 +58,7 @@ def run_command(req: RunRequest) -> int:
 
         raise UsageError("files are answered by one model; name its folder, not the workspace")
     if ms.workspace is not None:
-        return run_workspace(ms, {k: v for k, v in dataclasses.asdict(req).items() if k != "target"})
+        return run_workspace(ms, req)
     if req.report:  # before minutes of measuring
         from gpux.bench.report_html import check_report_path
         from gpux.errors import UsageError

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypedDict, Unpack
+from typing import Any, Protocol, TypedDict, Unpack
 
 from gpux import report
 from gpux.errors import GpuxError, UsageError
@@ -118,7 +118,33 @@ def _show_built(doc: dict[str, Any]) -> None:
         report.info(f"{n}: built for {doc['provider']} ({doc['source']})")
 
 
-def run_workspace(ms: Models, kw: dict[str, Any]) -> int:
+class RunAsked(Protocol):
+    """What `gpux run` was asked for that a pipeline reads (gpux.cli.run.RunRequest has it all); the options a
+    pipeline does not support are read by name (UNSUPPORTED)."""
+
+    @property
+    def provider(self) -> str | None: ...
+    @property
+    def store(self) -> str | None: ...
+    @property
+    def as_json(self) -> bool: ...
+    @property
+    def benchmark(self) -> bool: ...
+    @property
+    def batch(self) -> int | None: ...
+    @property
+    def runs(self) -> int | None: ...
+    @property
+    def warmup(self) -> int | None: ...
+    @property
+    def input_json(self) -> str | None: ...
+    @property
+    def input_file(self) -> str | None: ...
+    @property
+    def output(self) -> str | None: ...
+
+
+def run_workspace(ms: Models, req: RunAsked) -> int:
     """Run the pipeline once on given inputs, or benchmark it per step and end to end."""
     from gpux.model.inputs import load_file, parse_json, synthetic
     from gpux.run.inuse import holding
@@ -126,31 +152,31 @@ def run_workspace(ms: Models, kw: dict[str, Any]) -> int:
 
     if ms.workspace is None or not ms.workspace.config.pipeline:
         raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to run; run one model by its folder")
-    unsupported = [f"--{k.replace('_', '-').replace('as-csv', 'csv')}" for k in UNSUPPORTED if kw.get(k)]
+    unsupported = [f"--{k.replace('_', '-').replace('as-csv', 'csv')}" for k in UNSUPPORTED if getattr(req, k, None)]
     if unsupported:
         raise UsageError(f"{', '.join(unsupported)}: not supported when running a workspace's pipeline",
                          hint="run one model by its folder for those; a pipeline is always strict")
-    if kw.get("output") and not str(kw["output"]).endswith(".npz"):
-        raise UsageError(f"--output {kw['output']}: outputs are written as .npz; name the file *.npz")
-    choice = shared_choice(ms, kw.get("provider"))
-    store_dir, as_json = kw.get("store"), kw.get("as_json", False)
-    what = "gpux run --benchmark" if kw.get("benchmark") else "gpux run"
+    if req.output and not req.output.endswith(".npz"):
+        raise UsageError(f"--output {req.output}: outputs are written as .npz; name the file *.npz")
+    choice = shared_choice(ms, req.provider)
+    store_dir, as_json = req.store, req.as_json
+    what = "gpux run --benchmark" if req.benchmark else "gpux run"
     with holding(ms.place.name, ms.place.root, store_dir, what):
         pipe = open_pipeline(ms, choice, store_dir, report.progress(as_json))
         try:
-            if kw.get("benchmark"):
-                feeds = synthetic(pipe.inputs, {"batch": kw.get("batch") or 1})
-                doc = benchmark(pipe, feeds, kw.get("runs") or 100, kw.get("warmup") or 10)
+            if req.benchmark:
+                feeds = synthetic(pipe.inputs, {"batch": req.batch or 1})
+                doc = benchmark(pipe, feeds, req.runs or 100, req.warmup or 10)
             else:
-                text, file = kw.get("input_json"), kw.get("input_file")
+                text, file = req.input_json, req.input_file
                 if (text is None) == (file is None):
                     raise UsageError("pass one of --input or --file (or --benchmark)")
                 feeds = parse_json(text, pipe.inputs) if text is not None else load_file(file or "", pipe.inputs)
                 outputs = pipe.run_last(feeds)
-                if kw.get("output"):
+                if req.output:
                     import numpy as np
 
-                    np.savez(kw["output"], **outputs)  # type: ignore[arg-type]  # (numpy: as if a name were allow_pickle)
+                    np.savez(req.output, **outputs)  # type: ignore[arg-type]  # (numpy: as if a name were allow_pickle)
                 doc = {"outputs": {k: v.tolist() for k, v in outputs.items()}}
         finally:
             pipe.close()
