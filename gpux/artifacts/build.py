@@ -14,7 +14,7 @@ from gpux.config.load import Project
 from gpux.errors import BuildFailed, GpuxError, VerificationFailed, environmental, raised_by_gpux
 from gpux.files import locked
 from gpux.plan.targets import Target
-from gpux.runtimes import KIND_HINTS, Context, Job, Log, resolve
+from gpux.runtimes import KIND_HINTS, ArtifactKind, Context, Job, Log
 
 
 @dataclass(kw_only=True)
@@ -198,7 +198,7 @@ def _build_remembering(job: Job, step: Planned, src: Path, folder: Path, why: st
                                {"verification": exc.verification, "info": exc.info})
         raise
     except BuildFailed as exc:
-        if getattr(exc, "conversion", False):  # the runtime's conversion itself, not verification on some data
+        if exc.conversion:  # the runtime's conversion itself, not verification on some data
             store.remember_failure(root, name, folder.name, key, exc.message, exc.hint)
         raise
 
@@ -214,15 +214,15 @@ def _usable_source(project: Project, compat: Any, root: Path, log: Log) -> Path:
     return lowered_source(project.source, compat.lower_ir_to, root / ".lowered")
 
 
-def _speed(job: Job, kind: Any, target: Target, main: Path) -> dict[str, Any] | None:
+def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path) -> dict[str, Any] | None:
     """A lossy artifact's speed beside a plain fp32 session of the source (quality.speed), said where slower."""
     from gpux.quality.speed import LOSSY, versus_plain
-    from gpux.quality.verify import resolve_runner
     from gpux.report import slower_note
 
-    if target.precision not in LOSSY or kind.verify is None:
+    verify = kind.verify_step()
+    if target.precision not in LOSSY or verify is None:
         return None
-    runner = resolve_runner(kind, main, target)
+    runner = verify(main, target)
     speed = versus_plain(job, target, None if isinstance(runner, str) else runner)
     note = slower_note(speed)
     if note:
@@ -245,9 +245,10 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
         started = time.perf_counter()
         try:
             with store.scratch(workdir):
-                info = resolve(step.build)(ctx)
+                info = step.build_step()(ctx)
         except BuildFailed as exc:
-            exc.conversion = getattr(exc, "conversion", True)  # type: ignore[attr-defined]
+            if exc.conversion is None:  # the step's own failure on the model, unless it said otherwise
+                exc.conversion = True
             raise
         except GpuxError:
             raise
@@ -256,9 +257,8 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
                 raise  # remembered as this model's failure
             from gpux.quality.verify import short
 
-            failed = BuildFailed(f"{target.id}: {short(exc)}", hint=KIND_HINTS.get(target.step, KIND_HINTS[""]))
-            failed.conversion = True  # type: ignore[attr-defined]
-            raise failed from exc
+            raise BuildFailed(f"{target.id}: {short(exc)}", hint=KIND_HINTS.get(target.step, KIND_HINTS[""]),
+                              conversion=True) from exc
         seconds = time.perf_counter() - started
         manifest = {
             "schema": store.MANIFEST_SCHEMA,

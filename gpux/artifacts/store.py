@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux.files import atomic_write_text, sha256_file, stamp
+from gpux.plan.targets import Target
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
@@ -39,6 +40,19 @@ class Artifact:
     def kind(self) -> str:
         """Its kind of artifact (gpux.runtimes.ArtifactKind)."""
         return str(self.manifest["target"]["kind"])
+
+    @property
+    def target(self) -> Target:
+        """The target it was built for, as its manifest records it."""
+        t = self.manifest["target"]
+        return Target(id=str(t["id"]), step=str(t["kind"]), provider=str(t.get("provider", "")),
+                      precision=str(t.get("precision", "")), options=dict(t.get("options") or {}),
+                      consumes=str(t.get("consumes", "source")))
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What its build step reported (the manifest's "info" document)."""
+        return dict(self.manifest.get("info") or {})
 
     def size(self) -> int:
         return sum(int(f["size"]) for f in self.manifest["files"].values())

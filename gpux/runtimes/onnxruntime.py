@@ -7,10 +7,17 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux.errors import debugging
 from gpux.optional import require
+
+if TYPE_CHECKING:
+    from gpux.arrays import Feeds, Outputs
+    from gpux.config.load import Project
+    from gpux.plan.targets import Target
+    from gpux.providers.row import Runner
+    from gpux.runtimes import Context, Published
 
 EXTERNAL_THRESHOLD = 1_800_000_000  # protobuf's 2 GB limit, with room
 
@@ -81,7 +88,7 @@ class OrtSession:
     output_names: list[str] = field(default_factory=list)
     input_names: list[str] = field(default_factory=list)
 
-    def run(self, feeds: dict[str, Any]) -> list[Any]:
+    def run(self, feeds: Feeds) -> Outputs:
         return self.session.run(self.output_names, feeds)
 
     def close(self) -> None:
@@ -174,7 +181,7 @@ def _python_captured(lines: list[str]) -> Iterator[None]:
         lines += [f"{w.category.__name__}: {w.message}" for w in caught]
 
 
-def build_onnx(ctx: Any) -> dict[str, Any]:
+def build_onnx(ctx: Context) -> dict[str, Any]:
     """The ONNX artifact: the float16 variant of the source if asked, then offline graph optimization (int8:
     gpux.runtimes.onnxruntime_int8)."""
     src = ctx.src
@@ -184,7 +191,7 @@ def build_onnx(ctx: Any) -> dict[str, Any]:
     return optimized(ctx, src, {})
 
 
-def optimized(ctx: Any, src: Path, info: dict[str, Any]) -> dict[str, Any]:
+def optimized(ctx: Context, src: Path, info: dict[str, Any]) -> dict[str, Any]:
     """`src` optimized offline into the artifact's model.onnx at the target's level (an intermediate `src` is
     removed); the artifact's info, `info` added."""
     level = ctx.target.options.get("optimization", "basic")
@@ -201,13 +208,13 @@ def optimized(ctx: Any, src: Path, info: dict[str, Any]) -> dict[str, Any]:
 ONLINE_LEVEL = "all"
 
 
-def verify_runner(artifact: Path, target: Any) -> Any:
+def verify_runner(artifact: Path, target: Target) -> Callable[[Feeds], Outputs]:
     """The artifact as sessions open it (online optimizations on: with int8, these pick the int8 kernels)."""
     sess = create_session(artifact, "CPUExecutionProvider", None, level=ONLINE_LEVEL)
     return sess.run
 
 
-def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+def open_runner(provider: str, project: Project, artifact: Published) -> Runner:
     """A session on the provider's EP; `dropped` says so when ONNX Runtime silently fell back to CPU."""
     from gpux.providers import registry
     from gpux.runtimes import onnxruntime_options as o
@@ -227,7 +234,7 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
                                device)
 
 
-def opening(project: Any, provider: str) -> dict[str, Any]:
+def opening(project: Project, provider: str) -> dict[str, Any]:
     """How a session opens the provider's artifact on this machine: the online graph optimization level (the
     cpu block's `online_optimization`, else ONNX Runtime's default) and the thread counts."""
     threads = project.config.runtime.threads
@@ -264,18 +271,18 @@ def open_session_runner(model: Path | str, ep: str, ep_opts: dict[str, str], int
                                                  "arguments": recipe})
 
 
-def native_run(sess: OrtSession) -> Callable[[dict[str, Any]], list[Any]]:
+def native_run(sess: OrtSession) -> Callable[[Feeds], Outputs]:
     """The C++ session's run for every output: what InferenceSession.run calls after its Python checks (the
     C++ side still checks names, types and shapes)."""
     native, names = sess.session._sess.run, sess.output_names
 
-    def run(feeds: dict[str, Any]) -> list[Any]:
+    def run(feeds: Feeds) -> Outputs:
         return native(names, feeds, None)
 
     return run
 
 
-def bind_device(sess: OrtSession, feeds: dict[str, Any], n: int, device: tuple[str, int]) -> list[Any]:
+def bind_device(sess: OrtSession, feeds: Feeds, n: int, device: tuple[str, int]) -> list[Any]:
     """IO binding: inputs copied to the device once, outputs left there; a call is only the run. One binding
     per worker (a binding is not shared between threads)."""
     import functools
@@ -291,7 +298,7 @@ def bind_device(sess: OrtSession, feeds: dict[str, Any], n: int, device: tuple[s
     return out
 
 
-def bind(sess: OrtSession, feeds: dict[str, Any], n: int) -> list[Any]:
+def bind(sess: OrtSession, feeds: Feeds, n: int) -> list[Any]:
     """The C++ session's own run with names and feeds fixed: no per-call Python checks. Sessions are
     thread-safe, so one callable serves every worker."""
     import functools
@@ -300,7 +307,7 @@ def bind(sess: OrtSession, feeds: dict[str, Any], n: int) -> list[Any]:
     return [functools.partial(native.run, sess.output_names, feeds, None)] * n
 
 
-def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: dict[str, Any],
+def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: Feeds,
               level: str = ONLINE_LEVEL) -> dict[str, Any]:
     """Which execution provider ran each node of the partitioned graph, from ONNX Runtime's own profile of
     one inference: node counts per EP, partitions (runs of consecutive non-CPU nodes) and coverage."""
