@@ -5,7 +5,7 @@ one is built. (The pre- and post-processing steps a gpux.yml declares are anothe
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from pkgutil import resolve_name as resolve
@@ -37,14 +37,15 @@ class Published(Protocol):
     def target(self) -> Target: ...
 
     @property
-    def info(self) -> dict[str, Any]: ...  # the build step's own document, as manifest.json keeps it
+    def info(self) -> Mapping[str, object]: ...  # what its build step returned, as manifest.json keeps it
 
 
 class BuildStep(Protocol):
-    """A kind's `build`: writes its artifact into `ctx.workdir` and returns its info, the document kept as the
-    manifest's "info" (its "main": the artifact's main file, relative to the folder)."""
+    """A kind's `build`: writes its artifact into `ctx.workdir` and returns its info, the runtime's own record
+    (a TypedDict of JSON values, each runtime its own keys) kept as the manifest's "info"; its "main" names the
+    artifact's main file, relative to the folder."""
 
-    def __call__(self, ctx: Context) -> dict[str, Any]: ...
+    def __call__(self, ctx: Context) -> Mapping[str, object]: ...
 
 
 class VerifyStep(Protocol):

@@ -32,7 +32,6 @@ import contextlib
 import io
 import sys
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpux.errors import BuildFailed, ProviderUnavailable, debugging, environmental, first_line, raised_by_gpux
 from gpux.optional import require
+from gpux.runtimes.coreml_spec import Compression, PackageInfo, describe
 from gpux.runtimes.tensorrt import declared_profiles
 
 if TYPE_CHECKING:
@@ -55,7 +55,6 @@ COMPUTE_UNITS = {"all": "ALL", "cpu_only": "CPU_ONLY", "cpu_and_gpu": "CPU_AND_G
 PRECISIONS = {"fp16": "FLOAT16", "fp32": "FLOAT32"}
 PALETTE_BITS = 6  # palettize without compression_bits
 PRUNE_SPARSITY = 0.5
-NOT_COMPUTE = ("const", "cast")  # ops whose output dtype says nothing about the compute precision
 
 
 @contextlib.contextmanager
@@ -93,7 +92,7 @@ def _not_here() -> str:
 
 
 # ---- build --------------------------------------------------------------------------------------------
-def build_package(ctx: Context) -> dict[str, Any]:
+def build_package(ctx: Context) -> PackageInfo:
     """PyTorch source → Core ML package (`model.mlpackage`, or `model.mlmodel` for neuralnetwork)."""
     from gpux.providers.options import CoreMLOptions
     from gpux.runtimes import torch_export as pt
@@ -235,12 +234,13 @@ def _compression_target(opts: Any) -> str | None:
     return "iOS16"
 
 
-def _compression_info(opts: Any) -> dict[str, Any] | None:
+def _compression_info(opts: Any) -> Compression | None:
     bits = opts.compression_bits
-    return None if opts.compression == "none" else {
+    kinds: dict[str, Compression] = {
         "palettize": {"method": "palettize", "mode": "kmeans", "bits": bits or PALETTE_BITS},
         "linear_quantize": {"method": "linear_quantize", "mode": "linear_symmetric", "bits": bits or 8},
-        "prune": {"method": "prune", "mode": "magnitude", "target_sparsity": PRUNE_SPARSITY}}[opts.compression]
+        "prune": {"method": "prune", "mode": "magnitude", "target_sparsity": PRUNE_SPARSITY}}
+    return None if opts.compression == "none" else kinds[opts.compression]
 
 
 def compress(model: Any, opts: Any) -> Any:
@@ -258,74 +258,6 @@ def compress(model: Any, opts: Any) -> Any:
         return cto.linear_quantize_weights(model, config=cto.OptimizationConfig(global_config=op))
     op = cto.OpMagnitudePrunerConfig(target_sparsity=PRUNE_SPARSITY)
     return cto.prune_weights(model, config=cto.OptimizationConfig(global_config=op))
-
-
-# ---- what the package holds -----------------------------------------------------------------------------
-def describe(spec: Any) -> dict[str, Any]:
-    """Inputs, outputs, spec version and the precision actually in a Core ML spec."""
-    c = ct()
-    out: dict[str, Any] = {"spec_version": spec.specificationVersion,
-                           "inputs": [_feature(f) for f in spec.description.input],
-                           "outputs": [_feature(f) for f in spec.description.output]}
-    with contextlib.suppress(ValueError):
-        out["spec_target"] = c.target(spec.specificationVersion).name  # oldest OS that reads this spec
-    if spec.WhichOneof("Type") == "mlProgram":
-        out.update(program_precision(spec))
-    else:
-        fp16 = _has_fp16_weights(spec)
-        out.update({"precision": "fp16" if fp16 else "fp32", "precision_of": "weights"})
-    return out
-
-
-def _feature(f: Any) -> dict[str, Any]:
-    kind = f.type.WhichOneof("Type")
-    d: dict[str, Any] = {"name": f.name, "type": kind}
-    if kind == "multiArrayType":
-        a = f.type.multiArrayType
-        d["dtype"] = type(a).ArrayDataType.Name(a.dataType)
-        d["shape"] = list(a.shape)
-        ranges = a.shapeRange.sizeRanges
-        if ranges:
-            d["ranges"] = [[r.lowerBound, r.upperBound] for r in ranges]
-        elif a.enumeratedShapes.shapes:
-            d["enumerated"] = [list(s.shape) for s in a.enumeratedShapes.shapes]
-    return d
-
-
-def program_precision(spec: Any) -> dict[str, Any]:
-    """The dtypes the ML Program's compute ops produce: fp16, fp32, or mixed; and its compression ops."""
-    from coremltools.proto import MIL_pb2
-
-    dtypes: Counter[str] = Counter()
-    ops: Counter[str] = Counter()
-    for fn in spec.mlProgram.functions.values():
-        for block in fn.block_specializations.values():
-            for op in block.operations:
-                ops[op.type] += 1
-                if op.type in NOT_COMPUTE or op.type.startswith("constexpr_"):
-                    continue
-                for o in op.outputs:
-                    if o.type.WhichOneof("type") == "tensorType":
-                        dtypes[MIL_pb2.DataType.Name(o.type.tensorType.dataType)] += 1
-    floats = {k: v for k, v in dtypes.items() if k.startswith("FLOAT") or k == "BFLOAT16"}
-    kinds = set(floats)
-    precision = "fp16" if kinds == {"FLOAT16"} else "fp32" if kinds == {"FLOAT32"} else "mixed" if kinds else None
-    return {"precision": precision, "precision_of": "compute", "compute_dtypes": dict(sorted(dtypes.items())),
-            "compression_ops": {k: v for k, v in sorted(ops.items()) if k.startswith("constexpr_")}}
-
-
-def _has_fp16_weights(message: Any) -> bool:
-    """Any WeightParams in a neural network spec stored as float16."""
-    for field, value in message.ListFields():
-        if field.name == "float16Value" and value:
-            return True
-        if field.type != field.TYPE_MESSAGE:
-            continue
-        # one message, a map of messages, or a repeated field
-        items = [value] if hasattr(value, "ListFields") else value.values() if hasattr(value, "values") else value
-        if any(_has_fp16_weights(v) for v in items if hasattr(v, "ListFields")):
-            return True
-    return False
 
 
 def size_of(path: Path) -> int:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from gpux.errors import debugging
 from gpux.optional import require
@@ -181,26 +181,33 @@ def _python_captured(lines: list[str]) -> Iterator[None]:
         lines += [f"{w.category.__name__}: {w.message}" for w in caught]
 
 
-def build_onnx(ctx: Context) -> dict[str, Any]:
+class OnnxInfo(TypedDict):
+    """An ONNX artifact's info (its manifest's): the file, and the level it was optimized at offline."""
+
+    main: str
+    optimization: str
+
+
+def build_onnx(ctx: Context) -> OnnxInfo:
     """The ONNX artifact: the float16 variant of the source if asked, then offline graph optimization (int8:
     gpux.runtimes.onnxruntime_int8)."""
     src = ctx.src
     if ctx.target.step == "float16":
         src = ctx.workdir / "fp16.onnx"
         to_float16(ctx.src, src, ctx.log)
-    return optimized(ctx, src, {})
+    return optimized(ctx, src)
 
 
-def optimized(ctx: Context, src: Path, info: dict[str, Any]) -> dict[str, Any]:
+def optimized(ctx: Context, src: Path) -> OnnxInfo:
     """`src` optimized offline into the artifact's model.onnx at the target's level (an intermediate `src` is
-    removed); the artifact's info, `info` added."""
+    removed); the artifact's info."""
     level = ctx.target.options.get("optimization", "basic")
     dst = ctx.workdir / "model.onnx"
     optimize(src, dst, level)
     if src != ctx.src:
         for p in (src, src.with_name(src.name + ".data")):
             p.unlink(missing_ok=True)
-    return {"main": dst.name, "optimization": level, **info}
+    return {"main": dst.name, "optimization": level}
 
 
 # The level a session opens an artifact at unless its block says otherwise: ONNX Runtime's own default, what a plain
@@ -234,14 +241,24 @@ def open_runner(provider: str, project: Project, artifact: Published) -> Runner:
                                device)
 
 
-def opening(project: Project, provider: str) -> dict[str, Any]:
+class Opening(TypedDict):
+    """How a session opens an ONNX artifact: the online optimization level and the thread counts."""
+
+    graph_optimization: str
+    intra_op_threads: int | str  # 0: "default (one per core)"
+    inter_op_threads: NotRequired[int]
+
+
+def opening(project: Project, provider: str) -> Opening:
     """How a session opens the provider's artifact on this machine: the online graph optimization level (the
     cpu block's `online_optimization`, else ONNX Runtime's default) and the thread counts."""
     threads = project.config.runtime.threads
     block = getattr(project.config.providers, provider, None)
-    return {"graph_optimization": getattr(block, "online_optimization", ONLINE_LEVEL),
-            "intra_op_threads": threads.intra_op or "default (one per core)",
-            **({"inter_op_threads": threads.inter_op} if threads.inter_op else {})}
+    out: Opening = {"graph_optimization": getattr(block, "online_optimization", ONLINE_LEVEL),
+                    "intra_op_threads": threads.intra_op or "default (one per core)"}
+    if threads.inter_op:
+        out["inter_op_threads"] = threads.inter_op
+    return out
 
 
 def open_session_runner(model: Path | str, ep: str, ep_opts: dict[str, str], intra_op: int = 0, inter_op: int = 0,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from gpux.errors import BuildFailed
 from gpux.optional import require
-from gpux.runtimes.onnxruntime import create_session, optimized, quiet_stderr, save_model
+from gpux.runtimes.onnxruntime import OnnxInfo, create_session, optimized, quiet_stderr, save_model
 
 if TYPE_CHECKING:
     from gpux.arrays import Feeds
@@ -86,6 +86,15 @@ class Int8Effect(TypedDict):
     int8_warning: NotRequired[str]
 
 
+class Int8Info(OnnxInfo):
+    """An int8 ONNX artifact's info: what quantization did, and the layers `keep_fp32` left in fp32."""
+
+    quantized_ops: int
+    size_ratio: float | None
+    int8_warning: NotRequired[str]
+    keep_fp32: NotRequired[Kept]
+
+
 @dataclass(frozen=True)
 class Int8:
     """How ONNX Runtime quantizes: dynamic or static (QDQ), weights per channel, the calibration method, and
@@ -100,27 +109,29 @@ class Int8:
         return {"mode": self.mode, "per_channel": self.per_channel, "method": self.method}
 
 
-def build_int8(ctx: Context) -> dict[str, Any]:
+def build_int8(ctx: Context) -> Int8Info:
     """The int8 ONNX artifact: quantized (with `keep_fp32`'s layers left in fp32), then optimized offline."""
     opts = ctx.target.options
     how = Int8(opts.get("quantization", "dynamic"), bool(opts.get("per_channel")),
                opts.get("calibration_method", "minmax"))
     feeds = ctx.calibration() if how.mode == "static" else None
     pre = pre_processed(ctx.src, ctx.workdir / "pre.onnx", ctx.log)
-    info: dict[str, Any] = {}  # the artifact's info: written to its manifest
+    record = None
     if opts.get("keep_fp32"):
         layers = quantizable(pre)
         record = kept(ctx, opts["keep_fp32"], layers, lambda: ranking(ctx, pre, how, feeds or []),
                       f"providers.{ctx.target.provider}.keep_fp32")
-        info["keep_fp32"] = record
         how = replace(how, exclude=tuple(record["kept"]))
     int8 = ctx.workdir / "int8.onnx"
     quantize(pre, int8, how, feeds, ctx.log)
     if pre != ctx.src:
         for p in (pre, pre.with_name(pre.name + ".data")):
             p.unlink(missing_ok=True)
-    info.update(int8_effect(ctx, int8))
-    return optimized(ctx, int8, info)
+    effect = int8_effect(ctx, int8)
+    info: Int8Info = {**optimized(ctx, int8), **effect}
+    if record is not None:
+        info["keep_fp32"] = record
+    return info
 
 
 def quantize(pre: Path, dst: Path, how: Int8, calibration: Sequence[Feeds] | None = None,

@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from gpux.errors import BuildFailed, GpuxError, MissingDependency, environmental, error_lines, raised_by_gpux
 from gpux.optional import require
-from gpux.runtimes.openvino_int8 import compress
+from gpux.runtimes.openvino_int8 import NncfInfo, compress
 from gpux.runtimes.openvino_options import (
     DeviceMissing,
     compile_properties,
@@ -92,7 +92,34 @@ def reason(exc: BaseException) -> str:
 
 
 # ---- build --------------------------------------------------------------------------------------------
-def build_ir(ctx: Context) -> dict[str, Any]:
+class Precompiled(TypedDict, total=False):
+    """The IR compiled for its device at build time (`ov_cache/`), or why not."""
+
+    precompiled: str | None  # the folder of blobs in the artifact; None: none kept
+    precompile_skipped: str
+    compiled_for: str
+    compile_seconds: float
+    cached_compile_seconds: float
+    execution_devices: list[str]
+    properties: dict[str, str]  # as compiled, but the cache folder
+    inference_precision: str | None
+
+
+class IRInfo(NncfInfo, Precompiled):
+    """An OpenVINO IR's info: OpenVINO, the device and precision, the outputs in order, the input shapes, the
+    conversion's time; NNCF's int8 and the precompiled blobs."""
+
+    main: str
+    openvino: str
+    device: str
+    precision: str
+    outputs: list[str]
+    static_shapes: bool
+    shapes: dict[str, str]
+    convert_seconds: float
+
+
+def build_ir(ctx: Context) -> IRInfo:
     """ONNX -> OpenVINO IR (model.xml/.bin) at the target's precision, precompiled into `ov_cache/`."""
     from gpux.model.io import read_io
     from gpux.providers.options import OpenVINOOptions
@@ -116,20 +143,21 @@ def build_ir(ctx: Context) -> dict[str, Any]:
     model = _in_order(model, outputs)
     if opts.layout:
         model = _with_layout(model, opts.layout)
-    info: dict[str, Any] = {"main": MAIN, "openvino": o.__version__, "device": opts.device,
-                            "precision": opts.precision, "outputs": outputs, "static_shapes": static,
-                            "shapes": {p.get_any_name(): str(p.get_partial_shape()) for p in model.inputs},
-                            "convert_seconds": round(time.perf_counter() - started, 4)}
+    info: IRInfo = {"main": MAIN, "openvino": o.__version__, "device": opts.device,
+                    "precision": opts.precision, "outputs": outputs, "static_shapes": static,
+                    "shapes": {p.get_any_name(): str(p.get_partial_shape()) for p in model.inputs},
+                    "convert_seconds": round(time.perf_counter() - started, 4)}
     try:
-        model = compress(ctx, model, opts, info)
+        model, nncf = compress(ctx, model, opts)
     except GpuxError:
         raise
     except Exception as exc:  # broad: NNCF's own errors (no common base), or an import broken by another package
         if raised_by_gpux(exc) or environmental(exc):  # a bug or the machine: never the model's failure
             raise
         raise BuildFailed(f"NNCF int8 ({opts.int8_mode}) failed: {type(exc).__name__}: {reason(exc)}") from exc
+    info |= nncf
     o.save_model(model, str(ctx.workdir / MAIN), compress_to_fp16=opts.precision == "fp16")
-    info.update(_precompile(ctx, opts))
+    info |= _precompile(ctx, opts)
     return info
 
 
@@ -170,7 +198,7 @@ def _with_layout(model: Any, layouts: Mapping[str, str]) -> Any:
                           hint=f"inputs are {', '.join(p.get_any_name() for p in model.inputs)}") from exc
 
 
-def _precompile(ctx: Context, opts: Any) -> dict[str, Any]:
+def _precompile(ctx: Context, opts: OpenVINOOptions) -> Precompiled:
     """Compile once for the target device, cache on; then again to time a cached load."""
     c = core()
     try:
@@ -186,7 +214,7 @@ def _precompile(ctx: Context, opts: Any) -> dict[str, Any]:
         cold = time.perf_counter() - started
     except failures() as exc:
         raise BuildFailed(f"OpenVINO cannot compile the IR for {device}: {reason(exc)}") from exc
-    out: dict[str, Any] = {
+    out: Precompiled = {
         "compiled_for": device, "compile_seconds": round(cold, 4),
         "execution_devices": [str(d) for d in compiled.get_property("EXECUTION_DEVICES")],
         "properties": {k: v for k, v in props.items() if k != "CACHE_DIR"},
@@ -279,7 +307,7 @@ def runtime_cache(artifact_dir: Path) -> Path:
     return folder
 
 
-def opening(project: Project, provider: str) -> dict[str, Any]:
+def opening(project: Project, provider: str) -> dict[str, str]:
     """The properties a session compiles the IR with on this machine (besides its cache folder)."""
     opts: OpenVINOOptions = getattr(project.config.providers, provider)
     threads = project.config.runtime.threads.intra_op if opts.threads is None else 0
@@ -291,8 +319,9 @@ def open_runner(provider: str, project: Project, artifact: Published) -> Runner:
     (the session records it and falls back). `used` names the EXECUTION_DEVICES."""
     opts: OpenVINOOptions = getattr(project.config.providers, provider)
     threads = project.config.runtime.threads.intra_op if opts.threads is None else 0
+    outputs = artifact.info.get("outputs")  # as the build recorded them (IRInfo)
     return open_compiled_runner(artifact.main, opts.device, openvino_properties(opts), threads=threads,
-                                cache=opts.cache, names=list(artifact.info.get("outputs") or []),
+                                cache=opts.cache, names=[str(n) for n in outputs] if isinstance(outputs, list) else [],
                                 label=artifact.target.id)
 
 

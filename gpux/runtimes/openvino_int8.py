@@ -45,10 +45,17 @@ class AccuracyGoal(TypedDict):
     validation_samples: int
 
 
-class Quantized(TypedDict, total=False):
-    """What NNCF's quantization adds to the artifact's info: `keep_fp32`'s record, the layers left int8 and fp32,
-    and the accuracy-aware mode's goal."""
+class NncfInfo(TypedDict, total=False):
+    """What NNCF's int8 adds to an IR's info: NNCF, the mode and its time, the int8 operations (a warning where
+    none), the calibration samples, and as the mode asks `keep_fp32`'s record, the layers left int8 and fp32, and
+    the accuracy-aware mode's goal."""
 
+    nncf: str
+    int8_mode: str
+    nncf_seconds: float
+    quantized_ops: int
+    int8_warning: str
+    calibration_samples: int
     keep_fp32: Kept
     int8_layers: int
     fp32_layers: int
@@ -56,14 +63,14 @@ class Quantized(TypedDict, total=False):
 LAYERS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData", "MatMul")
 
 
-def compress(ctx: Context, model: Any, opts: OpenVINOOptions, info: dict[str, Any]) -> Any:
-    """int8 by NNCF per `int8_mode`; `info` records what it did and how long it took. NNCF's own errors
-    propagate (the caller words them)."""
+def compress(ctx: Context, model: Any, opts: OpenVINOOptions) -> tuple[Any, NncfInfo]:
+    """int8 by NNCF per `int8_mode`, and what it did and how long it took (nothing at another precision). NNCF's
+    own errors propagate (the caller words them)."""
     if opts.precision != "int8":
-        return model
+        return model, {}
     mode = opts.int8_mode
     feeds = None if mode == "weights" else ctx.calibration()
-    extra: Quantized = {}
+    extra: NncfInfo = {}
     started = time.perf_counter()
     with nncf_quietly() as nncf:
         if feeds is None:
@@ -73,9 +80,8 @@ def compress(ctx: Context, model: Any, opts: OpenVINOOptions, info: dict[str, An
         else:
             model, extra = _with_accuracy_control(nncf, ctx, model, feeds)
     seconds = round(time.perf_counter() - started, 4)
-    info.update(nncf=nncf.__version__, int8_mode=mode, nncf_seconds=seconds)
-    info["quantized_ops"] = quantized_ops(model)
-    info.update(extra)
+    info: NncfInfo = {"nncf": nncf.__version__, "int8_mode": mode, "nncf_seconds": seconds,
+                      "quantized_ops": quantized_ops(model), **extra}
     from gpux.runtimes import int8_did_nothing
 
     problem = "" if info["quantized_ops"] else "no operator was quantized"
@@ -86,18 +92,18 @@ def compress(ctx: Context, model: Any, opts: OpenVINOOptions, info: dict[str, An
     ctx.log(f"{ctx.target.id}: NNCF int8 {mode} in {seconds:.2f}s"
             + (f" ({extra['fp32_layers']} of {extra['fp32_layers'] + extra['int8_layers']} layers left in fp32)"
                if "int8_layers" in extra else ""))
-    return model
+    return model, info
 
 
 PRESETS = {"performance": "PERFORMANCE", "mixed": "MIXED"}  # -> nncf.QuantizationPreset
 
 
 def _quantize(nncf: Any, ctx: Context, model: Any, opts: OpenVINOOptions,
-              feeds: list[Feeds]) -> tuple[Any, Quantized]:
+              feeds: list[Feeds]) -> tuple[Any, NncfInfo]:
     """nncf.quantize with the block's preset, bias correction and `keep_fp32` (an ignored scope)."""
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
 
-    extra: Quantized = {}
+    extra: NncfInfo = {}
     scope = None
     if opts.keep_fp32:
         extra["keep_fp32"], names = ignored(ctx, model, opts.keep_fp32, feeds)
@@ -134,7 +140,7 @@ def ignored(ctx: Context, model: Any, keep: int | float | list[str], feeds: list
     return record, names
 
 
-def _with_accuracy_control(nncf: Any, ctx: Context, model: Any, feeds: list[Feeds]) -> tuple[Any, Quantized]:
+def _with_accuracy_control(nncf: Any, ctx: Context, model: Any, feeds: list[Feeds]) -> tuple[Any, NncfInfo]:
     """Quantize, then give layers back to fp32 (most harmful first) until the validation cosine holds."""
     if ctx.goal is None:
         raise BuildFailed(f"{ctx.target.id}: int8_mode accuracy needs the verification inputs, which this build "

@@ -6,7 +6,7 @@ import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from gpux.machine import gpu_identity
 
@@ -40,7 +40,19 @@ def ep_options(opts: dict[str, Any], folder: Path, dump_context: bool) -> dict[s
     return out
 
 
-def build_engine(ctx: Context) -> dict[str, Any]:
+class EngineInfo(TypedDict):
+    """A TensorRT artifact's info: the model ONNX Runtime opens, the engines built and the GPU they are for."""
+
+    main: str  # the EP-context model (else the ONNX model the engine cache serves)
+    engine_seconds: float
+    engines: list[str]
+    gpu: str
+    compute_capability: str
+    cuda_driver: str
+    tensorrt: str | None
+
+
+def build_engine(ctx: Context) -> EngineInfo:
     """Build the engine now (not on first run): an ONNX Runtime session on the TensorRT EP with the engine
     cache and EP-context dump pointed into the artifact folder, then one inference on seeded inputs."""
     from gpux.errors import BuildFailed
@@ -68,7 +80,8 @@ def build_engine(ctx: Context) -> dict[str, Any]:
     engines = sorted(p.name for p in (ctx.workdir / ENGINES).glob("*.engine"))
     if not engines:
         raise BuildFailed("TensorRT produced no engine file; see the build log with GPUX_DEBUG=1")
-    return {"main": main, "engine_seconds": round(seconds, 3), "engines": engines, **identity,
+    return {"main": main, "engine_seconds": round(seconds, 3), "engines": engines, "gpu": identity["gpu"],
+            "compute_capability": identity["compute_capability"], "cuda_driver": identity["cuda_driver"],
             "tensorrt": trt_version()}
 
 

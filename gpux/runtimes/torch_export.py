@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from gpux.errors import BuildFailed, environmental, first_line, raised_by_gpux
 from gpux.optional import require
@@ -231,7 +231,31 @@ def _exportable_type() -> type:
     return Exportable
 
 
-def export_onnx(ctx: Context) -> dict[str, Any]:
+class Finished(TypedDict):
+    """What normalising an exported model did (`finish`)."""
+
+    ir_version: int
+    ir_version_exported: NotRequired[int]  # lowered from it to what ONNX Runtime reads
+    renamed_outputs: NotRequired[dict[str, str]]
+    unused_inputs: NotRequired[list[str]]  # declared inputs the exporter dropped, put back
+    external_data: bool
+
+
+class ExportInfo(Finished):
+    """An exported ONNX artifact's info."""
+
+    main: str
+    opset: int
+    exporter: str
+    torch: str
+    source_format: str
+    inputs: list[str]
+    outputs: list[str]
+    dynamic_axes: dict[str, dict[int, str]]
+    trace_sizes: dict[str, int]
+
+
+def export_onnx(ctx: Context) -> ExportInfo:
     """PyTorch source → `model.onnx` at the pinned opset, with the declared input/output names and dims."""
     torch = _torch()
     opts = ctx.target.options
@@ -266,14 +290,14 @@ def export_onnx(ctx: Context) -> dict[str, Any]:
 
 
 def finish(src: Path, dst: Path, inputs: Sequence[str], outputs: Sequence[str], tensors: Mapping[str, Tensor],
-           threshold: int | None = None) -> dict[str, Any]:
+           threshold: int | None = None) -> Finished:
     """Normalise an exported model (IR version, output names, unused inputs) and save it to `dst`: one
     file, or `dst` + `dst.data` when the tensors exceed `threshold` bytes (default: protobuf's limit)."""
     onnx = require("onnx")
     from gpux.runtimes.onnxruntime import EXTERNAL_THRESHOLD
 
     model = onnx.load(str(src))  # with its external data, if the exporter wrote any
-    info: dict[str, Any] = {"ir_version": model.ir_version}
+    info: Finished = {"ir_version": model.ir_version, "external_data": False}
     limit = ort_ir_limit()
     if limit is not None and model.ir_version > limit:
         floor = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from gpux.optional import require
 
@@ -69,6 +69,24 @@ class Setup:
 
     def describe(self) -> str:
         return f"PyTorch {self.torch_device} {self.precision} {'eager' if self.compile == 'off' else self.compile}"
+
+
+class CacheUse(TypedDict):  # what Inductor's cache did on a compiling call
+    state: str  # hit, miss, partial or none
+    hits: int
+    misses: int
+
+
+class ModuleInfo(TypedDict):
+    """A torch artifact's info: the source file, what runs it, and what compiling it here did (or why it failed)."""
+
+    main: str
+    torch: str
+    runs_on: str
+    compile_failed: NotRequired[str]
+    compile_seconds: NotRequired[float]
+    compile_cache: NotRequired[CacheUse]
+    cache_files: NotRequired[int]
 
 
 @dataclass
@@ -265,7 +283,7 @@ def _eager_on_failure(compiled: Callable[[Feeds], Outputs], eager: Callable[[Fee
 
 
 def _first_call(run: Callable[[Feeds], Outputs], feeds: Feeds,
-                cache_dir: Path | None) -> tuple[Outputs, float, dict[str, Any]]:
+                cache_dir: Path | None) -> tuple[Outputs, float, CacheUse]:
     """The first (compiling) call, timed, with Inductor's cache in `cache_dir`; what the cache did."""
     import contextlib
 
@@ -285,7 +303,7 @@ def _first_call(run: Callable[[Feeds], Outputs], feeds: Feeds,
 
 
 # ---- build, verify, open ------------------------------------------------------------------------------
-def build_module(ctx: Context) -> dict[str, Any]:
+def build_module(ctx: Context) -> ModuleInfo:
     """The torch artifact: the source copied in; compiled setups also keep the Inductor cache of the compile
     done here (at the resolved input sizes), so `run` starts warm."""
     from gpux.runtimes.torch_export import system_temp
@@ -297,7 +315,7 @@ def build_module(ctx: Context) -> dict[str, Any]:
     cache = ctx.workdir / CACHE
     with system_temp():  # Inductor's process-wide folders must outlive this step's scratch folder
         opened = open_module(main, setup, ctx.project, cache, ctx.log)
-    info: dict[str, Any] = {"main": main.name, "torch": torch.__version__, "runs_on": _runs_on(setup, opened)}
+    info: ModuleInfo = {"main": main.name, "torch": torch.__version__, "runs_on": _runs_on(setup, opened)}
     _BUILT.clear()  # one build at a time: what an unverified build left is not kept alive
     _BUILT[str(main)] = opened
     if setup.compile == "off":
@@ -309,8 +327,8 @@ def build_module(ctx: Context) -> dict[str, Any]:
     files = [p for p in cache.rglob("*") if p.is_file()]
     for lock in (p for p in files if p.suffix == ".lock"):
         lock.unlink(missing_ok=True)
-    info.update(compile_seconds=opened.details["compile_s"], compile_cache=opened.details["compile_cache"],
-                cache_files=sum(1 for p in cache.rglob("*") if p.is_file()))
+    info |= {"compile_seconds": opened.details["compile_s"], "compile_cache": opened.details["compile_cache"],
+             "cache_files": sum(1 for p in cache.rglob("*") if p.is_file())}
     return info
 
 
