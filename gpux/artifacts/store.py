@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from gpux.files import atomic_write_text, sha256_file, stamp
 from gpux.plan.targets import Target
@@ -83,6 +83,13 @@ class Artifact:
 
     def size(self) -> int:
         return sum(int(f["size"]) for f in self.manifest["files"].values())
+
+
+if TYPE_CHECKING:
+    from gpux.runtimes import Published
+
+    def _opened_as(artifact: Artifact) -> Published:  # mypy: an Artifact is what a runtime's OpenStep takes
+        return artifact
 
 
 def file_table(workdir: Path) -> dict[str, FileEntry]:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from pkgutil import resolve_name as resolve
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
 if TYPE_CHECKING:
     from gpux.arrays import Feeds, Outputs
@@ -19,8 +19,15 @@ if TYPE_CHECKING:
     from gpux.providers.row import Runner
 
 Log = Callable[[str], None]
-__all__ = ["ARTIFACT_KINDS", "KIND_HINTS", "OPENING", "ArtifactKind", "BuildStep", "Context", "Job", "Log",
-           "OpenStep", "Published", "VerifyStep", "int8_did_nothing", "kind_of", "opening", "resolve", "targets"]
+__all__ = ["ARTIFACT_KINDS", "KIND_HINTS", "OPENING", "ArtifactKind", "BuildStep", "Context", "Environment", "Job",
+           "Log", "OpenStep", "Published", "VerifyStep", "int8_did_nothing", "kind_of", "opening", "resolve", "targets"]
+
+
+class Environment(TypedDict):
+    """What of this machine an artifact depends on (part of its key)."""
+
+    versions: dict[str, str | None]  # its runtime's distributions (None: not installed)
+    device: dict[str, Any]  # the identity of the device it is made for (gpux.machine.device_identity)
 
 
 class Published(Protocol):
@@ -59,18 +66,21 @@ class OpenStep(Protocol):
     """A kind's `open`: the published artifact opened for provider `provider` as the project asks."""
 
     def __call__(self, provider: str, project: Project, artifact: Published) -> Runner: ...
+
+
 EXPORT_OPSET = 17  # pinned: the ONNX opset PyTorch sources are exported at
 
 
 @dataclass(frozen=True, kw_only=True)
 class ArtifactKind:
-    """How one kind of target is built and checked (functions named lazily as 'module:function')."""
+    """How one kind of target is built and checked (functions named lazily as 'module:function', each the role
+    its Protocol says: `build_step`, `verify_step` and `open_step` resolve them as such)."""
 
-    build: str
-    verify: str | None  # returns an infer(feeds) -> outputs callable on this machine; None: not here
+    build: str  # a BuildStep
+    verify: str | None  # a VerifyStep: an infer(feeds) -> outputs callable on this machine; None: not here
     packages: tuple[str, ...]  # distributions whose versions key the artifact
     device: str  # "none" | "cpu" | "cpu-if-level" | "gpu" | "torch": which device identity keys it
-    open: str = "gpux.runtimes.onnxruntime:open_runner"  # (provider, project, artifact) -> Runner
+    open: str = "gpux.runtimes.onnxruntime:open_runner"  # an OpenStep: (provider, project, artifact) -> Runner
     on_run: bool = True  # cheap enough to build silently on `run`? (False: say it may take minutes)
     needs_device: bool = False  # can only be built on the device it runs on
     shapes: bool = False  # the resolved sizes of symbolic dims shape the artifact (key them)
@@ -85,7 +95,7 @@ class ArtifactKind:
     def open_step(self) -> OpenStep:
         return cast("OpenStep", resolve(self.open))
 
-    def environment(self, target: Target) -> dict[str, Any]:
+    def environment(self, target: Target) -> Environment:
         """What of this machine an artifact of this kind depends on (part of its key): the versions of its
         runtime's packages, and the identity of the device it is made for (a PyTorch module's: its runtime's)."""
         from gpux.machine import device_identity

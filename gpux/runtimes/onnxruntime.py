@@ -32,14 +32,14 @@ ORT_GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BA
 
 
 def session_options(level: str = "basic", intra_op: int = 0, inter_op: int = 0,
-                    settings: dict[str, Any] | None = None) -> Any:
+                    settings: dict[str, bool | str] | None = None) -> Any:
     so = ort().SessionOptions()
     so.graph_optimization_level = getattr(ort().GraphOptimizationLevel, ORT_GRAPH_OPTIMIZATION[level])
     so.intra_op_num_threads = intra_op
     so.inter_op_num_threads = inter_op
     so.log_severity_level = 3  # errors only: gpux reports what ran itself
     for key, value in (settings or {}).items():  # execution_mode: an ExecutionMode member's name
-        setattr(so, key, getattr(ort().ExecutionMode, value) if key == "execution_mode" else value)
+        setattr(so, key, getattr(ort().ExecutionMode, str(value)) if key == "execution_mode" else value)
     return so
 
 
@@ -96,7 +96,7 @@ class OrtSession:
 
 
 def create_session(model: Path, ep: str, ep_options: dict[str, str] | None, *, intra_op: int = 0,
-                   inter_op: int = 0, settings: dict[str, Any] | None = None,
+                   inter_op: int = 0, settings: dict[str, bool | str] | None = None,
                    level: str = "basic") -> OrtSession:
     """Create a session asking for `ep` (then CPU); report what ONNX Runtime actually took."""
     so = session_options(level, intra_op, inter_op, settings)
@@ -143,7 +143,7 @@ def _fds_captured(lines: list[str]) -> Iterator[None]:
     with tempfile.TemporaryFile() as sink:
         try:
             for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # broad: a replaced stream may be anything; unflushed is fine
                     stream.flush()
             os.dup2(sink.fileno(), 1)
             os.dup2(sink.fileno(), 2)
@@ -332,7 +332,7 @@ def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: Feeds
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        profiled = {"enable_profiling": True, "profile_file_prefix": str(Path(tmp) / "gpux")}
+        profiled: dict[str, bool | str] = {"enable_profiling": True, "profile_file_prefix": str(Path(tmp) / "gpux")}
         sess = create_session(model, ep, ep_opts, settings=profiled, level=level).session
         sess.run(None, feeds)
         events = json.loads(Path(sess.end_profiling()).read_text())

@@ -232,7 +232,7 @@ def _precompile(ctx: Context, opts: OpenVINOOptions) -> Precompiled:
 
 
 def _precision(compiled: Any) -> str | None:
-    with contextlib.suppress(Exception):  # not every device reports it
+    with contextlib.suppress(*failures()):  # not every device reports it
         return str(compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
     return None
 

@@ -102,14 +102,14 @@ def _torch() -> Any:
     return require("torch", "torch")
 
 
-def device_identity(target: Target) -> dict[str, Any]:
+def device_identity(target: Target) -> dict[str, str | None]:
     """What keys a torch artifact to a machine: nothing for eager cpu; the CPU for compiled cpu kernels;
     the GPU's name and compute capability (or architecture) for cuda/rocm; the Mac for mps."""
     from gpux.machine import cpu_identity
 
     setup = Setup.of(target.options)
     if setup.device == "cpu":
-        return {} if setup.compile == "off" else cpu_identity()
+        return {} if setup.compile == "off" else {**cpu_identity()}
     if setup.device == "mps":
         return {"mps": platform.machine(), "macos": platform.mac_ver()[0]}
     try:
