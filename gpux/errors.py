@@ -118,7 +118,15 @@ class ProviderUnavailable(GpuxError):
 
 
 class BuildFailed(GpuxError):
+    """A build that failed. `conversion` says whether it is the runtime's failure on this model, remembered for its
+    key so later builds skip it at once: True (remembered), False (a setting or --strict, not the runtime: never
+    remembered), None (not said: a build step's own BuildFailed counts as its conversion's failure)."""
+
     exit_code = ExitCode.FAILED
+
+    def __init__(self, message: str, *, hint: str | None = None, conversion: bool | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.conversion = conversion
 
 
 class VerificationFailed(BuildFailed):

@@ -14,7 +14,7 @@ from gpux.config.load import Project
 from gpux.errors import BuildFailed, GpuxError, VerificationFailed, environmental, raised_by_gpux
 from gpux.files import locked
 from gpux.plan.targets import Target
-from gpux.runtimes import KIND_HINTS, Context, Job, Log, resolve
+from gpux.runtimes import KIND_HINTS, ArtifactKind, Context, Job, Log
 
 
 @dataclass(kw_only=True)
@@ -78,10 +78,10 @@ def execute(plan: BuildPlan, *, force: bool = False, verify: bool = True, log: L
             with locked(root / ".locks" / f"{project.name}-{folder.name}.lock"):
                 art, reason2 = (None, reason) if force else _cached(folder, step.key, full_check, check)
                 if art is None and for_run and not project.config.runtime.build_on_run:
-                    raise NeedsBuild(project, target, step.parts, root, plan.provider)
+                    raise NeedsBuild(project, step, root, plan.provider)
                 if art is None:
                     slow = for_run and not step.kind.on_run
-                    stale = stale_why(project, target, step.parts, root) if slow else None
+                    stale = stale_why(project, step, root) if slow else None
                     from gpux.report import SLOW_BUILD
 
                     art = _build_remembering(job, step, src, folder,
@@ -133,21 +133,20 @@ def _refuse_unverified(project: Project, result: BuildResult, strict: bool, log:
 class NeedsBuild(BuildFailed):
     """`run` found no artifact it may build itself; says why an existing one does not fit and what to run."""
 
-    def __init__(self, project: Project, target: Target, parts: dict[str, Any], root: Path,
-                 provider: str | None = None) -> None:
-        why = stale_why(project, target, parts, root) or "none built yet"
+    def __init__(self, project: Project, planned: Planned, root: Path, provider: str | None = None) -> None:
+        why = stale_why(project, planned, root) or "none built yet"
         path = project.root if project.path.is_file() else project.source
-        super().__init__(f"{target.id} for {project.name!r}: {why}",
-                         hint=f"gpux build {path} --provider {provider or target.provider}")
+        super().__init__(f"{planned.target.id} for {project.name!r}: {why}",
+                         hint=f"gpux build {path} --provider {provider or planned.target.provider}")
 
 
-def stale_why(project: Project, target: Target, parts: dict[str, Any], root: Path) -> str | None:
-    """Why the newest artifact of `target`'s id does not fit (None when none was built)."""
-    others = [a for a in store.artifacts(root, project.name) if a.id == target.id]
+def stale_why(project: Project, planned: Planned, root: Path) -> str | None:
+    """Why the newest artifact of `planned`'s target id does not fit (None when none was built)."""
+    others = [a for a in store.artifacts(root, project.name) if a.id == planned.target.id]
     if not others:
         return None
     newest = max(others, key=lambda a: str(a.manifest.get("built_at")))
-    diffs = differences(newest.manifest.get("key_parts") or {}, parts)
+    diffs = differences(newest.manifest.get("key_parts") or {}, planned.parts)
     return "the one built does not fit this machine: " + ("; ".join(diffs) or "its options differ")
 
 
@@ -184,22 +183,22 @@ def _build_remembering(job: Job, step: Planned, src: Path, folder: Path, why: st
     known = None if job.force else store.recall_failure(root, name, folder.name, key) or \
         (store.recall_failure(root, name, folder.name, checked) if job.verify else None)
     if known is not None:
-        error = VerificationFailed if known.get("key") == checked else BuildFailed
-        again = error(f"{known['message']} (remembered from an earlier build of this model with these runtime "
-                      f"versions and data; --force retries)", hint=known.get("hint"))
+        error = VerificationFailed if known.key == checked else BuildFailed
+        again = error(f"{known.message} (remembered from an earlier build of this model with these runtime "
+                      f"versions and data; --force retries)", hint=known.hint)
         if isinstance(again, VerificationFailed):
-            again.verification, again.info = known.get("verification"), known.get("info")
+            again.verification, again.info = known.verification, known.info
         raise again
     job.log(f"building {step.target.id} ({why})")
     try:
         return _build_one(job, step, src, folder)
     except VerificationFailed as exc:  # its key covers the data's digest and the thresholds
-        store.remember_failure(root, name, folder.name, checked, exc.message, exc.hint,
-                               {"verification": exc.verification, "info": exc.info})
+        store.remember_failure(root, name, folder.name, store.Failure(
+            key=checked, message=exc.message, hint=exc.hint, verification=exc.verification, info=exc.info))
         raise
     except BuildFailed as exc:
-        if getattr(exc, "conversion", False):  # the runtime's conversion itself, not verification on some data
-            store.remember_failure(root, name, folder.name, key, exc.message, exc.hint)
+        if exc.conversion:  # the runtime's conversion itself, not verification on some data
+            store.remember_failure(root, name, folder.name, store.Failure(key=key, message=exc.message, hint=exc.hint))
         raise
 
 
@@ -214,15 +213,15 @@ def _usable_source(project: Project, compat: Any, root: Path, log: Log) -> Path:
     return lowered_source(project.source, compat.lower_ir_to, root / ".lowered")
 
 
-def _speed(job: Job, kind: Any, target: Target, main: Path) -> dict[str, Any] | None:
+def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path) -> dict[str, Any] | None:
     """A lossy artifact's speed beside a plain fp32 session of the source (quality.speed), said where slower."""
     from gpux.quality.speed import LOSSY, versus_plain
-    from gpux.quality.verify import resolve_runner
     from gpux.report import slower_note
 
-    if target.precision not in LOSSY or kind.verify is None:
+    verify = kind.verify_step()
+    if target.precision not in LOSSY or verify is None:
         return None
-    runner = resolve_runner(kind, main, target)
+    runner = verify(main, target)
     speed = versus_plain(job, target, None if isinstance(runner, str) else runner)
     note = slower_note(speed)
     if note:
@@ -243,46 +242,24 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
                       log=log, calibration=lambda: calibrate.feeds(project, target, inputs, shapes, log),
                       strict=job.strict, goal=lambda: accuracy_goal(job, target))
         started = time.perf_counter()
-        try:
-            with store.scratch(workdir):
-                info = resolve(step.build)(ctx)
-        except BuildFailed as exc:
-            exc.conversion = getattr(exc, "conversion", True)  # type: ignore[attr-defined]
-            raise
-        except GpuxError:
-            raise
-        except Exception as exc:  # runtimes raise anything on a model they cannot take (no common base class)
-            if raised_by_gpux(exc) or environmental(exc):  # a bug or the machine: exit 70 / its error, never
-                raise  # remembered as this model's failure
-            from gpux.quality.verify import short
-
-            failed = BuildFailed(f"{target.id}: {short(exc)}", hint=KIND_HINTS.get(target.step, KIND_HINTS[""]))
-            failed.conversion = True  # type: ignore[attr-defined]
-            raise failed from exc
-        seconds = time.perf_counter() - started
-        manifest = {
-            "schema": store.MANIFEST_SCHEMA,
-            "name": project.name,
-            "version": project.config.version,
-            "target": target.to_dict(),
-            "key": planned.key,
-            "key_parts": planned.parts,
-            "main": info.pop("main"),
-            "info": info,
-            "source": str(project.source),
-            "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "build_seconds": round(seconds, 3),
-            "verification": None,
+        info = _run_step(ctx, step)
+        main = str(info.pop("main"))
+        manifest: store.Manifest = {
+            "schema": store.MANIFEST_SCHEMA, "name": project.name, "version": project.config.version,
+            "target": target.to_dict(), "key": planned.key, "key_parts": planned.parts, "main": main, "info": info,
+            "source": str(project.source), "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "build_seconds": round(time.perf_counter() - started, 3), "verification": None,
+            "files": {},  # listed as it is published
         }
         if job.verify and project.config.verify.enabled:
             from gpux.quality.verify import run_verification
 
             try:
-                manifest["verification"] = run_verification(job, step, target, workdir / manifest["main"])
+                manifest["verification"] = run_verification(job, step, target, workdir / main)
             except VerificationFailed as exc:
                 exc.info = info
                 raise
-            info["vs_plain"] = _speed(job, step, target, workdir / manifest["main"])
+            info["vs_plain"] = _speed(job, step, target, workdir / main)
         else:
             manifest["verification"] = {"status": "skipped",
                                         "skipped": "--no-verify" if not job.verify else "verify.enabled: false"}
@@ -290,3 +267,26 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
     finally:
         if workdir.exists():
             store.discard_tmp(workdir)
+
+
+def _run_step(ctx: Context, kind: ArtifactKind) -> dict[str, object]:
+    """The kind's build step run in its scratch folder; its info. What fails on the model is a BuildFailed that
+    is its conversion's failure (remembered); a gpux bug and the machine's errors propagate as they are."""
+    target = ctx.target
+    try:
+        with store.scratch(ctx.workdir):
+            return dict(kind.build_step()(ctx))
+    except BuildFailed as exc:
+        if exc.conversion is None:  # the step's own failure on the model, unless it said otherwise
+            exc.conversion = True
+        raise
+    except GpuxError:
+        raise
+    except Exception as exc:  # broad: runtimes raise anything on a model they cannot take (no common base class)
+        if raised_by_gpux(exc) or environmental(exc):  # a bug or the machine: exit 70 / its error, never
+            raise  # remembered as the model's failure
+        from gpux.quality.verify import short
+
+        raise BuildFailed(f"{target.id}: {short(exc)}", hint=KIND_HINTS.get(target.step, KIND_HINTS[""]),
+                          conversion=True) from exc
+

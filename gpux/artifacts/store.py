@@ -12,12 +12,40 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from gpux.files import atomic_write_text, sha256_file, stamp
+from gpux.plan.targets import Target
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
+
+
+class FileEntry(TypedDict):
+    """One file of an artifact as its manifest records it."""
+
+    sha256: str
+    size: int
+    mtime_ns: int
+    stamp: list[int]  # gpux.files.stamp
+
+
+class Manifest(TypedDict):
+    """manifest.json: what an artifact is, what its key covers, what built it, its verdict and its files."""
+
+    schema: int
+    name: str
+    version: str  # the model's
+    target: dict[str, Any]  # the Target's own document (gpux.plan.targets.Target.to_dict)
+    key: str
+    key_parts: dict[str, Any]  # what the key covers, digested as JSON (gpux.artifacts.plan.keyed_targets)
+    main: str  # the artifact's main file, relative to its folder
+    info: dict[str, Any]  # the build step's own document (what the runtime reports)
+    source: str
+    built_at: str
+    build_seconds: float
+    verification: dict[str, Any] | None  # gpux.quality.verify's record
+    files: dict[str, FileEntry]
 
 
 @dataclass
@@ -25,7 +53,7 @@ class Artifact:
     """A published artifact folder and its manifest."""
 
     dir: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
 
     @property
     def main(self) -> Path:
@@ -40,12 +68,32 @@ class Artifact:
         """Its kind of artifact (gpux.runtimes.ArtifactKind)."""
         return str(self.manifest["target"]["kind"])
 
+    @property
+    def target(self) -> Target:
+        """The target it was built for, as its manifest records it."""
+        t = self.manifest["target"]
+        return Target(id=str(t["id"]), step=str(t["kind"]), provider=str(t.get("provider", "")),
+                      precision=str(t.get("precision", "")), options=dict(t.get("options") or {}),
+                      consumes=str(t.get("consumes", "source")))
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What its build step reported (the manifest's "info" document)."""
+        return self.manifest.get("info") or {}
+
     def size(self) -> int:
         return sum(int(f["size"]) for f in self.manifest["files"].values())
 
 
-def file_table(workdir: Path) -> dict[str, dict[str, Any]]:
-    out = {}
+if TYPE_CHECKING:
+    from gpux.runtimes import Published
+
+    def _opened_as(artifact: Artifact) -> Published:  # mypy: an Artifact is what a runtime's OpenStep takes
+        return artifact
+
+
+def file_table(workdir: Path) -> dict[str, FileEntry]:
+    out: dict[str, FileEntry] = {}
     for p in sorted(workdir.rglob("*")):
         if p.is_file() and p.name != MANIFEST:
             st = p.stat()
@@ -54,8 +102,8 @@ def file_table(workdir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def publish(workdir: Path, final: Path, manifest: dict[str, Any]) -> Artifact:
-    """Write the manifest last, then rename the whole folder into place in one step."""
+def publish(workdir: Path, final: Path, manifest: Manifest) -> Artifact:
+    """Write the manifest last (its files listed now), then rename the whole folder into place in one step."""
     manifest = {**manifest, "files": file_table(workdir)}
     atomic_write_text(workdir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
     os.chmod(workdir / MANIFEST, 0o644)
@@ -81,7 +129,7 @@ def read_manifest(folder: Path) -> Artifact | None:
         return None
     if "kind" not in target:  # written before the kind was called so: read as it is named now
         target["kind"] = target.pop("step")
-    return Artifact(folder, data)
+    return Artifact(folder, cast(Manifest, data))  # its shape checked above, as far as gpux reads it
 
 
 def check(artifact: Artifact, full: bool) -> str | None:
@@ -151,22 +199,37 @@ def _failure_file(root: Path, name: str, folder: str) -> Path:
     return root / ".failed" / f"{name}-{folder}.json"
 
 
-def remember_failure(root: Path, name: str, folder: str, key: str, message: str, hint: str | None,
-                     record: dict[str, Any] | None = None) -> None:
-    """Record that building the artifact `folder` (keyed like it: model, options, runtime versions) failed, with
-    what else the failure carries (`record`: a failed verification's metrics and the build's info)."""
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """A build that failed, remembered for its key (`.failed/<model>-<folder>.json`); a failed verification
+    also keeps its record and the build's info."""
+
+    key: str
+    message: str
+    hint: str | None
+    verification: dict[str, Any] | None = None  # gpux.quality.verify's record of the failing verification
+    info: dict[str, Any] | None = None  # what the build step reported
+
+
+def remember_failure(root: Path, name: str, folder: str, failure: Failure) -> None:
+    """Record that building the artifact `folder` (keyed like it: model, options, runtime versions) failed."""
+    verified = failure.verification is not None or failure.info is not None
+    extra = {"verification": failure.verification, "info": failure.info} if verified else {}
     with contextlib.suppress(OSError):
         atomic_write_text(_failure_file(root, name, folder),
-                          json.dumps({**(record or {}), "key": key, "message": message, "hint": hint}))
+                          json.dumps({**extra, "key": failure.key, "message": failure.message, "hint": failure.hint}))
 
 
-def recall_failure(root: Path, name: str, folder: str, key: str) -> dict[str, Any] | None:
+def recall_failure(root: Path, name: str, folder: str, key: str) -> Failure | None:
     """The recorded failure of this exact build, if any (a changed model, option or runtime misses)."""
     try:
         doc = json.loads(_failure_file(root, name, folder).read_text())
     except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, dict) and doc.get("key") == key else None
+    if not isinstance(doc, dict) or doc.get("key") != key:
+        return None
+    return Failure(key=key, message=str(doc.get("message")), hint=doc.get("hint"),
+                   verification=doc.get("verification"), info=doc.get("info"))
 
 
 @contextlib.contextmanager

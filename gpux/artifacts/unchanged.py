@@ -15,12 +15,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux.config import CONFIG_NAMES
 from gpux.files import atomic_write_text, sha256_file, stamp, store_root
 from gpux.machine import installed_state
 
+if TYPE_CHECKING:
+    from gpux.config.load import Project
+
+Stat = list[int | str]  # a file's stamp, a folder's entry count, where a link points (`_stat`)
 ENV = ("GPUX_PROVIDER", "GPUX_STORE", "GPUX_PROBE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 
 
@@ -43,7 +47,7 @@ def _record_file(config: Path, request: dict[str, Any]) -> Path:
     return record_path(config.parent, request.get("store"), ".noop", {"config": str(config.resolve()), **request})
 
 
-def _stat(p: str) -> list[Any] | None:
+def _stat(p: str) -> Stat | None:
     """A file's stamp (size, mtime, inode, ctime); for a folder, its entry count in place of the size (its mtime
     changes when an entry is added or removed); for a symbolic link, also where it points (a link pointed elsewhere
     is a change)."""
@@ -53,10 +57,10 @@ def _stat(p: str) -> list[Any] | None:
         link = os.readlink(p) if os.path.islink(p) else None
     except OSError:
         return None
-    return stamp(st) + count + ([link] if link is not None else [])
+    return [*stamp(st), *count, *([link] if link is not None else [])]
 
 
-def snapshot(files: list[Path]) -> dict[str, Any]:
+def snapshot(files: list[Path]) -> dict[str, Stat | None]:
     """The stamp of each file, by its absolute path as named (a link is followed, and where it points kept)."""
     return {os.path.abspath(f): _stat(str(f)) for f in files}
 
@@ -66,7 +70,7 @@ class Before:
     """What a build is about to read and its gpux.yml's digest, taken BEFORE it reads them (so a change during the
     build is not missed)."""
 
-    files: dict[str, Any]
+    files: dict[str, Stat | None]  # by absolute path; None: missing
     config_sha: str | None
 
 
@@ -92,21 +96,21 @@ def replay(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if not unchanged:
         return None
-    doc: dict[str, Any] = rec["doc"]
+    doc = rec["doc"]
     for t in doc["targets"]:
         t.update(cached=True, reason="", seconds=0.0)
-    _side_effects(rec, config)
+    _side_effects(str(doc["name"]), config)
     return doc
 
 
-def _side_effects(rec: dict[str, Any], config: Path) -> None:
+def _side_effects(name: str, config: Path) -> None:
     """What a full build also leaves behind: the name index entry."""
     from gpux.config import known as index
 
-    index.remember(rec["doc"]["name"], config)
+    index.remember(name, config)
 
 
-def record(project: Any, request: dict[str, Any], doc: dict[str, Any], taken: Before, outputs: list[Path]) -> None:
+def record(project: Project, request: dict[str, Any], doc: dict[str, Any], taken: Before, outputs: list[Path]) -> None:
     """Remember a successful build (best effort: a failure to write only costs the next build's speed). `taken`
     was taken before the build; `outputs` (artifacts) are stat-ed now."""
     if project.path.name not in CONFIG_NAMES or not project.path.is_file() or taken.config_sha is None:

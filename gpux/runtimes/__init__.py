@@ -5,37 +5,97 @@ one is built. (The pre- and post-processing steps a gpux.yml declares are anothe
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from pkgutil import resolve_name as resolve
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
 if TYPE_CHECKING:
+    from gpux.arrays import Feeds, Outputs
     from gpux.config.load import Project
-    from gpux.model.io import Tensor
+    from gpux.model.tensor import Tensor
     from gpux.plan.targets import Target
+    from gpux.providers.row import Runner
 
 Log = Callable[[str], None]
-__all__ = ["ARTIFACT_KINDS", "KIND_HINTS", "OPENING", "ArtifactKind", "Context", "Job", "Log", "int8_did_nothing",
-           "kind_of", "opening", "resolve", "targets"]
+__all__ = ["ARTIFACT_KINDS", "KIND_HINTS", "OPENING", "ArtifactKind", "BuildStep", "Context", "Environment", "Job",
+           "Log", "OpenStep", "Published", "VerifyStep", "int8_did_nothing", "kind_of", "opening", "resolve", "targets"]
+
+
+class Environment(TypedDict):
+    """What of this machine an artifact depends on (part of its key)."""
+
+    versions: dict[str, str | None]  # its runtime's distributions (None: not installed)
+    device: dict[str, Any]  # the identity of the device it is made for (gpux.machine.device_identity)
+
+
+class Published(Protocol):
+    """A published artifact as its runtime opens it (gpux.artifacts.store.Artifact): its folder, its main file, the
+    target it was built for and the info its build step returned (as kept in its manifest)."""
+
+    @property
+    def dir(self) -> Path: ...
+
+    @property
+    def main(self) -> Path: ...
+
+    @property
+    def target(self) -> Target: ...
+
+    @property
+    def info(self) -> Mapping[str, object]: ...  # what its build step returned, as manifest.json keeps it
+
+
+class BuildStep(Protocol):
+    """A kind's `build`: writes its artifact into `ctx.workdir` and returns its info, the runtime's own record
+    (a TypedDict of JSON values, each runtime its own keys) kept as the manifest's "info"; its "main" names the
+    artifact's main file, relative to the folder."""
+
+    def __call__(self, ctx: Context) -> Mapping[str, object]: ...
+
+
+class VerifyStep(Protocol):
+    """A kind's `verify`: the built artifact opened on this machine as `infer(feeds) -> outputs`, what the build
+    checks against the FP32 reference; a string says why it cannot run here (verification skipped)."""
+
+    def __call__(self, artifact: Path, target: Target) -> Callable[[Feeds], Outputs] | str: ...
+
+
+class OpenStep(Protocol):
+    """A kind's `open`: the published artifact opened for provider `provider` as the project asks."""
+
+    def __call__(self, provider: str, project: Project, artifact: Published) -> Runner: ...
+
+
 EXPORT_OPSET = 17  # pinned: the ONNX opset PyTorch sources are exported at
 
 
 @dataclass(frozen=True, kw_only=True)
 class ArtifactKind:
-    """How one kind of target is built and checked (functions named lazily as 'module:function')."""
+    """How one kind of target is built and checked (functions named lazily as 'module:function', each the role
+    its Protocol says: `build_step`, `verify_step` and `open_step` resolve them as such)."""
 
-    build: str
-    verify: str | None  # returns an infer(feeds) -> outputs callable on this machine; None: not here
+    build: str  # a BuildStep
+    verify: str | None  # a VerifyStep: an infer(feeds) -> outputs callable on this machine; None: not here
     packages: tuple[str, ...]  # distributions whose versions key the artifact
     device: str  # "none" | "cpu" | "cpu-if-level" | "gpu" | "torch": which device identity keys it
-    open: str = "gpux.runtimes.onnxruntime:open_runner"  # (provider, project, artifact) -> Runner
+    open: str = "gpux.runtimes.onnxruntime:open_runner"  # an OpenStep: (provider, project, artifact) -> Runner
     on_run: bool = True  # cheap enough to build silently on `run`? (False: say it may take minutes)
     needs_device: bool = False  # can only be built on the device it runs on
     shapes: bool = False  # the resolved sizes of symbolic dims shape the artifact (key them)
 
-    def environment(self, target: Target) -> dict[str, Any]:
+    def build_step(self) -> BuildStep:
+        return cast("BuildStep", resolve(self.build))
+
+    def verify_step(self) -> VerifyStep | None:
+        """None: this kind cannot run on this machine (verification skipped)."""
+        return None if self.verify is None else cast("VerifyStep", resolve(self.verify))
+
+    def open_step(self) -> OpenStep:
+        return cast("OpenStep", resolve(self.open))
+
+    def environment(self, target: Target) -> Environment:
         """What of this machine an artifact of this kind depends on (part of its key): the versions of its
         runtime's packages, and the identity of the device it is made for (a PyTorch module's: its runtime's)."""
         from gpux.machine import device_identity
@@ -100,7 +160,7 @@ def opening(project: Project, provider: str) -> dict[str, Any]:
     return torch.model_dump(mode="json") if torch is not None and name == "torch" else {}
 
 
-def targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+def targets(project: Project, provider: str, inputs: dict[str, Tensor] | None = None) -> list[Target]:
     """The targets that provider `provider` needs, in build order, as its row's planner says (`inputs`: the
     model's Tensors, which fix TensorRT's shape profiles). A PyTorch source runs in PyTorch itself (runtime
     torch), is converted by the row's own PyTorch planner, or is first exported to ONNX, which the rest consume."""
@@ -123,20 +183,20 @@ def targets(project: Project, provider: str, inputs: dict[str, Any] | None = Non
                       for t in plan(project, provider, inputs))]
 
 
-def int8_did_nothing(ctx: Any, problem: str) -> dict[str, str]:
-    """An int8 build that changed nothing useful (`problem` says how): a warning and a note in the artifact's
-    info, or a failure under --strict (not remembered as a failing conversion). Empty `problem`: nothing."""
+def int8_did_nothing(ctx: Context, problem: str) -> bool:
+    """Whether an int8 build changed nothing useful (`problem` says how: empty, it did): a warning (the caller
+    notes `problem` in the artifact's info as "int8_warning"), or a failure under --strict (not remembered as a
+    failing conversion)."""
     if not problem:
-        return {}
+        return False
     from gpux.errors import BuildFailed
 
     message = f"{ctx.target.id}: int8 did nothing useful for this model: {problem}"
-    if getattr(ctx, "strict", False):
-        failed = BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it")
-        failed.conversion = False  # type: ignore[attr-defined]  # --strict only: not remembered as failing
-        raise failed
+    if ctx.strict:
+        raise BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it",
+                          conversion=False)  # --strict only: not remembered as failing
     ctx.log(f"warning: {message}")
-    return {"int8_warning": problem}
+    return True
 
 
 # what to do when building a kind of artifact raises, by kind
@@ -160,7 +220,7 @@ class Context:
     inputs: dict[str, Tensor]
     shapes: dict[str, int]
     log: Log
-    calibration: Callable[[], list[dict[str, Any]]]
+    calibration: Callable[[], list[Feeds]]
     strict: bool = False  # precision that did nothing fails instead of warning
     goal: Callable[[], Any] | None = None  # verification inputs, FP32 outputs and min cosine (accuracy-aware)
 

@@ -32,14 +32,22 @@ import contextlib
 import io
 import sys
 import warnings
-from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpux.errors import BuildFailed, ProviderUnavailable, debugging, first_line
+from gpux.errors import BuildFailed, ProviderUnavailable, debugging, environmental, first_line, raised_by_gpux
 from gpux.optional import require
+from gpux.runtimes.coreml_spec import Compression, PackageInfo, describe
+from gpux.runtimes.tensorrt import declared_profiles
+
+if TYPE_CHECKING:
+    from gpux.arrays import Feeds, Outputs
+    from gpux.config.load import Project
+    from gpux.plan.targets import Target
+    from gpux.providers.row import Runner
+    from gpux.runtimes import Context, Published
 
 MAIN = {"mlprogram": "model.mlpackage", "neuralnetwork": "model.mlmodel"}
 RANGE_MAX = 1024  # upper bound of a symbolic dim without a declared profile
@@ -47,7 +55,6 @@ COMPUTE_UNITS = {"all": "ALL", "cpu_only": "CPU_ONLY", "cpu_and_gpu": "CPU_AND_G
 PRECISIONS = {"fp16": "FLOAT16", "fp32": "FLOAT32"}
 PALETTE_BITS = 6  # palettize without compression_bits
 PRUNE_SPARSITY = 0.5
-NOT_COMPUTE = ("const", "cast")  # ops whose output dtype says nothing about the compute precision
 
 
 @contextlib.contextmanager
@@ -85,7 +92,7 @@ def _not_here() -> str:
 
 
 # ---- build --------------------------------------------------------------------------------------------
-def build_package(ctx: Any) -> dict[str, Any]:
+def build_package(ctx: Context) -> PackageInfo:
     """PyTorch source → Core ML package (`model.mlpackage`, or `model.mlmodel` for neuralnetwork)."""
     from gpux.providers.options import CoreMLOptions
     from gpux.runtimes import torch_export as pt
@@ -121,10 +128,12 @@ def build_package(ctx: Any) -> dict[str, Any]:
 
                 model = quantization_utils.quantize_weights(model, nbits=16)
             compressed = compress(model, opts)
-    except Exception as exc:  # coremltools raises anything: unsupported ops, bad targets, shape errors
+    except Exception as exc:  # broad: coremltools raises anything: unsupported ops, bad targets, shape errors
+        if raised_by_gpux(exc) or environmental(exc):  # a bug or the machine: never the model's failure
+            raise
         raise BuildFailed(f"coremltools cannot convert {ctx.src.name}: {first_line(exc)}",
                           hint="check providers.coreml (minimum_deployment_target, compression), or leave "
-                               "coreml out of runtime.supported") from None
+                               "coreml out of runtime.supported") from exc
     main = ctx.workdir / MAIN[opts.model_format]
     with quiet():
         compressed.save(str(main))
@@ -136,14 +145,14 @@ def build_package(ctx: Any) -> dict[str, Any]:
             "static_shapes": opts.static_shapes, **describe(spec), "size": size_of(main)}
 
 
-def shape_ranges(project: Any, inputs: Mapping[str, Any], shapes: Mapping[str, int],
+def shape_ranges(project: Project, inputs: Mapping[str, Any], shapes: Mapping[str, int],
                  bounds: Mapping[str, tuple[int, int | None]] | None = None,
                  profiles: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, tuple[int, int, int]]:
     """(lower, default, upper) per symbolic dim name: `profiles` ({dim: {min, opt, max}}, as the plan put
     them in the target's options), else providers.tensorrt.profiles, else 1 .. RANGE_MAX with the resolved
     size as default; narrowed to `bounds` (what a torch.export program allows)."""
     if profiles is None:
-        profiles = {k: v.model_dump() for k, v in (project.config.providers.tensorrt.profiles or {}).items()}
+        profiles = declared_profiles(project)
     out: dict[str, tuple[int, int, int]] = {}
     for t in inputs.values():
         for d in t.shape or ():
@@ -200,13 +209,8 @@ def _dtype(dtype: str) -> Any:
     """Core ML input types: float32, float16 (iOS16+), int32 (int64 and other ints narrow to it), bool."""
     import numpy as np
 
-    if dtype == "float16":
-        return np.float16
-    if dtype.startswith(("int", "uint")):
-        return np.int32
-    if dtype == "bool":
-        return np.bool_
-    return np.float32
+    kind = "int32" if dtype.startswith(("int", "uint")) else dtype if dtype in ("float16", "bool") else "float32"
+    return np.dtype(kind).type
 
 
 def _out_dtype(example: Any) -> Any:
@@ -230,14 +234,13 @@ def _compression_target(opts: Any) -> str | None:
     return "iOS16"
 
 
-def _compression_info(opts: Any) -> dict[str, Any] | None:
-    if opts.compression == "none":
-        return None
-    if opts.compression == "palettize":
-        return {"method": "palettize", "mode": "kmeans", "bits": opts.compression_bits or PALETTE_BITS}
-    if opts.compression == "linear_quantize":
-        return {"method": "linear_quantize", "mode": "linear_symmetric", "bits": opts.compression_bits or 8}
-    return {"method": "prune", "mode": "magnitude", "target_sparsity": PRUNE_SPARSITY}
+def _compression_info(opts: Any) -> Compression | None:
+    bits = opts.compression_bits
+    kinds: dict[str, Compression] = {
+        "palettize": {"method": "palettize", "mode": "kmeans", "bits": bits or PALETTE_BITS},
+        "linear_quantize": {"method": "linear_quantize", "mode": "linear_symmetric", "bits": bits or 8},
+        "prune": {"method": "prune", "mode": "magnitude", "target_sparsity": PRUNE_SPARSITY}}
+    return None if opts.compression == "none" else kinds[opts.compression]
 
 
 def compress(model: Any, opts: Any) -> Any:
@@ -257,80 +260,12 @@ def compress(model: Any, opts: Any) -> Any:
     return cto.prune_weights(model, config=cto.OptimizationConfig(global_config=op))
 
 
-# ---- what the package holds -----------------------------------------------------------------------------
-def describe(spec: Any) -> dict[str, Any]:
-    """Inputs, outputs, spec version and the precision actually in a Core ML spec."""
-    c = ct()
-    out: dict[str, Any] = {"spec_version": spec.specificationVersion,
-                           "inputs": [_feature(f) for f in spec.description.input],
-                           "outputs": [_feature(f) for f in spec.description.output]}
-    with contextlib.suppress(ValueError):
-        out["spec_target"] = c.target(spec.specificationVersion).name  # oldest OS that reads this spec
-    if spec.WhichOneof("Type") == "mlProgram":
-        out.update(program_precision(spec))
-    else:
-        fp16 = _has_fp16_weights(spec)
-        out.update({"precision": "fp16" if fp16 else "fp32", "precision_of": "weights"})
-    return out
-
-
-def _feature(f: Any) -> dict[str, Any]:
-    kind = f.type.WhichOneof("Type")
-    d: dict[str, Any] = {"name": f.name, "type": kind}
-    if kind == "multiArrayType":
-        a = f.type.multiArrayType
-        d["dtype"] = type(a).ArrayDataType.Name(a.dataType)
-        d["shape"] = list(a.shape)
-        ranges = a.shapeRange.sizeRanges
-        if ranges:
-            d["ranges"] = [[r.lowerBound, r.upperBound] for r in ranges]
-        elif a.enumeratedShapes.shapes:
-            d["enumerated"] = [list(s.shape) for s in a.enumeratedShapes.shapes]
-    return d
-
-
-def program_precision(spec: Any) -> dict[str, Any]:
-    """The dtypes the ML Program's compute ops produce: fp16, fp32, or mixed; and its compression ops."""
-    from coremltools.proto import MIL_pb2
-
-    dtypes: Counter[str] = Counter()
-    ops: Counter[str] = Counter()
-    for fn in spec.mlProgram.functions.values():
-        for block in fn.block_specializations.values():
-            for op in block.operations:
-                ops[op.type] += 1
-                if op.type in NOT_COMPUTE or op.type.startswith("constexpr_"):
-                    continue
-                for o in op.outputs:
-                    if o.type.WhichOneof("type") == "tensorType":
-                        dtypes[MIL_pb2.DataType.Name(o.type.tensorType.dataType)] += 1
-    floats = {k: v for k, v in dtypes.items() if k.startswith("FLOAT") or k == "BFLOAT16"}
-    kinds = set(floats)
-    precision = "fp16" if kinds == {"FLOAT16"} else "fp32" if kinds == {"FLOAT32"} else "mixed" if kinds else None
-    return {"precision": precision, "precision_of": "compute", "compute_dtypes": dict(sorted(dtypes.items())),
-            "compression_ops": {k: v for k, v in sorted(ops.items()) if k.startswith("constexpr_")}}
-
-
-def _has_fp16_weights(message: Any) -> bool:
-    """Any WeightParams in a neural network spec stored as float16."""
-    for field, value in message.ListFields():
-        if field.name == "float16Value" and value:
-            return True
-        if field.type != field.TYPE_MESSAGE:
-            continue
-        # one message, a map of messages, or a repeated field
-        items = [value] if hasattr(value, "ListFields") else value.values() if hasattr(value, "values") else value
-        if any(_has_fp16_weights(v) for v in items if hasattr(v, "ListFields")):
-            return True
-    return False
-
-
 def size_of(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
 
 
 # ---- running (macOS only) ----------------------------------------------------------------------------
-def _runner(path: Path, compute_units: str) -> tuple[Any, Any, list[str]]:
+def _runner(path: Path, compute_units: str) -> tuple[Callable[[Feeds], Outputs], Any, list[str]]:
     """(run(feeds) -> outputs, MLModel, output names) for a package, on macOS."""
     import numpy as np
 
@@ -341,7 +276,7 @@ def _runner(path: Path, compute_units: str) -> tuple[Any, Any, list[str]]:
     in_names = [f.name for f in spec.description.input]
     out_names = [f.name for f in spec.description.output]
 
-    def run(feeds: dict[str, Any]) -> list[Any]:
+    def run(feeds: Feeds) -> Outputs:
         if set(feeds) != set(in_names):  # names coremltools sanitised: same order
             feeds = dict(zip(in_names, feeds.values(), strict=True))
         prepared = {k: _core_ml_array(np.asarray(v)) for k, v in feeds.items()}
@@ -361,7 +296,7 @@ def _core_ml_array(a: Any) -> Any:
     return a
 
 
-def verify_runner(artifact: Path, target: Any) -> Any:
+def verify_runner(artifact: Path, target: Target) -> Callable[[Feeds], Outputs] | str:
     """A runner for verification on macOS; elsewhere the reason it cannot run (verification is skipped)."""
     if not on_macos():
         return _not_here()
@@ -369,7 +304,7 @@ def verify_runner(artifact: Path, target: Any) -> Any:
     return run
 
 
-def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+def open_runner(provider: str, project: Project, artifact: Published) -> Runner:
     """A Core ML session with the configured compute units; off macOS a clear error (the session records it
     and moves on)."""
     from gpux.providers import Runner
@@ -377,20 +312,20 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
     if not on_macos():
         raise ProviderUnavailable(f"{provider}: a Core ML package cannot run here: {_not_here()}",
                                   hint="run it on a Mac, or choose another provider")
-    units = project.config.providers.coreml.compute_units
+    units = getattr(project.config.providers, provider).compute_units
     run, model, names = _runner(artifact.main, units)
     return Runner(run=run, output_names=names, used=f"Core ML {units}", dropped=None,
                   details={"compute_units": units, "package": str(artifact.main),
-                   "precision": (artifact.manifest.get("info") or {}).get("precision")},
+                   "precision": artifact.info.get("precision")},
                   native=model)
 
 
-def package_targets(project: Any, provider: str, fmt: str) -> list[Any]:
+def package_targets(project: Project, provider: str, fmt: str) -> list[Target]:
     """coremltools converts a PyTorch source directly into an ML Program package (TensorRT's profiles bound it)."""
     from gpux.plan.targets import Target
 
     o = getattr(project.config.providers, provider)
-    profiles = {d: r.model_dump() for d, r in project.config.providers.tensorrt.profiles.items()}
+    profiles = declared_profiles(project)
     return [Target(id=f"coreml-package-{o.compute_precision}", step="coreml-package", provider=provider,
                    precision=o.compute_precision,
                    options={**o.model_dump(mode="json"), "source_format": fmt, "profiles": profiles})]

@@ -7,10 +7,17 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from gpux.errors import debugging
 from gpux.optional import require
+
+if TYPE_CHECKING:
+    from gpux.arrays import Feeds, Outputs
+    from gpux.config.load import Project
+    from gpux.plan.targets import Target
+    from gpux.providers.row import Runner
+    from gpux.runtimes import Context, Published
 
 EXTERNAL_THRESHOLD = 1_800_000_000  # protobuf's 2 GB limit, with room
 
@@ -25,14 +32,14 @@ ORT_GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BA
 
 
 def session_options(level: str = "basic", intra_op: int = 0, inter_op: int = 0,
-                    settings: dict[str, Any] | None = None) -> Any:
+                    settings: dict[str, bool | str] | None = None) -> Any:
     so = ort().SessionOptions()
     so.graph_optimization_level = getattr(ort().GraphOptimizationLevel, ORT_GRAPH_OPTIMIZATION[level])
     so.intra_op_num_threads = intra_op
     so.inter_op_num_threads = inter_op
     so.log_severity_level = 3  # errors only: gpux reports what ran itself
     for key, value in (settings or {}).items():  # execution_mode: an ExecutionMode member's name
-        setattr(so, key, getattr(ort().ExecutionMode, value) if key == "execution_mode" else value)
+        setattr(so, key, getattr(ort().ExecutionMode, str(value)) if key == "execution_mode" else value)
     return so
 
 
@@ -81,7 +88,7 @@ class OrtSession:
     output_names: list[str] = field(default_factory=list)
     input_names: list[str] = field(default_factory=list)
 
-    def run(self, feeds: dict[str, Any]) -> list[Any]:
+    def run(self, feeds: Feeds) -> Outputs:
         return self.session.run(self.output_names, feeds)
 
     def close(self) -> None:
@@ -89,7 +96,7 @@ class OrtSession:
 
 
 def create_session(model: Path, ep: str, ep_options: dict[str, str] | None, *, intra_op: int = 0,
-                   inter_op: int = 0, settings: dict[str, Any] | None = None,
+                   inter_op: int = 0, settings: dict[str, bool | str] | None = None,
                    level: str = "basic") -> OrtSession:
     """Create a session asking for `ep` (then CPU); report what ONNX Runtime actually took."""
     so = session_options(level, intra_op, inter_op, settings)
@@ -136,7 +143,7 @@ def _fds_captured(lines: list[str]) -> Iterator[None]:
     with tempfile.TemporaryFile() as sink:
         try:
             for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # broad: a replaced stream may be anything; unflushed is fine
                     stream.flush()
             os.dup2(sink.fileno(), 1)
             os.dup2(sink.fileno(), 2)
@@ -174,26 +181,33 @@ def _python_captured(lines: list[str]) -> Iterator[None]:
         lines += [f"{w.category.__name__}: {w.message}" for w in caught]
 
 
-def build_onnx(ctx: Any) -> dict[str, Any]:
+class OnnxInfo(TypedDict):
+    """An ONNX artifact's info (its manifest's): the file, and the level it was optimized at offline."""
+
+    main: str
+    optimization: str
+
+
+def build_onnx(ctx: Context) -> OnnxInfo:
     """The ONNX artifact: the float16 variant of the source if asked, then offline graph optimization (int8:
     gpux.runtimes.onnxruntime_int8)."""
     src = ctx.src
     if ctx.target.step == "float16":
         src = ctx.workdir / "fp16.onnx"
         to_float16(ctx.src, src, ctx.log)
-    return optimized(ctx, src, {})
+    return optimized(ctx, src)
 
 
-def optimized(ctx: Any, src: Path, info: dict[str, Any]) -> dict[str, Any]:
+def optimized(ctx: Context, src: Path) -> OnnxInfo:
     """`src` optimized offline into the artifact's model.onnx at the target's level (an intermediate `src` is
-    removed); the artifact's info, `info` added."""
+    removed); the artifact's info."""
     level = ctx.target.options.get("optimization", "basic")
     dst = ctx.workdir / "model.onnx"
     optimize(src, dst, level)
     if src != ctx.src:
         for p in (src, src.with_name(src.name + ".data")):
             p.unlink(missing_ok=True)
-    return {"main": dst.name, "optimization": level, **info}
+    return {"main": dst.name, "optimization": level}
 
 
 # The level a session opens an artifact at unless its block says otherwise: ONNX Runtime's own default, what a plain
@@ -201,13 +215,13 @@ def optimized(ctx: Any, src: Path, info: dict[str, Any]) -> dict[str, Any]:
 ONLINE_LEVEL = "all"
 
 
-def verify_runner(artifact: Path, target: Any) -> Any:
+def verify_runner(artifact: Path, target: Target) -> Callable[[Feeds], Outputs]:
     """The artifact as sessions open it (online optimizations on: with int8, these pick the int8 kernels)."""
     sess = create_session(artifact, "CPUExecutionProvider", None, level=ONLINE_LEVEL)
     return sess.run
 
 
-def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+def open_runner(provider: str, project: Project, artifact: Published) -> Runner:
     """A session on the provider's EP; `dropped` says so when ONNX Runtime silently fell back to CPU."""
     from gpux.providers import registry
     from gpux.runtimes import onnxruntime_options as o
@@ -227,14 +241,24 @@ def open_runner(provider: str, project: Any, artifact: Any) -> Any:
                                device)
 
 
-def opening(project: Any, provider: str) -> dict[str, Any]:
+class Opening(TypedDict):
+    """How a session opens an ONNX artifact: the online optimization level and the thread counts."""
+
+    graph_optimization: str
+    intra_op_threads: int | str  # 0: "default (one per core)"
+    inter_op_threads: NotRequired[int]
+
+
+def opening(project: Project, provider: str) -> Opening:
     """How a session opens the provider's artifact on this machine: the online graph optimization level (the
     cpu block's `online_optimization`, else ONNX Runtime's default) and the thread counts."""
     threads = project.config.runtime.threads
     block = getattr(project.config.providers, provider, None)
-    return {"graph_optimization": getattr(block, "online_optimization", ONLINE_LEVEL),
-            "intra_op_threads": threads.intra_op or "default (one per core)",
-            **({"inter_op_threads": threads.inter_op} if threads.inter_op else {})}
+    out: Opening = {"graph_optimization": getattr(block, "online_optimization", ONLINE_LEVEL),
+                    "intra_op_threads": threads.intra_op or "default (one per core)"}
+    if threads.inter_op:
+        out["inter_op_threads"] = threads.inter_op
+    return out
 
 
 def open_session_runner(model: Path | str, ep: str, ep_opts: dict[str, str], intra_op: int = 0, inter_op: int = 0,
@@ -267,18 +291,18 @@ def open_session_runner(model: Path | str, ep: str, ep_opts: dict[str, str], int
                                                  "arguments": recipe})
 
 
-def native_run(sess: OrtSession) -> Callable[[dict[str, Any]], list[Any]]:
+def native_run(sess: OrtSession) -> Callable[[Feeds], Outputs]:
     """The C++ session's run for every output: what InferenceSession.run calls after its Python checks (the
     C++ side still checks names, types and shapes)."""
     native, names = sess.session._sess.run, sess.output_names
 
-    def run(feeds: dict[str, Any]) -> list[Any]:
+    def run(feeds: Feeds) -> Outputs:
         return native(names, feeds, None)
 
     return run
 
 
-def bind_device(sess: OrtSession, feeds: dict[str, Any], n: int, device: tuple[str, int]) -> list[Any]:
+def bind_device(sess: OrtSession, feeds: Feeds, n: int, device: tuple[str, int]) -> list[Any]:
     """IO binding: inputs copied to the device once, outputs left there; a call is only the run. One binding
     per worker (a binding is not shared between threads)."""
     import functools
@@ -294,7 +318,7 @@ def bind_device(sess: OrtSession, feeds: dict[str, Any], n: int, device: tuple[s
     return out
 
 
-def bind(sess: OrtSession, feeds: dict[str, Any], n: int) -> list[Any]:
+def bind(sess: OrtSession, feeds: Feeds, n: int) -> list[Any]:
     """The C++ session's own run with names and feeds fixed: no per-call Python checks. Sessions are
     thread-safe, so one callable serves every worker."""
     import functools
@@ -303,7 +327,7 @@ def bind(sess: OrtSession, feeds: dict[str, Any], n: int) -> list[Any]:
     return [functools.partial(native.run, sess.output_names, feeds, None)] * n
 
 
-def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: dict[str, Any],
+def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: Feeds,
               level: str = ONLINE_LEVEL) -> dict[str, Any]:
     """Which execution provider ran each node of the partitioned graph, from ONNX Runtime's own profile of
     one inference: node counts per EP, partitions (runs of consecutive non-CPU nodes) and coverage."""
@@ -311,7 +335,7 @@ def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: dict[
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        profiled = {"enable_profiling": True, "profile_file_prefix": str(Path(tmp) / "gpux")}
+        profiled: dict[str, bool | str] = {"enable_profiling": True, "profile_file_prefix": str(Path(tmp) / "gpux")}
         sess = create_session(model, ep, ep_opts, settings=profiled, level=level).session
         sess.run(None, feeds)
         events = json.loads(Path(sess.end_profiling()).read_text())

@@ -13,11 +13,15 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from gpux.errors import BuildFailed
 from gpux.optional import require
-from gpux.runtimes.onnxruntime import create_session, optimized, quiet_stderr, save_model
+from gpux.runtimes.onnxruntime import OnnxInfo, create_session, optimized, quiet_stderr, save_model
+
+if TYPE_CHECKING:
+    from gpux.arrays import Feeds
+    from gpux.runtimes import Context
 
 LAYER_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")  # the layers with weights a quantizer makes int8
 ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "HardSigmoid", "Sigmoid")  # the quantizer may fold these into the layer
@@ -33,6 +37,64 @@ QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "Co
                  "QLinearMatMul", "DynamicQuantizeMatMul", "QAttention", "QGemm", "MatMulIntegerToFloat")
 
 
+class LayerLoss(TypedDict):
+    """One quantizable layer's SQNR (dB) at its input and output, QDQ model vs float model, and what it loses."""
+
+    layer: str
+    in_db: float
+    out_db: float
+    lost_db: float
+
+
+class RankedOn(TypedDict):
+    samples: int  # calibration samples the ranking was measured on
+    digest: str  # their samples_digest
+
+
+class Ranking(TypedDict):
+    """The quantizable layers, most sensitive first, and what they were ranked on (kept in `.rankings/`)."""
+
+    layers: list[LayerLoss]
+    ranked_on: RankedOn
+
+
+class Kept(TypedDict):
+    """What `keep_fp32` left in fp32, as an artifact's info records it (a count or fraction: with its ranking;
+    OpenVINO: the IR's operations those layers are)."""
+
+    asked: int | float | list[str]
+    kept: list[str]
+    of: int  # quantizable layers in the model
+    ranked_by: NotRequired[str]
+    ranked_on: NotRequired[RankedOn]
+    ranking: NotRequired[list[LayerLoss]]
+    openvino_ops: NotRequired[list[str]]
+    not_in_ir: NotRequired[list[str]]
+
+
+class Int8Key(TypedDict):
+    mode: str
+    per_channel: bool
+    method: str
+
+
+class Int8Effect(TypedDict):
+    """What quantization did: int8 operators put in, size after / before, and a warning where it did nothing."""
+
+    quantized_ops: int
+    size_ratio: float | None
+    int8_warning: NotRequired[str]
+
+
+class Int8Info(OnnxInfo):
+    """An int8 ONNX artifact's info: what quantization did, and the layers `keep_fp32` left in fp32."""
+
+    quantized_ops: int
+    size_ratio: float | None
+    int8_warning: NotRequired[str]
+    keep_fp32: NotRequired[Kept]
+
+
 @dataclass(frozen=True)
 class Int8:
     """How ONNX Runtime quantizes: dynamic or static (QDQ), weights per channel, the calibration method, and
@@ -43,33 +105,36 @@ class Int8:
     method: str = "minmax"
     exclude: tuple[str, ...] = ()
 
-    def key(self) -> dict[str, Any]:
+    def key(self) -> Int8Key:
         return {"mode": self.mode, "per_channel": self.per_channel, "method": self.method}
 
 
-def build_int8(ctx: Any) -> dict[str, Any]:
+def build_int8(ctx: Context) -> Int8Info:
     """The int8 ONNX artifact: quantized (with `keep_fp32`'s layers left in fp32), then optimized offline."""
     opts = ctx.target.options
     how = Int8(opts.get("quantization", "dynamic"), bool(opts.get("per_channel")),
                opts.get("calibration_method", "minmax"))
     feeds = ctx.calibration() if how.mode == "static" else None
     pre = pre_processed(ctx.src, ctx.workdir / "pre.onnx", ctx.log)
-    info: dict[str, Any] = {}
+    record = None
     if opts.get("keep_fp32"):
         layers = quantizable(pre)
-        info["keep_fp32"] = kept(ctx, opts["keep_fp32"], layers, lambda: ranking(ctx, pre, how, feeds or []),
-                                   f"providers.{ctx.target.provider}.keep_fp32")
-        how = replace(how, exclude=tuple(info["keep_fp32"]["kept"]))
+        record = kept(ctx, opts["keep_fp32"], layers, lambda: ranking(ctx, pre, how, feeds or []),
+                      f"providers.{ctx.target.provider}.keep_fp32")
+        how = replace(how, exclude=tuple(record["kept"]))
     int8 = ctx.workdir / "int8.onnx"
     quantize(pre, int8, how, feeds, ctx.log)
     if pre != ctx.src:
         for p in (pre, pre.with_name(pre.name + ".data")):
             p.unlink(missing_ok=True)
-    info.update(int8_effect(ctx, int8))
-    return optimized(ctx, int8, info)
+    effect = int8_effect(ctx, int8)
+    info: Int8Info = {**optimized(ctx, int8), **effect}
+    if record is not None:
+        info["keep_fp32"] = record
+    return info
 
 
-def quantize(pre: Path, dst: Path, how: Int8, calibration: Sequence[dict[str, Any]] | None = None,
+def quantize(pre: Path, dst: Path, how: Int8, calibration: Sequence[Feeds] | None = None,
              log: Callable[[str], None] | None = None) -> None:
     """ONNX Runtime's int8 quantization of a pre-processed model: dynamic (weights) or static QDQ calibrated on
     `calibration`, leaving `how.exclude` in fp32. The quantizer's own output goes to `log` (shown with -v)."""
@@ -89,7 +154,7 @@ def quantize(pre: Path, dst: Path, how: Int8, calibration: Sequence[dict[str, An
                           calibration_cache_path=ranges)
 
 
-def _entropy_ranges(pre: Path, calibration: Sequence[dict[str, Any]], tmp: Path) -> Path:
+def _entropy_ranges(pre: Path, calibration: Sequence[Feeds], tmp: Path) -> Path:
     """Entropy calibration's ranges over ENTROPY_BINS, computed as quantize_static would (the same calibrator on
     the same operator types) and saved as its calibration cache."""
     from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator, save_tensors_data
@@ -134,10 +199,10 @@ def pre_processed(src: Path, dst: Path, log: Callable[[str], None] | None = None
 class _Reader:
     """CalibrationDataReader over a list of feeds."""
 
-    def __init__(self, feeds: list[dict[str, Any]]) -> None:
+    def __init__(self, feeds: list[Feeds]) -> None:
         self._it = iter(feeds)
 
-    def get_next(self) -> dict[str, Any] | None:
+    def get_next(self) -> Feeds | None:
         return next(self._it, None)
 
 
@@ -148,18 +213,17 @@ def quantizable(model: Path) -> list[str]:
     return [n.name for n in graph.node if n.op_type in LAYER_OPS]
 
 
-def kept(ctx: Any, keep: Any, layers: list[str], rank: Callable[[], dict[str, Any]], field: str,
-         aliases: Sequence[str] = ()) -> dict[str, Any]:
+def kept(ctx: Context, keep: int | float | list[str], layers: list[str], rank: Callable[[], Ranking], field: str,
+         aliases: Sequence[str] = ()) -> Kept:
     """The layers `keep` (a count, a fraction of `layers`, or names: layer names or `aliases`) leaves in fp32,
     with the ranking a count or fraction was taken from; an unknown name is a build failure naming the field."""
     if isinstance(keep, list):
         unknown = [k for k in keep if k not in layers and k not in aliases]
         if unknown:
-            failed = BuildFailed(f"{field}: no quantizable layer named {unknown[0]!r} in {ctx.src.name} (it has "
-                                 f"{len(layers)}: {', '.join(layers[:3])}, ...)",
-                                 hint="name ONNX nodes of type " + ", ".join(LAYER_OPS) + ", or give a count")
-            failed.conversion = False  # type: ignore[attr-defined]  # the config, not the runtime: not remembered
-            raise failed
+            raise BuildFailed(f"{field}: no quantizable layer named {unknown[0]!r} in {ctx.src.name} (it has "
+                              f"{len(layers)}: {', '.join(layers[:3])}, ...)",
+                              hint="name ONNX nodes of type " + ", ".join(LAYER_OPS) + ", or give a count",
+                              conversion=False)  # the config, not the runtime: not remembered
         return {"asked": keep, "kept": list(keep), "of": len(layers)}
     count = keep if isinstance(keep, int) else math.ceil(keep * len(layers))
     ranked = rank()
@@ -171,7 +235,7 @@ def kept(ctx: Any, keep: Any, layers: list[str], rank: Callable[[], dict[str, An
             "ranked_on": ranked["ranked_on"], "ranking": ranked["layers"][:RANKING_SHOWN]}
 
 
-def ranking(ctx: Any, pre: Path, how: Int8, feeds: list[dict[str, Any]]) -> dict[str, Any]:
+def ranking(ctx: Context, pre: Path, how: Int8, feeds: list[Feeds]) -> Ranking:
     """The quantizable layers of `pre`, most sensitive first, as quantizing it `how` on `feeds` makes them
     ({layer, in_db, out_db, lost_db}), and what they were ranked on; kept in the store, keyed by the source
     model, the samples and the settings."""
@@ -188,16 +252,17 @@ def ranking(ctx: Any, pre: Path, how: Int8, feeds: list[dict[str, Any]]) -> dict
     cached = store / ".rankings" / f"{key}.json" if store is not None else None
     if cached is not None and cached.is_file():
         ctx.log(f"{ctx.target.id}: layer ranking from {cached}")
-        return dict(json.loads(cached.read_text()))
+        kept_ranking: Ranking = json.loads(cached.read_text())  # as written below
+        return kept_ranking
     ctx.log(f"{ctx.target.id}: ranking layers by int8 sensitivity on {len(feeds)} calibration samples ...")
-    out = {"layers": measure(pre, how, feeds, ctx.log),
-           "ranked_on": {"samples": len(feeds), "digest": data}}
+    out: Ranking = {"layers": measure(pre, how, feeds, ctx.log),
+                    "ranked_on": {"samples": len(feeds), "digest": data}}
     if cached is not None:
         atomic_write_text(cached, json.dumps(out))
     return out
 
 
-def samples_digest(feeds: Sequence[dict[str, Any]]) -> str:
+def samples_digest(feeds: Sequence[Feeds]) -> str:
     """A digest of samples in order: names, dtypes, shapes and bytes."""
     import numpy as np
 
@@ -210,8 +275,7 @@ def samples_digest(feeds: Sequence[dict[str, Any]]) -> str:
     return h.hexdigest()
 
 
-def measure(pre: Path, how: Int8, feeds: list[dict[str, Any]],
-            log: Callable[[str], None] | None) -> list[dict[str, Any]]:
+def measure(pre: Path, how: Int8, feeds: list[Feeds], log: Callable[[str], None] | None) -> list[LayerLoss]:
     """Quantize `pre` fully, run it and the float model on `feeds` with every tensor as an output (the QDQ
     debugger's augmented models), and rank the layers by the SQNR they lose: their output's less their input's."""
     import tempfile
@@ -231,7 +295,7 @@ def measure(pre: Path, how: Int8, feeds: list[dict[str, Any]],
     for n in graph.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
-    rows = []
+    rows: list[LayerLoss] = []
     for n in graph.node:
         if n.op_type not in LAYER_OPS:
             continue
@@ -249,7 +313,7 @@ def measure(pre: Path, how: Int8, feeds: list[dict[str, Any]],
 SQNR_CAP = 100.0  # dB: a tensor with no quantization noise
 
 
-def sqnr_db(float_model: Path, qdq_model: Path, feeds: list[dict[str, Any]]) -> dict[str, float]:
+def sqnr_db(float_model: Path, qdq_model: Path, feeds: list[Feeds]) -> dict[str, float]:
     """SQNR in dB of every tensor of the float model against its value in the QDQ model (after its
     DequantizeLinear where it is quantized), pooled over `feeds` one sample at a time."""
     import numpy as np
@@ -276,7 +340,7 @@ def sqnr_db(float_model: Path, qdq_model: Path, feeds: list[dict[str, Any]]) -> 
             for t, (signal, noise) in sums.items()}
 
 
-def int8_effect(ctx: Any, quantized: Path) -> dict[str, Any]:
+def int8_effect(ctx: Context, quantized: Path) -> Int8Effect:
     """How many int8 operators quantization put in and how the size changed; a quantization that did
     nothing (no int8 operator, or a bigger model) is a warning, a failure under --strict."""
     onnx = require("onnx")
@@ -288,9 +352,11 @@ def int8_effect(ctx: Any, quantized: Path) -> dict[str, Any]:
             sum(f.stat().st_size for f in p.parent.glob(p.name + "*.data") if f.name != p.name + ".data")
 
     before, after = size(ctx.src), size(quantized)
-    out: dict[str, Any] = {"quantized_ops": ops, "size_ratio": round(after / before, 4) if before else None}
+    out: Int8Effect = {"quantized_ops": ops, "size_ratio": round(after / before, 4) if before else None}
     problem = "no operator was quantized" if ops == 0 else \
         f"the int8 model is larger than its source ({after} vs {before} bytes)" if after > before else ""
     from gpux.runtimes import int8_did_nothing
 
-    return {**out, **int8_did_nothing(ctx, problem)}
+    if int8_did_nothing(ctx, problem):
+        out["int8_warning"] = problem
+    return out

@@ -14,9 +14,9 @@ from gpux.providers import registry
 from gpux.providers.options import Options, ROCmOptions, TensorRTOptions
 
 # onnxruntime.SessionOptions attribute -> value DirectML requires (execution_mode: ExecutionMode member name).
-DIRECTML_SESSION_SETTINGS: dict[str, Any] = {"enable_mem_pattern": False, "execution_mode": "ORT_SEQUENTIAL"}
+DIRECTML_SESSION_SETTINGS: dict[str, bool | str] = {"enable_mem_pattern": False, "execution_mode": "ORT_SEQUENTIAL"}
 # provider -> onnxruntime.SessionOptions settings its EP requires
-SESSION_SETTINGS: dict[str, dict[str, Any]] = {"directml": DIRECTML_SESSION_SETTINGS}
+SESSION_SETTINGS: dict[str, dict[str, bool | str]] = {"directml": DIRECTML_SESSION_SETTINGS}
 
 # ---- converters: the runtime's string for a value, or None to leave the option out ----
 Convert = Callable[[Any], str | None]

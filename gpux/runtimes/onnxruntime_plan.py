@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux.config.load import Project
 from gpux.plan.targets import Target
+
+if TYPE_CHECKING:
+    from gpux.model.tensor import Tensor
 
 # ONNX artifact precision -> build step that makes it from the source model
 ONNX_STEPS = {"fp32": "optimize", "fp16": "float16", "int8": "quantize"}
 
 
-def onnx_targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+def onnx_targets(project: Project, provider: str, inputs: dict[str, Tensor] | None = None) -> list[Target]:
     """ONNX Runtime execution providers (cuda, rocm, directml, coreml) load the portable ONNX artifact."""
     return [onnx_target({"optimization": "basic", "precision": "fp32"})]
 
 
-def cpu_targets(project: Project, provider: str, inputs: dict[str, Any] | None = None) -> list[Target]:
+def cpu_targets(project: Project, provider: str, inputs: dict[str, Tensor] | None = None) -> list[Target]:
     """The CPU's ONNX artifact is built at its block's options (optimization level, precision, int8 mode)."""
     return [onnx_target(getattr(project.config.providers, provider).model_dump(mode="json"))]
 

@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from gpux.errors import BuildFailed, GpuxError, MissingDependency, error_lines
+from gpux.errors import BuildFailed, GpuxError, MissingDependency, environmental, error_lines, raised_by_gpux
 from gpux.optional import require
-from gpux.runtimes.openvino_int8 import compress
+from gpux.runtimes.openvino_int8 import NncfInfo, compress
 from gpux.runtimes.openvino_options import (
     DeviceMissing,
     compile_properties,
@@ -40,11 +40,27 @@ MAIN = "model.xml"
 CACHE = "ov_cache"  # precompiled blobs inside the artifact folder
 STATIC_ONLY = ("NPU",)  # devices that compile static shapes only
 
-Feeds = dict[str, Any]
+if TYPE_CHECKING:
+    from gpux.arrays import Feeds, Outputs
+    from gpux.config.load import Project
+    from gpux.model.tensor import Tensor
+    from gpux.plan.targets import Target
+    from gpux.providers.options import OpenVINOOptions
+    from gpux.providers.row import Runner
+    from gpux.runtimes import Context, Published
 
 
 def ov() -> Any:
     return require("openvino")
+
+
+def failures() -> tuple[type[Exception], ...]:
+    """What OpenVINO raises on a model, layout or device it cannot take: RuntimeError (its C++ exceptions, from
+    reading, compiling and pre-processing) and its frontends' failures (Exception subclasses of their own)."""
+    from openvino import frontend
+
+    return (RuntimeError, frontend.GeneralFailure, frontend.OpConversionFailure, frontend.OpValidationFailure,
+            frontend.NotImplementedFailure, frontend.InitializationFailure)
 
 
 @cache
@@ -76,7 +92,34 @@ def reason(exc: BaseException) -> str:
 
 
 # ---- build --------------------------------------------------------------------------------------------
-def build_ir(ctx: Any) -> dict[str, Any]:
+class Precompiled(TypedDict, total=False):
+    """The IR compiled for its device at build time (`ov_cache/`), or why not."""
+
+    precompiled: str | None  # the folder of blobs in the artifact; None: none kept
+    precompile_skipped: str
+    compiled_for: str
+    compile_seconds: float
+    cached_compile_seconds: float
+    execution_devices: list[str]
+    properties: dict[str, str]  # as compiled, but the cache folder
+    inference_precision: str | None
+
+
+class IRInfo(NncfInfo, Precompiled):
+    """An OpenVINO IR's info: OpenVINO, the device and precision, the outputs in order, the input shapes, the
+    conversion's time; NNCF's int8 and the precompiled blobs."""
+
+    main: str
+    openvino: str
+    device: str
+    precision: str
+    outputs: list[str]
+    static_shapes: bool
+    shapes: dict[str, str]
+    convert_seconds: float
+
+
+def build_ir(ctx: Context) -> IRInfo:
     """ONNX -> OpenVINO IR (model.xml/.bin) at the target's precision, precompiled into `ov_cache/`."""
     from gpux.model.io import read_io
     from gpux.providers.options import OpenVINOOptions
@@ -84,34 +127,41 @@ def build_ir(ctx: Any) -> dict[str, Any]:
     o = ov()
     opts = OpenVINOOptions.model_validate(ctx.target.options)
     static = any(d.startswith(STATIC_ONLY) for d in split_device(opts.device)[1])
+    shapes = _input_shapes(ctx.inputs, ctx.shapes, static, ctx.project.config.shapes) or None
     started = time.perf_counter()
     try:
-        model = o.convert_model(str(ctx.src), input=_input_shapes(ctx.inputs, ctx.shapes, static,
-                                                                  ctx.project.config.shapes) or None)
-    except Exception as exc:  # the ONNX frontend raises OpConversionFailure / GeneralFailure
+        model = o.convert_model(str(ctx.src), input=shapes)
+    # broad: the converter raises its frontends' failures, its own BasicError tree, AssertionError and
+    # RuntimeError alike (no common base); only the library's code runs inside
+    except Exception as exc:
+        if environmental(exc):
+            raise
         raise BuildFailed(f"OpenVINO cannot convert {ctx.src.name}: {reason(exc)}",
                           hint="run it with ONNX Runtime (provider cpu), or drop openvino from "
-                               "runtime.supported") from None
+                               "runtime.supported") from exc
     outputs = [t.name for t in read_io(ctx.src, check=False).outputs]
     model = _in_order(model, outputs)
     if opts.layout:
         model = _with_layout(model, opts.layout)
-    info: dict[str, Any] = {"main": MAIN, "openvino": o.__version__, "device": opts.device,
-                            "precision": opts.precision, "outputs": outputs, "static_shapes": static,
-                            "shapes": {p.get_any_name(): str(p.get_partial_shape()) for p in model.inputs},
-                            "convert_seconds": round(time.perf_counter() - started, 4)}
+    info: IRInfo = {"main": MAIN, "openvino": o.__version__, "device": opts.device,
+                    "precision": opts.precision, "outputs": outputs, "static_shapes": static,
+                    "shapes": {p.get_any_name(): str(p.get_partial_shape()) for p in model.inputs},
+                    "convert_seconds": round(time.perf_counter() - started, 4)}
     try:
-        model = compress(ctx, model, opts, info)
+        model, nncf = compress(ctx, model, opts)
     except GpuxError:
         raise
-    except Exception as exc:  # NNCF's own errors, or an import broken by another package
-        raise BuildFailed(f"NNCF int8 ({opts.int8_mode}) failed: {type(exc).__name__}: {reason(exc)}") from None
+    except Exception as exc:  # broad: NNCF's own errors (no common base), or an import broken by another package
+        if raised_by_gpux(exc) or environmental(exc):  # a bug or the machine: never the model's failure
+            raise
+        raise BuildFailed(f"NNCF int8 ({opts.int8_mode}) failed: {type(exc).__name__}: {reason(exc)}") from exc
+    info |= nncf
     o.save_model(model, str(ctx.workdir / MAIN), compress_to_fp16=opts.precision == "fp16")
-    info.update(_precompile(ctx, opts))
+    info |= _precompile(ctx, opts)
     return info
 
 
-def _input_shapes(inputs: Mapping[str, Any], shapes: Mapping[str, int], static: bool,
+def _input_shapes(inputs: Mapping[str, Tensor], shapes: Mapping[str, int], static: bool,
                   ranges: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """PartialShape per input: declared ints static, names/None dynamic (-1; min..max where `shapes:`
     declares a range), or resolved when `static`."""
@@ -143,12 +193,12 @@ def _with_layout(model: Any, layouts: Mapping[str, str]) -> Any:
         for name, layout in layouts.items():
             ppp.input(name).model().set_layout(o.Layout(layout))
         return ppp.build()
-    except Exception as exc:
+    except failures() as exc:
         raise BuildFailed(f"providers.openvino.layout: {reason(exc)}",
-                          hint=f"inputs are {', '.join(p.get_any_name() for p in model.inputs)}") from None
+                          hint=f"inputs are {', '.join(p.get_any_name() for p in model.inputs)}") from exc
 
 
-def _precompile(ctx: Any, opts: Any) -> dict[str, Any]:
+def _precompile(ctx: Context, opts: OpenVINOOptions) -> Precompiled:
     """Compile once for the target device, cache on; then again to time a cached load."""
     c = core()
     try:
@@ -162,9 +212,9 @@ def _precompile(ctx: Any, opts: Any) -> dict[str, Any]:
         started = time.perf_counter()
         compiled = c.compile_model(c.read_model(xml), device, props)
         cold = time.perf_counter() - started
-    except Exception as exc:
-        raise BuildFailed(f"OpenVINO cannot compile the IR for {device}: {reason(exc)}") from None
-    out: dict[str, Any] = {
+    except failures() as exc:
+        raise BuildFailed(f"OpenVINO cannot compile the IR for {device}: {reason(exc)}") from exc
+    out: Precompiled = {
         "compiled_for": device, "compile_seconds": round(cold, 4),
         "execution_devices": [str(d) for d in compiled.get_property("EXECUTION_DEVICES")],
         "properties": {k: v for k, v in props.items() if k != "CACHE_DIR"},
@@ -182,7 +232,7 @@ def _precompile(ctx: Any, opts: Any) -> dict[str, Any]:
 
 
 def _precision(compiled: Any) -> str | None:
-    with contextlib.suppress(Exception):  # not every device reports it
+    with contextlib.suppress(*failures()):  # not every device reports it
         return str(compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
     return None
 
@@ -200,7 +250,7 @@ class Requests:
     def __init__(self, compiled: Any, order: Sequence[int]) -> None:
         self.request, self.order = compiled.create_infer_request(), list(order)
 
-    def run(self, feeds: Feeds) -> list[Any]:
+    def run(self, feeds: Feeds) -> Outputs:
         values = self.request.infer(feeds).to_tuple()
         return [values[i] for i in self.order]
 
@@ -215,7 +265,7 @@ def output_order(model: Any, names: Sequence[str]) -> list[int]:
     return list(range(len(ports))) if -1 in found or len(found) != len(ports) else found
 
 
-def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] | str:
+def verify_runner(artifact: Path, target: Target) -> Callable[[Feeds], Outputs] | str:
     """The IR compiled on CPU at the execution precision sessions use (what runs is what is verified)."""
     from gpux.providers.options import OpenVINOOptions
 
@@ -228,8 +278,8 @@ def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] |
     props = openvino_properties(OpenVINOOptions.model_validate(target.options))
     try:
         compiled = c.compile_model(c.read_model(str(artifact)), "CPU", props)
-    except Exception as exc:
-        raise BuildFailed(f"OpenVINO cannot compile {artifact.name} on CPU: {reason(exc)}") from None
+    except failures() as exc:
+        raise BuildFailed(f"OpenVINO cannot compile {artifact.name} on CPU: {reason(exc)}") from exc
     return Requests(compiled, range(len(compiled.outputs))).run
 
 
@@ -257,25 +307,26 @@ def runtime_cache(artifact_dir: Path) -> Path:
     return folder
 
 
-def opening(project: Any, provider: str) -> dict[str, Any]:
+def opening(project: Project, provider: str) -> dict[str, str]:
     """The properties a session compiles the IR with on this machine (besides its cache folder)."""
-    opts = project.config.providers.openvino
+    opts: OpenVINOOptions = getattr(project.config.providers, provider)
     threads = project.config.runtime.threads.intra_op if opts.threads is None else 0
     return with_threads(openvino_properties(opts), threads, opts.device)
 
 
-def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+def open_runner(provider: str, project: Project, artifact: Published) -> Runner:
     """Compile the artifact on `providers.openvino.device`; raises when that device is missing or fails
     (the session records it and falls back). `used` names the EXECUTION_DEVICES."""
-    opts = project.config.providers.openvino
+    opts: OpenVINOOptions = getattr(project.config.providers, provider)
     threads = project.config.runtime.threads.intra_op if opts.threads is None else 0
+    outputs = artifact.info.get("outputs")  # as the build recorded them (IRInfo)
     return open_compiled_runner(artifact.main, opts.device, openvino_properties(opts), threads=threads,
-                                cache=opts.cache, names=list(artifact.manifest.get("info", {}).get("outputs") or []),
-                                label=artifact.id)
+                                cache=opts.cache, names=[str(n) for n in outputs] if isinstance(outputs, list) else [],
+                                label=artifact.target.id)
 
 
 def open_compiled_runner(model: Path | str, device: str, properties: dict[str, str], *, threads: int = 0,
-                         cache: bool = True, names: list[str] | None = None, label: str = "the model") -> Any:
+                         cache: bool = True, names: list[str] | None = None, label: str = "the model") -> Runner:
     """Compile the IR at `model` for `device` (a providers.openvino.device spec, resolved against the devices
     present) with `properties` (openvino_properties, without a cache folder). `threads`: runtime.threads.intra_op
     where the block sets none (it applies when the CPU plugin alone compiles); `cache`: a runtime cache beside the
@@ -298,8 +349,8 @@ def open_compiled_runner(model: Path | str, device: str, properties: dict[str, s
     started = time.perf_counter()
     try:
         compiled = c.compile_model(c.read_model(str(model)), resolved, props)
-    except Exception as exc:
-        raise RuntimeError(f"OpenVINO cannot compile {label} for {resolved}: {reason(exc)}") from None
+    except failures() as exc:
+        raise RuntimeError(f"OpenVINO cannot compile {label} for {resolved}: {reason(exc)}") from exc
     seconds = time.perf_counter() - started
     if cache_dir is not None:
         cache_state = "written (cold compile)" if set(cache_dir.glob("*.blob")) - before else "loaded"

@@ -24,23 +24,53 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from gpux.errors import BuildFailed, debugging
 from gpux.optional import require
 
+if TYPE_CHECKING:
+    from gpux.arrays import Feeds
+    from gpux.providers.options import OpenVINOOptions
+    from gpux.runtimes import Context
+    from gpux.runtimes.onnxruntime_int8 import Kept
+
 MARGIN = 0.1  # share of the allowed cosine drop kept back from NNCF
+
+
+class AccuracyGoal(TypedDict):
+    min_cosine: float
+    max_drop: float  # the validation cosine NNCF may lose
+    validation: str  # where the validation inputs come from (verify.data, or generated)
+    validation_samples: int
+
+
+class NncfInfo(TypedDict, total=False):
+    """What NNCF's int8 adds to an IR's info: NNCF, the mode and its time, the int8 operations (a warning where
+    none), the calibration samples, and as the mode asks `keep_fp32`'s record, the layers left int8 and fp32, and
+    the accuracy-aware mode's goal."""
+
+    nncf: str
+    int8_mode: str
+    nncf_seconds: float
+    quantized_ops: int
+    int8_warning: str
+    calibration_samples: int
+    keep_fp32: Kept
+    int8_layers: int
+    fp32_layers: int
+    accuracy_goal: AccuracyGoal
 LAYERS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData", "MatMul")
 
 
-def compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
-    """int8 by NNCF per `int8_mode`; `info` records what it did and how long it took. NNCF's own errors
-    propagate (the caller words them)."""
+def compress(ctx: Context, model: Any, opts: OpenVINOOptions) -> tuple[Any, NncfInfo]:
+    """int8 by NNCF per `int8_mode`, and what it did and how long it took (nothing at another precision). NNCF's
+    own errors propagate (the caller words them)."""
     if opts.precision != "int8":
-        return model
+        return model, {}
     mode = opts.int8_mode
     feeds = None if mode == "weights" else ctx.calibration()
-    extra: dict[str, Any] = {}
+    extra: NncfInfo = {}
     started = time.perf_counter()
     with nncf_quietly() as nncf:
         if feeds is None:
@@ -50,28 +80,30 @@ def compress(ctx: Any, model: Any, opts: Any, info: dict[str, Any]) -> Any:
         else:
             model, extra = _with_accuracy_control(nncf, ctx, model, feeds)
     seconds = round(time.perf_counter() - started, 4)
-    info.update(nncf=nncf.__version__, int8_mode=mode, nncf_seconds=seconds)
-    info["quantized_ops"] = quantized_ops(model)
-    info.update(extra)
+    info: NncfInfo = {"nncf": nncf.__version__, "int8_mode": mode, "nncf_seconds": seconds,
+                      "quantized_ops": quantized_ops(model), **extra}
     from gpux.runtimes import int8_did_nothing
 
-    info.update(int8_did_nothing(ctx, "" if info["quantized_ops"] else "no operator was quantized"))
+    problem = "" if info["quantized_ops"] else "no operator was quantized"
+    if int8_did_nothing(ctx, problem):
+        info["int8_warning"] = problem
     if feeds is not None:
         info["calibration_samples"] = len(feeds)
     ctx.log(f"{ctx.target.id}: NNCF int8 {mode} in {seconds:.2f}s"
             + (f" ({extra['fp32_layers']} of {extra['fp32_layers'] + extra['int8_layers']} layers left in fp32)"
                if "int8_layers" in extra else ""))
-    return model
+    return model, info
 
 
 PRESETS = {"performance": "PERFORMANCE", "mixed": "MIXED"}  # -> nncf.QuantizationPreset
 
 
-def _quantize(nncf: Any, ctx: Any, model: Any, opts: Any, feeds: list[Any]) -> tuple[Any, dict[str, Any]]:
+def _quantize(nncf: Any, ctx: Context, model: Any, opts: OpenVINOOptions,
+              feeds: list[Feeds]) -> tuple[Any, NncfInfo]:
     """nncf.quantize with the block's preset, bias correction and `keep_fp32` (an ignored scope)."""
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
 
-    extra: dict[str, Any] = {}
+    extra: NncfInfo = {}
     scope = None
     if opts.keep_fp32:
         extra["keep_fp32"], names = ignored(ctx, model, opts.keep_fp32, feeds)
@@ -86,7 +118,7 @@ def _quantize(nncf: Any, ctx: Any, model: Any, opts: Any, feeds: list[Any]) -> t
     return quantized, extra
 
 
-def ignored(ctx: Any, model: Any, keep: Any, feeds: list[Any]) -> tuple[dict[str, Any], list[str]]:
+def ignored(ctx: Context, model: Any, keep: int | float | list[str], feeds: list[Feeds]) -> tuple[Kept, list[str]]:
     """What `keep_fp32` leaves in fp32 (as onnxruntime_int8.kept records it) and the OpenVINO operations that
     are, for NNCF's ignored scope."""
     from gpux.runtimes import onnxruntime_int8 as ort8
@@ -108,7 +140,7 @@ def ignored(ctx: Any, model: Any, keep: Any, feeds: list[Any]) -> tuple[dict[str
     return record, names
 
 
-def _with_accuracy_control(nncf: Any, ctx: Any, model: Any, feeds: list[Any]) -> tuple[Any, dict[str, Any]]:
+def _with_accuracy_control(nncf: Any, ctx: Context, model: Any, feeds: list[Feeds]) -> tuple[Any, NncfInfo]:
     """Quantize, then give layers back to fp32 (most harmful first) until the validation cosine holds."""
     if ctx.goal is None:
         raise BuildFailed(f"{ctx.target.id}: int8_mode accuracy needs the verification inputs, which this build "

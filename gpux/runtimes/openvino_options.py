@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from gpux.config.load import Project
+    from gpux.model.tensor import Tensor
+    from gpux.plan.targets import Target
     from gpux.providers.options import OpenVINOOptions
 
 VIRTUAL = ("AUTO", "MULTI", "HETERO")
@@ -107,7 +110,7 @@ def with_threads(props: dict[str, str], threads: int, device: str) -> dict[str, 
 
 
 # ---- planning and Triton ------------------------------------------------------------------------------
-def openvino_targets(project: Any, provider: str, inputs: dict[str, Any] | None = None) -> list[Any]:
+def openvino_targets(project: Project, provider: str, inputs: dict[str, Tensor] | None = None) -> list[Target]:
     """An OpenVINO IR at the block's precision; with runtime: onnxruntime, ONNX Runtime's portable ONNX artifact."""
     from gpux.plan.targets import Target
     from gpux.runtimes.onnxruntime_plan import onnx_targets
@@ -120,9 +123,9 @@ def openvino_targets(project: Any, provider: str, inputs: dict[str, Any] | None 
                    options=o.model_dump(mode="json"))]
 
 
-def triton_parameters(o: OpenVINOOptions) -> dict[str, Any]:
+def triton_parameters(o: OpenVINOOptions) -> dict[str, dict[str, str]]:
     """Triton's OpenVINO backend takes the compile properties as the model's string parameters."""
-    out = {}
+    out: dict[str, dict[str, str]] = {}
     for field, (prop, convert) in OPENVINO_PROPERTIES.items():
         value = convert(getattr(o, field))
         if value is not None:

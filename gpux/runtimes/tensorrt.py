@@ -6,13 +6,22 @@ import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from gpux.machine import gpu_identity
 
 if TYPE_CHECKING:
-    from gpux.providers.options import ProfileRange, TensorRTOptions
+    from collections.abc import Callable
 
+    from gpux.arrays import Feeds, Outputs
+    from gpux.config.load import Project
+    from gpux.model.tensor import Tensor
+    from gpux.plan.targets import Target
+    from gpux.providers.options import ProfileRange, TensorRTOptions
+    from gpux.providers.row import Runner
+    from gpux.runtimes import Context, Published
+
+BLOCK = "tensorrt"  # the provider block whose `profiles` this runtime's planner reads (Core ML's too)
 ENGINES = "engines"  # folder inside the artifact: engine cache, timing cache
 CONTEXT_MODEL = "model_ctx.onnx"  # ONNX Runtime EP-context model pointing at the engine
 
@@ -31,7 +40,19 @@ def ep_options(opts: dict[str, Any], folder: Path, dump_context: bool) -> dict[s
     return out
 
 
-def build_engine(ctx: Any) -> dict[str, Any]:
+class EngineInfo(TypedDict):
+    """A TensorRT artifact's info: the model ONNX Runtime opens, the engines built and the GPU they are for."""
+
+    main: str  # the EP-context model (else the ONNX model the engine cache serves)
+    engine_seconds: float
+    engines: list[str]
+    gpu: str
+    compute_capability: str
+    cuda_driver: str
+    tensorrt: str | None
+
+
+def build_engine(ctx: Context) -> EngineInfo:
     """Build the engine now (not on first run): an ONNX Runtime session on the TensorRT EP with the engine
     cache and EP-context dump pointed into the artifact folder, then one inference on seeded inputs."""
     from gpux.errors import BuildFailed
@@ -59,7 +80,8 @@ def build_engine(ctx: Any) -> dict[str, Any]:
     engines = sorted(p.name for p in (ctx.workdir / ENGINES).glob("*.engine"))
     if not engines:
         raise BuildFailed("TensorRT produced no engine file; see the build log with GPUX_DEBUG=1")
-    return {"main": main, "engine_seconds": round(seconds, 3), "engines": engines, **identity,
+    return {"main": main, "engine_seconds": round(seconds, 3), "engines": engines, "gpu": identity["gpu"],
+            "compute_capability": identity["compute_capability"], "cuda_driver": identity["cuda_driver"],
             "tensorrt": trt_version()}
 
 
@@ -69,7 +91,7 @@ def trt_version() -> str | None:
     return version_of("tensorrt") or version_of("tensorrt-cu12") or version_of("tensorrt-cu13")
 
 
-def verify_runner(artifact: Path, target: Any) -> Any:
+def verify_runner(artifact: Path, target: Target) -> Callable[[Feeds], Outputs] | str:
     from gpux.providers import probe
     from gpux.runtimes.onnxruntime import create_session
 
@@ -81,18 +103,18 @@ def verify_runner(artifact: Path, target: Any) -> Any:
 
 
 
-def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+def open_runner(provider: str, project: Project, artifact: Published) -> Runner:
     """The engine through ONNX Runtime's TensorRT EP, loading the EP-context model and its engine."""
     from gpux.runtimes.onnxruntime import open_session_runner
 
-    opts = artifact.manifest["target"]["options"]
+    opts = artifact.target.options
     threads = project.config.runtime.threads
     return open_session_runner(artifact.main, "TensorrtExecutionProvider", ep_options(opts, artifact.dir, False),
                                threads.intra_op, threads.inter_op)
 
 
 # ---- planning and Triton ------------------------------------------------------------------------------
-def tensorrt_targets(project: Any, provider: str, inputs: dict[str, Any] | None = None) -> list[Any]:
+def tensorrt_targets(project: Project, provider: str, inputs: dict[str, Tensor] | None = None) -> list[Target]:
     """The ONNX artifact (int8: the calibrated QDQ model), then the engine built from it on the GPU."""
     from gpux.plan.targets import Target
     from gpux.runtimes.onnxruntime_plan import onnx_target
@@ -110,7 +132,13 @@ def tensorrt_targets(project: Any, provider: str, inputs: dict[str, Any] | None 
                          precision=t.precision, options=opts, consumes=base.id)]
 
 
-def trt_profiles(project: Any, t: Any, inputs: dict[str, Any]) -> dict[str, str]:
+def declared_profiles(project: Project) -> dict[str, dict[str, int]]:
+    """The dims' ranges the tensorrt block declares ({dim: {min, opt, max}}), which bound Core ML packages' too."""
+    block: TensorRTOptions = getattr(project.config.providers, BLOCK)
+    return {d: r.model_dump() for d, r in (block.profiles or {}).items()}
+
+
+def trt_profiles(project: Project, t: TensorRTOptions, inputs: dict[str, Tensor]) -> dict[str, str]:
     """min/opt/max shapes for TensorRT: `tensorrt.profiles`, else `shapes:` ranges, else each symbolic dim
     fixed at its resolved size."""
     from gpux.plan.targets import resolve_shapes

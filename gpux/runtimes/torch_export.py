@@ -29,15 +29,19 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
-from gpux.errors import BuildFailed, first_line
+from gpux.errors import BuildFailed, environmental, first_line, raised_by_gpux
 from gpux.optional import require
+
+if TYPE_CHECKING:
+    from gpux.arrays import Feeds, Outputs
+    from gpux.model.tensor import Tensor
+    from gpux.runtimes import Context
 
 MAIN = "model.onnx"
 EXPORTER = "torchscript"
 MIN_TRACE_SIZE = 2
-Feeds = dict[str, Any]
 
 
 def _torch() -> Any:
@@ -79,7 +83,7 @@ def load_module(path: str | Path, fmt: str) -> Any:
     except Exception as exc:  # torch raises RuntimeError, zipfile and pickle errors alike
         other = "torchscript" if fmt == "torch_export" else "torch_export"
         raise BuildFailed(f"{path}: cannot load as {fmt}: {first_line(exc)}",
-                          hint=f"check the file, or set model.format: {other} if it is that") from None
+                          hint=f"check the file, or set model.format: {other} if it is that") from exc
     module.eval()
     return module
 
@@ -141,13 +145,13 @@ def to_array(value: Any) -> Any:
     return np.asarray(value)
 
 
-def reference_runner(path: str | Path, fmt: str) -> Callable[[Feeds], list[Any]]:
+def reference_runner(path: str | Path, fmt: str) -> Callable[[Feeds], Outputs]:
     """`run(feeds) -> outputs`: the PyTorch model itself under `torch.inference_mode()`. Feeds go in as
     positional arguments (see `input_order`); outputs come back flattened, as numpy arrays."""
     torch = _torch()
     module = load_module(path, fmt)
 
-    def run(feeds: Feeds) -> list[Any]:
+    def run(feeds: Feeds) -> Outputs:
         args = [to_tensor(feeds[n]) for n in input_order(module, list(feeds))]
         with torch.inference_mode():
             out = module(*args)
@@ -156,7 +160,7 @@ def reference_runner(path: str | Path, fmt: str) -> Callable[[Feeds], list[Any]]
     return run
 
 
-def example_inputs(module: Any, inputs: Mapping[str, Any], shapes: Mapping[str, int],
+def example_inputs(module: Any, inputs: Mapping[str, Tensor], shapes: Mapping[str, int],
                    names: Sequence[str]) -> tuple[tuple[Any, ...], list[Any], dict[str, int]]:
     """Example tensors in `names` order, the flattened outputs they give, and the sizes of symbolic dims
     used: resolved sizes raised to at least MIN_TRACE_SIZE, else the resolved sizes as they are."""
@@ -227,7 +231,31 @@ def _exportable_type() -> type:
     return Exportable
 
 
-def export_onnx(ctx: Any) -> dict[str, Any]:
+class Finished(TypedDict):
+    """What normalising an exported model did (`finish`)."""
+
+    ir_version: int
+    ir_version_exported: NotRequired[int]  # lowered from it to what ONNX Runtime reads
+    renamed_outputs: NotRequired[dict[str, str]]
+    unused_inputs: NotRequired[list[str]]  # declared inputs the exporter dropped, put back
+    external_data: bool
+
+
+class ExportInfo(Finished):
+    """An exported ONNX artifact's info."""
+
+    main: str
+    opset: int
+    exporter: str
+    torch: str
+    source_format: str
+    inputs: list[str]
+    outputs: list[str]
+    dynamic_axes: dict[str, dict[int, str]]
+    trace_sizes: dict[str, int]
+
+
+def export_onnx(ctx: Context) -> ExportInfo:
     """PyTorch source → `model.onnx` at the pinned opset, with the declared input/output names and dims."""
     torch = _torch()
     opts = ctx.target.options
@@ -248,10 +276,12 @@ def export_onnx(ctx: Any) -> dict[str, Any]:
         with _quiet_warnings(), torch.no_grad():
             torch.onnx.export(model, args, str(raw / MAIN), dynamo=False, opset_version=opset,
                               input_names=names, output_names=outs, dynamic_axes=axes or None)
-    except Exception as exc:  # the exporter raises anything: unsupported ops, tracing failures
+    except Exception as exc:  # broad: the exporter raises anything: unsupported ops, tracing failures
+        if raised_by_gpux(exc) or environmental(exc):  # a bug or the machine: never the model's failure
+            raise
         raise BuildFailed(f"torch.onnx.export cannot export {ctx.src.name}: {first_line(exc)}",
                           hint="simplify the model for tracing, or export it to ONNX yourself and point "
-                               "model.source at the .onnx file") from None
+                               "model.source at the .onnx file") from exc
     info = finish(raw / MAIN, ctx.workdir / MAIN, names, outs, ctx.inputs)
     shutil.rmtree(raw)
     return {"main": MAIN, "opset": opset, "exporter": EXPORTER, "torch": torch.__version__,
@@ -259,15 +289,15 @@ def export_onnx(ctx: Any) -> dict[str, Any]:
             "trace_sizes": sizes, **info}
 
 
-def finish(src: Path, dst: Path, inputs: Sequence[str], outputs: Sequence[str], tensors: Mapping[str, Any],
-           threshold: int | None = None) -> dict[str, Any]:
+def finish(src: Path, dst: Path, inputs: Sequence[str], outputs: Sequence[str], tensors: Mapping[str, Tensor],
+           threshold: int | None = None) -> Finished:
     """Normalise an exported model (IR version, output names, unused inputs) and save it to `dst`: one
     file, or `dst` + `dst.data` when the tensors exceed `threshold` bytes (default: protobuf's limit)."""
     onnx = require("onnx")
     from gpux.runtimes.onnxruntime import EXTERNAL_THRESHOLD
 
     model = onnx.load(str(src))  # with its external data, if the exporter wrote any
-    info: dict[str, Any] = {"ir_version": model.ir_version}
+    info: Finished = {"ir_version": model.ir_version, "external_data": False}
     limit = ort_ir_limit()
     if limit is not None and model.ir_version > limit:
         floor = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
@@ -308,7 +338,7 @@ def _rename_outputs(model: Any, names: Sequence[str]) -> dict[str, str]:
     return renamed
 
 
-def _restore_inputs(model: Any, names: Sequence[str], tensors: Mapping[str, Any]) -> list[str]:
+def _restore_inputs(model: Any, names: Sequence[str], tensors: Mapping[str, Tensor]) -> list[str]:
     """Declared inputs the exporter dropped because the graph does not use them, put back (unused) so every
     runtime accepts the same feeds."""
     from onnx import helper

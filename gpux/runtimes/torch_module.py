@@ -25,14 +25,20 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from gpux.optional import require
+
+if TYPE_CHECKING:
+    from gpux.arrays import Feeds, Outputs
+    from gpux.config.load import Project
+    from gpux.plan.targets import Target
+    from gpux.providers.row import Runner
+    from gpux.runtimes import Context, Published
 
 CACHE = "inductor"
 MAIN = {"torchscript": "model.pt", "torch_export": "model.pt2"}
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-Feeds = dict[str, Any]
 _BUILT: dict[str, Opened] = {}  # artifact main (in its build folder) -> the module compiled there, for verify
 
 
@@ -65,11 +71,29 @@ class Setup:
         return f"PyTorch {self.torch_device} {self.precision} {'eager' if self.compile == 'off' else self.compile}"
 
 
+class CacheUse(TypedDict):  # what Inductor's cache did on a compiling call
+    state: str  # hit, miss, partial or none
+    hits: int
+    misses: int
+
+
+class ModuleInfo(TypedDict):
+    """A torch artifact's info: the source file, what runs it, and what compiling it here did (or why it failed)."""
+
+    main: str
+    torch: str
+    runs_on: str
+    compile_failed: NotRequired[str]
+    compile_seconds: NotRequired[float]
+    compile_cache: NotRequired[CacheUse]
+    cache_files: NotRequired[int]
+
+
 @dataclass
 class Opened:
     """A loaded (and maybe compiled) module: `run(feeds)` returns flattened outputs as numpy arrays."""
 
-    run: Callable[[Feeds], list[Any]]
+    run: Callable[[Feeds], Outputs]
     names: list[str]
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -78,14 +102,14 @@ def _torch() -> Any:
     return require("torch", "torch")
 
 
-def device_identity(target: Any) -> dict[str, Any]:
+def device_identity(target: Target) -> dict[str, str | None]:
     """What keys a torch artifact to a machine: nothing for eager cpu; the CPU for compiled cpu kernels;
     the GPU's name and compute capability (or architecture) for cuda/rocm; the Mac for mps."""
     from gpux.machine import cpu_identity
 
     setup = Setup.of(target.options)
     if setup.device == "cpu":
-        return {} if setup.compile == "off" else cpu_identity()
+        return {} if setup.compile == "off" else {**cpu_identity()}
     if setup.device == "mps":
         return {"mps": platform.machine(), "macos": platform.mac_ver()[0]}
     try:
@@ -119,7 +143,7 @@ def _place(module: Any, setup: Setup) -> Any:
     return module
 
 
-def _call(module: Any, setup: Setup, names: list[str]) -> Callable[[Feeds], list[Any]]:
+def _call(module: Any, setup: Setup, names: list[str]) -> Callable[[Feeds], Outputs]:
     """feeds -> outputs: numpy in, cast and moved to the device; outputs back on the host, floats as float32."""
     from gpux.runtimes import torch_export as pt
 
@@ -133,7 +157,7 @@ def _call(module: Any, setup: Setup, names: list[str]) -> Callable[[Feeds], list
             t = t.to(dtype)
         return t.contiguous(memory_format=torch.channels_last) if setup.channels_last and t.dim() == 4 else t
 
-    def run(feeds: Feeds) -> list[Any]:
+    def run(feeds: Feeds) -> Outputs:
         args = [prepare(feeds[n]) for n in names]
         with torch.inference_mode():
             out = module(*args)
@@ -194,7 +218,8 @@ def _compile_kwargs(setup: Setup) -> dict[str, Any]:
     return {"mode": setup.compile}
 
 
-def open_module(path: Path, setup: Setup, project: Any, cache_dir: Path | None, log: Callable[[str], None]) -> Opened:
+def open_module(path: Path, setup: Setup, project: Project, cache_dir: Path | None,
+                log: Callable[[str], None]) -> Opened:
     """Load the source, place it on the device in its dtype and, unless eager, compile it at the resolved input
     sizes with Inductor's cache in `cache_dir` (timed: `compile_s`, with the cache hits and misses)."""
     from gpux.model.inputs import synthetic
@@ -234,8 +259,8 @@ def open_module(path: Path, setup: Setup, project: Any, cache_dir: Path | None, 
     return Opened(run, declared or pt.output_names(None, len(outputs)), details)
 
 
-def _eager_on_failure(compiled: Callable[[Feeds], list[Any]], eager: Callable[[Feeds], list[Any]],
-                      details: dict[str, Any], log: Callable[[str], None]) -> Callable[[Feeds], list[Any]]:
+def _eager_on_failure(compiled: Callable[[Feeds], Outputs], eager: Callable[[Feeds], Outputs],
+                      details: dict[str, Any], log: Callable[[str], None]) -> Callable[[Feeds], Outputs]:
     """`compiled`, switched to `eager` for good the first time Inductor cannot compile (no C++ compiler, a
     kernel the compiler rejects): one warning line with the reason, kept in `details` as `compile_failed`."""
     from torch._dynamo.exc import BackendCompilerFailed
@@ -244,7 +269,7 @@ def _eager_on_failure(compiled: Callable[[Feeds], list[Any]], eager: Callable[[F
 
     current = [compiled]
 
-    def run(feeds: Feeds) -> list[Any]:
+    def run(feeds: Feeds) -> Outputs:
         try:
             return current[0](feeds)
         except BackendCompilerFailed as exc:
@@ -257,8 +282,8 @@ def _eager_on_failure(compiled: Callable[[Feeds], list[Any]], eager: Callable[[F
     return run
 
 
-def _first_call(run: Callable[[Feeds], list[Any]], feeds: Feeds,
-                cache_dir: Path | None) -> tuple[list[Any], float, dict[str, Any]]:
+def _first_call(run: Callable[[Feeds], Outputs], feeds: Feeds,
+                cache_dir: Path | None) -> tuple[Outputs, float, CacheUse]:
     """The first (compiling) call, timed, with Inductor's cache in `cache_dir`; what the cache did."""
     import contextlib
 
@@ -278,7 +303,7 @@ def _first_call(run: Callable[[Feeds], list[Any]], feeds: Feeds,
 
 
 # ---- build, verify, open ------------------------------------------------------------------------------
-def build_module(ctx: Any) -> dict[str, Any]:
+def build_module(ctx: Context) -> ModuleInfo:
     """The torch artifact: the source copied in; compiled setups also keep the Inductor cache of the compile
     done here (at the resolved input sizes), so `run` starts warm."""
     from gpux.runtimes.torch_export import system_temp
@@ -290,7 +315,7 @@ def build_module(ctx: Any) -> dict[str, Any]:
     cache = ctx.workdir / CACHE
     with system_temp():  # Inductor's process-wide folders must outlive this step's scratch folder
         opened = open_module(main, setup, ctx.project, cache, ctx.log)
-    info: dict[str, Any] = {"main": main.name, "torch": torch.__version__, "runs_on": _runs_on(setup, opened)}
+    info: ModuleInfo = {"main": main.name, "torch": torch.__version__, "runs_on": _runs_on(setup, opened)}
     _BUILT.clear()  # one build at a time: what an unverified build left is not kept alive
     _BUILT[str(main)] = opened
     if setup.compile == "off":
@@ -302,12 +327,12 @@ def build_module(ctx: Any) -> dict[str, Any]:
     files = [p for p in cache.rglob("*") if p.is_file()]
     for lock in (p for p in files if p.suffix == ".lock"):
         lock.unlink(missing_ok=True)
-    info.update(compile_seconds=opened.details["compile_s"], compile_cache=opened.details["compile_cache"],
-                cache_files=sum(1 for p in cache.rglob("*") if p.is_file()))
+    info |= {"compile_seconds": opened.details["compile_s"], "compile_cache": opened.details["compile_cache"],
+             "cache_files": sum(1 for p in cache.rglob("*") if p.is_file())}
     return info
 
 
-def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] | str:
+def verify_runner(artifact: Path, target: Target) -> Callable[[Feeds], Outputs] | str:
     """What verification runs: the module compiled by the build (or the eager one); a reason where the
     device is not here."""
     from gpux.providers import probe_torch
@@ -320,12 +345,12 @@ def verify_runner(artifact: Path, target: Any) -> Callable[[Feeds], list[Any]] |
     return opened.run if opened is not None else "the module was not opened by this build"
 
 
-def open_runner(provider: str, project: Any, artifact: Any) -> Any:
+def open_runner(provider: str, project: Project, artifact: Published) -> Runner:
     """A Runner over the artifact: the Inductor cache copied to the store's `cache/` and used from there."""
     from gpux.providers import Runner
 
-    setup = Setup.of(artifact.manifest["target"]["options"])
-    failed = artifact.manifest["info"].get("compile_failed")
+    setup = Setup.of(artifact.target.options)
+    failed = artifact.info.get("compile_failed")
     if failed:  # compiling failed where this artifact was built (and the build said so): eager, as verified
         setup = dataclasses.replace(setup, compile="off")
     cache = None
@@ -357,7 +382,7 @@ def _warnings_only(msg: str) -> None:
         report.info(msg)
 
 
-def torch_target(project: Any, provider: str, fmt: str) -> Any:
+def torch_target(project: Project, provider: str, fmt: str) -> Target:
     """PyTorch runs the source on `provider`'s device: `compile: auto` resolved, the device index recorded."""
     from gpux.plan.targets import Target
     from gpux.providers import registry
