@@ -43,9 +43,9 @@ def decode(source: Any, name: str) -> tuple[Any, int]:
             return samples, int(f.samplerate)
     except sf.LibsndfileError as exc:
         raise InputError(f"{name}: not a sound file soundfile can read ({exc.error_string.strip()})",
-                         hint="WAV, FLAC, OGG, MP3, AIFF; a truncated or damaged file fails the same way") from None
+                         hint="WAV, FLAC, OGG, MP3, AIFF; a truncated or damaged file fails the same way") from exc
     except (OSError, RuntimeError) as exc:
-        raise InputError(f"{name}: cannot read the sound file: {exc}") from None
+        raise InputError(f"{name}: cannot read the sound file: {exc}") from exc
 
 
 def mono(source: Any, steps: AudioSteps, name: str) -> Any:
@@ -103,6 +103,6 @@ def audio_tensor(source: Any, steps: AudioSteps, dtype: str, name: str) -> Any:
         return np.clip(np.rint(rows * full), -full, full - 1).astype(dtype)
     try:
         return rows.astype(dtype)
-    except TypeError:
+    except TypeError as exc:
         raise InputError(f"{name}: audio inputs of {dtype} are not written by preprocess; declare a float32, "
-                         "float16, int16 or int32 input") from None
+                         "float16, int16 or int32 input") from exc

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
+from gpux.answers.records import Answers, Box, Text, Top
 from gpux.errors import UsageError
 from gpux.optional import require
 
@@ -33,23 +34,34 @@ def save_paths(files: Sequence[str], folder: str) -> list[Path]:
     return out
 
 
-def captions(answers: dict[str, Any]) -> list[str]:
+def captions(answers: Answers) -> list[str]:
     """One line per output answered by classes (the best) or text; boxes and plain arrays give none."""
     lines = []
     for name, answer in answers.items():
-        if isinstance(answer, dict) and "text" in answer:
+        if _is_text(answer):
             lines.append(f"{name}: {answer['text']} ({answer['score']:.3f})")
-        elif isinstance(answer, list) and answer and isinstance(answer[0], dict) and "box" not in answer[0]:
+        elif isinstance(answer, list) and answer and _is_top(answer[0]):
             lines.append(f"{name}: {answer[0]['label']} {answer[0]['score']:.3f}")
     return lines
 
 
-def boxes_of(answers: dict[str, Any]) -> list[dict[str, Any]]:
-    return [a for answer in answers.values() if isinstance(answer, list) for a in answer
-            if isinstance(a, dict) and "box" in a]
+def boxes_of(answers: Answers) -> list[Box]:
+    return [a for answer in answers.values() if isinstance(answer, list) for a in answer if _is_box(a)]
 
 
-def drawn(image: Any, answers: dict[str, Any]) -> Any:
+def _is_text(answer: object) -> TypeGuard[Text]:
+    return isinstance(answer, dict) and "text" in answer
+
+
+def _is_top(answer: object) -> TypeGuard[Top]:
+    return isinstance(answer, dict) and "box" not in answer
+
+
+def _is_box(answer: object) -> TypeGuard[Box]:
+    return isinstance(answer, dict) and "box" in answer
+
+
+def drawn(image: Any, answers: Answers) -> Any:
     """A copy of the upright RGB `image` with the answers drawn: boxes on it, captions in a band below (widened
     where a caption is longer than the image is wide)."""
     image_mod = require("PIL.Image", "images")
@@ -80,7 +92,7 @@ def drawn(image: Any, answers: dict[str, Any]) -> Any:
     return out
 
 
-def save_drawn(file: str, answers: dict[str, Any], path: Path) -> Path:
+def save_drawn(file: str, answers: Answers, path: Path) -> Path:
     """`file` (upright, as preprocess saw it) with its answers drawn, written to `path` in the format its suffix
     names."""
     from gpux.answers.pre import open_image
@@ -91,5 +103,5 @@ def save_drawn(file: str, answers: dict[str, Any], path: Path) -> Path:
     try:
         drawn(image, answers).save(path, **({"quality": 95} if path.suffix.lower() in (".jpg", ".jpeg") else {}))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"--save: cannot write {path}: {exc}") from None
+        raise UsageError(f"--save: cannot write {path}: {exc}") from exc
     return path

@@ -9,7 +9,13 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from gpux.answers.records import Answers
+from gpux.arrays import Feeds
+
+if TYPE_CHECKING:
+    from gpux.answers.pre import Placement
 
 BATCH = 8  # files per inference where the model's batch dimension is free: what a hand-written loop would use
 
@@ -19,8 +25,8 @@ class Decoded:
     """One item through the declared preprocess: its feeds and where its image was placed."""
 
     index: int
-    feeds: dict[str, Any]
-    placement: Any
+    feeds: Feeds
+    placement: Placement | None
 
 
 def batch_size(steps: Any, asked: int | None) -> int:
@@ -33,8 +39,8 @@ def batch_size(steps: Any, asked: int | None) -> int:
     return BATCH if rows_of_one and free else 1
 
 
-def answer_many(session: Any, steps: Any, items: Sequence[Any], decode: Callable[[int], tuple[dict[str, Any], Any]],
-                *, batch: int = 1, workers: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+def answer_many(session: Any, steps: Any, items: Sequence[Any], decode: Callable[[int], tuple[Feeds, Placement | None]],
+                *, batch: int = 1, workers: int | None = None) -> Iterator[tuple[int, Answers]]:
     """(index, answers) for every item, in order. `decode(i)` is item i's (feeds, placement); it runs in `workers`
     threads (None: one per core; 0: in the calling thread, one item at a time) at most a few batches ahead.
     Consecutive items of one shape are run as one batch of up to `batch` rows; a decoding error is raised where
@@ -56,8 +62,8 @@ def answer_many(session: Any, steps: Any, items: Sequence[Any], decode: Callable
         while pending:
             try:
                 item = pending.popleft().result()
-            except BaseException:
-                yield from _run(session, steps, group)  # the items before the one that failed are answered
+            except BaseException:  # whatever decoding raised (the item's error, an interrupt) goes on as it came,
+                yield from _run(session, steps, group)  # once the items before the one that failed are answered
                 raise
             top_up()
             if group and (len(group) >= batch or _shapes(group[0]) != _shapes(item)):
@@ -86,7 +92,7 @@ class _Inline:
         return done
 
 
-def _decoded(decode: Callable[[int], tuple[dict[str, Any], Any]], index: int) -> Decoded:
+def _decoded(decode: Callable[[int], tuple[Feeds, Placement | None]], index: int) -> Decoded:
     feeds, placement = decode(index)
     return Decoded(index, feeds, placement)
 
@@ -95,7 +101,7 @@ def _shapes(item: Decoded) -> tuple[Any, ...]:
     return tuple((k, getattr(v, "shape", None), getattr(v, "dtype", None)) for k, v in item.feeds.items())
 
 
-def _run(session: Any, steps: Any, group: list[Decoded]) -> Iterator[tuple[int, dict[str, Any]]]:
+def _run(session: Any, steps: Any, group: list[Decoded]) -> Iterator[tuple[int, Answers]]:
     """One inference for the group (rows stacked), each item's answers from its row; where an output does not
     have one row per item, or an item is not one row, each item is run on its own."""
     import numpy as np

@@ -1,11 +1,12 @@
 """Post-processing of one output row: activations, top-k classes, detector boxes (the layouts of
 config.steps.BOX_LAYOUTS) with class-aware NMS, greedy CTC decoding.
-Answers are plain lists and dicts (JSON as they are)."""
+Answers are plain lists and dicts (JSON as they are), typed by gpux.answers.records."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpux.answers.records import Answer, Box, Text, Top
 from gpux.config.steps import BOX_LAYOUTS, Boxes, Postprocess
 
 
@@ -34,7 +35,7 @@ def label(labels: list[str] | None, index: int) -> str:
     return labels[index] if labels and index < len(labels) else str(index)
 
 
-def topk(scores: Any, k: int, labels: list[str] | None) -> list[dict[str, Any]]:
+def topk(scores: Any, k: int, labels: list[str] | None) -> list[Top]:
     """The `k` best of a 1-D row of class scores, best first: [{label, index, score}]."""
     import numpy as np
 
@@ -155,7 +156,7 @@ def decode_boxes(pred: Any, spec: Boxes, activation: tuple[bool, bool] = (False,
     return boxes[kept], scores[kept], classes[kept]
 
 
-def ctc_greedy(pred: Any, texts: list[str], blank: int, axis: int, activation: tuple[bool, bool]) -> dict[str, Any]:
+def ctc_greedy(pred: Any, texts: list[str], blank: int, axis: int, activation: tuple[bool, bool]) -> Text:
     """Greedy CTC decoding of one row ([time, classes], or [classes, time] for axis 1): the best class per step,
     repeats collapsed, blanks dropped, each class's text joined. The score is the mean of the kept steps' best
     probability (PaddleOCR's confidence), 0 where no step is kept."""
@@ -171,12 +172,12 @@ def ctc_greedy(pred: Any, texts: list[str], blank: int, axis: int, activation: t
     return {"text": text, "score": round(float(p[kept].astype(np.float64).mean()), 6) if kept.any() else 0.0}
 
 
-def box_answers(boxes: Any, scores: Any, classes: Any, labels: list[str] | None) -> list[dict[str, Any]]:
+def box_answers(boxes: Any, scores: Any, classes: Any, labels: list[str] | None) -> list[Box]:
     return [{"label": label(labels, int(c)), "index": int(c), "score": round(float(s), 6),
              "box": [round(float(v), 2) for v in b]} for b, s, c in zip(boxes, scores, classes, strict=True)]
 
 
-def answer(row: Any, spec: Postprocess, labels: list[str] | None, placement: Any = None) -> Any:
+def answer(row: Any, spec: Postprocess, labels: list[str] | None, placement: Any = None) -> Answer:
     """One output row's answer as its postprocess declares: boxes (mapped back through `placement`, the image
     input's pre.Placement, where given), text, the top-k classes, or the activated scores."""
     activation = (spec.softmax, spec.sigmoid)

@@ -111,14 +111,14 @@ def open_image(source: Any, name: str) -> Any:
     fp = io.BytesIO(bytes(source)) if isinstance(source, bytes | bytearray | memoryview) else os.fspath(source)
     try:
         return image_mod.open(fp)
-    except FileNotFoundError:
-        raise InputError(f"{name}: file not found") from None
-    except IsADirectoryError:
-        raise InputError(f"{name}: a folder, not an image file") from None
-    except image_mod.UnidentifiedImageError:
-        raise InputError(f"{name}: not an image Pillow can read (JPEG, PNG, WebP, BMP, GIF, TIFF)") from None
+    except FileNotFoundError as exc:
+        raise InputError(f"{name}: file not found") from exc
+    except IsADirectoryError as exc:
+        raise InputError(f"{name}: a folder, not an image file") from exc
+    except image_mod.UnidentifiedImageError as exc:
+        raise InputError(f"{name}: not an image Pillow can read (JPEG, PNG, WebP, BMP, GIF, TIFF)") from exc
     except (OSError, ValueError, image_mod.DecompressionBombError) as exc:
-        raise InputError(f"{name}: cannot read the image: {exc}") from None
+        raise InputError(f"{name}: cannot read the image: {exc}") from exc
 
 
 def _from_array(image_mod: Any, array: Any, name: str) -> Any:
@@ -147,7 +147,7 @@ def upright(image: Any, steps: ImageSteps, name: str) -> tuple[Any, int, int]:
         image = image.convert(mode) if image.mode != mode else image
         image.load()
     except (OSError, SyntaxError, ValueError) as exc:
-        raise InputError(f"{name}: cannot decode the image: {exc}") from None
+        raise InputError(f"{name}: cannot decode the image: {exc}") from exc
     return image, width, height
 
 
@@ -196,9 +196,9 @@ def _dtype(dtype: str, name: str) -> Any:
 
     try:
         return np.dtype(dtype)
-    except TypeError:
+    except TypeError as exc:
         raise InputError(f"{name}: image inputs of {dtype} are not written by preprocess; declare a float32, "
-                         "float16 or integer input") from None
+                         "float16 or integer input") from exc
 
 
 def _affine(steps: ImageSteps, dtype: Any, nchw: bool) -> tuple[Any, Any]:

@@ -25,7 +25,7 @@ def resolve(root: Path, target: str) -> Callable[..., Any]:
     try:
         found = pkgutil.resolve_name(target)
     except Exception as exc:  # an import error, or whatever the module raises as it is imported
-        raise ValueError(f"cannot import {target} from {root}: {_where(exc, root)}") from None
+        raise ValueError(f"cannot import {target} from {root}: {_where(exc, root)}") from exc
     finally:
         sys.path.remove(folder)
         if folder not in sys.path:
@@ -39,9 +39,9 @@ def call(function: Callable[..., Any], target: str, root: Path, *args: Any) -> A
     """`function(*args)`; what it raises is a StepError naming the user's file and line."""
     try:
         return function(*args)
-    except Exception as exc:
+    except Exception as exc:  # the user's function may raise anything: theirs, named at their line, never gpux's
         raise StepError(f"the python step {target} raised: {_where(exc, root)}",
-                        hint="the error is in that function; fix it there") from None
+                        hint="the error is in that function; fix it there") from exc
 
 
 def _where(exc: BaseException, root: Path) -> str:

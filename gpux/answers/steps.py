@@ -16,7 +16,9 @@ from typing import Any
 from gpux.answers.audio import AUDIO_SUFFIXES, audio_tensor
 from gpux.answers.pre import IMAGE_SUFFIXES, Placement, image_tensor
 from gpux.answers.raw import bytes_tensor
+from gpux.answers.records import Answer, Answers
 from gpux.answers.text import TEXT_SUFFIXES, text_feeds, tokenizer
+from gpux.arrays import Feeds, Named
 from gpux.config.inputs import Preprocess, check_preprocess
 from gpux.config.load import Project
 from gpux.config.steps import ImageSteps, Postprocess, class_misfit, classes_axis
@@ -61,7 +63,7 @@ class Steps:
         """The kind of file the preprocessed input takes (image, bytes, audio, text), None without one."""
         return next((p.kind for p, _ in self.pre.values()), None)
 
-    def feeds(self, item: Any, name: str) -> tuple[dict[str, Any], Placement | None]:
+    def feeds(self, item: Any, name: str) -> tuple[Feeds, Placement | None]:
         """The feeds for one item through the declared steps (an image: path, bytes, PIL image, HxWxC array; raw
         bytes: path or bytes; audio: path, bytes or a 1-D waveform; text: a str, a path or bytes), a ready tensor
         of the input's rank, or a dict of tensors (cast to the inputs)."""
@@ -114,27 +116,24 @@ class Steps:
                              f"{', '.join(rest)}", hint="pass a dict of tensors")
         return input_name, spec, tensor
 
-    def file_answers(self, outputs: dict[str, Any], placement: Placement | None) -> dict[str, Any]:
+    def file_answers(self, outputs: Named, placement: Placement | None) -> Answers:
         """A file's answers: its one row's, or for audio every window's (passthrough outputs stacked, answers in
         a list per output)."""
         if self.kind != "audio":
             return self.answers(outputs, placement)
-        import numpy as np
-
         rows = [self.answers(outputs, None, r) for r in range(self.rows(outputs))]
-        each = {k: [r[k] for r in rows] for k in outputs}
-        return {k: np.stack(v) if all(hasattr(a, "shape") for a in v) else v for k, v in each.items()}
+        return {k: _stacked([r[k] for r in rows]) for k in outputs}
 
-    def rows(self, outputs: dict[str, Any]) -> int:
+    def rows(self, outputs: Named) -> int:
         """The batch rows the outputs hold (a time-major ctc output's batch is its axis 1)."""
         return min((a.shape[self.post[n][0].batch_axis if n in self.post else 0] for n, a in outputs.items()
                     if getattr(a, "ndim", 0)), default=1)
 
-    def answers(self, outputs: dict[str, Any], placement: Placement | None, row: int = 0) -> dict[str, Any]:
+    def answers(self, outputs: Named, placement: Placement | None, row: int = 0) -> Answers:
         """Each output's answer for one batch row; outputs without postprocess stay arrays."""
         from gpux.answers.post import answer
 
-        out: dict[str, Any] = {}
+        out: Answers = {}
         for name, arr in outputs.items():
             spec, labels = self.post.get(name, (None, None))
             if spec is not None and spec.python is not None:
@@ -145,6 +144,15 @@ class Steps:
             out[name] = arr[row] if spec is None else \
                 answer(arr[:, row] if spec.batch_axis else arr[row], spec, labels, placement)
         return out
+
+
+def _stacked(windows: list[Answer]) -> Answer:
+    """An audio output's answers over its windows: arrays (passthrough outputs) stacked, answers as a list."""
+    if not all(hasattr(a, "shape") for a in windows):
+        return windows
+    import numpy as np
+
+    return np.stack([np.asanyarray(a) for a in windows])
 
 
 def _texts(project: Project, name: str, spec: Postprocess) -> list[str] | None:
@@ -293,7 +301,7 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
                 lines = Path(p[1:]).read_text(encoding="utf-8").splitlines()
             except (OSError, UnicodeDecodeError) as exc:
                 raise InputError(f"{p}: cannot read the list of files: {getattr(exc, 'strerror', None) or exc}") \
-                    from None
+                    from exc
             out += [s for s in (x.strip() for x in lines) if s and not s.startswith("#")]
         elif glob.has_magic(p) and not Path(p).exists():
             found = sorted(glob.glob(p))

@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from gpux.arrays import Feeds
 from gpux.config.inputs import TextSteps
 from gpux.errors import InputError, reading_file
 from gpux.files import stamp as file_stamp
@@ -37,12 +38,12 @@ def tokenizer(path: Path, steps: TextSteps) -> tuple[Any, Any, int]:
     try:
         st = os.stat(path)
     except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from exc
     require("tokenizers", "text")
     try:
         plain, truncating, own = _load(str(path), tuple(file_stamp(st)), steps.max_length)
     except Exception as exc:  # the tokenizers library raises a bare Exception for a bad file
-        raise ValueError(f"not a tokenizer.json the tokenizers library reads: {str(exc).splitlines()[0]}") from None
+        raise ValueError(f"not a tokenizer.json the tokenizers library reads: {str(exc).splitlines()[0]}") from exc
     pad_id = plain.token_to_id(steps.pad_token) if steps.pad_token is not None else own
     if steps.pad_token is not None and pad_id is None:
         raise ValueError(f"pad_token {steps.pad_token!r} is not in the tokenizer's vocabulary")
@@ -60,11 +61,11 @@ def read_text(source: Any, name: str) -> str:
             if isinstance(source, os.PathLike):
                 return Path(source).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{name}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+        raise InputError(f"{name}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
     raise InputError(f"{name}: text inputs take a str, a path or UTF-8 bytes, not {type(source).__name__}")
 
 
-def text_feeds(source: Any, steps: TextSteps, path: Path, ids_input: str, name: str) -> dict[str, Any]:
+def text_feeds(source: Any, steps: TextSteps, path: Path, ids_input: str, name: str) -> Feeds:
     """{ids_input: [1, tokens] ids, and the mask and type ids under the inputs named by the steps} as int64 (cast
     to the inputs' dtypes by the caller). A text over max_length is refused or truncated, as declared."""
     import numpy as np
@@ -72,7 +73,7 @@ def text_feeds(source: Any, steps: TextSteps, path: Path, ids_input: str, name: 
     try:
         plain, truncating, pad_id = tokenizer(path, steps)
     except ValueError as exc:
-        raise InputError(f"{path}: {exc}") from None
+        raise InputError(f"{path}: {exc}") from exc
     text = read_text(source, name)
     enc = plain.encode(text, add_special_tokens=steps.special_tokens)
     if len(enc.ids) > steps.max_length:

@@ -222,7 +222,8 @@ def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path) -> dict[str
     if target.precision not in LOSSY or verify is None:
         return None
     runner = verify(main, target)
-    speed = versus_plain(job, target, None if isinstance(runner, str) else runner)
+    measured = versus_plain(job, target, None if isinstance(runner, str) else runner)
+    speed = measured.to_dict() if measured is not None else None
     note = slower_note(speed)
     if note:
         job.log(f"warning: {target.id}: {note}")

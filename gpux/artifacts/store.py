@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
+if TYPE_CHECKING:
+    from gpux.plan.targets import Target
+
 from gpux.files import atomic_write_text, sha256_file, stamp
-from gpux.plan.targets import Target
+from gpux.quality.records import VerificationDoc
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
@@ -44,7 +47,7 @@ class Manifest(TypedDict):
     source: str
     built_at: str
     build_seconds: float
-    verification: dict[str, Any] | None  # gpux.quality.verify's record
+    verification: VerificationDoc | None  # gpux.quality.verify's record
     files: dict[str, FileEntry]
 
 
@@ -71,6 +74,8 @@ class Artifact:
     @property
     def target(self) -> Target:
         """The target it was built for, as its manifest records it."""
+        from gpux.plan.targets import Target  # not at import: it reads the config models (a served record does not)
+
         t = self.manifest["target"]
         return Target(id=str(t["id"]), step=str(t["kind"]), provider=str(t.get("provider", "")),
                       precision=str(t.get("precision", "")), options=dict(t.get("options") or {}),

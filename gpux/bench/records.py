@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from gpux.quality.records import RateDoc
 from gpux.report import AttemptDoc
 
 
@@ -76,7 +77,7 @@ class Accuracy(TypedDict, total=False):
     representative: bool | None
     tolerances: dict[str, dict[str, float | None]] | None  # output -> its thresholds
     outputs: dict[str, dict[str, Any]]  # output -> its metrics, as the verification record (the manifest) has them
-    evidence: list[dict[str, Any]] | None  # the counted rates' bounds (gpux.quality.evidence.weigh)
+    evidence: list[RateDoc] | None  # the counted rates' bounds (gpux.quality.evidence.weigh)
     unverified: str | None  # why a lossy artifact is unverified
     loosened: list[str] | None
 

@@ -194,14 +194,14 @@ def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = 
     unless allowed. A candidate within noise of the fastest (not clearly slower: gpux.bench.rounds.clearly_faster) ties
     with it, and ties go to the higher precision, then to the simpler candidate (earlier in the list)."""
     from gpux.bench import rounds
-    from gpux.quality.evidence import shortfall
+    from gpux.quality.evidence import Rate, shortfall
 
     for o in outcomes:
         if o.status != "ok" or allow_unverified:
             continue
         acc: Accuracy = o.row.get("accuracy") or {}
         # lossy: unverified by its build; any precision: its rows must show each floor to rank (the bound's words)
-        said = acc.get("unverified") or shortfall(acc.get("evidence") or [])
+        said = acc.get("unverified") or shortfall([Rate.from_dict(w) for w in acc.get("evidence") or []])
         if o.row.get("verification_status") == "unverified" or said:
             o.status, o.why = "unverified", f"unverified: {said}" if said else UNVERIFIED
     ok = [o for o in outcomes if o.status == "ok"]

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpux.arrays import Array, Feeds
 from gpux.config.problems import did_you_mean
 from gpux.errors import InputError
 from gpux.model.io import Tensor, shape_text
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 DEFAULT_INT_RANGE = (0, 2)
+# what numpy.load raises on a file it cannot read as .npy/.npz (a damaged archive is zipfile's), allow_pickle off
+NPY_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile)
 
 
 def _np() -> Any:
@@ -29,7 +37,7 @@ def dims(tensor: Tensor, shapes: dict[str, int]) -> tuple[int, ...]:
 
 
 def synthetic(tensors: dict[str, Tensor], shapes: dict[str, int], seed: int = 0,
-              ranges: dict[str, tuple[float, float]] | None = None) -> dict[str, Any]:
+              ranges: dict[str, tuple[float, float]] | None = None) -> Feeds:
     """Seeded random feeds: floats ~ N(0, 1) (or uniform in a declared range), ints uniform in range."""
     np = _np()
     rng = np.random.default_rng(seed)
@@ -56,18 +64,18 @@ def _float(dtype: str) -> str:
     return "float32" if dtype == "bfloat16" else dtype
 
 
-def parse_json(text: str, tensors: dict[str, Tensor], origin: str = "--input") -> dict[str, Any]:
+def parse_json(text: str, tensors: dict[str, Tensor], origin: str = "--input") -> Feeds:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{origin}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                         hint="""pass an object such as '{"x": [[1.0, 2.0]]}'""") from None
+                         hint="""pass an object such as '{"x": [[1.0, 2.0]]}'""") from exc
     if not isinstance(data, dict):
         raise InputError(f"{origin}: expected a JSON object mapping input names to arrays")
     return cast_all(data, tensors, origin)
 
 
-def load_file(path: str | Path, tensors: dict[str, Tensor]) -> dict[str, Any]:
+def load_file(path: str | Path, tensors: dict[str, Tensor]) -> Feeds:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: file not found")
@@ -77,8 +85,8 @@ def load_file(path: str | Path, tensors: dict[str, Tensor]) -> dict[str, Any]:
     np = _np()
     try:
         loaded = np.load(p, allow_pickle=False)
-    except Exception as exc:
-        raise InputError(f"{p}: cannot read as {suffix or 'numpy'} data: {exc}") from None
+    except NPY_ERRORS as exc:
+        raise InputError(f"{p}: cannot read as {suffix or 'numpy'} data: {exc}") from exc
     if suffix == ".npy" or not hasattr(loaded, "files"):
         if len(tensors) != 1:
             raise InputError(f"{p}: a .npy holds one array but the model has inputs {', '.join(tensors)}",
@@ -88,7 +96,9 @@ def load_file(path: str | Path, tensors: dict[str, Tensor]) -> dict[str, Any]:
         return cast_all({k: loaded[k] for k in loaded.files}, tensors, str(p))
 
 
-def cast_all(data: dict[str, Any], tensors: dict[str, Tensor], origin: str) -> dict[str, Any]:
+def cast_all(data: Mapping[str, ArrayLike], tensors: dict[str, Tensor], origin: str) -> Feeds:
+    """Each input's value (an array, nested lists, a scalar) cast to it; a name the model lacks, a missing input or
+    a named dim two inputs size differently is an InputError."""
     unknown = [k for k in data if k not in tensors]
     if unknown:
         k = unknown[0]
@@ -110,17 +120,17 @@ def cast_all(data: dict[str, Any], tensors: dict[str, Tensor], origin: str) -> d
     return feeds
 
 
-def cast(value: Any, tensor: Tensor, origin: str = "input") -> Any:
+def cast(value: ArrayLike, tensor: Tensor, origin: str = "input") -> Array:
     """One value to the input's dtype, checking rank and static dims; symbolic dims take the data's size."""
     np = _np()
     try:
         with np.errstate(over="raise", invalid="raise"):
             arr = np.asarray(value, dtype=object if tensor.dtype == "string" else _float(tensor.dtype))
-    except FloatingPointError:
+    except FloatingPointError as exc:
         raise InputError(f"{origin}: input {tensor.name!r} has a value outside the range of {tensor.dtype}",
-                         hint=f"scale the data into {tensor.dtype}'s range") from None
+                         hint=f"scale the data into {tensor.dtype}'s range") from exc
     except (ValueError, TypeError, OverflowError) as exc:
-        raise InputError(f"{origin}: input {tensor.name!r} cannot be read as {tensor.dtype}: {exc}") from None
+        raise InputError(f"{origin}: input {tensor.name!r} cannot be read as {tensor.dtype}: {exc}") from exc
     if tensor.shape is not None:
         if arr.ndim != len(tensor.shape):
             raise InputError(f"{origin}: input {tensor.name!r} has shape {list(arr.shape)} but the model "
@@ -136,7 +146,7 @@ def _describe(tensors: dict[str, Tensor]) -> str:
     return ", ".join(f"{n} {t.dtype}{shape_text(t.shape or ())}" for n, t in tensors.items())
 
 
-def symbolic_values(feeds: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, int]:
+def symbolic_values(feeds: Feeds, tensors: dict[str, Tensor]) -> dict[str, int]:
     """The sizes the data gave each named dim (for reports)."""
     out: dict[str, int] = {}
     for name, t in tensors.items():

@@ -86,7 +86,7 @@ def _parse_io(path: Path, check: bool = True) -> ModelIO:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError and friends
-        raise ConfigError([Problem(str(path), 0, 0, "", f"not a readable ONNX model: {exc}")]) from None
+        raise ConfigError([Problem(str(path), 0, 0, "", f"not a readable ONNX model: {exc}")]) from exc
     init = {i.name for i in model.graph.initializer}
     external = sorted(
         {

@@ -7,12 +7,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+from gpux.arrays import Feeds, Outputs
 from gpux.model.tensor import Tensor
 
 SAMPLES = ((1, 0), (2, 0), (1, 32))  # (batch, what the last other dynamic dim adds)
 SIZE = 64  # a dynamic dim the project does not size
+
+
+class BoxStats(TypedDict):
+    """A row read as boxes with its channels on one axis (`box_stats`): the least and the most value of each of the
+    first five channels, and the range of the channels from the fifth on and from the sixth on (None: fewer)."""
+
+    min: list[float]
+    max: list[float]
+    from4: list[float]
+    from5: list[float] | None
 
 
 @dataclass(frozen=True)
@@ -24,9 +35,9 @@ class Real:
     outputs: dict[str, list[int]]
     second: dict[str, list[int]] = field(default_factory=dict)
     third: dict[str, list[int]] = field(default_factory=dict)
-    stats: dict[str, dict[str, Any]] = field(default_factory=dict)  # output -> channels axis ("1", "2") -> stats
+    stats: dict[str, dict[str, BoxStats]] = field(default_factory=dict)  # output -> channels axis ("1", "2") -> stats
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # the memo's document
         return {"inputs": self.inputs, "outputs": self.outputs, "second": self.second, "third": self.third,
                 "stats": self.stats}
 
@@ -58,40 +69,47 @@ def real_io(source: Path, inputs: tuple[Tensor, ...], memo: Path | None,
         return None
     sizes = sizes or {}
     key = [t.to_dict() for t in (*inputs, *sizes.values())]  # the samples follow the sizes the project feeds
-    [got] = memoised([source], memo, lambda p: {**_run(p, inputs, sizes), "key": key},
-                     lambda _p, kept: isinstance(kept, dict) and kept.get("key") == key)
+
+    def probed(path: Path) -> object:  # the memo's document: the record, or why the model could not run
+        got = _run(path, inputs, sizes)
+        return {**(got.to_dict() if isinstance(got, Real) else {"failed": got}), "key": key}
+
+    [got] = memoised([source], memo, probed, lambda _p, kept: isinstance(kept, dict) and kept.get("key") == key)
     return Real(**{k: v for k, v in got.items() if k != "key"}) if "outputs" in got else None
 
 
-def _run(source: Path, inputs: tuple[Tensor, ...], sizes: dict[str, Tensor]) -> dict[str, Any]:
-    """The samples run; {"failed": why} where the first cannot run."""
+def _run(source: Path, inputs: tuple[Tensor, ...], sizes: dict[str, Tensor]) -> Real | str:
+    """The samples run; why not where the first cannot run."""
     import numpy as np
 
+    try:
+        samples = [sample(inputs, sizes, batch, longer) for batch, longer in SAMPLES]
+    except (ValueError, TypeError) as exc:  # an input without a rank, of strings, or of a type numpy cannot make
+        return f"{type(exc).__name__}: {exc}"[:300]
     try:
         import onnxruntime as ort
 
         options, quiet = ort.SessionOptions(), ort.RunOptions()
         options.log_severity_level = quiet.log_severity_level = 4  # a refused sample is an answer, not an error
         session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
-        runs: list[tuple[dict[str, Any], Any]] = []
-        for batch, longer in SAMPLES:
-            feeds = sample(inputs, sizes, batch, longer)
+        runs: list[tuple[Feeds, Outputs | None]] = []
+        for feeds in samples:
             try:
                 runs.append((feeds, session.run(None, feeds, quiet)))
-            except Exception:
-                if not runs:
+            except Exception:  # ONNX Runtime's errors share no base class but Exception; a refused sample is told
+                if not runs:  # by its missing shapes, the first one by the model's failing
                     raise
                 runs.append((feeds, None))
-    except Exception as exc:  # whatever stops the model running here: the metadata is all there is
-        return {"failed": f"{type(exc).__name__}: {exc}"[:300]}
+    except Exception as exc:  # ONNX Runtime's errors (no common base class) or its import: the metadata is all
+        return f"{type(exc).__name__}: {exc}"[:300]  # there is
     names = [o.name for o in session.get_outputs()]
     shapes = [{n: list(np.shape(a)) for n, a in zip(names, got, strict=True)} if got else {} for _, got in runs]
-    stats = {n: box_stats(a) for n, a in zip(names, runs[0][1], strict=True) if np.ndim(a) == 3}
-    return {"inputs": {k: list(v.shape) for k, v in runs[0][0].items()}, "outputs": shapes[0], "second": shapes[1],
-            "third": shapes[2], "stats": stats}
+    stats = {n: box_stats(a) for n, a in zip(names, runs[0][1] or (), strict=True) if np.ndim(a) == 3}
+    return Real(inputs={k: list(v.shape) for k, v in runs[0][0].items()}, outputs=shapes[0], second=shapes[1],
+                third=shapes[2], stats=stats)
 
 
-def sample(inputs: tuple[Tensor, ...], sizes: dict[str, Tensor], batch: int, longer: int) -> dict[str, Any]:
+def sample(inputs: tuple[Tensor, ...], sizes: dict[str, Tensor], batch: int, longer: int) -> Feeds:
     """Seeded feeds: a dynamic first dim is the batch, every other dynamic dim the size `sizes` gives it (else SIZE),
     the last of them `longer` more."""
     import numpy as np
@@ -116,13 +134,13 @@ def sample(inputs: tuple[Tensor, ...], sizes: dict[str, Tensor], batch: int, lon
     return feeds
 
 
-def box_stats(array: Any) -> dict[str, Any]:
+def box_stats(array: Any) -> dict[str, BoxStats]:
     """The first row read as boxes with its channels on axis 1 and on axis 2: per channel of the first five
     (cx, cy, w, h, then objectness or a class score) the least and the most value, and the range of the channels
     from the fifth and from the sixth on (the scores of the two kinds of layout)."""
     import numpy as np
 
-    out: dict[str, Any] = {}
+    out: dict[str, BoxStats] = {}
     for axis in (1, 2):
         rows = np.asarray(array[0], np.float64)
         rows = rows if axis == 1 else rows.T  # [channels, anchors]

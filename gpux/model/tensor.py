@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 Dim = int | str | None
+
+
+class TensorDoc(TypedDict):
+    """A tensor as JSON and the memos write it."""
+
+    name: str
+    dtype: str
+    shape: list[Dim] | None
 
 
 @dataclass(frozen=True)
@@ -14,7 +22,7 @@ class Tensor:
     dtype: str
     shape: tuple[Dim, ...] | None  # None: rank unknown; a None dim: unnamed dynamic dim
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TensorDoc:
         return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
 
 
@@ -30,8 +38,8 @@ class ModelIO:
     problems: tuple[str, ...] = field(default=())  # what makes the file unusable (compat.structural_problems)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelIO:
-        def tensors(items: list[dict[str, Any]]) -> tuple[Tensor, ...]:  # memos may hold -1 dims (dynamic)
+    def from_dict(cls, d: dict[str, Any]) -> ModelIO:  # a memo's document
+        def tensors(items: list[TensorDoc]) -> tuple[Tensor, ...]:  # memos may hold -1 dims (dynamic)
             return tuple(Tensor(t["name"], t["dtype"], None if t["shape"] is None else
                                 tuple(None if isinstance(d, int) and d < 0 else d for d in t["shape"]))
                          for t in items)
@@ -40,7 +48,7 @@ class ModelIO:
                    ir_version=d["ir_version"], producer=d["producer"], external_data=tuple(d["external_data"]),
                    opsets=dict(d.get("opsets") or {}), problems=tuple(d.get("problems") or ()))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # the memo's document
         return {
             "inputs": [t.to_dict() for t in self.inputs],
             "outputs": [t.to_dict() for t in self.outputs],
@@ -58,4 +66,4 @@ def shape_text(shape: tuple[Dim, ...]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-__all__ = ["Dim", "ModelIO", "Tensor", "shape_text"]
+__all__ = ["Dim", "ModelIO", "Tensor", "TensorDoc", "shape_text"]

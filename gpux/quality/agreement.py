@@ -13,6 +13,15 @@ from typing import Any
 
 from gpux.config.steps import Postprocess
 from gpux.quality.metrics import CONFIDENT, TIE, Rule, Verification
+from gpux.quality.records import (
+    Agreement,
+    AnswersRecord,
+    BoxAgreement,
+    ExactAgreement,
+    TextAgreement,
+    TopkAgreement,
+    number,
+)
 
 MATCH_IOU = 0.5  # an artifact box matches a reference box of the same label overlapping at least this much
 MARGIN = 0.1  # a confident box scores at least this much over the score threshold (and CONFIDENT)
@@ -25,7 +34,7 @@ class Kind:
 
     rank: int
     decode: Callable[[Any, Postprocess], Any] | None
-    compare: Callable[[list[Any], list[Any]], dict[str, Any]]
+    compare: Callable[[list[Any], list[Any]], Agreement]
     floors: tuple[tuple[str, str, str], ...]
 
 
@@ -47,7 +56,7 @@ def decode_topk(row: Any, spec: Postprocess) -> tuple[int, list[tuple[int, float
     return k, [(a["index"], a["score"]) for a in topk(activate(row, spec.softmax, spec.sigmoid), max(k, 2), None)]
 
 
-def topk_agreement(reference: list[Any], got: list[Any]) -> dict[str, Any]:
+def topk_agreement(reference: list[Any], got: list[Any]) -> TopkAgreement:
     """Top-1 label agreement and the overlap of the k best labels (the fraction of the reference's top-k in the
     artifact's top-k), over rows whose reference ranks its best class (a tie at the top counts neither way)."""
     import math
@@ -55,7 +64,7 @@ def topk_agreement(reference: list[Any], got: list[Any]) -> dict[str, Any]:
     k = reference[0][0] if reference else 1
     rows = [(r, g) for (_, r), (_, g) in zip(reference, got, strict=True)
             if math.isfinite(r[0][1]) and (len(r) < 2 or r[0][1] - r[1][1] > TIE * max(abs(r[0][1]), 1.0))]
-    out: dict[str, Any] = {"k": k, "rows": len(rows)}
+    out: TopkAgreement = {"k": k, "rows": len(rows)}
     if rows:
         out["top1"] = sum(r[0][0] == g[0][0] for r, g in rows) / len(rows)
         if k > 1:
@@ -112,7 +121,7 @@ def match(reference: Sequence[Any], got: Sequence[Any]) -> list[tuple[int, int, 
     return matches
 
 
-def box_agreement(reference: list[Any], got: list[Any]) -> dict[str, Any]:
+def box_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
     """The artifact's boxes against the reference's, pooled over rows: precision, recall, F1 and the mean IoU
     of the matches; and on confident boxes (decode_boxes' 4th value), the share of the reference's the artifact
     finds and the share of the artifact's the reference has (no false box added). No boxes on either side agree
@@ -176,7 +185,7 @@ def decode_text(row: Any, spec: Postprocess) -> tuple[str, bool]:
     return text, bool((p[kept] if kept.any() else p).min(initial=1.0) >= CONFIDENT)
 
 
-def text_agreement(reference: Sequence[Any], got: Sequence[Any]) -> dict[str, Any]:
+def text_agreement(reference: Sequence[Any], got: Sequence[Any]) -> TextAgreement:
     """Exact-match rate of the strings (all of them, and those the reference reads confidently: judged), and the
     character error rate: edits over the reference's characters. A row is a (text, confident) pair or a text."""
     ref = [r if isinstance(r, tuple) else (r, True) for r in reference]
@@ -189,6 +198,12 @@ def text_agreement(reference: Sequence[Any], got: Sequence[Any]) -> dict[str, An
             "exact_confident": sum(sure) / len(sure) if sure else None}
 
 
+def exact_agreement(reference: Sequence[Any], got: Sequence[Any]) -> ExactAgreement:
+    """The share of answers that read the same (a python step's, as canonical text)."""
+    return {"rows": len(reference), "exact_match": sum(a == b for a, b in zip(reference, got, strict=True)) /
+            len(reference) if reference else 1.0}
+
+
 KINDS: dict[str, Kind] = {
     "topk": Kind(1, decode_topk, topk_agreement, (("topk_overlap", "min_topk_overlap", "top-k label overlap"),)),
     "boxes": Kind(2, decode_boxes, box_agreement, (
@@ -198,9 +213,8 @@ KINDS: dict[str, Kind] = {
     "text": Kind(2, decode_text, text_agreement, (
         ("exact_confident", "min_exact_match", "exact matches of the texts the reference reads confidently"),
         ("cer", "max_cer", "character error rate"))),
+    "python": Kind(1, None, exact_agreement, (("exact_match", "min_exact_match", "exact answers"),)),
 }
-KINDS["python"] = Kind(1, None, lambda r, g: {"rows": len(r), "exact_match": sum(a == b for a, b in zip(
-    r, g, strict=True)) / len(r) if r else 1.0}, (("exact_match", "min_exact_match", "exact answers"),))
 SLACK = 1e-9  # rounding of a mean: 44/55 is 0.7999999999999999, which meets a floor of 0.8
 
 
@@ -270,7 +284,7 @@ def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: S
         except ValueError as exc:  # a raw grid whose size is not told (tensors given, no image input)
             result.outputs[name]["answers"] = {"kind": kind, "skipped": str(exc)}
             continue
-        record = {"kind": kind, **metrics, "judged": judged}
+        record: AnswersRecord = {"kind": kind, **metrics, "judged": judged}
         result.outputs[name]["answers"] = record
         empty = degenerate(kind, answers) if judged else None
         if empty:
@@ -278,7 +292,7 @@ def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: S
                                    "read what the model returns (check the layout, axis and activation declared)")
         tol = rules[name].tol if name in rules else result.tolerances
         for metric, key, label in row.floors if judged else ():
-            floor, value = tol.get(key), record.get(metric)
+            floor, value = tol.get(key), number(record, metric)
             low = key.startswith("min_")
             if floor is None or value is None or (value >= floor - SLACK if low else value <= floor + SLACK):
                 continue
@@ -301,7 +315,7 @@ def degenerate(kind: str, answers: Sequence[Any]) -> str | None:
     return None
 
 
-def counts(record: Mapping[str, Any]) -> str:
+def counts(record: AnswersRecord) -> str:
     """What an answers record was measured on, in a few words."""
     if record["kind"] == "boxes":
         return (f"answers after NMS: {record['matched']} of {record['reference_boxes']} reference boxes matched "

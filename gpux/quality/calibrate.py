@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpux.arrays import Array, Feeds
 from gpux.config.load import Project
 from gpux.errors import DataError, GpuxError
-from gpux.model.inputs import cast_all, load_file, synthetic
+from gpux.model.inputs import NPY_ERRORS, cast_all, load_file, synthetic
 from gpux.model.io import Tensor
 from gpux.plan.targets import Target
 
@@ -23,7 +24,7 @@ class Data:
     """The inputs a verification runs on: where they came from, whether they stand for real use
     (representative), and their digest (a verdict is a function of the artifact, this and the thresholds)."""
 
-    feeds: list[dict[str, Any]]
+    feeds: list[Feeds]
     source: str  # verify.data | calibration hold-out | generated (+ what was held out or dropped)
     representative: bool
     digest: str
@@ -44,20 +45,20 @@ def verification_data(job: Any, target: Target) -> Data:
     return _data(generated(job), "generated", False, job.inputs)
 
 
-def generated(job: Any) -> list[dict[str, Any]]:
+def generated(job: Any) -> list[Feeds]:
     """`verify.samples` seeded inputs of the job's shapes and declared value ranges."""
     v = job.project.config.verify
     return [synthetic(job.inputs, job.shapes, v.seed + i, ranges(job.project)) for i in range(v.samples)]
 
 
-def calibration_samples(project: Project, target: Target, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
+def calibration_samples(project: Project, target: Target, inputs: dict[str, Tensor]) -> list[Feeds]:
     """The declared calibration samples quantization may use: all of them when verify.data brings samples of
     its own, else all but the hold-out verification judges on."""
     return declared_samples(project, target, inputs)[0]
 
 
 def declared_samples(project: Project, target: Target, inputs: dict[str, Tensor]) \
-        -> tuple[list[dict[str, Any]], list[dict[str, Any]], str, bool]:
+        -> tuple[list[Feeds], list[Feeds], str, bool]:
     """The one split of declared data: the calibration samples quantization may use, the samples verification
     judges (none: it generates its own), where those come from, and whether they are representative."""
     path = target.options.get("calibration")
@@ -78,7 +79,7 @@ def declared_samples(project: Project, target: Target, inputs: dict[str, Tensor]
     return declared, declared, "calibration data (the same samples it was calibrated on)", False
 
 
-def _data(feeds: list[dict[str, Any]], source: str, representative: bool, inputs: dict[str, Tensor]) -> Data:
+def _data(feeds: list[Feeds], source: str, representative: bool, inputs: dict[str, Tensor]) -> Data:
     import hashlib
 
     h = hashlib.sha256()
@@ -88,13 +89,13 @@ def _data(feeds: list[dict[str, Any]], source: str, representative: bool, inputs
     return Data(feeds, source, representative, h.hexdigest(), sum(_rows(f, batched) for f in feeds))
 
 
-def _rows(feed: dict[str, Any], batched: str | None) -> int:
+def _rows(feed: Feeds, batched: str | None) -> int:
     """Rows in one sample: the size of the first input's leading dim when it is symbolic (a batch), else 1."""
     shape: tuple[int, ...] = tuple(getattr(feed.get(batched or ""), "shape", ()))
     return int(shape[0]) if shape else 1
 
 
-def feed_digest(feed: dict[str, Any]) -> str:
+def feed_digest(feed: Feeds) -> str:
     """A digest of one sample: its input names, dtypes, shapes and bytes."""
     import hashlib
 
@@ -108,7 +109,7 @@ def feed_digest(feed: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def split(samples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split(samples: list[Feeds]) -> tuple[list[Feeds], list[Feeds]]:
     """Calibration samples and the hold-out verification judges on: every 4th sample (the last when there are
     2 or 3); a single sample cannot be split."""
     if len(samples) < 2:
@@ -154,7 +155,7 @@ def describe_generated(job: Any) -> str:
 
 
 def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: dict[str, int],
-          log: Callable[[str], None]) -> list[dict[str, Any]]:
+          log: Callable[[str], None]) -> list[Feeds]:
     """Calibration feeds for quantization: `calibration:` files (less the hold-out verification judges on when
     verify.data is not declared), else seeded random inputs (with a warning)."""
     declared = calibration_samples(project, target, inputs)
@@ -169,7 +170,7 @@ def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: d
     return [synthetic(inputs, shapes, 1000 + i, ranges(project)) for i in range(n)]
 
 
-def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
+def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[Feeds]:
     """A file (.npz/.npy/.json) or a folder of them. An array with one more axis than the input is a
     stack of samples along axis 0; an array of the input's own rank is one sample (a batch); any other rank is a
     DataError naming the file, the input, its declared shape and the array's."""
@@ -177,12 +178,12 @@ def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
         else [path]
     if not files:
         raise DataError(f"{path}: no .npz/.npy/.json sample files found")
-    out: list[dict[str, Any]] = []
+    out: list[Feeds] = []
     for f in files:
         try:
             raw = _load_raw(f, inputs)
         except GpuxError as exc:
-            raise DataError(exc.message, hint=exc.hint) from None
+            raise DataError(exc.message, hint=exc.hint) from exc
         ranks = {n: len(inputs[n].shape or ()) for n in raw if n in inputs and inputs[n].shape is not None}
         _check_ranks(f, raw, ranks, inputs)
         stacked = all(getattr(raw[n], "ndim", 0) == ranks[n] + 1 for n in ranks) and bool(ranks)
@@ -194,7 +195,7 @@ def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[dict[str, Any]]:
     return out
 
 
-def _check_ranks(f: Path, raw: dict[str, Any], ranks: dict[str, int], inputs: dict[str, Tensor]) -> None:
+def _check_ranks(f: Path, raw: dict[str, Array], ranks: dict[str, int], inputs: dict[str, Tensor]) -> None:
     from gpux.model.io import shape_text
 
     for n, rank in ranks.items():
@@ -206,15 +207,16 @@ def _check_ranks(f: Path, raw: dict[str, Any], ranks: dict[str, int], inputs: di
                             f"stack of samples (rank {rank + 1})")
 
 
-def _load_raw(f: Path, inputs: dict[str, Tensor]) -> dict[str, Any]:
+def _load_raw(f: Path, inputs: dict[str, Tensor]) -> dict[str, Array]:
+    """A sample file's arrays by name, as they are (not yet cast to the inputs)."""
     import numpy as np
 
     if f.suffix == ".json":
         return load_file(f, inputs)
     try:
         data = np.load(f, allow_pickle=False)
-    except Exception as exc:
-        raise DataError(f"{f}: cannot read samples: {exc}") from None
+    except NPY_ERRORS as exc:
+        raise DataError(f"{f}: cannot read samples: {exc}") from exc
     if hasattr(data, "files"):
         with data:
             return {k: data[k] for k in data.files}

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpux.arrays import Feeds
 from gpux.errors import DataError
+from gpux.model.tensor import Tensor
 
 AREA = (0.4, 1.0)  # a crop keeps this fraction of the image's area
 ASPECT = (3 / 4, 4 / 3)  # and this range of width over height, relative to the image's
 
 
-def image_axes(project: Any, inputs: dict[str, Any]) -> dict[str, str]:
+def image_axes(project: Any, inputs: dict[str, Tensor]) -> dict[str, str]:
     """The inputs that are images and their layout (nchw, nhwc): the declared preprocess image's, else a float
     input of rank 3 or more with 1, 3 or 4 channels first (nchw) or last (nhwc) of its last three dims."""
     declared = project.config.inputs or {}
@@ -32,7 +34,7 @@ def image_axes(project: Any, inputs: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def derived(project: Any, inputs: dict[str, Any], samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def derived(project: Any, inputs: dict[str, Tensor], samples: list[Feeds]) -> list[Feeds]:
     """Seeded variants of the samples in turn until there are `verify.derive.rows` samples in all: every image
     input cropped (the same box on all of a sample's images) and resized back, mirrored half the time; other
     inputs as they are (`mirror: false`: never mirrored, as text)."""

@@ -5,9 +5,10 @@ when the data cannot show it (docs/verification.md)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
+from gpux.quality.records import OutputMetrics, RateDoc, number
 from gpux.report import percent
 
 CONFIDENCE = 0.95  # one-sided: the rate is at least the bound with this probability
@@ -57,43 +58,71 @@ def rows_needed(floor: float, misses: int = 0, confidence: float = CONFIDENCE) -
     return high
 
 
-def weigh(outputs: Mapping[str, Mapping[str, Any]], floors: Mapping[str, Mapping[str, float | None]],
-          confidence: float = CONFIDENCE) -> list[dict[str, Any]]:
+@dataclass(frozen=True, kw_only=True)
+class Rate:
+    """One counted rate of one output as the judged rows show it: `agree` of `rows` (the `observed` rate), its
+    one-sided lower `bound`, the `floor` it is held to, whether the rows show it, and the rows that would (None:
+    none can)."""
+
+    output: str
+    metric: str  # the rate's key in the output's record
+    label: str  # what it is, in words
+    rows: int
+    agree: int
+    observed: float
+    bound: float
+    floor: float
+    shown: bool
+    needed: int | None
+
+    def to_dict(self) -> RateDoc:
+        return {"output": self.output, "metric": self.metric, "label": self.label, "rows": self.rows,
+                "agree": self.agree, "observed": self.observed, "bound": self.bound, "floor": self.floor,
+                "shown": self.shown, "needed": self.needed}
+
+    @classmethod
+    def from_dict(cls, doc: RateDoc) -> Rate:
+        """A rate as a record kept it (a manifest's evidence, a benchmark row's)."""
+        return cls(**doc)
+
+
+def weigh(outputs: Mapping[str, OutputMetrics], floors: Mapping[str, Mapping[str, float | None]],
+          confidence: float = CONFIDENCE) -> list[Rate]:
     """Each judged rate of each output with its rows, bound and floor (`floors`: each output's thresholds)."""
     out = []
     for name, record in outputs.items():
         for where, rate, count, key, label in RATES:
-            block = record.get(where) if where else record
+            block: Mapping[str, object] | None = record.get("answers") if where == "answers" else record
             floor = (floors.get(name) or {}).get(key)
-            if not block or floor is None or block.get(rate) is None or block.get(count) is None or \
+            observed, counted = (number(block, rate), number(block, count)) if block else (None, None)
+            if not block or floor is None or observed is None or counted is None or \
                     (where and not block.get("judged", True)):
                 continue
-            rows = int(block[count])
-            agree = round(float(block[rate]) * rows)
+            rows = int(counted)
+            agree = round(float(observed) * rows)
             bound = lower_bound(agree, rows, confidence)
             shown = bound >= floor if floor < 1 else agree == rows  # no rows show 100 %: only no miss meets it
-            out.append({"output": name, "metric": rate, "label": label, "rows": rows, "agree": agree,
-                        "observed": float(block[rate]), "bound": bound, "floor": floor, "shown": shown,
-                        "needed": rows_needed(floor, rows - agree, confidence)})
+            out.append(Rate(output=name, metric=rate, label=label, rows=rows, agree=agree, observed=float(observed),
+                            bound=bound, floor=floor, shown=shown, needed=rows_needed(floor, rows - agree, confidence)))
     return out
 
 
-def shortfall(weighed: list[dict[str, Any]], confidence: float = CONFIDENCE) -> str:
+def shortfall(weighed: Sequence[Rate], confidence: float = CONFIDENCE) -> str:
     """Why the rows cannot show a floor they meet ("" when every one is shown): the first rate not shown, e.g.
     `45 judged rows (logits: confident top-1) show at most 93.9 %; about 223 more are needed for the 99 % floor`."""
-    short = [w for w in weighed if not w["shown"] and w["observed"] >= w["floor"]]
+    short = [w for w in weighed if not w.shown and w.observed >= w.floor]
     if not short:
         return ""
-    w = min(short, key=lambda w: w["bound"] - w["floor"])
+    w = min(short, key=lambda w: w.bound - w.floor)
     level = f" ({confidence:.0%} confidence)" if confidence != CONFIDENCE else ""
-    more = "no number of rows can show a floor of 100 %" if w["needed"] is None else \
-        f"about {w['needed'] - w['rows']} more {'are' if w['needed'] - w['rows'] != 1 else 'is'} needed for the " \
-        f"{percent(w['floor'])} floor"
-    return (f"{w['rows']} judged rows ({w['output']}: {w['label']}) show at most {percent(w['bound'])}{level}; "
-            f"{more}")
+    more = "no number of rows can show a floor of 100 %" if w.needed is None else \
+        f"about {w.needed - w.rows} more {'are' if w.needed - w.rows != 1 else 'is'} needed for the " \
+        f"{percent(w.floor)} floor"
+    return f"{w.rows} judged rows ({w.output}: {w.label}) show at most {percent(w.bound)}{level}; {more}"
 
 
-def loosened(user: Iterable[Mapping[str, Any]], defaults: Mapping[str, Any], confidence: float) -> list[str]:
+def loosened(user: Iterable[Mapping[str, float | None]], defaults: Mapping[str, float | None],
+             confidence: float) -> list[str]:
     """The thresholds each block of `user` sets looser than `defaults` (a lower floor, a higher ceiling), once
     each, and a confidence under the default: what the verdict is shown beside."""
     out: dict[str, None] = {}

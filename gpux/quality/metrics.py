@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpux.quality.records import Extra, OutputMetrics, VerificationDoc, number
+
 # Default thresholds per execution precision; `verify:` overrides them for every output, `verify.outputs.NAME`
 # for one. None: not judged. Top-k metrics apply to class scores only, sums to probability distributions only,
 # answer metrics (quality.agreement) to outputs with declared post-processing, on real data only. Below fp32 a
@@ -26,9 +28,8 @@ _ROWS: dict[str, tuple[tuple[float | None, ...], tuple[float | None, ...]]] = { 
     "bf16": ((None, None, None, 0.995, 0.98, None, 0.99, 0.99, 0.02), (0.8, 0.9, 0.85, 0.99, 0.01, 0.99, 0.99)),
     "int8": ((None, None, None, 0.98, 0.9, None, 0.99, 0.99, 0.05), (0.7, 0.9, 0.8, 0.99, 0.01, 0.99, 0.99)),
 }
-_ROWS["best"] = _ROWS["fp16"]
-DEFAULTS: dict[str, dict[str, float | None]] = {p: dict(zip(KEYS, (*t, *a), strict=True))
-                                                for p, (t, a) in _ROWS.items()}
+DEFAULTS: dict[str, dict[str, float | None]] = {p: dict(zip(KEYS, (*t, *a), strict=True))  # TensorRT's best: fp16's
+                                                for p, (t, a) in (*_ROWS.items(), ("best", _ROWS["fp16"]))}
 LOSSY = frozenset({"int8", "best"})  # verified only on representative data (else "unverified"); TensorRT's best
 # may pick int8 kernels
 NEGLIGIBLE = 1e-5  # an output (or slice) whose reference and error both stay below this is not judged by cosine
@@ -82,15 +83,15 @@ class Verification:
     passed: bool
     precision: str
     tolerances: dict[str, float | None]
-    outputs: dict[str, dict[str, Any]]
+    outputs: dict[str, OutputMetrics]
     failures: list[str]
     samples: int
     data: str = "generated"  # where the inputs came from: verify.data, calibration hold-out, generated
     shapes: dict[str, int] | None = None  # sizes generated inputs gave symbolic dims
     status: str = "verified"  # verified | unverified (lossy, generated data only)
-    extra: dict[str, Any] = field(default_factory=dict)  # data digest, hold-out split, notes
+    extra: Extra = field(default_factory=lambda: Extra())  # the verdict's: data digest, evidence, notes
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> VerificationDoc:
         return {"status": self.status, "passed": self.passed, "precision": self.precision,
                 "tolerances": self.tolerances, "samples": self.samples, "data": self.data, "shapes": self.shapes,
                 "outputs": self.outputs, "failures": self.failures, **self.extra}
@@ -99,7 +100,7 @@ class Verification:
         return summary(self.to_dict())
 
 
-def summary(v: Mapping[str, Any]) -> str:
+def summary(v: VerificationDoc) -> str:
     """One line of a verification record: verdict, precision, the worst of each metric, the data."""
     outs = list((v.get("outputs") or {}).values())
     parts = [f"max-abs {max((o['max_abs'] for o in outs), default=0.0):.3g}",
@@ -107,7 +108,7 @@ def summary(v: Mapping[str, Any]) -> str:
     for key, label, fmt in (("slice_cosine", "worst slice", ".4f"), ("top1", "top-1", ".0%"),
                             ("top5", "top-5", ".0%"), ("top1_confident", "confident top-1", ".0%"),
                             ("sum_error", "sum error", ".3g")):
-        values = [o[key] for o in outs if o.get(key) is not None]
+        values = [x for x in (number(o, key) for o in outs) if x is not None]
         if values:
             worst = max(values) if key == "sum_error" else min(values)
             parts.append(f"{label} {worst:{fmt}}")
@@ -130,7 +131,7 @@ def compare(names: Sequence[str], reference: Sequence[Sequence[Any]], got: Seque
     say its kind (default: outputs in `classes` are class scores, rows that sum to 1 are distributions)."""
     import numpy as np
 
-    outputs: dict[str, dict[str, Any]] = {}
+    outputs: dict[str, OutputMetrics] = {}
     failures: list[str] = []
     for j, name in enumerate(names):
         ref = [np.asarray(r[j]) for r in reference]
@@ -205,7 +206,8 @@ def pooled_cosine(reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any
     return worst
 
 
-def _dense(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | None]) -> tuple[dict, list[str]]:
+def _dense(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | None]) \
+        -> tuple[OutputMetrics, list[str]]:
     """Metrics of one numeric output, pooled over samples one sample at a time (memory stays one sample's);
     NaN/inf in the same places with the same values count as agreement."""
     import numpy as np
@@ -267,7 +269,7 @@ def slice_axis(shape: tuple[int, ...], declared: int | None) -> int | None:
     return min(sizes)[1] if sizes else None
 
 
-def _slices(name: str, ref: list[Any], out: list[Any], rule: Rule, metrics: dict[str, Any]) -> list[str]:
+def _slices(name: str, ref: list[Any], out: list[Any], rule: Rule, metrics: OutputMetrics) -> list[str]:
     """The worst slice's cosine along the channel axis (pooled over samples, one sample at a time), and which
     slices fall short."""
     import numpy as np
@@ -292,7 +294,7 @@ def _slices(name: str, ref: list[Any], out: list[Any], rule: Rule, metrics: dict
     if not cosines:
         return []
     worst, where = min(cosines)
-    metrics.update(slice_axis=axis, slice_cosine=worst, worst_slice=where)
+    metrics["slice_axis"], metrics["slice_cosine"], metrics["worst_slice"] = axis, worst, where
     floor = rule.tol.get("min_slice_cosine")
     if floor is None:
         return []
@@ -318,7 +320,7 @@ def spans(indices: list[int]) -> str:
 
 
 def _scores(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | None], kind: str,
-            metrics: dict[str, Any]) -> list[str]:
+            metrics: OutputMetrics) -> list[str]:
     """Class-score agreement along the last axis: top-1, the reference's top-1 within the artifact's top-5,
     top-1 where the reference is confident; a distribution's rows must still sum to 1."""
     import numpy as np
@@ -345,7 +347,7 @@ def _scores(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | No
     problems = []
     for key, label in (("top1", "top-1 agreement"), ("top5", "top-5 agreement (reference top-1 in top-5)"),
                        ("top1_confident", "top-1 agreement where the reference is confident")):
-        floor, value = tol.get(f"min_{key}"), metrics.get(key)
+        floor, value = tol.get(f"min_{key}"), number(metrics, key)
         if floor is not None and value is not None and value < floor:
             n = metrics["confident_rows"] if key == "top1_confident" else rows
             problems.append(f"{name}: {label} {value:.1%} < min_{key} {floor:.0%} ({n} rows)")

@@ -8,16 +8,33 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+from gpux.arrays import Feeds, Outputs
 
 ROUNDS = 5
 ROUND_S = 0.06  # seconds per side per round
 LOSSY = ("fp16", "bf16", "int8")
 
 
-def versus_plain(job: Any, target: Any, runner: Callable[[dict[str, Any]], Any] | None) -> dict[str, Any] | None:
-    """{"speedup": plain time / artifact time, "low", "high": the range over rounds} for a lossy target, where the
-    source is an ONNX model a plain session opens here; None otherwise (or where either side fails to run)."""
+@dataclass(frozen=True)
+class Speed:
+    """A lossy artifact's speed beside the plain session: `speedup` (plain time / artifact time, medians), `low` and
+    `high` (its range over the rounds), and what it was timed against."""
+
+    speedup: float
+    low: float
+    high: float
+    against: str = "a plain onnxruntime session of the source (fp32)"
+
+    def to_dict(self) -> dict[str, float | str]:  # as its manifest keeps it (info.vs_plain)
+        return {"speedup": self.speedup, "low": self.low, "high": self.high, "against": self.against}
+
+
+def versus_plain(job: Any, target: Any, runner: Callable[[Feeds], Outputs] | None) -> Speed | None:
+    """The speed of a lossy target beside a plain session of its source, where that is an ONNX model a plain
+    session opens here; None otherwise (or where either side fails to run)."""
     from gpux.formats import TORCH_FORMATS, source_format
     from gpux.optional import is_installed
 
@@ -41,9 +58,8 @@ def versus_plain(job: Any, target: Any, runner: Callable[[dict[str, Any]], Any] 
     except Exception:  # the speed check is advice: a side that cannot run leaves the artifact as verified
         return None
     ratios = [p / a for p, a in zip(times["plain"], times["artifact"], strict=True)]
-    return {"speedup": round(statistics.median(times["plain"]) / statistics.median(times["artifact"]), 3),
-            "low": round(min(ratios), 3), "high": round(max(ratios), 3), "against": "a plain onnxruntime session "
-            "of the source (fp32)"}
+    return Speed(round(statistics.median(times["plain"]) / statistics.median(times["artifact"]), 3),
+                 round(min(ratios), 3), round(max(ratios), 3))
 
 
 def _rounds(sides: dict[str, Callable[[], Any]]) -> dict[str, list[float]]:

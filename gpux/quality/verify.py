@@ -10,12 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpux.arrays import Feeds, Outputs
 from gpux.config.load import Project
 from gpux.errors import BuildFailed, GpuxError, ModelError, VerificationFailed, error_lines, first_line
-from gpux.quality.evidence import CONFIDENCE, RULES, loosened, percent, shortfall, weigh
+from gpux.quality.evidence import CONFIDENCE, RULES, Rate, loosened, percent, shortfall, weigh
 from gpux.quality.metrics import DEFAULTS, KEYS, LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
+from gpux.quality.records import Generated, Judged, VerificationDoc
 
 if TYPE_CHECKING:
+    from gpux.config.steps import Postprocess
     from gpux.plan.targets import Target
     from gpux.quality.calibrate import Data
     from gpux.runtimes import ArtifactKind, Job
@@ -33,25 +36,28 @@ def classifications(project: Project) -> set[str]:
     return declared | {n for n, p in post.items() if p.topk is not None}
 
 
-def postprocessing(project: Project) -> dict[str, Any]:
+def postprocessing(project: Project) -> dict[str, Postprocess]:
     """The declared post-processing of each output that has one (its answers are compared too)."""
     return {n: s.postprocess for n, s in (project.config.outputs or {}).items() if s.postprocess is not None}
 
 
-def judged(project: Project, sizes: dict[str, int]) -> dict[str, Any]:
+def judged(project: Project, sizes: dict[str, int]) -> Judged:
     """What a verdict depends on besides the thresholds (part of a cache key): which outputs are class scores
     (labeled, or answering top-k), the post-processing whose answers are compared, and what generated inputs
     look like (value ranges, sizes of symbolic dims) when no real data is declared."""
     from gpux.quality.calibrate import ranges
 
-    generated = None if project.config.verify.data else {"ranges": ranges(project), "sizes": sizes}
+    generated: Generated | None = None if project.config.verify.data else {"ranges": ranges(project), "sizes": sizes}
     answers = {n: p.model_dump(mode="json") for n, p in postprocessing(project).items()}
     code = {p.python: _code_digest(project.root, p.python) for p in postprocessing(project).values() if p.python}
-    return {"classes": sorted(classifications(project)), "answers": answers, "generated": generated,
-            "evidence": RULES, **({"code": code} if code else {})}
+    out: Judged = {"classes": sorted(classifications(project)), "answers": answers, "generated": generated,
+                   "evidence": RULES}
+    if code:
+        out["code"] = code
+    return out
 
 
-def image_sizes(project: Project, feeds: Sequence[dict[str, Any]]) -> list[tuple[int, int] | None]:
+def image_sizes(project: Project, feeds: Sequence[Feeds]) -> list[tuple[int, int] | None]:
     """Each sample's (height, width) at the image input (the first one), None where there is none."""
     images = {n: s.preprocess.image for n, s in (project.config.inputs or {}).items()
               if s.preprocess is not None and s.preprocess.image is not None}
@@ -91,7 +97,7 @@ def rules(project: Project, precision: str, names: Sequence[str]) -> dict[str, R
 
 
 # ---- running a verification ---------------------------------------------------------------------------
-def reference(project: Project, source: Any = None) -> tuple[list[str], Callable[[dict[str, Any]], list[Any]]]:
+def reference(project: Project, source: Any = None) -> tuple[list[str], Callable[[Feeds], Outputs]]:
     """Output names and the FP32 reference: the source model itself (ONNX Runtime CPU, no graph
     optimization; a PyTorch source runs in PyTorch)."""
     from gpux.formats import TORCH_FORMATS, source_format
@@ -124,8 +130,7 @@ def short(exc: BaseException) -> str:
     return first_line(exc, text.strip())
 
 
-def reference_outputs(job: Job, run: Callable[[dict[str, Any]], list[Any]], feeds: list[dict[str, Any]],
-                      data: str) -> list[Any]:
+def reference_outputs(job: Job, run: Callable[[Feeds], Outputs], feeds: list[Feeds], data: str) -> list[Outputs]:
     """The reference's outputs on `feeds`; a model that rejects generated or declared inputs is a ModelError
     (no provider helps)."""
     from gpux.quality.calibrate import describe_generated
@@ -134,9 +139,9 @@ def reference_outputs(job: Job, run: Callable[[dict[str, Any]], list[Any]], feed
     try:
         with quiet_stderr():
             return [run(f) for f in feeds]
-    except Exception as exc:
+    except Exception as exc:  # the reference (ONNX Runtime, PyTorch) raises anything on inputs it refuses
         if data != "generated":
-            raise ModelError(f"the model fails on the {data} inputs in ONNX Runtime: {short(exc)}") from None
+            raise ModelError(f"the model fails on the {data} inputs in ONNX Runtime: {short(exc)}") from exc
         raise GeneratedRejected(f"the model rejects the generated verification inputs ({describe_generated(job)}): "
                                 f"{short(exc)}", hint=GENERATED_FIX) from exc
 
@@ -155,8 +160,8 @@ class Goal:
     """What verification will hold a build to: its inputs, the FP32 reference's outputs on them, and the
     cosine it asks for (what accuracy-aware quantization aims at)."""
 
-    feeds: list[dict[str, Any]]
-    reference: list[Any]
+    feeds: list[Feeds]
+    reference: list[Outputs]
     min_cosine: float
     data: str
 
@@ -180,7 +185,7 @@ def accuracy_goal(job: Job, target: Target) -> Goal:
     return Goal(feeds, reference_outputs(job, run, feeds, data), float(wanted or 0.0), data)
 
 
-def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any) -> dict[str, Any]:
+def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any) -> VerificationDoc:
     """Verify one built artifact at the precision it executes at, on representative data where declared. A
     lossy (int8) artifact checked on generated data only is "unverified", whatever its metrics; a candidate
     runtime that cannot run the inputs fails the build (a fallback reason)."""
@@ -190,8 +195,9 @@ def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any
         runner = resolve_runner(kind, artifact, target)
     except GpuxError:
         raise
-    except Exception as exc:
-        raise BuildFailed(f"verification: {target.id} cannot be opened: {short(exc)}") from None
+    except Exception as exc:  # runtimes raise anything on an artifact they cannot open (no common base class;
+        # gpux's own runtimes/ raise RuntimeError for one too, so a gpux bug cannot be told apart here yet)
+        raise BuildFailed(f"verification: {target.id} cannot be opened: {short(exc)}") from exc
     if isinstance(runner, str):
         return {"status": "skipped", "skipped": runner}
     try:
@@ -206,9 +212,9 @@ def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any
     try:
         with quiet_stderr():
             got = [runner(f) for f in data.feeds]
-    except Exception as exc:
+    except Exception as exc:  # runtimes raise anything on inputs they cannot run (no common base class)
         raise BuildFailed(f"verification: {target.id} fails on inputs the FP32 reference runs: {short(exc)}",
-                          hint="the runtime may not support an operator or shape of this model") from None
+                          hint="the runtime may not support an operator or shape of this model") from exc
     precision = execution_precision(target)
     names = names or [f"output_{i}" for i in range(len(got[0]))]
     judged = rules(job.project, precision, names)
@@ -227,7 +233,7 @@ def resolve_runner(kind: ArtifactKind, artifact: Any, target: Target) -> Any:
     return resolve(kind.verify or "")(artifact, target)
 
 
-def _reference_on_data(job: Job, target: Target) -> tuple[list[str], Data, list[Any], Job]:
+def _reference_on_data(job: Job, target: Target) -> tuple[list[str], Data, list[Outputs], Job]:
     """The verification inputs, the reference's output names and outputs on them (generated inputs retried
     with larger undeclared dims once when the model rejects dims of 1), and the job as it ended up."""
     from gpux.quality import calibrate
@@ -238,7 +244,7 @@ def _reference_on_data(job: Job, target: Target) -> tuple[list[str], Data, list[
         raise
     except Exception as exc:  # ONNX Runtime lacks an operator another runtime has: nothing to compare with
         raise BuildFailed(f"{target.id} cannot be verified: the FP32 reference (ONNX Runtime) cannot load the "
-                          f"model: {short(exc)}", hint="--no-verify runs it unverified") from None
+                          f"model: {short(exc)}", hint="--no-verify runs it unverified") from exc
     data = calibrate.verification_data(job, target)
     try:
         out = reference_outputs(job, reference_run, data.feeds, data.source)
@@ -256,7 +262,7 @@ def _reference_on_data(job: Job, target: Target) -> tuple[list[str], Data, list[
 
 
 def verdict(job: Job, target: Target, result: Verification, data: Data,
-            judged: Mapping[str, Rule] | None = None) -> dict[str, Any]:
+            judged: Mapping[str, Rule] | None = None) -> VerificationDoc:
     """The record kept in the manifest: verified; unverified (lossy, on generated data only, or on too few real
     rows to show its floors: a warning, and its failures shown); or, on representative data or at a precision
     generated data can judge, a failure. What the rows show of each rate (its one-sided lower bound) is recorded,
@@ -268,7 +274,7 @@ def verdict(job: Job, target: Target, result: Verification, data: Data,
     confidence = job.project.config.verify.confidence
     weighed = weigh(result.outputs, {n: r.tol for n, r in (judged or {}).items()}, confidence) \
         if data.representative else []
-    result.extra["evidence"] = {"confidence": confidence, "bound": "wilson", "rates": weighed}
+    result.extra["evidence"] = {"confidence": confidence, "bound": "wilson", "rates": [w.to_dict() for w in weighed]}
     result.extra["loosened"] = loosened(({k: r.tol.get(k) for k in r.user} for r in (judged or {}).values()),
                                         DEFAULTS.get(result.precision, DEFAULTS["fp32"]), confidence)
     why = unverified_why(result, data, weighed, confidence)
@@ -290,11 +296,11 @@ def verdict(job: Job, target: Target, result: Verification, data: Data,
     return result.to_dict()
 
 
-def shown_lines(weighed: list[dict[str, Any]], confidence: float) -> list[str]:
+def shown_lines(weighed: list[Rate], confidence: float) -> list[str]:
     """What the judged rows show of each rate that missed its floor: the bound beside the observed rate."""
-    return [f"{w['output']}: {w['label']} {w['agree']} of {w['rows']} rows ({percent(w['observed'])}): the rows "
-            f"show at most {percent(w['bound'])} ({confidence:.0%} one-sided), floor {percent(w['floor'])}"
-            for w in weighed if w["observed"] < w["floor"]]
+    return [f"{w.output}: {w.label} {w.agree} of {w.rows} rows ({percent(w.observed)}): the rows show at most "
+            f"{percent(w.bound)} ({confidence:.0%} one-sided), floor {percent(w.floor)}"
+            for w in weighed if w.observed < w.floor]
 
 
 MIN_ROWS = 10  # real rows a lossy verdict needs where no rate is counted (dense outputs, judged by cosine)
@@ -302,7 +308,7 @@ UNVERIFIED_FIX = ("judge it on more real rows: verify.data, calibration data, or
                   "each declared sample)")
 
 
-def unverified_why(result: Verification, data: Data, weighed: Sequence[dict[str, Any]] = (),
+def unverified_why(result: Verification, data: Data, weighed: Sequence[Rate] = (),
                    confidence: float = CONFIDENCE) -> str:
     """Why a lossy artifact cannot be called verified on this data ("" when it can, or is not lossy): generated
     or calibration data, or real rows too few to show a floor its answers meet."""
@@ -319,7 +325,7 @@ def unverified_why(result: Verification, data: Data, weighed: Sequence[dict[str,
     return ""
 
 
-def check_output_shapes(job: Job, names: Sequence[str], feeds: list[dict[str, Any]], outputs: list[Any]) -> None:
+def check_output_shapes(job: Job, names: Sequence[str], feeds: list[Feeds], outputs: list[Outputs]) -> None:
     """Declared output shapes against what the reference returns: fixed dims equal, a named dim the same size
     wherever it appears (inputs included)."""
     declared = job.project.config.outputs or {}

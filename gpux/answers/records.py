@@ -1,0 +1,39 @@
+"""The answers a file gets, as records with typed fields: a top-k class, a detector's box, a recognizer's text, and
+a file's answers by output name. They are plain dicts at run time (TypedDicts), so what `--json`, `--save` and the
+server write is the record as it is. Typing only: nothing heavy is imported."""
+
+from __future__ import annotations
+
+from typing import TypeAlias, TypedDict
+
+from gpux.arrays import Array
+
+
+class Top(TypedDict):
+    """One of the k best classes of a row (`post.topk`), best first."""
+
+    label: str
+    index: int
+    score: float
+
+
+class Box(Top):
+    """One detected box after NMS (`post.box_answers`): its class, score and corners x1, y1, x2, y2."""
+
+    box: list[float]
+
+
+class Text(TypedDict):
+    """A greedy CTC reading (`post.ctc_greedy`): the text and the mean probability of its kept steps."""
+
+    text: str
+    score: float
+
+
+# One output's answer: the top-k classes, the boxes, the text, or the (activated) scores of an output without
+# answers; an audio file's is one per window (`steps.Steps.file_answers`). A python step's is whatever its
+# function returns.
+Answer: TypeAlias = "list[Top] | list[Box] | Text | Array | list[Answer]"
+Answers: TypeAlias = "dict[str, Answer]"  # a file's answers: output name -> its answer
+
+__all__ = ["Answer", "Answers", "Box", "Text", "Top"]

@@ -1,0 +1,186 @@
+"""The records a verification writes, with typed fields: each output's metrics, the agreement of its answers per
+kind, what the judged rows show of each counted rate, and the verification record kept in an artifact's manifest
+(and shown by `--json`). They are plain dicts at run time (TypedDicts): what lands on disk is the record as it is.
+Typing only: nothing heavy is imported."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypeAlias, TypedDict
+
+
+class TopkAgreement(TypedDict):
+    """Top-k answers (`agreement.topk_agreement`): over the rows whose reference ranks its best class."""
+
+    k: int
+    rows: int
+    top1: NotRequired[float]
+    topk_overlap: NotRequired[float]  # where k > 1
+
+
+class BoxAgreement(TypedDict):
+    """Boxes after NMS (`agreement.box_agreement`), pooled over rows."""
+
+    rows: int
+    reference_boxes: int
+    artifact_boxes: int
+    matched: int
+    match_iou: float
+    precision: float
+    recall: float
+    f1: float
+    mean_iou: float | None
+    confident_reference_boxes: int
+    confident_artifact_boxes: int
+    recall_confident: float | None
+    precision_confident: float | None
+
+
+class TextAgreement(TypedDict):
+    """Texts (`agreement.text_agreement`): exact matches and the character error rate."""
+
+    rows: int
+    exact_match: float
+    cer: float
+    confident_rows: int
+    exact_confident: float | None
+
+
+class ExactAgreement(TypedDict):
+    """A python step's answers (`agreement.exact_agreement`), compared as text."""
+
+    rows: int
+    exact_match: float
+
+
+Agreement: TypeAlias = TopkAgreement | BoxAgreement | TextAgreement | ExactAgreement
+
+
+class AnswersRecord(TypedDict, total=False):
+    """An output's answers against the reference's, as kept in its metrics: the kind's agreement, whether it was
+    judged (real data), or why it was skipped."""
+
+    kind: str
+    skipped: str
+    judged: bool
+    rows: int
+    k: int
+    top1: float
+    topk_overlap: float
+    reference_boxes: int
+    artifact_boxes: int
+    matched: int
+    match_iou: float
+    precision: float
+    recall: float
+    f1: float
+    mean_iou: float | None
+    confident_reference_boxes: int
+    confident_artifact_boxes: int
+    recall_confident: float | None
+    precision_confident: float | None
+    exact_match: float
+    cer: float
+    confident_rows: int
+    exact_confident: float | None
+
+
+class OutputMetrics(TypedDict, total=False):
+    """How close one output came to the reference (`metrics.compare`): its kind (exact, dense, scores,
+    distribution), the tensor metrics, its worst slice, class-score agreement, and its answers'."""
+
+    kind: str
+    max_abs: float
+    max_rel: float
+    cosine: float
+    within: float
+    slice_axis: int
+    slice_cosine: float
+    worst_slice: int
+    slices_below: int
+    rows: int
+    top1: float
+    top5: float
+    confident_rows: int
+    top1_confident: float
+    sum_error: float
+    answers: AnswersRecord
+
+
+class RateDoc(TypedDict):
+    """One counted rate as the record keeps it (`evidence.Rate.to_dict`)."""
+
+    output: str
+    metric: str
+    label: str
+    rows: int
+    agree: int
+    observed: float
+    bound: float
+    floor: float
+    shown: bool
+    needed: int | None
+
+
+class Evidence(TypedDict):
+    """What the judged rows show: the confidence, the bound used, and each counted rate."""
+
+    confidence: float
+    bound: str
+    rates: list[RateDoc]
+
+
+class Extra(TypedDict, total=False):
+    """What a verdict adds to the comparison (`verify.verdict`): the data's digest and rows, the evidence, the
+    thresholds set looser than the defaults, and why it is unverified."""
+
+    data_digest: str
+    representative: bool
+    rows: int
+    evidence: Evidence
+    loosened: list[str]
+    unverified: str
+
+
+class VerificationDoc(Extra, total=False):
+    """The verification record of an artifact (its manifest's `verification`): the verdict, precision,
+    thresholds, data and each output's metrics; or why it was skipped or is unverified without a comparison."""
+
+    status: str  # verified | unverified | failed | skipped
+    passed: bool
+    precision: str
+    tolerances: dict[str, float | None]
+    samples: int
+    data: str
+    shapes: dict[str, int] | None
+    outputs: dict[str, OutputMetrics]
+    failures: list[str]
+    skipped: str
+    rejected: str
+
+
+class Generated(TypedDict):
+    """What generated inputs look like: declared value ranges and the sizes of symbolic dims."""
+
+    ranges: dict[str, tuple[float, float]]
+    sizes: dict[str, int]
+
+
+class Judged(TypedDict):
+    """What a verdict depends on besides the thresholds (`verify.judged`, part of a cache key)."""
+
+    classes: list[str]
+    answers: dict[str, dict[str, Any]]  # each output's postprocess block, as pydantic dumps it to JSON
+    generated: Generated | None
+    evidence: str
+    code: NotRequired[dict[str, str | None]]
+
+
+def number(record: Mapping[str, object], key: str) -> float | None:
+    """A record's metric named by a table (floors, counted rates): its value where it is a number, else None."""
+    value = record.get(key)
+    return value if isinstance(value, int | float) else None
+
+
+__all__ = ["Agreement", "AnswersRecord", "BoxAgreement", "Evidence", "ExactAgreement", "Extra", "Generated",
+           "Judged", "OutputMetrics", "RateDoc", "TextAgreement", "TopkAgreement", "VerificationDoc", "number"]
