@@ -28,7 +28,7 @@ from gpux.bench.protocol import (
     to_csv,
 )
 from gpux.machine import environment_facts
-from gpux.report import results_table
+from gpux.report.tables import results_table
 
 MS = 1_000_000  # nanoseconds
 

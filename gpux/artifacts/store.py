@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-if TYPE_CHECKING:
-    from gpux.plan.targets import Target
-
 from gpux.files import atomic_write_text, sha256_file, stamp
 from gpux.quality.records import VerificationDoc
+
+if TYPE_CHECKING:
+    from gpux.plan.targets import Target
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1

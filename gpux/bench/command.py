@@ -18,6 +18,7 @@ from gpux.config.load import Project
 from gpux.errors import GpuxError, InputError, VerificationFailed
 from gpux.machine import environment_facts
 from gpux.plan.targets import with_options
+from gpux.report import tables
 from gpux.version import __version__
 
 
@@ -329,7 +330,7 @@ def render(rows: list[Row], gate: Gate | None, all_providers: bool) -> None:
     machine (with -p all), and the baseline gate: each regression an error, the rest one line."""
     hide = all_providers and not report.verbose()
     absent = [r for r in rows if hide and r["status"] == "unavailable"]
-    print(report.results_table([dict(r) for r in rows if r not in absent]))
+    print(tables.results_table([dict(r) for r in rows if r not in absent]))
     from gpux.bench.stages import inputs_line, speed_line
 
     said = [line for r in rows if (line := speed_line(r))]

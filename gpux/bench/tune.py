@@ -26,6 +26,7 @@ from gpux.config.load import Project
 from gpux.errors import UsageError
 from gpux.plan.lock import LOCK_NAME, SCHEMA, fingerprint
 from gpux.providers.options import OptionFields
+from gpux.report import tables
 
 OBJECTIVES = ("latency", "throughput")
 WHY_WIDTH = 120  # the table's why column, cut at a word; the JSON keeps the whole text
@@ -315,8 +316,8 @@ def render(lock: dict[str, Any]) -> None:
                      "-" if c["throughput"] is None else f"{c['throughput']:.1f}", vs_cell(c.get("vs_plain_ort")),
                      agreement_cell(acc), shown_cell(acc),
                      "-" if acc.get("min_cosine") is None else f"{acc['min_cosine']:.6f}",
-                     report.format_size(c["size"]) if c.get("size") else "-", why_cell(c["why"])])
-    print(report.format_table(["provider", "precision", "options", "batch", "status", "p50 ms", "per s", "vs plain ORT",
+                     tables.format_size(c["size"]) if c.get("size") else "-", why_cell(c["why"])])
+    print(tables.format_table(["provider", "precision", "options", "batch", "status", "p50 ms", "per s", "vs plain ORT",
                                "top-1/conf/top-5", "shown", "cosine", "size", "why"], rows))
     for provider, ranked in (lock.get("limiting_layers") or {}).items():
         report.info(f"layers int8 hurts most on {provider} (SQNR lost, ranked on {ranked['ranked_on']['samples']} "

@@ -8,6 +8,7 @@ from typing import Any
 from gpux import report
 from gpux.errors import ExitCode
 from gpux.files import store_root
+from gpux.report import tables
 
 
 def current_folders(project: Any, root: Path) -> set[str]:
@@ -49,7 +50,7 @@ def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) 
         return code
     for r in rows:
         state = "ok" if r["ok"] else f"DAMAGED: {r['problem']}"
-        print(f"{r['id']:<28} {report.format_size(r['size']):>9}  {state}  {r['path']}")
+        print(f"{r['id']:<28} {tables.format_size(r['size']):>9}  {state}  {r['path']}")
     for gone in removed:
         print(f"removed {gone}")
     if not rows:

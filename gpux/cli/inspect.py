@@ -6,6 +6,7 @@ from typing import Any
 
 from gpux import report
 from gpux.files import store_root
+from gpux.report import tables
 
 
 def inspect_command(target: str, store_dir: str | None, as_json: bool) -> int:
@@ -93,7 +94,7 @@ def render(doc: dict[str, Any], warnings: list[str]) -> None:
 
     print(f"{doc['name']} {doc['version']}  ({doc['config'] or 'no gpux.yml: defaults'})")
     fmt = f"opset {doc['opset']}  ir {doc['ir_version']}" if doc["opset"] else f"format {doc['producer']}"
-    print(f"model: {doc['source']}  {report.format_size(doc['size'])}  {fmt}")
+    print(f"model: {doc['source']}  {tables.format_size(doc['size'])}  {fmt}")
     for kind in ("inputs", "outputs"):
         print(f"{kind}:")
         for t in doc[kind]:
@@ -107,7 +108,7 @@ def render(doc: dict[str, Any], warnings: list[str]) -> None:
     print(f"offer: {', '.join(doc['offer']) or 'none'}; saved with `gpux use`: {doc['saved'] or 'nothing'}")
     chosen = doc["would_run_on"]
     print(f"\nproviders (order {', '.join(doc['selection']['chain'])}; would run on {chosen or 'none'}):")
-    print(report.providers_table(doc["providers"]))
+    print(tables.providers_table(doc["providers"]))
     if doc.get("opens_with"):
         print(f"{chosen} opens its artifact with: {report.settings_text(doc['opens_with'])}")
     print("\nartifacts:")

@@ -8,6 +8,7 @@ from typing import Any, Protocol, TypedDict, Unpack
 from gpux import report
 from gpux.errors import GpuxError, UsageError
 from gpux.plan.choice import keep, read, write
+from gpux.report import tables
 from gpux.workspace.project import Models, derived, open_models, shared_choice
 
 # `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
@@ -66,7 +67,7 @@ def inspect_workspace(ms: Models, store_dir: str | None, as_json: bool) -> int:
           + (f" (disabled: {', '.join(ms.disabled)})" if ms.disabled else ""))
     rows = [[p, *("yes" if offer.matrix[m][p].ok else f"no: {offer.matrix[m][p].why}" for m in doc["models"])]
             for p in registry()]
-    print(report.format_table(["provider", *doc["models"]], rows))
+    print(tables.format_table(["provider", *doc["models"]], rows))
     print(f"\noffer (every enabled model runs it): {', '.join(offer.offer) or 'none'}")
     if choice:
         print(f"runs on {choice.provider} ({choice.source})")
@@ -201,7 +202,7 @@ def _render_run(doc: dict[str, Any], as_json: bool) -> None:
             for r in doc["steps"]]
     e = doc["end_to_end"]
     rows.append(["end to end", doc["provider"], f"{e['p50_ms']:.4f}", f"{e['p99_ms']:.4f}", f"{e['mean_ms']:.4f}"])
-    print(report.format_table(["step", "provider", "p50 ms", "p99 ms", "mean ms"], rows))
+    print(tables.format_table(["step", "provider", "p50 ms", "p99 ms", "mean ms"], rows))
     print(f"{doc['runs']} runs after {doc['warmup']} warm-up; {e['per_s']:.1f} pipelines/s")
 
 
