@@ -41,7 +41,7 @@ def test_torchscript_exports_and_runs_on_cpu_and_openvino(projects: dict[str, Pa
     for provider in ("cpu", "openvino"):
         result = build(load_config(project), provider)
         export, final = result.results[0], result.final
-        assert export.target.step == "torch-export" and final.target.provider != "torch"
+        assert export.target.kind == "torch-export" and final.target.provider != "torch"
         for r in result.results:
             assert r.artifact.manifest["verification"]["passed"] is True, r.target.id
     info = export.artifact.manifest["info"]
@@ -72,7 +72,7 @@ def test_torchscript_exports_and_runs_on_cpu_and_openvino(projects: dict[str, Pa
 def test_torch_export_program_exports_and_converts(tmp_path: Path) -> None:
     project = make_mlp_project(tmp_path / "ep", "torch-ep", kind="torch_export")
     result = build(load_config(project), "cpu")
-    assert [r.target.step for r in result.results] == ["torch-export", "optimize"]
+    assert [r.target.kind for r in result.results] == ["torch-export", "optimize"]
     assert all(r.artifact.manifest["verification"]["passed"] for r in result.results)
     x = np.random.default_rng(3).standard_normal((4, 12)).astype(np.float32)
     with gpux.load(project, provider="cpu") as session:

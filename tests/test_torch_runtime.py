@@ -58,7 +58,7 @@ def test_eager_cpu_runs_the_source_in_pytorch(which: str, request: pytest.Fixtur
     project = with_providers(request.getfixturevalue(which), "  cpu: {runtime: torch}\n")
     result = build(load_config(project), "cpu")
     [r] = result.results
-    assert r.target.step == "torch-module" and r.target.id == "torch-cpu-fp32-eager"  # no ONNX export
+    assert r.target.kind == "torch-module" and r.target.id == "torch-cpu-fp32-eager"  # no ONNX export
     assert r.artifact.manifest["verification"]["passed"]
     assert r.artifact.manifest["key_parts"]["device"] == {}  # eager artifacts do not depend on the CPU
     name, x = x_for(project)

@@ -44,7 +44,7 @@ def targets(project: Any, provider: str, inputs: Any = None) -> list[Any]:
     from gpux.plan.targets import Target
 
     block = getattr(project.config.providers, provider, None) or ToyOptions()  # a block when gpux.yml knows it
-    return [Target(id="toy-reference", step="toy-copy", provider=provider, precision="fp32",
+    return [Target(id="toy-reference", kind="toy-copy", provider=provider, precision="fp32",
                    options=block.model_dump(mode="json"))]
 
 

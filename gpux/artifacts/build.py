@@ -288,6 +288,6 @@ def _run_step(ctx: Context, kind: ArtifactKind) -> dict[str, object]:
             raise  # remembered as the model's failure
         from gpux.quality.verify import short
 
-        raise BuildFailed(f"{target.id}: {short(exc)}", hint=KIND_HINTS.get(target.step, KIND_HINTS[""]),
+        raise BuildFailed(f"{target.id}: {short(exc)}", hint=KIND_HINTS.get(target.kind, KIND_HINTS[""]),
                           conversion=True) from exc
 

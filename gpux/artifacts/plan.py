@@ -94,7 +94,7 @@ def plan_selected(project: Project, selection: Any, *, dry_run: bool = False, st
     if dry_run:
         provider, attempts = selection.chain[0], []
     elif first is not None and asked and first.status == "no device" and \
-            not any(kind_of(t.step).needs_device for t in targets(project, first.provider)):
+            not any(kind_of(t.kind).needs_device for t in targets(project, first.provider)):
         provider, cannot_run, attempts = first.provider, first.reason, []
     elif first is not None and selection.strict and asked:
         raise ProviderUnavailable(f"{first.provider} unavailable: {first.reason} — fallback is off", hint=first.fix)
@@ -111,7 +111,7 @@ def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor], so
     """The provider's targets with their kinds, key parts and cache keys; a target's key covers its input's
     (`sizes`: the symbolic dims as plan.targets.resolve_shapes resolves them). Declared sample data (calibration,
     verify.data) is keyed by its digest: new data, a new verdict."""
-    chain = [(t, kind_of(t.step)) for t in targets(project, provider, inputs)]
+    chain = [(t, kind_of(t.kind)) for t in targets(project, provider, inputs)]
     cfg = project.config
     named = [*((t.id, "calibration", t.options.get("calibration")) for t, _ in chain), ("", "verify", cfg.verify.data)]
     data = {(who, what): digest_data(project.root / path, project.root, what, project.path) if path else None
@@ -123,7 +123,7 @@ def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor], so
     keys: dict[str, str] = {"source": source_digest}
     out = []
     for target, kind in chain:
-        parts = {**shared, "step": target.step, "precision": target.precision, "options": target.options,
+        parts = {**shared, "step": target.kind, "precision": target.precision, "options": target.options,
                  "input": keys[target.consumes], "calibration": data[target.id, "calibration"],
                  "shapes": {"sizes": sizes, "ranges": ranges} if kind.shapes else None, **kind.environment(target)}
         keys[target.id] = digest_of(parts)

@@ -77,7 +77,7 @@ class Artifact:
         from gpux.plan.targets import Target  # not at import: it reads the config models (a served record does not)
 
         t = self.manifest["target"]
-        return Target(id=str(t["id"]), step=str(t["kind"]), provider=str(t.get("provider", "")),
+        return Target(id=str(t["id"]), kind=str(t["kind"]), provider=str(t.get("provider", "")),
                       precision=str(t.get("precision", "")), options=dict(t.get("options") or {}),
                       consumes=str(t.get("consumes", "source")))
 

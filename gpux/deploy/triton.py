@@ -220,7 +220,7 @@ def served_project(project: Project, provider: str, flavor: Flavor) -> Project:
     from gpux.runtimes import targets
     from gpux.runtimes.onnxruntime_plan import ONNX_STEPS
 
-    onnx = next(t for t in targets(project, provider) if t.step in ONNX_STEPS.values())
+    onnx = next(t for t in targets(project, provider) if t.kind in ONNX_STEPS.values())
     fields = type(getattr(project.config.providers, flavor.builder)).model_fields
     opts = {k: onnx.options.get(k, fields[k].get_default(call_default_factory=True)) for k in PLANNED if k in fields}
     return with_options(project, flavor.builder, **opts)

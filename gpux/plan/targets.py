@@ -16,7 +16,7 @@ class Target:
     """One artifact to build: what makes it, from what, with which resolved options."""
 
     id: str  # human-readable, also the artifact folder's prefix, e.g. onnx-fp16-basic, openvino-ir-int8-quantize
-    step: str  # its kind of artifact (gpux.runtimes.ARTIFACT_KINDS, or one a registry row adds); "kind" in a manifest
+    kind: str  # its kind of artifact (gpux.runtimes.ARTIFACT_KINDS, or one a registry row adds)
     # provider: the one that asked, or the runtime whose artifact several providers share (onnxruntime, torch)
     provider: str
     precision: str
@@ -25,7 +25,7 @@ class Target:
 
     def to_dict(self) -> dict[str, Any]:
         # "step" too: what gpux 0.1.0 before "kind" reads, so both share a store
-        return {"id": self.id, "kind": self.step, "step": self.step, "provider": self.provider,
+        return {"id": self.id, "kind": self.kind, "step": self.kind, "provider": self.provider,
                 "precision": self.precision, "consumes": self.consumes, "options": self.options}
 
 

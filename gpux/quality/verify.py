@@ -190,7 +190,7 @@ def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any
     lossy (int8) artifact checked on generated data only is "unverified", whatever its metrics; a candidate
     runtime that cannot run the inputs fails the build (a fallback reason)."""
     if kind.verify is None:
-        return {"status": "skipped", "skipped": f"{target.step} cannot run on this machine"}
+        return {"status": "skipped", "skipped": f"{target.kind} cannot run on this machine"}
     try:
         runner = resolve_runner(kind, artifact, target)
     except GpuxError:
@@ -359,7 +359,7 @@ def shape_problem(declared: list[Any], got: tuple[int, ...], sizes: dict[str, in
 
 def execution_precision(target: Target) -> str:
     """The precision the artifact computes at: OpenVINO's execution precision where it is below fp32."""
-    if target.step != "openvino-ir" or target.precision == "int8":
+    if target.kind != "openvino-ir" or target.precision == "int8":
         return target.precision
     from gpux.providers.options import OpenVINOOptions
     from gpux.runtimes.openvino_options import openvino_execution_precision

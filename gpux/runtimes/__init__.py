@@ -177,7 +177,7 @@ def targets(project: Project, provider: str, inputs: dict[str, Tensor] | None = 
         return [resolve("gpux.runtimes.torch_module:torch_target")(project, provider, fmt)]
     if row is not None and row.torch_targets:  # it converts PyTorch itself (coremltools: an ML Program package)
         return list(resolve(row.torch_targets)(project, provider, fmt))
-    export = Target(id="onnx-export", step="torch-export", provider="torch", precision="fp32",
+    export = Target(id="onnx-export", kind="torch-export", provider="torch", precision="fp32",
                     options={"opset": EXPORT_OPSET, "source_format": fmt})
     return [export, *(dataclasses.replace(t, consumes=export.id) if t.consumes == "source" else t
                       for t in plan(project, provider, inputs))]

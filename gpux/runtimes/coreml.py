@@ -326,6 +326,6 @@ def package_targets(project: Project, provider: str, fmt: str) -> list[Target]:
 
     o = getattr(project.config.providers, provider)
     profiles = declared_profiles(project)
-    return [Target(id=f"coreml-package-{o.compute_precision}", step="coreml-package", provider=provider,
+    return [Target(id=f"coreml-package-{o.compute_precision}", kind="coreml-package", provider=provider,
                    precision=o.compute_precision,
                    options={**o.model_dump(mode="json"), "source_format": fmt, "profiles": profiles})]

@@ -192,7 +192,7 @@ def build_onnx(ctx: Context) -> OnnxInfo:
     """The ONNX artifact: the float16 variant of the source if asked, then offline graph optimization (int8:
     gpux.runtimes.onnxruntime_int8)."""
     src = ctx.src
-    if ctx.target.step == "float16":
+    if ctx.target.kind == "float16":
         src = ctx.workdir / "fp16.onnx"
         to_float16(ctx.src, src, ctx.log)
     return optimized(ctx, src)

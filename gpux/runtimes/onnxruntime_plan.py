@@ -39,5 +39,5 @@ def onnx_target(options: dict[str, Any]) -> Target:
     if precision == "int8":
         label = f"int8-{opts.get('quantization', 'dynamic')}"
     level = opts.get("optimization", "basic")
-    return Target(id=f"onnx-{label}-{level}", step=ONNX_STEPS[precision], provider="onnxruntime", precision=precision,
+    return Target(id=f"onnx-{label}-{level}", kind=ONNX_STEPS[precision], provider="onnxruntime", precision=precision,
                   options=opts)

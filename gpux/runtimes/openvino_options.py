@@ -119,7 +119,7 @@ def openvino_targets(project: Project, provider: str, inputs: dict[str, Tensor] 
     if o.runtime == "onnxruntime":
         return onnx_targets(project, provider, inputs)
     label = f"int8-{o.int8_mode}" if o.precision == "int8" else o.precision  # the int8 variants apart
-    return [Target(id=f"openvino-ir-{label}", step="openvino-ir", provider=provider, precision=o.precision,
+    return [Target(id=f"openvino-ir-{label}", kind="openvino-ir", provider=provider, precision=o.precision,
                    options=o.model_dump(mode="json"))]
 
 

@@ -128,7 +128,7 @@ def tensorrt_targets(project: Project, provider: str, inputs: dict[str, Tensor] 
     base = onnx_target(base_opts)
     opts = t.model_dump(mode="json")
     opts["profile_shapes"] = trt_profiles(project, t, inputs or {})
-    return [base, Target(id=f"tensorrt-engine-{t.precision}", step="tensorrt-engine", provider=provider,
+    return [base, Target(id=f"tensorrt-engine-{t.precision}", kind="tensorrt-engine", provider=provider,
                          precision=t.precision, options=opts, consumes=base.id)]
 
 

@@ -396,5 +396,5 @@ def torch_target(project: Project, provider: str, fmt: str) -> Target:
     opts = {**t.model_dump(mode="json"), "compile": mode, "device": provider,
             "device_id": int(getattr(block, "device_id", 0) or 0), "source_format": fmt}
     label = "eager" if mode == "off" else mode
-    return Target(id=f"torch-{provider}-{t.precision}-{label}", step="torch-module", provider=provider,
+    return Target(id=f"torch-{provider}-{t.precision}-{label}", kind="torch-module", provider=provider,
                   precision=t.precision, options=opts)

@@ -213,7 +213,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     def _answered(self, request: Any, status: int, started: float, labels: tuple[str, str] | None = None) -> None:
         """Every answer counted in the request metrics and logged, with its real status."""
         seconds = time.perf_counter() - started
-        self.metrics.answered(*(labels or self.repo.labels(request.model_name, request.model_version)), "grpc",
+        self.metrics.answered(*(labels or self.repo.metric_labels(request.model_name, request.model_version)), "grpc",
                               status, seconds if labels else None)
         if status != 200:
             self.repo.refused(request.model_name, request.model_version, seconds)

@@ -151,7 +151,7 @@ class Repository:
         self.models[name] = {m.version: m for m in models}
         self._versions[name] = sorted(self.models[name], key=version_key)
 
-    def labels(self, name: str, version: str) -> tuple[str, str]:
+    def metric_labels(self, name: str, version: str) -> tuple[str, str]:
         """Metric labels for a request: names clients invent are not labels (no unbounded series)."""
         if name not in self.models:
             return "(unknown)", ""
