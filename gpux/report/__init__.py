@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from gpux.report.tables import format_size, format_table
 
 if TYPE_CHECKING:
+    from gpux.arrays import Named
     from gpux.config.load import Project
     from gpux.providers.row import Availability
 
@@ -197,7 +198,7 @@ def settings_text(settings: Mapping[str, object]) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items())
 
 
-def output_doc(project: Project, outputs: dict[str, Any], top: int = 5, written: str | None = None) -> dict[str, Any]:
+def output_doc(project: Project, outputs: Named, top: int = 5, written: str | None = None) -> dict[str, Any]:
     """Each output's dtype, shape and values; with `written` (the -o file) the values stay in that file."""
     doc: dict[str, Any] = {}
     for name, arr in outputs.items():
