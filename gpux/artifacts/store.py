@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from gpux.files import atomic_write_text, sha256_file, stamp
-from gpux.plan.targets import Target
+
+if TYPE_CHECKING:
+    from gpux.plan.targets import Target
+    from gpux.runtimes import Published
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
@@ -71,6 +74,8 @@ class Artifact:
     @property
     def target(self) -> Target:
         """The target it was built for, as its manifest records it."""
+        from gpux.plan.targets import Target  # the config models: only where an artifact is opened
+
         t = self.manifest["target"]
         return Target(id=str(t["id"]), step=str(t["kind"]), provider=str(t.get("provider", "")),
                       precision=str(t.get("precision", "")), options=dict(t.get("options") or {}),
@@ -86,8 +91,6 @@ class Artifact:
 
 
 if TYPE_CHECKING:
-    from gpux.runtimes import Published
-
     def _opened_as(artifact: Artifact) -> Published:  # mypy: an Artifact is what a runtime's OpenStep takes
         return artifact
 
