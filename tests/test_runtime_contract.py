@@ -48,3 +48,21 @@ def test_a_drifting_runtime_fails() -> None:
         return None
 
     assert parameters(opens) != role(OpenStep)
+
+
+def test_an_int8_build_that_did_nothing_fails_under_strict_without_being_remembered() -> None:
+    from types import SimpleNamespace
+
+    from gpux.errors import BuildFailed
+    from gpux.runtimes import int8_did_nothing
+
+    said: list[str] = []
+    ctx: Any = SimpleNamespace(target=SimpleNamespace(id="onnx-int8"), strict=True, log=said.append)
+    assert int8_did_nothing(ctx, "") is False
+    with pytest.raises(BuildFailed) as failed:
+        int8_did_nothing(ctx, "no operator was quantized")
+    assert failed.value.conversion is False, "--strict's refusal is not the runtime's failure on the model"
+    ctx.strict = False
+    assert int8_did_nothing(ctx, "no operator was quantized") is True
+    assert said == ["warning: onnx-int8: int8 did nothing useful for this model: no operator was quantized"]
+    assert BuildFailed("x").conversion is None, "not said: a build step's own failure counts as its conversion's"

@@ -19,6 +19,7 @@ from gpux.quality.records import VerificationDoc
 
 if TYPE_CHECKING:
     from gpux.plan.targets import Target
+    from gpux.runtimes import Published
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
@@ -74,7 +75,7 @@ class Artifact:
     @property
     def target(self) -> Target:
         """The target it was built for, as its manifest records it."""
-        from gpux.plan.targets import Target  # not at import: it reads the config models (a served record does not)
+        from gpux.plan.targets import Target  # the config models: only where an artifact is opened
 
         t = self.manifest["target"]
         return Target(id=str(t["id"]), kind=str(t["kind"]), provider=str(t.get("provider", "")),
@@ -91,8 +92,6 @@ class Artifact:
 
 
 if TYPE_CHECKING:
-    from gpux.runtimes import Published
-
     def _opened_as(artifact: Artifact) -> Published:  # mypy: an Artifact is what a runtime's OpenStep takes
         return artifact
 

@@ -105,7 +105,8 @@ class RestApp:
         await self._send(send, reply, self.repo.draining)
         target = infer_target(path)
         if target is not None:  # every answer, whatever its status
-            self.metrics.answered(*(reply.labels or self.repo.metric_labels(*target)), "http", reply.status, reply.seconds)
+            labels = reply.labels or self.repo.metric_labels(*target)
+            self.metrics.answered(*labels, "http", reply.status, reply.seconds)
             if reply.status != 200:
                 self.repo.refused(*target, time.perf_counter() - started)
         self._log(scope, reply, started)
