@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from gpux.documents import VerificationDoc
+
 
 class ExitCode(IntEnum):
     OK = 0
@@ -132,7 +134,7 @@ class BuildFailed(GpuxError):
 class VerificationFailed(BuildFailed):
     """An artifact that was built but failed verification; the build's record of it, where there is one."""
 
-    verification: dict[str, Any] | None = None  # the failing record: every metric, not only those failing
+    verification: VerificationDoc | None = None  # the failing record: every metric, not only those failing
     info: dict[str, Any] | None = None  # what the build step reported (its artifact's info)
 
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1] / "gpux"
 # Bottom to top; rooms on one line may import each other (never in a cycle), never a room above them.
 ROOMS = [
     # the ground floor: no gpux imports but these
-    ("version", "errors", "optional", "files", "machine", "formats", "arrays"),
+    ("version", "errors", "optional", "files", "machine", "formats", "arrays", "documents"),
     ("providers",),  # the registry: one row per provider, option models, probes
     ("config",),  # gpux.yml → Project
     ("report",),  # rendering shared by every command

@@ -11,6 +11,7 @@ from typing import Any
 from gpux.artifacts import store
 from gpux.artifacts.plan import BuildPlan, Planned, digest_of, plan_build
 from gpux.config.load import Project
+from gpux.documents import SpeedDoc
 from gpux.errors import BuildFailed, GpuxError, VerificationFailed, environmental, raised_by_gpux
 from gpux.files import locked
 from gpux.plan.targets import Target
@@ -49,9 +50,10 @@ class BuildResult:
                 "targets": [r.to_dict() for r in self.results]}
 
 
-def build(project: Project, provider: str, *, force: bool = False, verify: bool = True,
-          store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
-          full_check: bool = False, for_run: bool = False, strict: bool = False) -> BuildResult:
+def build(  # noqa: PLR0913  # the public API: keyword-only options, each an independent defaulted switch
+        project: Project, provider: str, *, force: bool = False, verify: bool = True,
+        store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
+        full_check: bool = False, for_run: bool = False, strict: bool = False) -> BuildResult:
     """Plan `provider`'s build (artifacts.plan.plan_build: `shapes` are --shape) and execute it."""
     plan = plan_build(project, provider, store_dir=store_dir, shapes=shapes)
     return execute(plan, force=force, verify=verify, log=log, full_check=full_check, for_run=for_run, strict=strict)
@@ -213,7 +215,7 @@ def _usable_source(project: Project, compat: Any, root: Path, log: Log) -> Path:
     return lowered_source(project.source, compat.lower_ir_to, root / ".lowered")
 
 
-def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path) -> dict[str, Any] | None:
+def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path) -> SpeedDoc | None:
     """A lossy artifact's speed beside a plain fp32 session of the source (quality.speed), said where slower."""
     from gpux.quality.speed import LOSSY, versus_plain
     from gpux.report import slower_note

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
+from gpux.documents import VerificationDoc
 from gpux.files import atomic_write_text, sha256_file, stamp
-from gpux.quality.records import VerificationDoc
 
 if TYPE_CHECKING:
     from gpux.plan.targets import Target
@@ -211,7 +211,7 @@ class Failure:
     key: str
     message: str
     hint: str | None
-    verification: dict[str, Any] | None = None  # gpux.quality.verify's record of the failing verification
+    verification: VerificationDoc | None = None  # gpux.quality.verify's record of the failing verification
     info: dict[str, Any] | None = None  # what the build step reported
 
 

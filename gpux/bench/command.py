@@ -6,6 +6,7 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from gpux.arrays import Feeds
 from gpux.bench import protocol as bench
 from gpux.bench.records import Accuracy, Gate, Row
 from gpux.config.load import Project
+from gpux.documents import VerificationDoc, number
 from gpux.errors import GpuxError, InputError, VerificationFailed
 from gpux.machine import environment_facts
 from gpux.plan.targets import with_options
@@ -161,7 +163,9 @@ def measured_row(opened: OpenedRow, m: bench.Measurement, concurrency: int) -> R
                           compile_s=session.timings.get("compile_s"))
     art = session.build.final.artifact if session.build else None
     status = f"fell back to {session.provider}" if session.fell_back else "ok"
-    verification = (art.manifest.get("verification") or {}) if art else {}
+    verification: VerificationDoc = {}
+    if art is not None and art.manifest["verification"]:
+        verification = art.manifest["verification"]
     return bench.result_row(
         session.provider, precision or (art.manifest["target"]["precision"] if art else "-"), stats, phases,
         status=status, latencies_s=m.latencies_s, requested=provider or "auto", runs_on=session.used,
@@ -175,7 +179,7 @@ def measured_row(opened: OpenedRow, m: bench.Measurement, concurrency: int) -> R
     )
 
 
-def accuracy_of(verification: dict[str, Any]) -> Accuracy | None:
+def accuracy_of(verification: VerificationDoc) -> Accuracy | None:
     """Every accuracy figure of a verification record: the worst value of each metric over the outputs
     (cosine, max-abs, worst slice, top-1, top-5, confident top-1), the record per output, its verdict, the data
     it was judged on and the thresholds; None when nothing was compared."""
@@ -183,22 +187,24 @@ def accuracy_of(verification: dict[str, Any]) -> Accuracy | None:
     if not outputs:
         return None
 
-    def worst(key: str, pick: Any = min) -> Any:
-        return pick((o[key] for o in outputs.values() if o.get(key) is not None), default=None)
+    def worst(key: str, pick: Callable[..., float | None] = min) -> float | None:
+        return pick((x for o in outputs.values() if (x := number(o, key)) is not None), default=None)
 
-    return {"min_cosine": worst("cosine"), "max_abs": worst("max_abs", max), "slice_cosine": worst("slice_cosine"),
+    acc: Accuracy = {
+            "min_cosine": worst("cosine"), "max_abs": worst("max_abs", max), "slice_cosine": worst("slice_cosine"),
             "top1": worst("top1"), "top5": worst("top5"), "top1_confident": worst("top1_confident"),
             "status": verification_status(verification), "data": verification.get("data"),
             "samples": verification.get("samples"), "representative": verification.get("representative"),
             "tolerances": verification.get("tolerances"), "outputs": outputs,
-            "evidence": (verification.get("evidence") or {}).get("rates"), "unverified": verification.get("unverified"),
-            "loosened": verification.get("loosened")}
+            "evidence": verification["evidence"]["rates"] if "evidence" in verification else None,
+            "unverified": verification.get("unverified"), "loosened": verification.get("loosened")}
+    return acc
 
 
-def verification_status(verification: dict[str, Any] | None) -> str:
+def verification_status(verification: VerificationDoc | None) -> str:
     """verified | unverified (a lossy artifact checked on generated data only) | skipped, as the manifest's
     verification says; a manifest from before its `status` key is verified when it passed."""
-    v = verification or {}
+    v: VerificationDoc = verification or {}
     if "status" in v:
         return str(v["status"])
     return "verified" if v.get("passed") else "skipped"

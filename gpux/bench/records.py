@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from gpux.quality.records import RateDoc
+from gpux.documents import OutputMetrics, RateDoc
 from gpux.report import AttemptDoc
 
 
@@ -75,8 +75,8 @@ class Accuracy(TypedDict, total=False):
     data: str | None  # what it was judged on
     samples: int | None
     representative: bool | None
-    tolerances: dict[str, dict[str, float | None]] | None  # output -> its thresholds
-    outputs: dict[str, dict[str, Any]]  # output -> its metrics, as the verification record (the manifest) has them
+    tolerances: dict[str, float | None] | None  # the thresholds it was judged by
+    outputs: dict[str, OutputMetrics]  # output -> its metrics, as the verification record (the manifest) has them
     evidence: list[RateDoc] | None  # the counted rates' bounds (gpux.quality.evidence.weigh)
     unverified: str | None  # why a lossy artifact is unverified
     loosened: list[str] | None

@@ -169,7 +169,7 @@ def accuracy_text(verdict: str | None, acc: Accuracy | None) -> str:
     parts += [f"{name} {v * 100:.3g}%" for v, name in agreement(acc) if v is not None]
     if acc.get("min_cosine") is not None:
         parts.append(f"cosine {acc['min_cosine']:.6f}")
-    shown = report.weakest({"evidence": {"rates": acc.get("evidence") or []}})
+    shown = report.weakest(acc.get("evidence") or [])
     parts += [shown] if shown else []
     parts += [f"loosened: {', '.join(loosened)}"] if (loosened := acc.get("loosened")) else []
     return " · ".join(parts)

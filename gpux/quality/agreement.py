@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpux.config.steps import Postprocess
-from gpux.quality.metrics import CONFIDENT, TIE, Rule, Verification
-from gpux.quality.records import (
+from gpux.documents import (
     Agreement,
     AnswersRecord,
     BoxAgreement,
@@ -22,6 +21,7 @@ from gpux.quality.records import (
     TopkAgreement,
     number,
 )
+from gpux.quality.metrics import CONFIDENT, TIE, Rule, Verification
 
 MATCH_IOU = 0.5  # an artifact box matches a reference box of the same label overlapping at least this much
 MARGIN = 0.1  # a confident box scores at least this much over the score threshold (and CONFIDENT)
@@ -258,13 +258,21 @@ def _decoded(kind: Kind, spec: Postprocess, arrays: Sequence[Any], sizes: Sequen
             for x in rows_of([a], kind.rank)]
 
 
-def add_answers(result: Verification, posts: Mapping[str, Postprocess], names: Sequence[str],
-                reference: Sequence[Sequence[Any]], got: Sequence[Sequence[Any]], rules: Mapping[str, Rule],
+class Runs(NamedTuple):
+    """The outputs compared: their names, and per sample the reference's outputs and the artifact's."""
+
+    names: Sequence[str]
+    reference: Sequence[Sequence[Any]]
+    got: Sequence[Sequence[Any]]
+
+
+def add_answers(result: Verification, posts: Mapping[str, Postprocess], runs: Runs, rules: Mapping[str, Rule],
                 judged: bool, root: Any = None, sizes: Sequence[tuple[int, int] | None] | None = None) -> None:
     """Compare the answers of every output with declared post-processing; a metric under its floor is a failure
     naming the output, the metric, its value and the floor (`judged` false: recorded only, as on generated
     inputs, whose answers mean nothing). `sizes`: each sample's image input (height, width), where a raw box grid
     is decoded over it."""
+    names, reference, got = runs
 
     for j, name in enumerate(names):
         spec = posts.get(name)

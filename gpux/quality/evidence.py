@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpux.quality.records import OutputMetrics, RateDoc, number
+from gpux.documents import OutputMetrics, RateDoc, number
 from gpux.report import percent
 
 CONFIDENCE = 0.95  # one-sided: the rate is at least the bound with this probability

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpux.quality.records import Extra, OutputMetrics, VerificationDoc, number
+from gpux.documents import Extra, OutputMetrics, VerificationDoc, number
 
 # Default thresholds per execution precision; `verify:` overrides them for every output, `verify.outputs.NAME`
 # for one. None: not judged. Top-k metrics apply to class scores only, sums to probability distributions only,
@@ -115,7 +115,8 @@ def summary(v: VerificationDoc) -> str:
     from gpux.report import answer_parts, weakest
 
     parts += answer_parts(v.get("outputs") or {})
-    parts += [weakest(dict(v))] if weakest(dict(v)) else []
+    shown = weakest(v["evidence"]["rates"] if "evidence" in v else [])
+    parts += [shown] if shown else []
     n = v.get("samples", 0)
     parts.append(f"{n} {v.get('data', 'generated')} sample{'s' if n != 1 else ''}")
     status = v.get("status") or ("verified" if v.get("passed") else "failed")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux.arrays import Feeds, Outputs
+from gpux.documents import SpeedDoc
 
 ROUNDS = 5
 ROUND_S = 0.06  # seconds per side per round
@@ -28,7 +29,7 @@ class Speed:
     high: float
     against: str = "a plain onnxruntime session of the source (fp32)"
 
-    def to_dict(self) -> dict[str, float | str]:  # as its manifest keeps it (info.vs_plain)
+    def to_dict(self) -> SpeedDoc:  # as its manifest keeps it (info.vs_plain)
         return {"speedup": self.speedup, "low": self.low, "high": self.high, "against": self.against}
 
 

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from gpux.arrays import Feeds, Outputs
 from gpux.config.load import Project
+from gpux.documents import Generated, Judged, VerificationDoc
 from gpux.errors import BuildFailed, GpuxError, ModelError, VerificationFailed, error_lines, first_line
 from gpux.quality.evidence import CONFIDENCE, RULES, Rate, loosened, percent, shortfall, weigh
 from gpux.quality.metrics import DEFAULTS, KEYS, LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
-from gpux.quality.records import Generated, Judged, VerificationDoc
 
 if TYPE_CHECKING:
     from gpux.config.steps import Postprocess
@@ -220,9 +220,9 @@ def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any
     judged = rules(job.project, precision, names)
     result = compare(names, reference_out, got, precision, tolerances(precision, job.project.config.verify),
                      classifications(job.project), judged)
-    from gpux.quality.agreement import add_answers
+    from gpux.quality.agreement import Runs, add_answers
 
-    add_answers(result, postprocessing(job.project), names, reference_out, got, judged, data.representative,
+    add_answers(result, postprocessing(job.project), Runs(names, reference_out, got), judged, data.representative,
                 job.project.root, image_sizes(job.project, data.feeds))
     return verdict(job, target, result, data, judged)
 

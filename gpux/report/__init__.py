@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from gpux.documents import AnswersRecord, OutputMetrics, RateDoc, SpeedDoc, VerificationDoc
 from gpux.report.tables import format_size, format_table
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ def provider_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def slower_note(speed: dict[str, Any] | None) -> str | None:
+def slower_note(speed: SpeedDoc | None) -> str | None:
     """`slower than a plain fp32 session here (0.81×, ...)` for a lossy artifact's measured speed, where it is in every
     round (a round that says otherwise is the machine's noise, not the artifact)."""
     if not speed or speed["high"] >= 1.0:
@@ -233,7 +234,7 @@ def format_outputs(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def verdict(v: dict[str, Any] | None, short: bool = False) -> str:
+def verdict(v: VerificationDoc | None, short: bool = False) -> str:
     """A verification record in a few words: verified / UNVERIFIED / skipped, at which precision, the worst
     cosine (and top-1 where judged), on which data."""
     v = v or {}
@@ -253,7 +254,7 @@ def verdict(v: dict[str, Any] | None, short: bool = False) -> str:
         parts.append(f"top-1 {min(top1):.0%}")
     parts += answer_parts(v.get("outputs") or {})
     data = v.get("data", "generated")
-    shown = weakest(v)
+    shown = weakest(v["evidence"]["rates"] if "evidence" in v else [])
     if status == "unverified":
         parts.append("generated data only" if data == "generated" else "calibration samples only"
                      if not v.get("representative") else shown or f"only {v.get('rows')} real samples")
@@ -265,10 +266,9 @@ def verdict(v: dict[str, Any] | None, short: bool = False) -> str:
                                                                        else "")
 
 
-def weakest(v: dict[str, Any]) -> str:
+def weakest(rates: Sequence[RateDoc]) -> str:
     """The judged rate whose bound is nearest its floor, as its rows show it: `confident top-1 45/45, shown >= 94.3 %
     (floor 99 %)`; "" where no rate was counted."""
-    rates = (v.get("evidence") or {}).get("rates") or []
     if not rates:
         return ""
     w = min(rates, key=lambda w: w["bound"] - w["floor"])
@@ -280,14 +280,9 @@ def percent(x: float) -> str:
     return f"{x * 100:.1f}".rstrip("0").rstrip(".") + " %"
 
 
-ANSWER_TEXT: dict[str, Callable[[dict[str, Any]], str]] = {  # an answers record per kind (quality.agreement)
+ANSWER_TEXT: dict[str, Callable[[AnswersRecord], str]] = {  # an answers record per kind (quality.agreement)
     "topk": lambda a: f"top-{a['k']} overlap {a['topk_overlap']:.0%}" if a.get("topk_overlap") is not None else "",
-    "boxes": lambda a: f"box F1 {a['f1']:.3f} ({a['reference_boxes']} boxes"
-                       + (f", IoU {a['mean_iou']:.2f}" if a.get("mean_iou") is not None else "")
-                       + (f"; confident found {a['recall_confident']:.1%}" if a.get("recall_confident") is not None
-                          else "")
-                       + (f", confident added {1 - a['precision_confident']:.1%}"
-                          if a.get("precision_confident") is not None else "") + ")",
+    "boxes": lambda a: _boxes_text(a),
     "text": lambda a: f"text exact {a['exact_match']:.0%}"
                       + (f" ({a['exact_confident']:.1%} of {a['confident_rows']} read confidently)"
                          if a.get("exact_confident") is not None else "") + f", CER {a['cer']:.1%}",
@@ -295,12 +290,19 @@ ANSWER_TEXT: dict[str, Callable[[dict[str, Any]], str]] = {  # an answers record
 }
 
 
-def answer_parts(outputs: dict[str, Any]) -> list[str]:
+def _boxes_text(a: AnswersRecord) -> str:
+    iou, found, kept = a.get("mean_iou"), a.get("recall_confident"), a.get("precision_confident")
+    return f"box F1 {a['f1']:.3f} ({a['reference_boxes']} boxes" + (f", IoU {iou:.2f}" if iou is not None else "") \
+        + (f"; confident found {found:.1%}" if found is not None else "") \
+        + (f", confident added {1 - kept:.1%}" if kept is not None else "") + ")"
+
+
+def answer_parts(outputs: Mapping[str, OutputMetrics]) -> list[str]:
     """The agreement of each output's answers with the reference's, in a few words (named where several)."""
     answers = {n: o["answers"] for n, o in outputs.items() if o.get("answers") and "skipped" not in o["answers"]}
     parts = []
     for name, a in answers.items():
-        text = ANSWER_TEXT.get(a.get("kind"), lambda _: "")(a)
+        text = ANSWER_TEXT.get(a.get("kind", ""), lambda _: "")(a)
         if text:
             named = f"{name} " if len(answers) > 1 else ""
             parts.append(named + text + ("" if a.get("judged", True) else " not judged"))

@@ -237,8 +237,8 @@ def open_runner(provider: str, project: Project, artifact: Published) -> Runner:
     level = opening(project, provider)["graph_optimization"]
     device = ("cuda", int(opts.device_id)) if getattr(opts, "io_binding", False) else None
     threads = project.config.runtime.threads
-    return open_session_runner(artifact.main, ep, ep_opts, threads.intra_op, threads.inter_op, settings, level,
-                               device)
+    return open_session_runner(artifact.main, ep, ep_opts, intra_op=threads.intra_op, inter_op=threads.inter_op,
+                               settings=settings, level=level, device=device)
 
 
 class Opening(TypedDict):
@@ -261,9 +261,10 @@ def opening(project: Project, provider: str) -> Opening:
     return out
 
 
-def open_session_runner(model: Path | str, ep: str, ep_opts: dict[str, str], intra_op: int = 0, inter_op: int = 0,
-                        settings: dict[str, Any] | None = None, level: str = ONLINE_LEVEL,
-                        device: tuple[str, int] | list[Any] | None = None) -> Any:
+def open_session_runner(  # noqa: PLR0913  # a recipe: each keyword a plain value the serve record replays
+        model: Path | str, ep: str, ep_opts: dict[str, str], *, intra_op: int = 0, inter_op: int = 0,
+        settings: dict[str, Any] | None = None, level: str = ONLINE_LEVEL,
+        device: tuple[str, int] | list[Any] | None = None) -> Any:
     """`device` ("cuda", id): benchmark inputs and outputs stay in device memory (IO binding). The runner's
     `recipe` is these arguments, plain values: this call again opens the same session (gpux/serve/record.py)."""
     from gpux.providers.row import Runner

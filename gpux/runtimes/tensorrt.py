@@ -110,7 +110,7 @@ def open_runner(provider: str, project: Project, artifact: Published) -> Runner:
     opts = artifact.target.options
     threads = project.config.runtime.threads
     return open_session_runner(artifact.main, "TensorrtExecutionProvider", ep_options(opts, artifact.dir, False),
-                               threads.intra_op, threads.inter_op)
+                               intra_op=threads.intra_op, inter_op=threads.inter_op)
 
 
 # ---- planning and Triton ------------------------------------------------------------------------------

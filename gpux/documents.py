@@ -1,7 +1,8 @@
-"""The records a verification writes, with typed fields: each output's metrics, the agreement of its answers per
-kind, what the judged rows show of each counted rate, and the verification record kept in an artifact's manifest
-(and shown by `--json`). They are plain dicts at run time (TypedDicts): what lands on disk is the record as it is.
-Typing only: nothing heavy is imported."""
+"""The documents a verification writes, with typed fields: each output's metrics, the agreement of its answers per
+kind, what the judged rows show of each counted rate, the verification record kept in an artifact's manifest
+(and shown by `--json`), a lossy artifact's speed beside a plain session; every room that reads or renders them
+(quality, artifacts, report, bench, errors) types them from here. They are plain dicts at run time (TypedDicts):
+what lands on disk is the record as it is. Typing only: nothing heavy is imported."""
 
 from __future__ import annotations
 
@@ -157,6 +158,15 @@ class VerificationDoc(Extra, total=False):
     failures: list[str]
     skipped: str
     rejected: str
+
+
+class SpeedDoc(TypedDict):
+    """A lossy artifact's speed beside a plain fp32 session of its source (`quality.speed`; info.vs_plain)."""
+
+    speedup: float
+    low: float
+    high: float
+    against: str
 
 
 class Generated(TypedDict):
