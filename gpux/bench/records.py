@@ -61,7 +61,7 @@ class Speedup(TypedDict):
 
 
 class Accuracy(TypedDict, total=False):
-    """Every accuracy figure of a verification record (gpux.bench.command.accuracy_of, which writes every key): the
+    """Every accuracy figure of a verification record (gpux.bench.accuracy.accuracy_of, which writes every key): the
     worst value of each metric over the outputs, the verdict, what it was judged on, and the record's own parts as it
     has them."""
 

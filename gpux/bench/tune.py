@@ -110,7 +110,8 @@ def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protoc
              deadline: float, log: Callable[[str], None], opened: list[tuple[Outcome, Any]]) -> None:
     """Build, verify and open each candidate in turn (a refinement not needed, or past the budget, is left
     out); the opened ones are appended to `opened`, the others' rows say why."""
-    from gpux.bench.command import OpenedRow, Rows, open_one, verification_status
+    from gpux.bench.accuracy import verification_status
+    from gpux.bench.command import OpenedRow, Rows, open_one
     from gpux.plan.targets import fitted_options, resolve_shapes, with_options
 
     spent: dict[int, float] = {}  # seconds each opened candidate took, by id()
