@@ -6,9 +6,10 @@ import ctypes
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 CUDA_LIBRARIES = ("libcuda.so.1", "libcuda.so", "nvcuda.dll")
 
@@ -52,8 +53,43 @@ def cuda_device_problem() -> str | None:
     return None if count.value > 0 else "no NVIDIA GPU found"
 
 
+class GpuIdentity(TypedDict, total=False):
+    """An NVIDIA GPU as the CUDA driver names it (what keys a GPU artifact), or why none is found."""
+
+    gpu: str | None
+    reason: str
+    compute_capability: str
+    cuda_driver: str
+
+
+class HostFacts(TypedDict):
+    """Cheap facts about the host (benchmark documents, the tune lock)."""
+
+    os: str
+    os_release: str
+    platform: str
+    machine: str
+    python: str
+    python_implementation: str
+    cpu_model: str
+    logical_cores: int | None
+    available_cpus: int | None
+
+
+class InstalledState(TypedDict):
+    """What a record of an earlier command holds of the machine (`installed_state`)."""
+
+    gpux: str
+    python: str
+    platform: str
+    installed: list[str]
+    processor: str
+    devices: list[str]
+    gpu: GpuIdentity | None
+
+
 @cache
-def gpu_identity(device_id: int = 0) -> dict[str, Any]:
+def gpu_identity(device_id: int = 0) -> GpuIdentity:
     """Name and compute capability of an NVIDIA GPU, from the CUDA driver API."""
     cuda = cuda_driver()
     if cuda is None:
@@ -74,18 +110,18 @@ def gpu_identity(device_id: int = 0) -> dict[str, Any]:
             "cuda_driver": f"{version.value // 1000}.{version.value % 1000 // 10}"}
 
 
-def device_identity(device: str, options: dict[str, Any]) -> dict[str, Any]:
+def device_identity(device: str, options: Mapping[str, object]) -> GpuIdentity | dict[str, str]:
     """What keys an artifact to this machine's device (`device`: an artifact kind's, gpux.runtimes.ArtifactKind):
     nothing ("none", or "cpu-if-level" at an optimization level that fuses nothing machine-specific), the GPU
     the options name ("gpu"), else the CPU."""
     if device == "none" or (device == "cpu-if-level" and options.get("optimization") in (None, "disabled", "basic")):
         return {}
     if device == "gpu":
-        return gpu_identity(int(options.get("device_id") or 0))
+        return gpu_identity(int(str(options.get("device_id") or 0)))
     return cpu_identity()
 
 
-def environment_facts() -> dict[str, Any]:
+def environment_facts() -> HostFacts:
     """Cheap facts about the host, from the standard library only (benchmark documents, the tune lock)."""
     affinity = getattr(os, "sched_getaffinity", None)
     return {
@@ -99,7 +135,7 @@ def environment_facts() -> dict[str, Any]:
 DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dri", "/dev/accel")  # accelerator device nodes
 
 
-def installed_state() -> dict[str, Any]:
+def installed_state() -> InstalledState:
     """What a record of an earlier command (an unchanged build, a server's start) holds of the machine: gpux, Python,
     every distribution installed where Python imports from (a dist-info or egg-info folder names its version: one
     added, removed or upgraded, a provider plugin included, changes this), the CPU and the accelerator devices.

@@ -27,7 +27,7 @@ class Environment(TypedDict):
     """What of this machine an artifact depends on (part of its key)."""
 
     versions: dict[str, str | None]  # its runtime's distributions (None: not installed)
-    device: dict[str, Any]  # the identity of the device it is made for (gpux.machine.device_identity)
+    device: Mapping[str, object]  # the identity of the device it is made for (gpux.machine.device_identity)
 
 
 class Published(Protocol):

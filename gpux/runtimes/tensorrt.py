@@ -60,7 +60,8 @@ def build_engine(ctx: Context) -> EngineInfo:
     from gpux.runtimes.onnxruntime import create_session
 
     identity = gpu_identity(int(ctx.target.options.get("device_id") or 0))
-    if not identity.get("gpu"):
+    gpu = identity.get("gpu")
+    if not gpu:
         raise BuildFailed(f"cannot build a TensorRT engine here: {identity.get('reason', 'no NVIDIA GPU')}")
     (ctx.workdir / ENGINES).mkdir()
     src = ctx.workdir / "model.onnx"
@@ -80,7 +81,7 @@ def build_engine(ctx: Context) -> EngineInfo:
     engines = sorted(p.name for p in (ctx.workdir / ENGINES).glob("*.engine"))
     if not engines:
         raise BuildFailed("TensorRT produced no engine file; see the build log with GPUX_DEBUG=1")
-    return {"main": main, "engine_seconds": round(seconds, 3), "engines": engines, "gpu": identity["gpu"],
+    return {"main": main, "engine_seconds": round(seconds, 3), "engines": engines, "gpu": gpu,
             "compute_capability": identity["compute_capability"], "cuda_driver": identity["cuda_driver"],
             "tensorrt": trt_version()}
 
