@@ -169,6 +169,55 @@ class SpeedDoc(TypedDict):
     against: str
 
 
+class AttemptDoc(TypedDict):
+    """One provider's try as documents carry it (`run.fallback.Attempt.to_dict`, a --json document's attempts)."""
+
+    provider: str
+    stage: str  # probe | build | session | first-inference | placement | ok
+    ok: bool
+    reason: str
+    fix: str | None
+
+
+class PlacementDoc(TypedDict):
+    """Which execution provider ran each node of one inference (`runtimes.onnxruntime.placement`)."""
+
+    ep: str
+    nodes: dict[str, int]  # execution provider -> nodes it ran
+    total: int
+    partitions: int  # runs of consecutive nodes off the CPU
+    coverage: float  # the share of nodes `ep` ran
+
+
+class VerifiedAs(TypedDict):
+    """A session's artifact's verdict in short: verified / unverified / skipped, on which data."""
+
+    status: str
+    data: str | None
+    skipped: str | None
+
+
+class SessionReport(TypedDict, total=False):
+    """What ran and why (`run.session.Session.report`): the providers asked for and tried, what runs, where, at
+    which precision, its verdict, how long each phase took, and the runtime's own details."""
+
+    requested: list[str]
+    request_source: str
+    chain: list[str]
+    provider: str
+    runs_on: str | None
+    fell_back: bool
+    attempts: list[AttemptDoc]
+    warnings: list[str]
+    placement: PlacementDoc | None
+    phases: dict[str, float]
+    runtime: Mapping[str, Any] | None  # the runner's details, as its runtime reports them
+    precision: str
+    execution_precision: str
+    verification: VerifiedAs
+    pipeline: list[str]  # a workspace's pipeline served as one model: its stages' models
+
+
 class Generated(TypedDict):
     """What generated inputs look like: declared value ranges and the sizes of symbolic dims."""
 

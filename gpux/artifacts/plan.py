@@ -13,12 +13,13 @@ from typing import Any
 
 from gpux.artifacts import unchanged
 from gpux.config.load import Project
+from gpux.documents import AttemptDoc
 from gpux.errors import BuildFailed, ProviderUnavailable
 from gpux.files import digest_data, digest_files, store_root
 from gpux.model.io import Checked, Tensor, check_model
 from gpux.plan.targets import Target, resolve_shapes
 from gpux.quality.verify import judged
-from gpux.report import AttemptDoc, attempt_line, probe_attempt
+from gpux.report import attempt_line, probe_attempt
 from gpux.runtimes import ArtifactKind, kind_of, targets
 from gpux.version import __version__
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from gpux.documents import OutputMetrics, RateDoc
-from gpux.report import AttemptDoc
+from gpux.documents import AttemptDoc, OutputMetrics, RateDoc
 
 
 class Figures(TypedDict, total=False):

@@ -7,9 +7,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
-from gpux.documents import AnswersRecord, OutputMetrics, RateDoc, SpeedDoc, VerificationDoc
+from gpux.documents import AnswersRecord, AttemptDoc, OutputMetrics, RateDoc, SessionReport, SpeedDoc, VerificationDoc
 from gpux.report.tables import format_size, format_table
 
 if TYPE_CHECKING:
@@ -68,16 +68,6 @@ def _default(value: Any) -> Any:
     if hasattr(value, "to_dict"):
         return value.to_dict()
     return str(value)
-
-
-class AttemptDoc(TypedDict):
-    """One provider's try as documents carry it (`run.fallback.Attempt.to_dict`, a --json document's attempts)."""
-
-    provider: str
-    stage: str  # probe | build | session | first-inference | placement | ok
-    ok: bool
-    reason: str
-    fix: str | None
 
 
 def probe_attempt(skipped: Availability) -> AttemptDoc:
@@ -155,7 +145,7 @@ def info(msg: str) -> None:
     sys.stderr.write(f"{msg}\n")
 
 
-def provider_lines(report: dict[str, Any]) -> list[str]:
+def provider_lines(report: SessionReport) -> list[str]:
     """requested → used, then one line per skipped provider with its reason and fix."""
     source = report["request_source"]
     lines = fallback_warnings(report["attempts"], source)
@@ -164,7 +154,7 @@ def provider_lines(report: dict[str, Any]) -> list[str]:
         nodes = ", ".join(f"{ep} {n}" for ep, n in pl["nodes"].items())
         lines.append(f"placement: {nodes} of {pl['total']} nodes; {pl['partitions']} partitions; "
                      f"{pl['ep']} coverage {pl['coverage']:.0%}")
-    rt = report.get("runtime") or {}
+    rt: Mapping[str, Any] = report.get("runtime") or {}
     if rt.get("compile_cache"):
         c = rt["compile_cache"]
         lines.append(f"torch.compile ({rt.get('compile')}): first call {rt.get('compile_s', 0):.2f}s, Inductor "
@@ -178,7 +168,8 @@ def provider_lines(report: dict[str, Any]) -> list[str]:
         at = f" at {report['precision']}"
         if report.get("execution_precision") not in (None, report["precision"]):
             at += f" (executes {report['execution_precision']})"
-        status = (report.get("verification") or {}).get("status")
+        verified = report.get("verification")
+        status = verified["status"] if verified else None
         at += {"unverified": ", UNVERIFIED", "skipped": ", not verified"}.get(status or "", "")
     lines.append(f"provider: requested {requested} ({source}) → ran {report['provider']}"
                  f" [{report['runs_on']}]{at}{absent_note(report['attempts'], source)}")

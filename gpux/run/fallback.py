@@ -11,6 +11,7 @@ from pathlib import Path
 from gpux.artifacts import store
 from gpux.artifacts.build import BuildResult, build
 from gpux.config.load import Project
+from gpux.documents import AttemptDoc
 from gpux.errors import (
     GpuxError,
     InputError,
@@ -24,7 +25,6 @@ from gpux.errors import (
 from gpux.model.io import Checked
 from gpux.plan.select import Selection
 from gpux.providers import Runner
-from gpux.report import AttemptDoc
 from gpux.runtimes import kind_of, resolve
 
 # Python's own errors of code that is wrong: raised in gpux's code, a bug (exit 70), never a runtime's failure

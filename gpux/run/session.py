@@ -11,6 +11,7 @@ from typing import Any
 from gpux.arrays import Feeds, Named, Outputs
 from gpux.config.load import Project
 from gpux.config.locate import open_project
+from gpux.documents import PlacementDoc, SessionReport, VerificationDoc
 from gpux.errors import InputError, first_line
 from gpux.model.checked import Signatures, signature, taken_as_given
 from gpux.model.inputs import cast_all
@@ -28,7 +29,7 @@ class Session:
         self.io, self.inputs, self.outputs = fallback.checked.io, fallback.checked.inputs, fallback.checked.outputs
         self.warnings = warnings
         self._placement = placement
-        self.placement: dict[str, Any] | None = None
+        self.placement: PlacementDoc | None = None
         self._steps: Any = None  # the declared steps bound to the model's I/O, on the first predict
         self._take(opened)
 
@@ -182,7 +183,7 @@ class Session:
         auto = self.selection.source == "auto"
         return any(not a.ok and not (auto and a.stage == "probe") for a in self.attempts)
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> SessionReport:
         """What ran and why: `warnings` holds the session's warnings, then one `skipped ...` line per provider
         asked for and passed over (what the text output warns about a fallback)."""
         from gpux.report import fallback_warnings
@@ -197,13 +198,13 @@ class Session:
                 "placement": self.placement, "phases": {k: round(v, 4) for k, v in self.timings.items()},
                 "runtime": self.runner.details if self._runner else None, **self._precision()}
 
-    def _precision(self) -> dict[str, Any]:
+    def _precision(self) -> SessionReport:
         """The artifact's precision, what the runtime executes at (OpenVINO reports its hint) and whether it was
         verified (on which data)."""
         if self.build is None or self._runner is None:
             return {}
         precision = self.build.final.target.precision
-        v = self.build.final.artifact.manifest.get("verification") or {}
+        v: VerificationDoc = self.build.final.artifact.manifest["verification"] or {}
         return {"precision": precision,
                 "execution_precision": self._runner.details.get("inference_precision") or precision,
                 "verification": {"status": v.get("status") or ("skipped" if "skipped" in v else "verified"),

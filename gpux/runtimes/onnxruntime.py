@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
+from gpux.documents import PlacementDoc
 from gpux.errors import debugging
 from gpux.optional import require
 
@@ -329,7 +330,7 @@ def bind(sess: OrtSession, feeds: Feeds, n: int) -> list[Any]:
 
 
 def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: Feeds,
-              level: str = ONLINE_LEVEL) -> dict[str, Any]:
+              level: str = ONLINE_LEVEL) -> PlacementDoc:
     """Which execution provider ran each node of the partitioned graph, from ONNX Runtime's own profile of
     one inference: node counts per EP, partitions (runs of consecutive non-CPU nodes) and coverage."""
     import json
@@ -350,7 +351,7 @@ def placement(model: Path, ep: str, ep_opts: dict[str, str] | None, feeds: Feeds
     return placement_summary(order, ep)
 
 
-def placement_summary(order: list[str], ep: str) -> dict[str, Any]:
+def placement_summary(order: list[str], ep: str) -> PlacementDoc:
     counts: dict[str, int] = {}
     partitions, previous = 0, "CPUExecutionProvider"
     for p in order:

@@ -7,11 +7,12 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpux.arrays import Feeds, Named, Outputs
+from gpux.documents import SessionReport
 from gpux.model.io import Tensor
 from gpux.serve.record import Recorded
 
@@ -31,7 +32,7 @@ class Opened:
     outputs: dict[str, Tensor]
     provider: str
     runs_on: str
-    report: dict[str, Any]  # the session's report, as `gpux run --json` shows it
+    report: SessionReport  # the session's report, as `gpux run --json` shows it
     labels: dict[str, list[str]]  # output -> class labels from gpux.yml
     steps: Steps | None = None  # where gpux.yml declares a preprocess or postprocess
     files: str | None = None  # the input that takes encoded files (BYTES), through its declared preprocess

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpux.artifacts.unchanged import config_of, record_path, snapshot
 from gpux.config import CONFIG_NAMES
+from gpux.documents import SessionReport
 from gpux.files import atomic_write_text, sha256_file
 from gpux.machine import installed_state
 from gpux.model.io import Tensor
@@ -78,7 +79,7 @@ class Recorded:
     labels: dict[str, list[str]]
     provider: str
     runs_on: str
-    report: dict[str, Any]  # the session's report, as `gpux run --json` shows it
+    report: SessionReport  # the session's report, as `gpux run --json` shows it
     recipe: Recipe
 
     @classmethod
@@ -87,7 +88,7 @@ class Recorded:
         return cls(name=str(doc["name"]), version=str(doc["version"]), path=str(doc["path"]), root=str(doc["root"]),
                    settings=Settings.of(doc["settings"]), inputs=tensors(doc["inputs"]),
                    outputs=tensors(doc["outputs"]), labels={str(k): list(v) for k, v in doc["labels"].items()},
-                   provider=str(doc["provider"]), runs_on=str(doc["runs_on"]), report=dict(doc["report"]),
+                   provider=str(doc["provider"]), runs_on=str(doc["runs_on"]), report=doc["report"],
                    recipe=Recipe.of(doc["recipe"]))
 
     def doc(self) -> dict[str, Any]:
