@@ -179,6 +179,110 @@ class AttemptDoc(TypedDict):
     fix: str | None
 
 
+class TargetDoc(TypedDict):
+    """One target as documents carry it (`plan.targets.Target.to_dict`; a manifest's `target`)."""
+
+    id: str
+    kind: str
+    step: str  # the same as kind: what a store written before "kind" reads
+    provider: str
+    precision: str
+    consumes: str
+    options: dict[str, object]
+
+
+class PlannedDoc(TargetDoc):
+    """A planned target with its cache key and what the key covers (`artifacts.plan.Planned.to_dict`)."""
+
+    key: str
+    key_parts: dict[str, object]
+
+
+class SelectionDoc(TypedDict):
+    """What a command asked to run (`plan.select.Selection.to_dict`): the chain, where it came from."""
+
+    chain: list[str]
+    source: str
+    strict: bool
+    notes: list[str]
+
+
+class AvailabilityDoc(TypedDict):
+    """A provider's probe on this machine (`providers.row.Availability.to_dict`)."""
+
+    provider: str
+    status: str
+    reason: str
+    fix: str | None
+
+
+class PlanDoc(TypedDict, total=False):
+    """`gpux build --dry-run`'s document: the targets the provider would build (`artifacts.plan.BuildPlan`)."""
+
+    name: str
+    provider: str
+    source: str
+    targets: list[PlannedDoc]
+    selection: SelectionDoc
+    available: AvailabilityDoc
+
+
+class BuiltDoc(TypedDict):
+    """One target built or found cached (`artifacts.build.TargetResult.to_dict`)."""
+
+    target: TargetDoc
+    key: str
+    cached: bool
+    reason: str
+    seconds: float
+    path: str
+    size: int
+    verification: VerificationDoc | None
+    vs_plain: SpeedDoc | None
+
+
+class BuildDoc(TypedDict, total=False):
+    """`gpux build`'s document: what was built for which provider, what was asked, passed over and warned."""
+
+    name: str
+    provider: str
+    targets: list[BuiltDoc]
+    requested: SelectionDoc
+    cannot_run: str | None
+    attempts: list[AttemptDoc]
+    warnings: list[str]
+
+
+class ArtifactRow(TypedDict):
+    """One artifact in the store as `gpux inspect` lists it: its state (current, tuned, stale, damaged), size,
+    where it is, when it was built, its verdict and what it was keyed on."""
+
+    id: str
+    state: str
+    problem: str | None
+    size: int
+    path: str
+    built_at: str | None
+    verification: VerificationDoc | None
+    versions: object
+    device: object
+    info: Mapping[str, object] | None  # the build step's own document (its runtime's)
+
+
+class Fingerprint(TypedDict):
+    """What a tune lock's figures depend on (`plan.lock.fingerprint`): the machine, the runtimes, gpux, the config
+    and the model."""
+
+    cpu: str
+    machine: str
+    os: str
+    cores: int | None
+    gpux: str
+    runtimes: dict[str, str | None]
+    config_sha256: str
+    model_sha256: str
+
+
 class PlacementDoc(TypedDict):
     """Which execution provider ran each node of one inference (`runtimes.onnxruntime.placement`)."""
 

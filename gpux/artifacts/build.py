@@ -11,7 +11,7 @@ from typing import Any
 from gpux.artifacts import store
 from gpux.artifacts.plan import BuildPlan, Planned, digest_of, plan_build
 from gpux.config.load import Project
-from gpux.documents import SpeedDoc
+from gpux.documents import BuildDoc, BuiltDoc, SpeedDoc
 from gpux.errors import BuildFailed, GpuxError, VerificationFailed, environmental, raised_by_gpux
 from gpux.files import locked
 from gpux.plan.targets import Target
@@ -27,7 +27,7 @@ class TargetResult:
     seconds: float
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> BuiltDoc:
         m = self.artifact.manifest
         return {"target": self.target.to_dict(), "key": self.key, "cached": self.cached,
                 "reason": self.reason, "seconds": round(self.seconds, 4), "path": str(self.artifact.main),
@@ -45,7 +45,7 @@ class BuildResult:
     def final(self) -> TargetResult:
         return self.results[-1]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> BuildDoc:
         return {"name": self.project.name, "provider": self.provider,
                 "targets": [r.to_dict() for r in self.results]}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from gpux.artifacts import unchanged
 from gpux.config.load import Project
-from gpux.documents import AttemptDoc
+from gpux.documents import AttemptDoc, PlanDoc, PlannedDoc
 from gpux.errors import BuildFailed, ProviderUnavailable
 from gpux.files import digest_data, digest_files, store_root
 from gpux.model.io import Checked, Tensor, check_model
@@ -38,7 +38,7 @@ class Planned:
         """Its artifact's folder in the store, under the model's name."""
         return f"{self.target.id}-{self.key[:12]}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PlannedDoc:
         return {**self.target.to_dict(), "key": self.key, "key_parts": self.parts}
 
 
@@ -60,7 +60,7 @@ class BuildPlan:
     def inputs(self) -> dict[str, Tensor]:
         return self.checked.inputs
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PlanDoc:
         return {"name": self.project.name, "provider": self.provider, "source": str(self.project.source),
                 "targets": [s.to_dict() for s in self.steps]}
 

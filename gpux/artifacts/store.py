@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-from gpux.documents import VerificationDoc
+from gpux.documents import TargetDoc, VerificationDoc
 from gpux.files import atomic_write_text, sha256_file, stamp
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class Manifest(TypedDict):
     schema: int
     name: str
     version: str  # the model's
-    target: dict[str, Any]  # the Target's own document (gpux.plan.targets.Target.to_dict)
+    target: TargetDoc  # the Target's own document (gpux.plan.targets.Target.to_dict)
     key: str
     key_parts: dict[str, Any]  # what the key covers, digested as JSON (gpux.artifacts.plan.keyed_targets)
     main: str  # the artifact's main file, relative to its folder

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpux.config import CONFIG_NAMES
+from gpux.documents import BuildDoc
 from gpux.files import atomic_write_text, sha256_file, stamp, store_root
 from gpux.machine import installed_state
 
@@ -82,7 +83,7 @@ def before(files: list[Path], config: Path) -> Before:
     return Before(snapshot(files), sha)
 
 
-def replay(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
+def replay(path: str, request: dict[str, Any]) -> BuildDoc | None:
     """The last build's result document if nothing it depended on changed, else None."""
     config = config_of(path)
     if config is None:
@@ -96,9 +97,9 @@ def replay(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if not unchanged:
         return None
-    doc = rec["doc"]
-    for t in doc["targets"]:
-        t.update(cached=True, reason="", seconds=0.0)
+    doc: BuildDoc = rec["doc"]  # written by record() below
+    for t in doc.get("targets", []):
+        t["cached"], t["reason"], t["seconds"] = True, "", 0.0
     _side_effects(str(doc["name"]), config)
     return doc
 
@@ -110,7 +111,7 @@ def _side_effects(name: str, config: Path) -> None:
     index.remember(name, config)
 
 
-def record(project: Project, request: dict[str, Any], doc: dict[str, Any], taken: Before, outputs: list[Path]) -> None:
+def record(project: Project, request: dict[str, Any], doc: BuildDoc, taken: Before, outputs: list[Path]) -> None:
     """Remember a successful build (best effort: a failure to write only costs the next build's speed). `taken`
     was taken before the build; `outputs` (artifacts) are stat-ed now."""
     if project.path.name not in CONFIG_NAMES or not project.path.is_file() or taken.config_sha is None:

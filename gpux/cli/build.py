@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gpux import report
+from gpux.documents import BuildDoc, PlanDoc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,16 +42,16 @@ def build_command(req: BuildRequest) -> int:
 
     request = {"provider": req.provider, "strict": req.strict, "verify": req.verify, "store": req.store,
                "shapes": req.shapes}
-    doc = None if req.force or req.dry_run else unchanged.replay(req.path, request)
-    show: Callable[[dict[str, Any]], None] = report.render_build
-    if doc is None:
-        doc, show = _build(req, request)
-    report.emit_json(doc) if req.as_json else show(doc)
+    replayed = None if req.force or req.dry_run else unchanged.replay(req.path, request)
+    doc, show = (replayed, functools.partial(report.render_build, replayed)) if replayed is not None else \
+        _build(req, request)
+    report.emit_json(doc) if req.as_json else show()
     return 0
 
 
-def _build(req: BuildRequest, request: dict[str, Any]) -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]]:
-    """The full build (or plan, for --dry-run): its report document and how to show it as text."""
+def _build(req: BuildRequest, request: dict[str, Any]) -> tuple[object, Callable[[], None]]:
+    """The full build (or plan, for --dry-run): its report document (what --json prints) and what shows it as
+    text."""
     from gpux.artifacts import unchanged
     from gpux.artifacts.build import execute
     from gpux.artifacts.plan import plan_selected
@@ -75,22 +77,23 @@ def _build(req: BuildRequest, request: dict[str, Any]) -> tuple[dict[str, Any], 
     if req.dry_run:
         plan = plan_selected(project, selection, dry_run=True, store_dir=req.store, shapes=req.shapes,
                              checked=checked)
-        return {**plan.to_dict(), "selection": selection.to_dict(),
-                "available": selection.available(plan.provider).to_dict()}, report.render_plan
+        planned: PlanDoc = {**plan.to_dict(), "selection": selection.to_dict(),
+                            "available": selection.available(plan.provider).to_dict()}
+        return planned, functools.partial(report.render_plan, planned)
     keep(selection.reset)  # a build settles the choice: a saved one no longer offered is reset on disk
     # what the build reads is taken into the plan before anything is hashed: a file changed meanwhile is not replayed
     plan = plan_selected(project, selection, store_dir=req.store, shapes=req.shapes, checked=checked, taken=True)
     result = execute(plan, force=req.force, verify=req.verify, log=report.progress(req.as_json), strict=req.strict)
     remember(project)
-    doc = {**result.to_dict(), "requested": selection.to_dict(), "cannot_run": plan.cannot_run,
-           "attempts": plan.attempts, "warnings": warnings}
+    doc: BuildDoc = {**result.to_dict(), "requested": selection.to_dict(), "cannot_run": plan.cannot_run,
+                     "attempts": plan.attempts, "warnings": warnings}
     doc["warnings"] = report.build_warnings(doc)  # the fallback included: --json says what the text says
     outputs = [r.artifact.dir / rel for r in result.results for rel in [*r.artifact.manifest["files"], "manifest.json"]]
     # the folders a later `gpux use` (use.json) or `gpux tune` (gpux.lock.json) writes into: a new choice is a new build
     outputs += [Place(project.name, project.root, req.store).file.parent, project.root]
     assert plan.taken is not None
     unchanged.record(project, request, doc, plan.taken, outputs)
-    return doc, report.render_build
+    return doc, functools.partial(report.render_build, doc)
 
 
 __all__ = ["BuildRequest", "build_command", "parse_sizes"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpux import report
+from gpux.documents import ArtifactRow
 from gpux.files import store_root
 from gpux.report import tables
 
@@ -68,7 +69,7 @@ def would_skip(selection: Any) -> list[str]:
     return report.fallback_warnings([report.probe_attempt(a) for a in selection.skipped], selection.source)
 
 
-def artifact_rows(project: Any, store_dir: str | None, tuned: set[str] | None = None) -> list[dict[str, Any]]:
+def artifact_rows(project: Any, store_dir: str | None, tuned: set[str] | None = None) -> list[ArtifactRow]:
     """One row per artifact built for the project: current (what a run would use), tuned (a candidate the lock
     measured and did not choose), stale (another config, model or environment) or damaged."""
     from gpux.artifacts import store
@@ -76,7 +77,7 @@ def artifact_rows(project: Any, store_dir: str | None, tuned: set[str] | None = 
 
     root = store_root(project.root, store_dir)
     current = current_folders(project, root)
-    arts = []
+    arts: list[ArtifactRow] = []
     for a in store.artifacts(root, project.name):
         problem = store.check(a, full=False)
         state = "damaged" if problem else "current" if a.dir.name in current else \

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux.config.load import Project
+from gpux.documents import Fingerprint
 from gpux.providers.options import OptionFields
 from gpux.version import __version__
 
@@ -17,7 +18,7 @@ LOCK_NAME = "gpux.lock.json"
 SCHEMA = 1
 
 
-def fingerprint(project: Project) -> dict[str, Any]:
+def fingerprint(project: Project) -> Fingerprint:
     """What the figures depend on: this machine, the runtimes, gpux, the config and the model."""
     from gpux.files import digest_files, store_root
     from gpux.machine import environment_facts

@@ -9,10 +9,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gpux.config.load import Project
 from gpux.config.problems import did_you_mean
+from gpux.documents import SelectionDoc
 from gpux.errors import ProviderUnavailable, UsageError
 from gpux.plan.choice import Place, Reset, read
 from gpux.providers import Availability, broken_plugin, registry
@@ -37,7 +37,7 @@ class Selection:
     project: Project | None = field(default=None, repr=False, compare=False)  # with the tune lock's options
     reset: Reset | None = None  # for choice.keep: a stale saved choice and what replaces it
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SelectionDoc:
         return {"chain": list(self.chain), "source": self.source, "strict": self.strict,
                 "notes": list(self.notes)}
 

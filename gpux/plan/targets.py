@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpux.config.load import Project
+from gpux.documents import TargetDoc
 from gpux.providers.options import OptionFields
 
 
@@ -23,7 +24,7 @@ class Target:
     options: dict[str, Any]
     consumes: str = "source"  # "source" or another target's id
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TargetDoc:
         # "step" too: what gpux 0.1.0 before "kind" reads, so both share a store
         return {"id": self.id, "kind": self.kind, "step": self.kind, "provider": self.provider,
                 "precision": self.precision, "consumes": self.consumes, "options": self.options}

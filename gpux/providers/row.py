@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 from pkgutil import resolve_name
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from gpux.documents import AvailabilityDoc
+
 if TYPE_CHECKING:
     from gpux.arrays import Feeds, Outputs
     from gpux.providers.options import OptionFields
@@ -31,7 +33,7 @@ class Availability:
     def ok(self) -> bool:
         return self.status == "ok"
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> AvailabilityDoc:
         return {"provider": self.provider, "status": self.status, "reason": self.reason, "fix": self.fix}
 
 

@@ -7,9 +7,20 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from gpux.documents import AnswersRecord, AttemptDoc, OutputMetrics, RateDoc, SessionReport, SpeedDoc, VerificationDoc
+from gpux.documents import (
+    AnswersRecord,
+    ArtifactRow,
+    AttemptDoc,
+    BuildDoc,
+    OutputMetrics,
+    PlanDoc,
+    RateDoc,
+    SessionReport,
+    SpeedDoc,
+    VerificationDoc,
+)
 from gpux.report.tables import format_size, format_table
 
 if TYPE_CHECKING:
@@ -300,9 +311,9 @@ def answer_parts(outputs: Mapping[str, OutputMetrics]) -> list[str]:
     return parts
 
 
-def artifacts_table(arts: list[dict[str, Any]]) -> str:
-    def speed(a: dict[str, Any]) -> str:
-        vs = (a.get("info") or {}).get("vs_plain")
+def artifacts_table(arts: list[ArtifactRow]) -> str:
+    def speed(a: ArtifactRow) -> str:
+        vs = cast("SpeedDoc | None", (a["info"] or {}).get("vs_plain"))
         return f"{vs['speedup']:.2f}×{' SLOWER' if slower_note(vs) else ''}" if vs else "-"
 
     rows = [[a["id"], a["state"], format_size(a["size"]), verdict(a.get("verification"), short=True), speed(a),
@@ -310,7 +321,7 @@ def artifacts_table(arts: list[dict[str, Any]]) -> str:
     return format_table(["artifact", "state", "size", "verification", "vs plain fp32", "path"], rows)
 
 
-def build_warnings(doc: dict[str, Any]) -> list[str]:
+def build_warnings(doc: BuildDoc) -> list[str]:
     """A build document's warnings, then each provider asked for and passed over, a build for a provider
     that cannot run here, and which provider was built instead of the one asked for (each said once)."""
     source = doc["requested"]["source"]
@@ -323,13 +334,13 @@ def build_warnings(doc: dict[str, Any]) -> list[str]:
     return said + [w for w in more if w not in said]
 
 
-def render_plan(doc: dict[str, Any]) -> None:
+def render_plan(doc: PlanDoc) -> None:
     """`gpux build --dry-run`: the targets the first provider of the chain would build, and their options."""
     avail = doc["available"]
     render_targets(doc, f" ({avail['status']}: {avail['reason']})")
 
 
-def render_targets(doc: dict[str, Any], note: str = "") -> None:
+def render_targets(doc: PlanDoc, note: str = "") -> None:
     """A build plan's targets (artifacts.plan.BuildPlan.to_dict), one line each."""
     print(f"plan for {doc['name']} on {doc['provider']}{note}")
     print(f"  source {doc['source']}")
@@ -338,7 +349,7 @@ def render_targets(doc: dict[str, Any], note: str = "") -> None:
         print(f"  → {t['id']} [{t['kind']}, {t['precision']}] from {t['consumes']}: {opts}")
 
 
-def render_build(doc: dict[str, Any]) -> None:
+def render_build(doc: BuildDoc) -> None:
     """`gpux build`'s human report: warnings and skipped providers on stderr, one line per target."""
     for w in build_warnings(doc):
         warn(w)

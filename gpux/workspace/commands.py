@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Protocol, TypedDict, Unpack
 
 from gpux import report
+from gpux.documents import PlanDoc
 from gpux.errors import GpuxError, UsageError
 from gpux.plan.choice import keep, read, write
 from gpux.report import tables
@@ -88,9 +90,9 @@ class BuildOptions(TypedDict, total=False):
 
 
 def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_json: bool, *, dry_run: bool = False,
-                    **options: Unpack[BuildOptions]) -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]]:
+                    **options: Unpack[BuildOptions]) -> tuple[object, Callable[[], None]]:
     """Build every enabled model's artifacts for the one provider the workspace runs (`dry_run`: plan them): the
-    report document, and how to show it as text."""
+    report document (what --json prints), and what shows it as text."""
     from gpux.artifacts.build import build
     from gpux.artifacts.plan import plan_build
 
@@ -101,22 +103,22 @@ def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_
     if dry_run:
         plans = {n: plan_build(p, choice.provider, store_dir=store_dir, shapes=options.get("shapes")).to_dict()
                  for n, p in ms.models.items()}
-        return {**head, "models": plans}, _show_plans
+        return {**head, "models": plans}, functools.partial(_show_plans, plans)
     keep(choice.selection.reset)  # building settles the choice: a reset saved choice is saved
     log = report.progress(as_json)
     built = {n: build(p, choice.provider, store_dir=store_dir, log=log, **options).to_dict()
              for n, p in ms.models.items()}
-    return {**head, "models": built}, _show_built
+    return {**head, "models": built}, functools.partial(_show_built, list(built), choice.provider, choice.source)
 
 
-def _show_plans(doc: dict[str, Any]) -> None:
-    for plan in doc["models"].values():
+def _show_plans(plans: dict[str, PlanDoc]) -> None:
+    for plan in plans.values():
         report.render_targets(plan)
 
 
-def _show_built(doc: dict[str, Any]) -> None:
-    for n in doc["models"]:
-        report.info(f"{n}: built for {doc['provider']} ({doc['source']})")
+def _show_built(names: list[str], provider: str, source: str) -> None:
+    for n in names:
+        report.info(f"{n}: built for {provider} ({source})")
 
 
 class RunAsked(Protocol):
