@@ -283,6 +283,22 @@ class Fingerprint(TypedDict):
     model_sha256: str
 
 
+class LabelScore(TypedDict):
+    label: str
+    score: float
+
+
+class OutputEntry(TypedDict, total=False):
+    """One output in `gpux run --json`'s document: its dtype and shape, its values (or the -o file holding them),
+    and, where gpux.yml gives it labels, the top classes of each row."""
+
+    dtype: str
+    shape: list[int]
+    file: str
+    data: object  # the values, as nested lists
+    top: list[list[LabelScore]]
+
+
 class PlacementDoc(TypedDict):
     """Which execution provider ran each node of one inference (`runtimes.onnxruntime.placement`)."""
 

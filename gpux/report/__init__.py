@@ -14,6 +14,7 @@ from gpux.documents import (
     ArtifactRow,
     AttemptDoc,
     BuildDoc,
+    OutputEntry,
     OutputMetrics,
     PlanDoc,
     RateDoc,
@@ -201,11 +202,11 @@ def settings_text(settings: Mapping[str, object]) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items())
 
 
-def output_doc(project: Project, outputs: Named, top: int = 5, written: str | None = None) -> dict[str, Any]:
+def output_doc(project: Project, outputs: Named, top: int = 5, written: str | None = None) -> dict[str, OutputEntry]:
     """Each output's dtype, shape and values; with `written` (the -o file) the values stay in that file."""
-    doc: dict[str, Any] = {}
+    doc: dict[str, OutputEntry] = {}
     for name, arr in outputs.items():
-        entry: dict[str, Any] = {"dtype": str(arr.dtype), "shape": list(arr.shape)}
+        entry: OutputEntry = {"dtype": str(arr.dtype), "shape": list(arr.shape)}
         if written:
             entry["file"] = written
         else:
@@ -220,7 +221,7 @@ def output_doc(project: Project, outputs: Named, top: int = 5, written: str | No
     return doc
 
 
-def format_outputs(doc: dict[str, Any]) -> str:
+def format_outputs(doc: Mapping[str, OutputEntry]) -> str:
     import numpy as np
 
     lines = []
