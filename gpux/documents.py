@@ -299,6 +299,27 @@ class OutputEntry(TypedDict, total=False):
     top: list[list[LabelScore]]
 
 
+class StoredArtifact(TypedDict):
+    """One artifact as `gpux cache ls/verify/prune` lists it: where, how large, whether it checks out."""
+
+    id: str
+    path: str
+    size: int
+    ok: bool
+    problem: str | None
+    built_at: str | None
+
+
+class ModelChoice(TypedDict):
+    """A workspace's one choice turned into one model's own settings (`workspace.project.derived`)."""
+
+    provider: str
+    precision: str
+    artifact: str
+    steps: list[str]  # the targets built in turn, the artifact last
+    options: dict[str, object]  # its provider block, as gpux.yml would write it
+
+
 class PlacementDoc(TypedDict):
     """Which execution provider ran each node of one inference (`runtimes.onnxruntime.placement`)."""
 

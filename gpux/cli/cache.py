@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gpux import report
+from gpux.documents import StoredArtifact
 from gpux.errors import ExitCode
 from gpux.files import store_root
 from gpux.report import tables
@@ -30,7 +31,7 @@ def cache_command(action: str, path: str, store_dir: str | None, as_json: bool) 
     root = store_root(project.root, store_dir)
     arts = store.artifacts(root, project.name)
     current = current_folders(project, root) if action == "prune" else set()
-    rows: list[dict[str, Any]] = []
+    rows: list[StoredArtifact] = []
     removed: list[str] = []
     code = 0
     for a in arts:

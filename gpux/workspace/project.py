@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gpux.config.load import Project
 from gpux.config.workspace import Workspace
+from gpux.documents import ModelChoice
 from gpux.plan.choice import Place
 from gpux.plan.offer import Offer, compute
 from gpux.plan.select import Selection
@@ -86,7 +86,7 @@ def shared_choice(ms: Models, provider: str | None) -> Choice:
     return Choice(select_shared(ms.models, ms.place, provider, backend))
 
 
-def derived(project: Project, provider: str) -> dict[str, Any]:
+def derived(project: Project, provider: str) -> ModelChoice:
     """The one choice turned into this model's own settings: its provider block, precision and artifact."""
     from gpux.runtimes import targets
 
