@@ -122,6 +122,22 @@ def test_functions_stay_short(limit: int = 60) -> None:
     assert not long, f"functions over {limit} lines: {long}"
 
 
+BROAD = re.compile(r"except\s*(\(.*)?\b(Exception|BaseException)\b|except\s*:")
+
+
+def test_every_broad_catch_says_why() -> None:
+    """docs/design.md, errors: an `except Exception` (or BaseException, or a bare except) stays only with a comment
+    saying why, on its line or the line above."""
+    bare = []
+    for p in ROOT.rglob("*.py"):
+        if GENERATED in p.parts:
+            continue
+        lines = p.read_text().splitlines()
+        bare += [f"{module_name(p)}:{i + 1}" for i, line in enumerate(lines) if BROAD.search(line.split("#")[0])
+                 and "#" not in line and not (i and lines[i - 1].strip().startswith("#"))]
+    assert not bare, f"broad catches without their reason: {bare}"
+
+
 # 'module:attribute' strings are imports made later (registry rows, steps, lazy hooks): they must resolve and,
 # like an import, point down the room order. Rows and steps (providers/, runtimes/) name the code of a runtime,
 # run by the rooms above it: they may name providers/ and runtimes/ only.
