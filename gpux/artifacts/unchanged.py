@@ -13,9 +13,10 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from gpux.config import CONFIG_NAMES
 from gpux.documents import BuildDoc
@@ -37,15 +38,25 @@ def config_of(path: str) -> Path | None:
     return p if p.suffix in (".yml", ".yaml") and p.is_file() else None
 
 
-def record_path(root: Path, store: str | None, folder: str, key: dict[str, Any]) -> Path:
+class Asked(TypedDict):
+    """What `gpux build` was asked for that names its record: a build asked for differently is another record."""
+
+    provider: str | None
+    strict: bool
+    verify: bool
+    store: str | None
+    shapes: dict[str, int] | None
+
+
+def record_path(root: Path, store: str | None, folder: str, key: Mapping[str, object]) -> Path:
     """Where a record named by `key` and the environment variables that steer a choice lives, in `folder` of the
     store of the project at `root` (`store`: --store)."""
     text = json.dumps({**key, **{k: os.environ.get(k) for k in ENV}}, sort_keys=True, default=str)
     return store_root(root, store) / folder / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.json"
 
 
-def _record_file(config: Path, request: dict[str, Any]) -> Path:
-    return record_path(config.parent, request.get("store"), ".noop", {"config": str(config.resolve()), **request})
+def _record_file(config: Path, request: Asked) -> Path:
+    return record_path(config.parent, request["store"], ".noop", {"config": str(config.resolve()), **request})
 
 
 def _stat(p: str) -> Stat | None:
@@ -83,7 +94,7 @@ def before(files: list[Path], config: Path) -> Before:
     return Before(snapshot(files), sha)
 
 
-def replay(path: str, request: dict[str, Any]) -> BuildDoc | None:
+def replay(path: str, request: Asked) -> BuildDoc | None:
     """The last build's result document if nothing it depended on changed, else None."""
     config = config_of(path)
     if config is None:
@@ -111,7 +122,7 @@ def _side_effects(name: str, config: Path) -> None:
     index.remember(name, config)
 
 
-def record(project: Project, request: dict[str, Any], doc: BuildDoc, taken: Before, outputs: list[Path]) -> None:
+def record(project: Project, request: Asked, doc: BuildDoc, taken: Before, outputs: list[Path]) -> None:
     """Remember a successful build (best effort: a failure to write only costs the next build's speed). `taken`
     was taken before the build; `outputs` (artifacts) are stat-ed now."""
     if project.path.name not in CONFIG_NAMES or not project.path.is_file() or taken.config_sha is None:

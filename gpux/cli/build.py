@@ -5,10 +5,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpux import report
 from gpux.documents import BuildDoc, PlanDoc
+
+if TYPE_CHECKING:
+    from gpux.artifacts.unchanged import Asked
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,8 +43,8 @@ def build_command(req: BuildRequest) -> int:
     open the project, select its provider, plan, build and record; then report, in one place."""
     from gpux.artifacts import unchanged
 
-    request = {"provider": req.provider, "strict": req.strict, "verify": req.verify, "store": req.store,
-               "shapes": req.shapes}
+    request: unchanged.Asked = {"provider": req.provider, "strict": req.strict, "verify": req.verify,
+                                "store": req.store, "shapes": req.shapes}
     replayed = None if req.force or req.dry_run else unchanged.replay(req.path, request)
     doc, show = (replayed, functools.partial(report.render_build, replayed)) if replayed is not None else \
         _build(req, request)
@@ -49,7 +52,7 @@ def build_command(req: BuildRequest) -> int:
     return 0
 
 
-def _build(req: BuildRequest, request: dict[str, Any]) -> tuple[object, Callable[[], None]]:
+def _build(req: BuildRequest, request: Asked) -> tuple[object, Callable[[], None]]:
     """The full build (or plan, for --dry-run): its report document (what --json prints) and what shows it as
     text."""
     from gpux.artifacts import unchanged

@@ -148,7 +148,7 @@ def kind_of(name: str) -> ArtifactKind:
 OPENING = {"onnxruntime": "gpux.runtimes.onnxruntime:opening", "openvino": "gpux.runtimes.openvino:opening"}
 
 
-def opening(project: Project, provider: str) -> dict[str, Any]:
+def opening(project: Project, provider: str) -> dict[str, object]:
     """How provider `provider`'s artifact is opened here: its runtime's settings, else its block's `torch:` one."""
     from gpux.providers import runtime_of
 
