@@ -371,8 +371,8 @@ def test_a_record_is_dropped_only_for_a_model_that_did_not_open_as_recorded(tmp_
     assert not where.exists()
 
 
-def test_a_record_opens_only_through_its_artifact_kinds_runtime(tmp_path: Path,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_a_record_opens_only_through_its_artifact_kinds_runtime(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The function a record names is called only where it is an opening function of the runtime its artifact's
     kind opens with; a record that does not read is logged (its file, why, the configs read instead)."""
     import logging
@@ -393,10 +393,14 @@ def test_a_record_opens_only_through_its_artifact_kinds_runtime(tmp_path: Path,
     where.parent.mkdir(parents=True, exist_ok=True)
     where.write_text("{not json")
     logger = logging.getLogger("gpux.serve")
+    monkeypatch.setattr(logger, "disabled", False)  # a library's logging.config run earlier in this process
+    previous = logger.level
+    logger.setLevel(logging.INFO)
     logger.addHandler(caplog.handler)
     try:
         assert record.replay([str(project)], command) is None
     finally:
         logger.removeHandler(caplog.handler)
+        logger.setLevel(previous)
     [line] = {r.getMessage() for r in caplog.records}  # (caught once or twice: as it propagates too)
     assert str(where) in line and "JSONDecodeError" in line and "reading the configs instead" in line

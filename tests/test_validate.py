@@ -205,7 +205,8 @@ def test_examples_are_valid_without_their_models(capsys: pytest.CaptureFixture[s
         assert line.startswith("warning: ") and (" model.source: file not found: " in line or
                                                  " verify.data: file not found: " in line or
                                                  "postprocess.ctc.charset: file not found: " in line or
-                                                 ".labels: labels file not found: " in line), line
+                                                 ".labels: labels file not found: " in line or
+                                                 ".calibration: file not found: " in line), line
 
 
 def test_examples_check_model(tmp_path: Path) -> None:
