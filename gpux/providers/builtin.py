@@ -33,8 +33,9 @@ OPENVINO_TUNE: TuneRows = (("fp32", {"precision": "fp32", "inference_precision":
                  ("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "throughput"}),
                  ("bf16", {"precision": "fp32", "inference_precision": "bf16", "hint": "latency"}),
                  ("fp16", {"precision": "fp16", "inference_precision": "f32", "hint": "latency"}),
-                 ("int8", {"precision": "int8", "int8_mode": "quantize", "hint": "latency"}))
-OPENVINO_REFINE: Refinements = ({"int8_mode": "quantize"},
+                 ("int8", {"precision": "int8", "int8_mode": "quantize", "hint": "latency"}),
+                 ("int8", {"precision": "int8", "int8_mode": "quantize", "hint": "throughput"}))
+OPENVINO_REFINE: Refinements = ({"int8_mode": "quantize", "hint": "latency"},  # one artifact: refined once
                    (({"preset": "mixed"}, 1.5), ({"bias_correction": "full"}, 4), ({"keep_fp32": 0.05}, 3),
                     ({"keep_fp32": 0.15}, 1.5), ({"keep_fp32": 0.3}, 1.5),
                     ({"int8_mode": "accuracy"}, ACCURACY_CONTROL_COST)))
