@@ -350,3 +350,26 @@ def test_build_and_run_stop_on_a_config_error_with_exit_3(tmp_path: Path, comman
     assert "Traceback" not in r.stderr
     assert (f"error: {tmp_path / 'gpux.yml'}:5:5 providers.tensorrt.precison: unknown field (did you mean "
             "'precision'?)") in r.stderr.splitlines()
+
+
+def test_the_files_a_project_names_are_read_from_one_table() -> None:
+    """config.files: the python steps' module, the verification folder and the model, each where gpux.yml names it;
+    what validate checks, the build keys and gpux package copies (tests/test_package.py)."""
+    root = Path(__file__).resolve().parents[1] / "examples" / "ppocr_python"
+    project = load_config(root, require_model=False)
+    named = {".".join(e.at): e for e in project.named_files()}
+    assert next(iter(named)) == "model.source", "the model first"
+    step = named["inputs.x.preprocess.python"]
+    assert step.path == "ocr_steps:line" and step.found(project.root) == project.root / "ocr_steps.py"
+    assert named["verify.data"].field.folder
+
+
+def test_a_missing_calibration_file_is_found_when_gpux_yml_is_read(tmp_path: Path) -> None:
+    (tmp_path / "model.onnx").write_bytes(b"")
+    (tmp_path / "gpux.yml").write_text("name: m\nmodel: {source: model.onnx}\nproviders:\n"
+                                       "  cpu: {precision: int8, quantization: static, calibration: c.npz}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(tmp_path)
+    [problem] = exc.value.problems
+    assert problem.field == "providers.cpu.calibration" and problem.line == 4
+    assert "file not found: c.npz" in str(problem)
