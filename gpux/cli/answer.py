@@ -97,7 +97,6 @@ def _save_paths(project: Any, steps: Any, files: list[str], folder: str | None) 
 def _feeds(steps: Any, file: str) -> tuple[Feeds, Any]:
     """One file's feeds (a text input reads it as a file, not as the text); warnings (a truncated text) printed."""
     import warnings
-    from pathlib import Path
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

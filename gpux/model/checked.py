@@ -35,9 +35,6 @@ class Signatures:
         self._kept.add(signature)
         return True
 
-    def clear(self) -> None:
-        self._kept.clear()
-
 
 def signature(values: Mapping[str, object]) -> tuple[object, ...] | None:
     """Name, type, dtype, shape and strides of every value, flat (None: a value that is not an array)."""

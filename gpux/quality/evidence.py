@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import cast
 
 from gpux.documents import OutputMetrics, RateDoc, number
 from gpux.report import percent
@@ -76,9 +77,7 @@ class Rate:
     needed: int | None
 
     def to_dict(self) -> RateDoc:
-        return {"output": self.output, "metric": self.metric, "label": self.label, "rows": self.rows,
-                "agree": self.agree, "observed": self.observed, "bound": self.bound, "floor": self.floor,
-                "shown": self.shown, "needed": self.needed}
+        return cast("RateDoc", asdict(self))  # every field, as RateDoc declares them
 
     @classmethod
     def from_dict(cls, doc: RateDoc) -> Rate:

@@ -189,10 +189,11 @@ def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any
     """Verify one built artifact at the precision it executes at, on representative data where declared. A
     lossy (int8) artifact checked on generated data only is "unverified", whatever its metrics; a candidate
     runtime that cannot run the inputs fails the build (a fallback reason)."""
-    if kind.verify is None:
+    verify = kind.verify_step()
+    if verify is None:
         return {"status": "skipped", "skipped": f"{target.kind} cannot run on this machine"}
     try:
-        runner = resolve_runner(kind, artifact, target)
+        runner = verify(artifact, target)
     except GpuxError:
         raise
     except Exception as exc:  # runtimes raise anything on an artifact they cannot open (no common base class;
@@ -225,12 +226,6 @@ def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any
     add_answers(result, postprocessing(job.project), Runs(names, reference_out, got), judged, data.representative,
                 job.project.root, image_sizes(job.project, data.feeds))
     return verdict(job, target, result, data, judged)
-
-
-def resolve_runner(kind: ArtifactKind, artifact: Any, target: Target) -> Any:
-    from gpux.runtimes import resolve
-
-    return resolve(kind.verify or "")(artifact, target)
 
 
 def _reference_on_data(job: Job, target: Target) -> tuple[list[str], Data, list[Outputs], Job]:

@@ -25,7 +25,7 @@ from gpux.errors import (
 from gpux.model.io import Checked
 from gpux.plan.select import Selection
 from gpux.providers import Runner
-from gpux.runtimes import kind_of, resolve
+from gpux.runtimes import kind_of
 
 # Python's own errors of code that is wrong: raised in gpux's code, a bug (exit 70), never a runtime's failure
 BUGS = (TypeError, AttributeError, KeyError, NameError, AssertionError)
@@ -187,5 +187,4 @@ def unverified(result: BuildResult) -> str:
 
 def open_runner(provider: str, project: Project, artifact: store.Artifact) -> Runner:
     """Open an artifact with the runtime its build step names."""
-    opener = resolve(kind_of(artifact.kind).open)
-    return opener(provider, project, artifact)
+    return kind_of(artifact.kind).open_step()(provider, project, artifact)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpux.arrays import Named
+from gpux.model.checked import taken_as_given
 from gpux.serve import shm
 from gpux.serve.classify import classify
 from gpux.serve.codec import DATATYPE, model_input
@@ -196,7 +197,7 @@ def check_inputs(model: Model, inputs: list[InferInput]) -> dict[str, np.ndarray
         raise BadRequest(f"missing input '{missing[0]}' for model '{model.name}'; it needs: "
                          f"{', '.join(model.inputs)}")
     # remembered where the inputs are taken as sent (not text the runtime wants as str)
-    model.checked.remember(signature, all(feeds[i.name] is i.array for i in inputs))
+    model.checked.remember(signature, taken_as_given({i.name: i.array for i in inputs}, feeds))
     return feeds
 
 
