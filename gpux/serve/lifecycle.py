@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from gpux.serve.errors import BadRequest, NotServed, ServeError, is_bug
@@ -70,8 +71,8 @@ class Lifecycle:
                 settings = {m.version: overridden(m, override) for m in old}
             reopened = await asyncio.get_running_loop().run_in_executor(None, reopen, name, old)
             fresh = [Model.of(p) for p in reopened]
-            for model in fresh if override is not None else ():
-                model.settings = settings.get(model.version, settings[old[-1].version])
+            for model in fresh if override is not None else ():  # on the settings its gpux.yml gives now
+                model.settings = replace(model.settings, **settings.get(model.version, settings[old[-1].version]))
             try:
                 for model in fresh:
                     await self.open(model)

@@ -6,7 +6,6 @@ Triton's `ModelConfig`; gpux/deploy/triton.py writes the same tensors into a Tri
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -102,10 +101,11 @@ def message_of(cfg: dict[str, Any]) -> Any:
     return ParseDict(cfg, pb.ModelConfig())
 
 
-def overridden(model: Any, text: str) -> Settings:
-    """The model's settings with a load's config override applied: JSON of a ModelConfig (as Triton takes it);
-    max_batch_size, dynamic_batching.max_queue_delay_microseconds and instance_group counts are applied, any
-    other field must equal the served config. Whatever cannot be applied is a 400 naming it."""
+def overridden(model: Any, text: str) -> dict[str, Any]:
+    """The `serve:` settings a load's config override sets, checked against the served `model`: JSON of a
+    ModelConfig (as Triton takes it); max_batch_size, dynamic_batching.max_queue_delay_microseconds and
+    instance_group counts are applied, any other field must equal the served config. Whatever cannot be applied
+    is a 400 naming it."""
     from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
     from gpux.serve.proto import inference_pb2 as pb
@@ -139,7 +139,7 @@ def overridden(model: Any, text: str) -> Settings:
             raise BadRequest(f"{where}: max_batch_size {given.max_batch_size} for a model whose tensors share no "
                              f"variable leading (batch) dim; 0 serves it unbatched")
         update["max_batch_size"] = given.max_batch_size
-    return dataclasses.replace(model.settings, **update)
+    return update
 
 
 def one_line(exc: BaseException) -> str:
