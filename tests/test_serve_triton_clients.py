@@ -41,6 +41,25 @@ def broken(path: Path) -> None:
     path.write_bytes(b"not an onnx model")
 
 
+def sized_project(base: Path) -> Path:
+    """n string [1] -> y float [5]: arange(5) reshaped to [int(n)]. It runs only on n = "5", its verify.data: a
+    warm-up on generated values ("0") fails, one on the declared sample serves."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    root = base / "sized"
+    root.mkdir()
+    five = numpy_helper.from_array(np.arange(5, dtype=np.float32), "five")
+    nodes = [helper.make_node("Cast", ["n"], ["k"], to=TensorProto.INT64),
+             helper.make_node("Reshape", ["five", "k"], ["y"])]
+    graph = helper.make_graph(nodes, "sized", [helper.make_tensor_value_info("n", TensorProto.STRING, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])], [five])
+    onnx.save(helper.make_model_gen_version(graph, opset_imports=[helper.make_opsetid("", 17)]), root / "model.onnx")
+    np.savez(root / "sample.npz", n=np.array(["5"]))
+    (root / "gpux.yml").write_text(GPUX_YML.format(name="sized", batch=0) + "verify: {data: sample.npz}\n")
+    return root
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     """One `gpux serve` process: Triton's example models, `simple_fp32`, `control` (a `simple` the model control
@@ -52,6 +71,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     paths.append(extra_project(base, "simple_fp32", lambda p: add_sub(p, TensorProto.FLOAT, "simple_fp32")))
     paths.append(extra_project(base, "control", lambda p: add_sub(p, TensorProto.INT32, "control")))
     paths.append(extra_project(base, "broken", broken))
+    paths.append(sized_project(base))
     proc = Process(*map(str, paths), "--no-access-log")
     try:
         proc.start()
@@ -82,6 +102,19 @@ def test_a_model_that_cannot_open_is_reported_and_the_others_serve(served: Proce
     assert status == 503 and "model 'broken' version 1 failed to load:" in error_of(raw)
     client = tritongrpc.InferenceServerClient(served.grpc)
     assert client.is_server_ready() and not client.is_model_ready("broken") and client.is_model_ready("simple")
+    item = tritongrpc.InferInput("n", [1], "BYTES")  # warmed up on its verify.data, where "0" fails
+    item.set_data_from_numpy(np.array([b"5"], dtype=np.object_))
+    np.testing.assert_array_equal(client.infer("sized", [item]).as_numpy("y"), np.arange(5, dtype=np.float32))
+
+
+def test_no_model_served_or_strict_stops_the_server(tmp_path: Path) -> None:
+    from tests.conftest import gpux
+
+    good, bad = triton_projects(tmp_path, ["simple"])[0], extra_project(tmp_path, "broken", broken)
+    for args in ([str(bad)], [str(good), str(bad), "--strict"]):
+        r = gpux("serve", *args, "--port", "0", "--grpc-port", "0", "--no-access-log", timeout=120)
+        assert r.returncode not in (0, 70), r.stderr
+        assert "broken 1: not served: failed to load:" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_health_and_model_ready_have_the_protocols_bodies(served: Process) -> None:
