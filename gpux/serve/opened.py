@@ -113,15 +113,16 @@ def declared_data(project: Any, inputs: dict[str, Tensor]) -> Feeds | None:
     data = project.config.verify.data
     if not data:
         return None
+    from gpux.errors import GpuxError
     from gpux.model.inputs import load_file
 
+    path = project.root / data
     try:
-        path = project.root / data
         feeds = load_file(path, inputs) if path.is_file() else None
-    except Exception as exc:  # a user's file: whatever stops it reading, the generated feeds are used
+    except (GpuxError, OSError, ValueError) as exc:  # a user's file: the generated feeds are used
         logging.getLogger("gpux.serve").debug("%s: verify.data not used for warm-up: %s", project.name, exc)
         return None
     if feeds is None:
         return None
-    return {n: a[0] if inputs[n].shape is not None and a.ndim == len(inputs[n].shape) + 1 else a  # stacked
-            for n, a in feeds.items()}
+    ranks = {n: len(t.shape) for n, t in inputs.items() if t.shape is not None}
+    return {n: a[0] if a.ndim == ranks.get(n, -2) + 1 else a for n, a in feeds.items()}  # samples stacked: the first
