@@ -282,15 +282,16 @@ def test_repository_statistics_and_unknown_models_span_every_replica(cluster: di
     assert stats("/v2/models/tiny-mlp/stats")["tiny-mlp"]["inference_stats"]["success"] == mlp["success"]
     assert set(stats("/v2/models/two/versions/1.0.0/stats")) == {"two"}
     status, _, body = post(url, "/v2/models/tiny-mlp/versions/9/stats", "", method="GET")
-    assert status == 404 and "unknown version '9' of model 'tiny-mlp'" in error_of(body)
+    assert status == 404 and "Request for unknown model: 'tiny-mlp' version 9 is not found" in error_of(body)
 
     x = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 8], "data": [0.0] * 8}]})
     status, _, body = post(url, "/v2/models/nope/infer", x)
-    assert status == 404 and error_of(body) == "unknown model 'nope'; served models: tiny-mlp, two"
+    assert status == 404 and error_of(body) == ("Request for unknown model: 'nope' is not found; served models: "
+                                                "tiny-mlp, two")
     status, _, body = post(url, "/v2/repository/models/two/unload", "")
     assert status == 400 and "not supported under Ray Serve" in error_of(body) and "gpux deploy ray" in error_of(body)
     status, _, body = post(url, "/v2/repository/models/nope/load", "")
-    assert status == 404 and "unknown model 'nope'" in error_of(body)
+    assert status == 404 and "unknown model: 'nope' is not found" in error_of(body)
     assert th_client(url).is_model_ready("two"), "nothing was unloaded"
 
 

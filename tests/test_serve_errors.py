@@ -61,9 +61,10 @@ CORPUS: list[tuple[str, str, Any, dict[str, str], int, str]] = [
     ("duplicate-input", "/v2/models/mlp/infer", json.dumps({"inputs": [X, X]}), {}, 400, "given twice"),
     ("unknown-output", "/v2/models/mlp/infer", json.dumps({"inputs": [X], "outputs": [{"name": "logits"}]}), {},
      400, "has no output 'logits'"),
-    ("unknown-model", "/v2/models/nope/infer", GOOD, {}, 404, "unknown model 'nope'"),
-    ("unknown-version", "/v2/models/mlp/versions/9/infer", GOOD, {}, 404, "unknown version '9' of model 'mlp'"),
-    ("unknown-version-metadata", "/v2/models/mlp/versions/9", "", {}, 404, "unknown version '9'"),
+    ("unknown-model", "/v2/models/nope/infer", GOOD, {}, 404, "Request for unknown model: 'nope' is not found"),
+    ("unknown-version", "/v2/models/mlp/versions/9/infer", GOOD, {}, 404,
+     "Request for unknown model: 'mlp' version 9 is not found"),
+    ("unknown-version-metadata", "/v2/models/mlp/versions/9", "", {}, 404, "version 9 is not found"),
     ("oversized-body", "/v2/models/mlp/infer", " " * 70000 + GOOD, {}, 413, "serve.max_body_bytes"),
     ("too-many-elements", "/v2/models/mlp/infer", infer_body(shape=[200, 8], data=[0.0] * 1600), {}, 400,
      "serve.max_tensor_elements"),
@@ -114,8 +115,8 @@ def test_grpc_errors_carry_status_codes(server: ServerThread) -> None:
     c = grpcclient.InferenceServerClient(server.grpc)
     x = grpcclient.InferInput("x", [1, 8], "INT64")
     x.set_data_from_numpy(np.zeros((1, 8), dtype=np.int64))
-    cases = [("nope", "", x, "StatusCode.NOT_FOUND", "unknown model"),
-             ("mlp", "7", x, "StatusCode.NOT_FOUND", "unknown version '7'"),
+    cases = [("nope", "", x, "StatusCode.NOT_FOUND", "Request for unknown model: 'nope' is not found"),
+             ("mlp", "7", x, "StatusCode.NOT_FOUND", "'mlp' version 7 is not found"),
              ("mlp", "", x, "StatusCode.INVALID_ARGUMENT", "expects FP32")]
     for model, version, item, code, message in cases:
         with pytest.raises(InferenceServerException) as info:

@@ -97,10 +97,10 @@ def test_grpc_and_rest_agree_and_list_every_model(server: ServerThread) -> None:
 
 def test_unknown_model_or_version(server: ServerThread) -> None:
     status, _, body = post(server.http, "/v2/models/nope/stats", b"", method="GET")
-    assert status == 404 and "unknown model 'nope'" in error_of(body)
+    assert status == 404 and "Request for unknown model: 'nope' is not found" in error_of(body)
     status, _, body = post(server.http, "/v2/models/mlp/versions/9/stats", b"", method="GET")
-    assert status == 404 and "unknown version '9'" in error_of(body)
-    with pytest.raises(grpcclient.InferenceServerException, match="unknown model 'nope'"):
+    assert status == 404 and "version 9 is not found" in error_of(body)
+    with pytest.raises(grpcclient.InferenceServerException, match="Request for unknown model: 'nope' is not found"):
         grpcclient.InferenceServerClient(server.grpc).get_inference_statistics("nope")
 
 

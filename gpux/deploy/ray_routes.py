@@ -74,7 +74,8 @@ class RayRoutes:
         return None
 
     def _unknown(self, name: str) -> NoReturn:
-        raise NotServed(f"unknown model '{name}'; served models: {', '.join(sorted(self.by_name)) or 'none'}")
+        known = ", ".join(sorted(self.by_name)) or "none"
+        raise NotServed(f"Request for unknown model: '{name}' is not found; served models: {known}")
 
     async def repository(self, method: str, rest: list[str], body: bytes) -> Reply:
         """POST index: every model with its application's state; load and unload: a 400 saying what to do."""

@@ -20,6 +20,7 @@ from gpux.errors import UsageError
 from gpux.formats import TRITON_DATA_TYPES
 from gpux.model.io import Tensor
 from gpux.providers.row import Flavor
+from gpux.serve.model_config import batch_dim, tensor_entries
 
 DATA_TYPES = TRITON_DATA_TYPES  # gpux dtype -> Triton config data_type (gpux/formats.py)
 
@@ -47,30 +48,6 @@ def flavor_of(project: Project, provider: str) -> Flavor:
         raise UsageError(f"--provider {provider}: the project runs it with runtime: {runtime}; this exporter "
                          "writes ONNX and OpenVINO models", hint="export with a provider on its ONNX Runtime default")
     return served[provider, runtime]
-
-
-def dims(t: Tensor, batched: bool) -> list[int]:
-    shape = list(t.shape or ())
-    return [d if isinstance(d, int) else -1 for d in (shape[1:] if batched else shape)]
-
-
-def batch_dim(tensors: list[Tensor]) -> str | None:
-    """The name every tensor's leading dim shares, when it is symbolic: the dim Triton may batch along."""
-    firsts = {t.shape[0] if t.shape else None for t in tensors}
-    only = firsts.pop() if len(firsts) == 1 else None
-    return only if isinstance(only, str) else None
-
-
-def tensor_entries(tensors: dict[str, Tensor], batched: bool) -> list[dict[str, Any]]:
-    out = []
-    for t in tensors.values():
-        if t.dtype not in DATA_TYPES:
-            raise UsageError(f"{t.name}: Triton has no data type for {t.dtype}")
-        entry: dict[str, Any] = {"name": t.name, "data_type": DATA_TYPES[t.dtype], "dims": dims(t, batched)}
-        if not entry["dims"]:  # a scalar: Triton wants one dim and reshapes it away
-            entry.update(dims=[1], reshape={"shape": []})
-        out.append(entry)
-    return out
 
 
 def accelerators(block: Any, flavor: Flavor) -> dict[str, Any]:

@@ -63,3 +63,16 @@ def handlers(servicer: Any) -> grpc.GenericRpcHandler:
         methods[m.name] = KINDS[m.client_streaming, m.server_streaming](
             method, request_deserializer=tolerant(request), response_serializer=response.SerializeToString)
     return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+
+class Unimplemented(grpc.GenericRpcHandler):
+    """Any method the service does not have: UNIMPLEMENTED naming it and gpux, where grpc says 'Method not found!'."""
+
+    def service(self, handler_call_details: Any) -> grpc.RpcMethodHandler:
+        method = handler_call_details.method
+
+        async def refuse(request: Any, context: Any) -> Any:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented by gpux serve; "
+                                "docs/serve.md lists the methods it serves")
+
+        return grpc.unary_unary_rpc_method_handler(refuse)

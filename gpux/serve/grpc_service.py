@@ -15,15 +15,16 @@ import numpy as np
 from gpux.serve import access, codec, shm
 from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, NotServed, ServeError, Unauthorized
-from gpux.serve.grpc_messages import Malformed, handlers
+from gpux.serve.grpc_messages import Malformed, Unimplemented, handlers
 from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import Metrics
+from gpux.serve.model_config import message_of
 from gpux.serve.models import Repository
 from gpux.serve.offload import on_thread
 from gpux.serve.proto import inference_pb2 as pb
 from gpux.serve.proto import inference_pb2_grpc as pb_grpc
 from gpux.serve.protocol import InferInput, InferRequest, infer, server_metadata
-from gpux.serve.rest import OFF_LOOP_BYTES, Limits
+from gpux.serve.rest import CUDA_REFUSED, OFF_LOOP_BYTES, Limits, load_override
 
 # typed `contents` field per datatype, for clients that do not send raw bytes
 CONTENTS = {
@@ -103,10 +104,20 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             await self._guard(context, exc)
         return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**m) for m in models])
 
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        try:
+            self._authorize(context)
+            config = message_of(self.repo.config(request.name, request.version))
+        except ServeError as exc:
+            await self._guard(context, exc)
+        return pb.ModelConfigResponse(config=config)
+
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
         try:
             self._authorize(context)
-            await self._lifecycle().load(request.model_name)
+            params = {k: getattr(v, v.WhichOneof("parameter_choice") or "string_param")
+                      for k, v in request.parameters.items()}
+            await self._lifecycle().load(request.model_name, load_override(request.model_name, params))
         except ServeError as exc:
             await self._guard(context, exc)
         return pb.RepositoryModelLoadResponse()
@@ -143,6 +154,15 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         except ServeError as exc:
             await self._guard(context, exc)
         return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return pb.CudaSharedMemoryStatusResponse()  # as Triton's CPU-only build: no region
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, CUDA_REFUSED)
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     def _lifecycle(self) -> Lifecycle:
         if self.lifecycle is None:
@@ -304,6 +324,6 @@ def make_server(service: InferenceService, address: str, limits: Limits) -> tupl
                ("grpc.max_send_message_length", max(limits.max_body_bytes, 64 * 2**20)),
                ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers((handlers(service),))
+    server.add_generic_rpc_handlers((handlers(service), Unimplemented()))
     port = server.add_insecure_port(address)
     return server, port

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from gpux.serve.errors import BadRequest, NotServed, ServeError, is_bug
 from gpux.serve.metrics import Metrics
+from gpux.serve.model_config import overridden
 from gpux.serve.models import LoadRequest, Model, Repository, open_served
 
 log = logging.getLogger("gpux.serve")
@@ -19,6 +21,8 @@ def state_of(model: Model) -> tuple[str, str]:
     """The model's state in the repository index, and why when it is not READY."""
     if model.ready:
         return "READY", ""
+    if model.failed:
+        return "UNAVAILABLE", f"failed to load: {model.failed}"
     if model.unloaded:
         return "UNAVAILABLE", model.reason or "unloaded"
     return "LOADING", ""
@@ -51,18 +55,24 @@ class Lifecycle:
 
     def serve(self, model: Model) -> None:
         """From now on the model takes requests."""
-        model.ready, model.unloaded, model.reason = True, False, ""
+        model.ready, model.unloaded, model.reason, model.failed = True, False, "", ""
         self.metrics.child(self.metrics.ready, model.name, model.version).set(1)
         announce(model)
 
-    async def load(self, name: str) -> None:
+    async def load(self, name: str, override: str | None = None) -> None:
         """Reopen every version of `name` from its gpux.yml (a new model file, a new build, a new version number),
-        then swap it in and retire the old one; on failure the old one keeps serving and the error is a 400."""
-        self._known(name)
+        then swap it in and retire the old one; on failure the old one keeps serving and the error is a 400.
+        `override`: a config override (Triton's ModelConfig as JSON), applied to the fields gpux serves by, else
+        refused (gpux/serve/model_config.py)."""
+        self._known(name, "failed to load")
         async with self._locks.setdefault(name, asyncio.Lock()):
             old = list(self.repo.models[name].values())
+            if override is not None:  # checked against what serves now, before anything is reopened
+                settings = {m.version: overridden(m, override) for m in old}
             reopened = await asyncio.get_running_loop().run_in_executor(None, reopen, name, old)
             fresh = [Model.of(p) for p in reopened]
+            for model in fresh if override is not None else ():  # on the settings its gpux.yml gives now
+                model.settings = replace(model.settings, **settings.get(model.version, settings[old[-1].version]))
             try:
                 for model in fresh:
                     await self.open(model)
@@ -84,7 +94,7 @@ class Lifecycle:
 
     async def unload(self, name: str) -> None:
         """Stop serving `name`: new requests get 404 at once, requests in flight finish (up to drain_s)."""
-        self._known(name)
+        self._known(name, "failed to unload")
         async with self._locks.setdefault(name, asyncio.Lock()):
             models = list(self.repo.models[name].values())
             for model in models:
@@ -92,10 +102,12 @@ class Lifecycle:
             await retire(models, self.drain_s)
             log.info("unloaded: %s", name)
 
-    def _known(self, name: str) -> None:
+    def _known(self, name: str, failed: str) -> None:
+        """A 404 for a model not served here, in Triton's words ("failed to load 'x'", which clients check)."""
         if name not in self.repo.models:
             known = ", ".join(sorted(self.repo.models)) or "none"
-            raise NotServed(f"unknown model '{name}'; served models: {known} (load reopens a served model)")
+            raise NotServed(f"{failed} '{name}': unknown model '{name}'; served models: {known} (a load reopens a "
+                            "served model; restart gpux serve to serve another)")
 
     def _mark_gone(self, model: Model, reason: str) -> None:
         model.ready, model.unloaded, model.reason = False, True, reason

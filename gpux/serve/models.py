@@ -16,7 +16,7 @@ from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotServed, Unavailable
 from gpux.serve.memory import Budget
 from gpux.serve.metrics import Metrics
-from gpux.serve.opened import NOT_OPENED, Opened, RunNamed, open_recorded, warmup_feeds
+from gpux.serve.opened import NOT_OPENED, Opened, RunNamed, declared_data, open_recorded, warmup_feeds
 from gpux.serve.record import Recorded
 from gpux.serve.settings import Settings
 from gpux.serve.shm import Regions
@@ -51,6 +51,7 @@ class Model:
     checked: Signatures = field(default_factory=Signatures)  # input signatures known to pass (serve/protocol.py)
     unloaded: bool = False  # taken out of service by the repository API (gpux/serve/lifecycle.py)
     reason: str = ""  # why it is unloaded
+    failed: str = ""  # why it did not open or warm up at start-up (not ready; the other models serve)
 
     @classmethod
     def of(cls, served: Project | Recorded) -> Model:
@@ -98,6 +99,12 @@ class Model:
     def batchable(self) -> bool:
         return self.opened.batchable
 
+    @property
+    def layouts(self) -> dict[str, str]:
+        """Input -> the layout (nchw, nhwc) its declared image preprocess gives it (none from a record)."""
+        inputs = {} if isinstance(self.source, Recorded) else self.source.config.inputs or {}
+        return {n: s.preprocess.image.layout for n, s in inputs.items() if s.preprocess and s.preprocess.image}
+
     def tensor_metadata(self, tensors: dict[str, Tensor]) -> list[dict[str, Any]]:
         return [{"name": t.name, "datatype": DATATYPE.get(t.dtype, "BYTES"),
                  "shape": [d if isinstance(d, int) else -1 for d in (t.shape or ())]} for t in tensors.values()]
@@ -142,8 +149,8 @@ class Repository:
 
     @property
     def ready(self) -> bool:
-        """Every model ready, but those unloaded on purpose."""
-        return all(m.ready for m in self.all() if not m.unloaded)
+        """Every model ready, but those unloaded on purpose and those that failed to load (reported, not ready)."""
+        return all(m.ready for m in self.all() if not m.unloaded and not m.failed)
 
     def replace(self, name: str, models: list[Model]) -> None:
         """Serve `models` as the versions of `name` from now on (a load through the repository API)."""
@@ -173,11 +180,11 @@ class Repository:
         versions = self.models.get(name)
         if versions is None:
             known = ", ".join(sorted(self.models)) or "none"
-            raise NotServed(f"unknown model '{name}'; served models: {known}")
+            raise NotServed(f"Request for unknown model: '{name}' is not found; served models: {known}")
         if not version:
             return versions[self.versions(name)[-1]]
         if version not in versions:
-            raise NotServed(f"unknown version '{version}' of model '{name}'; versions: "
+            raise NotServed(f"Request for unknown model: '{name}' version {version} is not found; versions: "
                            f"{', '.join(self.versions(name))}")
         return versions[version]
 
@@ -195,7 +202,10 @@ class Repository:
                         f"/v2/repository/models/{model.name}/load serves it again")
 
     def unavailable(self, model: Model) -> Unavailable:
-        """The 503 of a model not ready: still loading, or the server is shutting down."""
+        """The 503 of a model not ready: still loading, failed to load, or the server is shutting down."""
+        if model.failed:
+            return Unavailable(f"model '{model.name}' version {model.version} failed to load: {model.failed}; fix "
+                               f"it and POST /v2/repository/models/{model.name}/load")
         if self.draining:
             return Unavailable(f"server is shutting down: model '{model.name}' takes no new requests; retry "
                                "on another instance")
@@ -212,10 +222,23 @@ class Repository:
             chosen = [self.models[name][v] for v in self.versions(name)]
         return {"model_stats": [m.stats.doc(m.name, m.version) for m in chosen]}
 
-    def metadata(self, name: str, version: str = "") -> dict[str, Any]:
+    def served(self, name: str, version: str = "") -> Model:
+        """A model whose interface is known: 404 unknown or unloaded, 503 when it failed to load."""
         model = self.find(name, version)
         if model.unloaded:
             raise self.gone(model)
+        if model.failed:
+            raise self.unavailable(model)
+        return model
+
+    def config(self, name: str, version: str = "") -> dict[str, Any]:
+        """The model configuration extension: Triton's ModelConfig of the version (gpux/serve/model_config.py)."""
+        from gpux.serve.model_config import config_of
+
+        return config_of(self.served(name, version))
+
+    def metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        model = self.served(name, version)
         inputs, outputs = model.metadata()
         return {"name": model.name, "versions": [model.version] if version else self.versions(name),
                 "platform": f"gpux_{model.provider or 'pending'}", "inputs": inputs, "outputs": outputs}
@@ -241,7 +264,7 @@ def open_served(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     """Open the model's sessions (one per instance) and warm each up; blocking, run it off the event loop."""
     settings = model.settings
     opened = _open(model, request)
-    feeds = warmup_feeds(opened.inputs)
+    feeds = opened.warmup if opened.warmup is not None else warmup_feeds(opened.inputs)
     for run in opened.runs:
         run(feeds)
     inline = inline_elements(warm_seconds(opened.runs[0], feeds), feeds)
@@ -281,7 +304,7 @@ def _open_project(model: Model, project: Project, request: LoadRequest) -> Opene
                 for _ in range(model.settings.instances)]
     first = sessions[0]
     inputs, outputs = dict(first.inputs), dict(first.outputs)
-    feeds = warmup_feeds(inputs)
+    feeds = warmup_feeds(inputs, declared_data(project, inputs))
     for s in sessions:
         s.run(feeds)  # the first inference may still fall back: read the provider after it
     steps, files = bind(project, inputs, outputs)
@@ -292,7 +315,8 @@ def _open_project(model: Model, project: Project, request: LoadRequest) -> Opene
         inputs=inputs, outputs=outputs, labels=labels, provider=first.provider, runs_on=first.used, report=report,
         recipe=recipe)
     return Opened(inputs=inputs, outputs=outputs, provider=first.provider, runs_on=first.used, report=report,
-                  labels=labels, steps=steps, files=files, runs=tuple(s.run for s in sessions), record=record)
+                  labels=labels, steps=steps, files=files, runs=tuple(s.run for s in sessions), record=record,
+                  warmup=feeds)
 
 
 def inline_elements(seconds: float, feeds: Feeds) -> int:

@@ -7,7 +7,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,7 @@ class Opened:
     runs: tuple[RunNamed, ...] = ()
     record: Recorded | None = None  # how a later start opens it again without its gpux.yml (None: it cannot)
     from_record: bool = False  # opened from the record of an earlier start
+    warmup: Feeds | None = None  # the inputs it warmed up on (None: warmup_feeds of its inputs)
 
     @property
     def batchable(self) -> bool:
@@ -93,11 +94,35 @@ def _settled(used: str) -> str:
     return re.sub(r"\s*\([^)]*\),?", " ", used).strip(" ,")
 
 
-def warmup_feeds(inputs: dict[str, Tensor]) -> Feeds:
-    """Zeros of each input's shape, variable dims set to 1."""
+def warmup_feeds(inputs: dict[str, Tensor], declared: Feeds | None = None) -> Feeds:
+    """The inputs a model warms up on: its declared sample data (`declared_data`) where it fits, else zeros of each
+    input's shape, variable dims set to 1; strings are "0", a value a string the model casts to a number carries."""
+    if declared is not None and set(declared) == set(inputs):
+        return declared
     feeds = {}
     for name, t in inputs.items():
         shape = tuple(d if isinstance(d, int) else 1 for d in (t.shape or ()))
-        feeds[name] = (np.full(shape, "", dtype=object) if t.dtype == "string"
+        feeds[name] = (np.full(shape, "0", dtype=object) if t.dtype == "string"
                        else np.zeros(shape, dtype="float32" if t.dtype == "bfloat16" else t.dtype))
     return feeds
+
+
+def declared_data(project: Any, inputs: dict[str, Tensor]) -> Feeds | None:
+    """The first sample of the project's verify.data (one file), cast to the inputs; None when none is declared or
+    it does not read (the generated feeds are used: verification reports the file's own problems)."""
+    data = project.config.verify.data
+    if not data:
+        return None
+    from gpux.errors import GpuxError
+    from gpux.model.inputs import load_file
+
+    path = project.root / data
+    try:
+        feeds = load_file(path, inputs) if path.is_file() else None
+    except (GpuxError, OSError, ValueError) as exc:  # a user's file: the generated feeds are used
+        logging.getLogger("gpux.serve").debug("%s: verify.data not used for warm-up: %s", project.name, exc)
+        return None
+    if feeds is None:
+        return None
+    ranks = {n: len(t.shape) for n, t in inputs.items() if t.shape is not None}
+    return {n: a[0] if a.ndim == ranks.get(n, -2) + 1 else a for n, a in feeds.items()}  # samples stacked: the first

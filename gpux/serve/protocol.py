@@ -27,6 +27,15 @@ SERVER_NAME = "gpux"
 EXTENSIONS = ["binary_tensor_data", "classification", "statistics", "model_repository", shm.EXTENSION]
 
 
+STATELESS = "gpux serve has no sequence batcher: every request is stateless; send it without sequence parameters"
+# request parameters whose meaning gpux serve does not serve: refused by name, never ignored
+REFUSED = {"sequence_id": STATELESS, "sequence_start": STATELESS, "sequence_end": STATELESS,
+           "triton_enable_empty_final_response": "gpux serve serves no decoupled models: every request has one "
+                                                 "response"}
+KNOWN = ("binary_data_output", "answers", "priority", "timeout")  # others without a meaning here: carried nowhere
+RESERVED = "triton_"  # Triton's own parameters
+
+
 @dataclass
 class InferInput:
     name: str
@@ -65,6 +74,9 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
     counted in the model's statistics when it succeeds (a failure is counted by the transport that answers it,
     `Repository.refused`, wherever it failed) and in its requests in flight (an unload waits for them)."""
     model = repo.get(request.model, request.version)
+    if request.parameters:
+        timeout = checked_parameters(request.parameters, model.settings.request_timeout_s if timeout is None
+                                     else timeout)
     started = time.perf_counter()
     model.active += 1
     try:
@@ -80,6 +92,24 @@ async def infer(repo: Repository, request: InferRequest, timeout: float | None =
         model.active -= 1
     model.stats.succeeded(time.perf_counter() - started)
     return result
+
+
+def checked_parameters(parameters: dict[str, Any], timeout: float | None) -> float | None:
+    """The request's time limit (its `timeout` in microseconds, Triton's, within the server's), once its
+    parameters are known not to ask for what gpux serve does not do (a sequence, a decoupled model)."""
+    if not parameters:
+        return timeout
+    for key, value in parameters.items():
+        if key in REFUSED and value not in (0, "", False):
+            raise BadRequest(f"parameters.{key}: {REFUSED[key]}")
+        if key.startswith(RESERVED) and key not in REFUSED:
+            raise BadRequest(f"parameters.{key}: a Triton parameter gpux serve does not serve")
+    given = parameters.get("timeout")
+    if given is None:
+        return timeout
+    if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+        raise BadRequest(f"parameters.timeout must be a non-negative integer of microseconds, got {given!r}")
+    return given / 1e6 if given and (timeout is None or given / 1e6 < timeout) else timeout
 
 
 async def _infer(model: Model, request: InferRequest, timeout: float | None, budget: Budget) -> InferResult:

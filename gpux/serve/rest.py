@@ -16,11 +16,14 @@ from gpux.serve.errors import BadRequest, NotServed, RequestTimeout, ServeError,
 from gpux.serve.lifecycle import Lifecycle
 from gpux.serve.metrics import CONTENT_TYPE as METRICS_TYPE
 from gpux.serve.metrics import Metrics
+from gpux.serve.model_config import refuse_files
 from gpux.serve.models import Repository
 from gpux.serve.offload import Offload, on_thread
 from gpux.serve.protocol import infer, server_metadata
 
 HEADER_LENGTH = "inference-header-content-length"
+CUDA_REFUSED = ("CUDA shared memory is not supported: gpux serve registers no CUDA memory (as Triton's CPU-only "
+                "build); use system shared memory (/v2/systemsharedmemory) or send the tensors in the request")
 # bodies and outputs above these sizes are decoded / rendered off the event loop (a process for JSON, else a thread):
 # a hop costs ~0.1 ms (a process ~1 ms), decoding 64 KiB of JSON or rendering 16 Ki values costs more, and the
 # event loop keeps answering everyone else meanwhile
@@ -46,6 +49,43 @@ def _options(body: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise BadRequest("request JSON must be an object")
     return doc
+
+
+def _dict_of(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRequest(f"'parameters' must be an object, got {value!r}")
+    return value
+
+
+def load_override(name: str, parameters: dict[str, Any]) -> str | None:
+    """A load's parameters: `config` (a ModelConfig as JSON text) is the override; model files (`file:...`) and any
+    other parameter are refused, never ignored."""
+    files = [k for k in parameters if k.startswith("file:")]
+    if files:
+        raise refuse_files(name, files)
+    other = [k for k in parameters if k != "config"]
+    if other:
+        raise BadRequest(f"failed to load '{name}': parameter '{other[0]}' is not one gpux serve takes (it takes "
+                         "'config', a model configuration override as JSON)")
+    config = parameters.get("config")
+    if config is not None and not isinstance(config, str):
+        raise BadRequest(f"failed to load '{name}': parameters.config must be JSON text, got {type(config).__name__}")
+    return config
+
+
+def cuda_shared_memory(method: str, rest: list[str]) -> Reply:
+    """The CUDA shared memory extension as Triton's CPU-only build answers it: no region, unregister OK, register
+    refused (a client's clean-up calls pass; its CUDA tensors are refused, never ignored)."""
+    action = rest[2:] if rest[:1] == ["region"] and len(rest) == 3 else rest
+    if action == ["status"]:
+        return json_reply([])
+    if action == ["unregister"] and method == "POST":
+        return Reply(status=200, body=b"")
+    if action == ["register"] and method == "POST":
+        raise BadRequest(CUDA_REFUSED)
+    raise NotServed(f"unknown path /v2/cudasharedmemory/{'/'.join(rest)}")
 
 
 def infer_target(path: str) -> tuple[str, str] | None:
@@ -136,15 +176,17 @@ class RestApp:
         rest = parts[1:]
         if rest in ([], [""]):
             return json_reply(server_metadata())
-        if rest[0] == "health" and len(rest) == 2 and rest[1] in ("live", "ready"):
+        if rest[0] == "health" and len(rest) == 2 and rest[1] in ("live", "ready"):  # the OIP's bodies
             ok = self.repo.live if rest[1] == "live" else self.repo.ready
             if not ok:
                 raise Unavailable("server is shutting down" if self.repo.draining else f"server is not {rest[1]}")
-            return Reply(status=200, body=b"")
+            return json_reply({rest[1]: True})
         if rest[0] == "repository" and self.lifecycle is not None:
             return await self._repository(method, rest[1:], body)
         if rest[0] == "systemsharedmemory":
             return self._shared_memory(method, rest[1:], body)
+        if rest[0] == "cudasharedmemory":
+            return cuda_shared_memory(method, rest[1:])
         if rest == ["models", "stats"] and method == "GET":
             return json_reply(self.repo.statistics())
         if rest[0] == "models" and len(rest) >= 2:
@@ -159,9 +201,11 @@ class RestApp:
             return json_reply(self.repo.metadata(name, version))
         if action == ["stats"]:
             return json_reply(self.repo.statistics(name, version))
-        if action == ["ready"]:
-            self.repo.get(name, version)
-            return Reply(status=200, body=b"")
+        if action == ["ready"]:  # the OIP's body; a model not ready is its error (404 unknown, 503 not ready)
+            model = self.repo.get(name, version)
+            return json_reply({"name": model.name, "ready": True})
+        if action == ["config"]:
+            return json_reply(self.repo.config(name, version))
         if action == ["infer"]:
             if method != "POST":
                 return json_reply({"error": "use POST for infer"}, 405)
@@ -179,8 +223,11 @@ class RestApp:
             if not isinstance(ready, bool):
                 raise BadRequest(f"'ready' must be true or false, got {ready!r}")
             return json_reply(self.lifecycle.index(ready))
-        if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
-            await (self.lifecycle.load if rest[2] == "load" else self.lifecycle.unload)(rest[1])
+        if len(rest) == 3 and rest[0] == "models" and rest[2] == "load":
+            await self.lifecycle.load(rest[1], load_override(rest[1], _dict_of(doc.get("parameters"))))
+            return Reply(status=200, body=b"")
+        if len(rest) == 3 and rest[0] == "models" and rest[2] == "unload":
+            await self.lifecycle.unload(rest[1])
             return Reply(status=200, body=b"")
         raise NotServed(f"unknown path /v2/repository/{'/'.join(rest)}")
 

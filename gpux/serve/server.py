@@ -7,11 +7,13 @@ import contextlib
 import logging
 import signal
 import socket
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpux.serve.lifecycle import Lifecycle
+from gpux.serve.errors import is_bug
+from gpux.serve.lifecycle import Lifecycle, one_line
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import LoadRequest, Repository
 from gpux.serve.offload import Offload
@@ -116,12 +118,22 @@ class Server:
         self._tasks.append(asyncio.create_task(self._load_all()))
 
     async def _load_all(self) -> None:
-        try:
-            for model in self.repo.all():
+        """Open and warm up every model; one that fails is reported by name with its reason and not served, the
+        others serve. The server stops with the first failure only when no model opened, or with --strict."""
+        failures: list[BaseException] = []
+        for model in self.repo.all():
+            try:
                 await self.lifecycle.open(model)
-                self.lifecycle.serve(model)
-        except BaseException as exc:  # a model that cannot open stops the server with its error
-            self.load_error = exc
+            except Exception as exc:  # a model, a runtime or a gpux bug: reported here, the next model opens
+                failures.append(exc)
+                model.failed = one_line(exc)
+                log.error("%s %s: not served: failed to load: %s", model.name, model.version, model.failed)
+                if is_bug(exc):
+                    log.error("%s", "".join(traceback.format_exception(exc)).rstrip())
+                continue
+            self.lifecycle.serve(model)
+        if failures and (self.request.load.strict or len(failures) == len(self.repo.all())):
+            self.load_error = failures[0]
             self.stopping.set()
             return
         if self.request.on_ready is not None:

@@ -69,6 +69,11 @@ class GRPCInferenceServiceStub(object):
                 request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStreamInferResponse.FromString,
                 _registered_method=True)
+        self.ModelConfig = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelConfig',
+                request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelConfigRequest.SerializeToString,
+                response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelConfigResponse.FromString,
+                _registered_method=True)
         self.ModelStatistics = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelStatistics',
                 request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStatisticsRequest.SerializeToString,
@@ -103,6 +108,21 @@ class GRPCInferenceServiceStub(object):
                 '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
                 request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
                 response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryStatus = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
+                request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryStatusResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryRegister = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
+                request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+                response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryRegisterResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryUnregister = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
+                request_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+                response_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryUnregisterResponse.FromString,
                 _registered_method=True)
 
 
@@ -151,6 +171,12 @@ class GRPCInferenceServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ModelStatistics(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -188,6 +214,24 @@ class GRPCInferenceServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def SystemSharedMemoryUnregister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryRegister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryUnregister(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -231,6 +275,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelInferRequest.FromString,
                     response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStreamInferResponse.SerializeToString,
             ),
+            'ModelConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelConfig,
+                    request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelConfigRequest.FromString,
+                    response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelConfigResponse.SerializeToString,
+            ),
             'ModelStatistics': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelStatistics,
                     request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.ModelStatisticsRequest.FromString,
@@ -265,6 +314,21 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.SystemSharedMemoryUnregister,
                     request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.SystemSharedMemoryUnregisterRequest.FromString,
                     response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.SystemSharedMemoryUnregisterResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryStatus,
+                    request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryStatusRequest.FromString,
+                    response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryStatusResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryRegister': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryRegister,
+                    request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryRegisterRequest.FromString,
+                    response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryRegisterResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryUnregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryUnregister,
+                    request_deserializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryUnregisterRequest.FromString,
+                    response_serializer=gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryUnregisterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -467,6 +531,33 @@ class GRPCInferenceService(object):
             _registered_method=True)
 
     @staticmethod
+    def ModelConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelConfig',
+            gpux_dot_serve_dot_proto_dot_inference__pb2.ModelConfigRequest.SerializeToString,
+            gpux_dot_serve_dot_proto_dot_inference__pb2.ModelConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ModelStatistics(request,
             target,
             options=(),
@@ -645,6 +736,87 @@ class GRPCInferenceService(object):
             '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
             gpux_dot_serve_dot_proto_dot_inference__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
             gpux_dot_serve_dot_proto_dot_inference__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
+            gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+            gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryRegister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
+            gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+            gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryRegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryUnregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
+            gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+            gpux_dot_serve_dot_proto_dot_inference__pb2.CudaSharedMemoryUnregisterResponse.FromString,
             options,
             channel_credentials,
             insecure,
