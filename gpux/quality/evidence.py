@@ -26,7 +26,7 @@ RATES: tuple[tuple[str, str, str, str, str], ...] = (
     ("answers", "recall_confident", "confident_reference_boxes", "min_box_recall", "confident boxes found"),
     ("answers", "precision_confident", "confident_artifact_boxes", "min_box_precision",
      "confident boxes the reference has"),
-    ("values", "rows_within", "rows", "min_rows_within", "rows within tolerance"),
+    ("values", "rows_within", "rows", "min_rows_within", "values within tolerance"),
 )
 
 
