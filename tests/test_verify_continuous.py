@@ -154,8 +154,8 @@ def test_verify_outputs_sets_the_tolerance_and_floor(trained: Trained, tmp_path:
     v = verification(folder)
     values = v["outputs"]["variable"]["values"]
     assert values["tolerance"] == 0.1 and values["max_rel"] < 0.1
-    assert v["status"] == "verified" and v["loosened"] == ["row_tolerance 0.1 (default 0.01)",
-                                                          "min_rows_within 0.9 (default 0.99)"]
+    assert v["status"] == "verified" and sorted(v["loosened"]) == ["min_rows_within 0.9 (default 0.99)",
+                                                                  "row_tolerance 0.1 (default 0.01)"]
     strict = project(tmp_path / "strict", trained.mlp, FP16 + "verify: {data: rows.npz, row_tolerance: 1e-6}\n")
     rows(strict, trained.x)  # every row moves by more than a millionth of the scale at fp16
     v = verification(strict)
