@@ -190,3 +190,44 @@ def test_verify_outputs_fields_are_validated_at_their_line(tmp_path: Path, field
         load_config(folder, require_model=False)
     (line,) = info.value.lines()
     assert "gpux.yml:5:" in line and f"verify.outputs.y.{field}: " in line and says in line, line
+
+
+def test_classifiers_keep_their_verdict_and_a_tree_classifier_needs_real_rows(tmp_path: Path) -> None:
+    """Labels and probabilities are not continuous: a linear classifier at fp16 stays verified on generated inputs;
+    a random forest's thresholds move with fp16, so generated inputs leave it unverified."""
+    from skl2onnx import to_onnx
+    from sklearn.datasets import load_iris
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = load_iris(return_X_y=True)
+    x = x.astype(np.float32)
+    for name, estimator, status in (("lr", LogisticRegression(max_iter=500), "verified"),
+                                    ("rf", RandomForestClassifier(n_estimators=10, random_state=0), "unverified")):
+        estimator.fit(x, y)
+        model = to_onnx(estimator, x[:1], options={id(estimator): {"zipmap": False}},
+                        target_opset={"": 17, "ai.onnx.ml": 3}).SerializeToString()
+        v = verification(project(tmp_path / name, model, FP16))
+        assert v["status"] == status, v
+        assert v["outputs"]["probabilities"]["kind"] == "distribution" and not any(
+            "values" in o for o in v["outputs"].values())
+    assert "TreeEnsembleClassifier" in v["unverified"]
+
+
+def test_tune_does_not_rank_a_candidate_whose_rows_do_not_show_the_floor() -> None:
+    from gpux.bench.candidates import Outcome
+    from gpux.bench.tune import pick_best
+    from gpux.quality.evidence import weigh
+
+    def outcome(precision: str, p50: float, rows: int) -> Outcome:
+        record = {"y": {"values": {"rows_within": 1.0, "rows": rows, "judged": True}}}
+        rates = weigh(record, {"y": {"min_rows_within": 0.99}})  # type: ignore[dict-item]
+        return Outcome(provider="cpu", precision=precision, options={}, status="ok",
+                       row={"stats": {"p50": p50, "throughput": 1 / p50}, "verification_status": "verified",
+                            "accuracy": {"evidence": [w.to_dict() for w in rates]}})
+
+    few, fp32 = outcome("fp16", 0.001, 133), outcome("fp32", 0.004, 133)
+    fp32.row["accuracy"] = {"evidence": []}
+    assert pick_best([few, fp32], "latency") is fp32
+    assert few.status == "unverified" and "133 judged rows (y: values within tolerance) show at most 98 %" in few.why
+    assert pick_best([outcome("fp16", 0.001, 442)], "latency") is not None
