@@ -169,6 +169,8 @@ def test_rows_and_scale() -> None:
     assert moves.tolist() == pytest.approx([0.5, 0.0, 0.2]) and scale == pytest.approx(4.9)  # p99 - p1 of 0..5
     _, constant = row_moves([np.full((3, 1), 7.0)], [np.full((3, 1), 7.0)])
     assert constant == 7.0  # no spread: its magnitude
+    empty = [np.zeros((0, 6), np.float32)]  # a dynamic output empty on every sample: no rows to judge
+    assert "values" not in compare(["d"], [empty], [empty], "fp16", tolerances("fp16")).outputs["d"]
     tol = tolerances("fp16")
     v = compare(["y"], [[np.linspace(0, 1, 50)[:, None]]], [[np.linspace(0, 1, 50)[:, None] + 0.02]], "fp16", tol)
     assert v.outputs["y"]["values"]["rows_within"] == 0.0 and v.outputs["y"]["values"]["moved"] == 50
