@@ -86,6 +86,19 @@ class AnswersRecord(TypedDict, total=False):
     exact_confident: float | None
 
 
+class ValuesRecord(TypedDict):
+    """A continuous output's rows (`values.values_record`): the share whose worst move is within tolerance × scale."""
+
+    rows: int
+    rows_within: float
+    moved: int
+    tolerance: float
+    scale: float
+    max_rel: float  # the worst row's move over the scale (its move: the output's max_abs)
+    worst_row: int
+    judged: bool  # on real data
+
+
 class OutputMetrics(TypedDict, total=False):
     """How close one output came to the reference (`metrics.compare`): its kind (exact, dense, scores,
     distribution), the tensor metrics, its worst slice, class-score agreement, and its answers'."""
@@ -105,6 +118,7 @@ class OutputMetrics(TypedDict, total=False):
     confident_rows: int
     top1_confident: float
     sum_error: float
+    values: ValuesRecord
     answers: AnswersRecord
 
 
@@ -382,5 +396,5 @@ def number(record: Mapping[str, object], key: str) -> float | None:
     return value if isinstance(value, int | float) else None
 
 
-__all__ = ["Agreement", "AnswersRecord", "BoxAgreement", "Evidence", "ExactAgreement", "Extra", "Generated",
-           "Judged", "OutputMetrics", "RateDoc", "TextAgreement", "TopkAgreement", "VerificationDoc", "number"]
+__all__ = ["Agreement", "AnswersRecord", "BoxAgreement", "Evidence", "ExactAgreement", "Extra", "Generated", "Judged",
+           "OutputMetrics", "RateDoc", "TextAgreement", "TopkAgreement", "ValuesRecord", "VerificationDoc", "number"]

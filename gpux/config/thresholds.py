@@ -67,6 +67,15 @@ class Thresholds(Strict):
         None, ge=0, le=1, description="Answers of postprocess boxes: least fraction of the artifact's confident "
         "boxes that match a reference box (1 - the rate of false boxes added)."
     )
+    row_tolerance: float | None = Field(
+        None, ge=0, description="Continuous outputs (values no postprocess decodes: regression values, scores, "
+        "embeddings, maps): how far a row's values may move, as a fraction of the output's scale (the distance "
+        "between the reference's 1st and 99th percentiles); default 0.01 (0.02 at bf16 and int8)."
+    )
+    min_rows_within: float | None = Field(
+        None, ge=0, le=1, description="Continuous outputs: least fraction of rows whose every value stays within "
+        "row_tolerance of the scale, shown by the judged real rows' one-sided bound; default 0.99 below fp32."
+    )
 
 
 class OutputCheck(Thresholds):

@@ -1,6 +1,6 @@
 """Whether judged rows show a floor: the one-sided lower confidence bound (Wilson score) of each agreement rate
-that counts answers (labels, confident texts, confident boxes), the rows a floor needs, and the verdict's words
-when the data cannot show it (docs/verification.md)."""
+that counts answers (labels, confident texts, confident boxes, rows of continuous values within tolerance), the
+rows a floor needs, and the verdict's words when the data cannot show it (docs/verification.md)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from gpux.documents import OutputMetrics, RateDoc, number
 from gpux.report import percent
 
 CONFIDENCE = 0.95  # one-sided: the rate is at least the bound with this probability
-RULES = "wilson-one-sided-1"  # part of a verdict's cache key: a new rule, a new verdict
+RULES = "wilson-one-sided-2"  # part of a verdict's cache key: a new rule, a new verdict
 
-# (where in an output's record, rate, count of rows it is over, floor key, what it is): the rates of answers that
-# are counted one by one, so a bound says what they show. Means (CER, IoU, overlap) and cosines are not counts.
+# (where in an output's record ("": the record itself), rate, count of rows it is over, floor key, what it is):
+# the rates of answers that are counted one by one, so a bound says what they show. Means (CER, IoU, overlap) and
+# cosines are not counts.
 RATES: tuple[tuple[str, str, str, str, str], ...] = (
     ("", "top1_confident", "confident_rows", "min_top1_confident", "confident top-1"),
     ("", "top5", "rows", "min_top5", "top-5"),
@@ -25,6 +26,7 @@ RATES: tuple[tuple[str, str, str, str, str], ...] = (
     ("answers", "recall_confident", "confident_reference_boxes", "min_box_recall", "confident boxes found"),
     ("answers", "precision_confident", "confident_artifact_boxes", "min_box_precision",
      "confident boxes the reference has"),
+    ("values", "rows_within", "rows", "min_rows_within", "values within tolerance"),
 )
 
 
@@ -91,7 +93,7 @@ def weigh(outputs: Mapping[str, OutputMetrics], floors: Mapping[str, Mapping[str
     out = []
     for name, record in outputs.items():
         for where, rate, count, key, label in RATES:
-            block: Mapping[str, object] | None = record.get("answers") if where == "answers" else record
+            block = cast("Mapping[str, object] | None", record.get(where) if where else record)
             floor = (floors.get(name) or {}).get(key)
             observed, counted = (number(block, rate), number(block, count)) if block else (None, None)
             if not block or floor is None or observed is None or counted is None or \
@@ -120,6 +122,9 @@ def shortfall(weighed: Sequence[Rate], confidence: float = CONFIDENCE) -> str:
     return f"{w.rows} judged rows ({w.output}: {w.label}) show at most {percent(w.bound)}{level}; {more}"
 
 
+LOOSER_HIGHER = ("atol", "rtol", "row_tolerance")  # tolerances: a higher value is looser, as for every max_
+
+
 def loosened(user: Iterable[Mapping[str, float | None]], defaults: Mapping[str, float | None],
              confidence: float) -> list[str]:
     """The thresholds each block of `user` sets looser than `defaults` (a lower floor, a higher ceiling), once
@@ -130,7 +135,7 @@ def loosened(user: Iterable[Mapping[str, float | None]], defaults: Mapping[str, 
             default = defaults.get(key)
             if value is None or default is None or value == default:
                 continue
-            if (value > default) if key.startswith("max_") or key in ("atol", "rtol") else (value < default):
+            if (value > default) if key.startswith("max_") or key in LOOSER_HIGHER else (value < default):
                 out[f"{key} {value:g} (default {default:g})"] = None
     if confidence < CONFIDENCE:
         out[f"confidence {confidence:g} (default {CONFIDENCE:g})"] = None

@@ -16,20 +16,25 @@ from gpux.documents import Extra, OutputMetrics, VerificationDoc, number
 # answer metrics (quality.agreement) to outputs with declared post-processing, on real data only. Below fp32 a
 # classifier is judged where it matters (top-1 where the reference is confident, the reference's top-1 within the
 # top-5 everywhere), not by top-1 over every row: rows where the reference itself hesitates between two classes
-# flip under any lossy precision (bf16 flips ~5 % of real photo crops, all of them hesitant ones).
+# flip under any lossy precision (bf16 flips ~5 % of real photo crops, all of them hesitant ones). A continuous
+# output (quality.values) is judged by its rows: the share whose worst value stays within row_tolerance of its scale.
 TENSOR_KEYS = ("atol", "rtol", "min_within", "min_cosine", "min_slice_cosine", "min_top1", "min_top5",
                "min_top1_confident", "max_sum_error")
 ANSWER_KEYS = ("min_topk_overlap", "min_box_f1", "min_box_iou", "min_exact_match", "max_cer", "min_box_recall",
                "min_box_precision")
-KEYS = TENSOR_KEYS + ANSWER_KEYS
+ROW_KEYS = ("row_tolerance", "min_rows_within")  # continuous outputs (quality.values), judged on real rows only
+KEYS = TENSOR_KEYS + ANSWER_KEYS + ROW_KEYS
 _ROWS: dict[str, tuple[tuple[float | None, ...], tuple[float | None, ...]]] = {  # TENSOR_KEYS, ANSWER_KEYS
     "fp32": ((1e-4, 1e-3, 0.999, 0.9999, None, 1.0, 1.0, 1.0, 1e-3), (0.98, 0.98, 0.99, 0.99, 0.005, 0.99, 0.99)),
     "fp16": ((None, None, None, 0.999, 0.99, None, 0.99, 0.99, 5e-3), (0.9, 0.95, 0.9, 0.99, 0.01, 0.99, 0.99)),
     "bf16": ((None, None, None, 0.995, 0.98, None, 0.99, 0.99, 0.02), (0.8, 0.9, 0.85, 0.99, 0.01, 0.99, 0.99)),
     "int8": ((None, None, None, 0.98, 0.9, None, 0.99, 0.99, 0.05), (0.7, 0.9, 0.8, 0.99, 0.01, 0.99, 0.99)),
 }
-DEFAULTS: dict[str, dict[str, float | None]] = {p: dict(zip(KEYS, (*t, *a), strict=True))  # TensorRT's best: fp16's
-                                                for p, (t, a) in (*_ROWS.items(), ("best", _ROWS["fp16"]))}
+_ROW_DEFAULTS: dict[str, tuple[float | None, ...]] = {"fp32": (0.01, None), "fp16": (0.01, 0.99),
+                                                     "bf16": (0.02, 0.99), "int8": (0.02, 0.99)}  # ROW_KEYS
+DEFAULTS: dict[str, dict[str, float | None]] = {p: dict(zip(KEYS, (*t, *a, *_ROW_DEFAULTS[q]), strict=True))
+                                                for p, q, (t, a) in (*((p, p, r) for p, r in _ROWS.items()),
+                                                                     ("best", "fp16", _ROWS["fp16"]))}  # best: fp16's
 LOSSY = frozenset({"int8", "best"})  # verified only on representative data (else "unverified"); TensorRT's best
 # may pick int8 kernels
 NEGLIGIBLE = 1e-5  # an output (or slice) whose reference and error both stay below this is not judged by cosine
@@ -62,13 +67,15 @@ CLASS_METRICS_ONLY = ("min_cosine", "min_slice_cosine")  # not judged by default
 @dataclass(frozen=True)
 class Rule:
     """How one output is judged: its thresholds, its kind (auto, dense, scores, distribution), the axis its
-    slices are taken along (None: the smallest non-batch axis of an output of rank 3 or more) and which
-    thresholds the user set (the others are defaults)."""
+    slices are taken along (None: the smallest non-batch axis of an output of rank 3 or more), which
+    thresholds the user set (the others are defaults) and whether a declared postprocess decodes it into answers
+    (labels, boxes, texts: else a dense float output is continuous values, judged by its rows)."""
 
     tol: dict[str, float | None]
     kind: str = "auto"
     axis: int | None = None
     user: frozenset[str] = frozenset()
+    answers: bool = False
 
     def for_kind(self, kind: str, precision: str) -> dict[str, float | None]:
         """Class scores below fp32 are judged by what a user sees (top-1, top-5, confident top-1, sums), not
@@ -112,9 +119,9 @@ def summary(v: VerificationDoc) -> str:
         if values:
             worst = max(values) if key == "sum_error" else min(values)
             parts.append(f"{label} {worst:{fmt}}")
-    from gpux.report import answer_parts, weakest
+    from gpux.report import answer_parts, values_parts, weakest
 
-    parts += answer_parts(v.get("outputs") or {})
+    parts += values_parts(v.get("outputs") or {}) + answer_parts(v.get("outputs") or {})
     shown = weakest(v["evidence"]["rates"] if "evidence" in v else [])
     parts += [shown] if shown else []
     n = v.get("samples", 0)
@@ -154,6 +161,12 @@ def compare(names: Sequence[str], reference: Sequence[Sequence[Any]], got: Seque
         problems += _slices(name, ref, out, Rule(judged, rule.kind, rule.axis), metrics)
         if kind in ("scores", "distribution"):
             problems += _scores(name, ref, out, judged, kind, metrics)
+        elif ref[0].dtype.kind == "f" and not rule.answers and judged.get("row_tolerance") is not None:
+            from gpux.quality.values import values_record
+
+            record = values_record(ref, out, float(judged["row_tolerance"] or 0.0))
+            if record["rows"]:  # an output empty on every sample has no rows to judge
+                metrics["values"] = record
         outputs[name] = metrics
         failures += problems
     return Verification(passed=not failures, precision=precision, tolerances=tol, outputs=outputs, failures=failures,

@@ -16,6 +16,7 @@ from gpux.documents import Generated, Judged, VerificationDoc
 from gpux.errors import BuildFailed, GpuxError, ModelError, VerificationFailed, error_lines, first_line
 from gpux.quality.evidence import CONFIDENCE, RULES, Rate, loosened, percent, shortfall, weigh
 from gpux.quality.metrics import DEFAULTS, KEYS, LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
+from gpux.quality.values import tree_ensembles
 
 if TYPE_CHECKING:
     from gpux.config.steps import Postprocess
@@ -81,8 +82,12 @@ def _code_digest(root: Path, target: str) -> str | None:
 
 
 def rules(project: Project, precision: str, names: Sequence[str]) -> dict[str, Rule]:
-    """Each output's thresholds (verify:, then verify.outputs.NAME), kind and channel axis."""
+    """Each output's thresholds (verify:, then verify.outputs.NAME), kind, channel axis and whether its declared
+    postprocess decodes it into answers (labels, boxes, texts); the others' float values are continuous."""
+    from gpux.quality.agreement import answer_kind
+
     v = project.config.verify
+    decoded = {n for n, p in postprocessing(project).items() if answer_kind(p) is not None}
     unknown = sorted((set(v.outputs) | set(v.classifications or ())) - set(names))
     if unknown:
         raise ModelError(f"{project.path}: verify names output {unknown[0]!r}, which the model does not have "
@@ -92,7 +97,7 @@ def rules(project: Project, precision: str, names: Sequence[str]) -> dict[str, R
         check = v.outputs.get(name)
         user = frozenset(k for k in KEYS for block in (v, check) if getattr(block, k, None) is not None)
         out[name] = Rule(tolerances(precision, v, check), check.kind if check else "auto",
-                         check.axis if check else None, user)
+                         check.axis if check else None, user, name in decoded)
     return out
 
 
@@ -222,6 +227,10 @@ def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any
     result = compare(names, reference_out, got, precision, tolerances(precision, job.project.config.verify),
                      classifications(job.project), judged)
     from gpux.quality.agreement import Runs, add_answers
+    from gpux.quality.values import judge_values
+
+    result.failures += judge_values(result.outputs, {n: r.tol.get("min_rows_within") for n, r in judged.items()},
+                                    data.representative)
 
     add_answers(result, postprocessing(job.project), Runs(names, reference_out, got), judged, data.representative,
                 job.project.root, image_sizes(job.project, data.feeds))
@@ -272,10 +281,11 @@ def verdict(job: Job, target: Target, result: Verification, data: Data,
     result.extra["evidence"] = {"confidence": confidence, "bound": "wilson", "rates": [w.to_dict() for w in weighed]}
     result.extra["loosened"] = loosened(({k: r.tol.get(k) for k in r.user} for r in (judged or {}).values()),
                                         DEFAULTS.get(result.precision, DEFAULTS["fp32"]), confidence)
-    why = unverified_why(result, data, weighed, confidence)
+    trees = tree_ensembles(job.source) if result.precision != "fp32" else []
+    why = unverified_why(result, data, weighed, confidence, trees)
     result.status = "unverified" if why else "verified"
     job.log(f"verify {target.id}: {result.summary()}")
-    if not result.passed and (result.status == "verified" or data.representative):
+    if not result.passed and (data.representative or not lossy(result.precision, trees)):
         lines = "\n".join(f"  {f}" for f in [*result.failures, *shown_lines(weighed, confidence)])
         failed = VerificationFailed(
             f"{target.id} failed verification against the FP32 reference on {data.source} inputs:\n{lines}",
@@ -303,12 +313,25 @@ UNVERIFIED_FIX = ("judge it on more real rows: verify.data, calibration data, or
                   "each declared sample)")
 
 
+def lossy(precision: str, trees: Sequence[str] = ()) -> bool:
+    """Whether only real rows judge an artifact at `precision`: int8 and TensorRT's best, and any precision below
+    fp32 of a tree ensemble (the rounding of its features moves them across its thresholds)."""
+    return precision in LOSSY or (bool(trees) and precision != "fp32")
+
+
 def unverified_why(result: Verification, data: Data, weighed: Sequence[Rate] = (),
-                   confidence: float = CONFIDENCE) -> str:
-    """Why a lossy artifact cannot be called verified on this data ("" when it can, or is not lossy): generated
-    or calibration data, or real rows too few to show a floor its answers meet."""
-    if result.precision not in LOSSY:
-        return ""
+                   confidence: float = CONFIDENCE, trees: Sequence[str] = ()) -> str:
+    """Why an artifact cannot be called verified on this data ("" when it can): lossy (int8, best, a tree
+    ensemble below fp32) on generated or calibration data, or on real rows too few to show a floor its answers
+    meet; continuous outputs below fp32 on generated data, or on real rows too few to show their floor."""
+    from gpux.quality.values import continuous, why_unverified
+
+    if not lossy(result.precision, trees):
+        values = [w for w in weighed if w.metric == "rows_within"]
+        return why_unverified(result.precision, continuous(result.outputs), (), data.representative) or \
+            shortfall(values, confidence)
+    if not data.representative and data.source == "generated" and trees and result.precision not in LOSSY:
+        return why_unverified(result.precision, (), trees, False)
     if data.source != "generated" and not data.representative:
         return f"an {result.precision} artifact checked on the samples it was calibrated on (nothing held out)"
     if not data.representative:
