@@ -67,7 +67,7 @@ def execute(plan: BuildPlan, *, force: bool = False, verify: bool = True, log: L
     log = log or (lambda _msg: None)
     project, root = plan.project, plan.root
     job = Job(project=project, inputs=plan.inputs, shapes=plan.shapes, verify=verify, log=log,
-              source=_usable_source(project, plan.checked.compat, root, log), strict=strict, force=force)
+              source=_usable_source(project, plan.checked, root, log), strict=strict, force=force)
     result = BuildResult(project, plan.provider)
     for step in plan.steps:
         target, folder = step.target, root / project.name / step.folder
@@ -204,15 +204,14 @@ def _build_remembering(job: Job, step: Planned, src: Path, folder: Path, why: st
         raise
 
 
-def _usable_source(project: Project, compat: Any, root: Path, log: Log) -> Path:
-    """The source, or a copy in the store with its IR version lowered to what ONNX Runtime reads (`compat`:
-    gpux.model.compat.Compat, as the project's model was checked)."""
-    if compat.lower_ir_to is None:
-        return project.source
-    from gpux.model.compat import lowered_source
+def _usable_source(project: Project, checked: Any, root: Path, log: Log) -> Path:
+    """The source, or a copy in the store with its IR version lowered to what ONNX Runtime reads and its ZipMap
+    outputs exchanged for tensors (`checked`: gpux.model.io.Checked, the project's model as it was checked)."""
+    from gpux.model.compat import usable_source
 
-    log(f"note: {compat.note}")
-    return lowered_source(project.source, compat.lower_ir_to, root / ".lowered")
+    if checked.compat.note:
+        log(f"note: {checked.compat.note}")
+    return usable_source(project.source, checked.compat.lower_ir_to, checked.io.exchanged, root / ".lowered")
 
 
 def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path) -> SpeedDoc | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,9 @@ def read_model(src: Path, declared: list[Tensor] | None = None) -> tuple[list[Te
 
         real = real_io(src, io.inputs, None)  # what the model returns, where its metadata misstates an output
         io = trued(io, real)[0] if real is not None else io
-        return [_named(t) for t in io.inputs], [_named(t) for t in io.outputs], fmt
+        outputs = [Labelled(n.name, n.dtype, n.shape, labels=tuple(io.labels.get(n.name, ())))
+                   for n in map(_named, io.outputs)]  # with an ONNX-ML classifier's class names (gpux.model.classic)
+        return [_named(t) for t in io.inputs], outputs, fmt
     from gpux.optional import require
 
     torch = require("torch")
@@ -195,9 +198,21 @@ def _yaml_name(text: str) -> str:
     return text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", text) else json.dumps(text)
 
 
+@dataclass(frozen=True)
+class Labelled(Tensor):
+    """An output with the class names the model carries for its last axis (written as its `labels:`)."""
+
+    labels: tuple[str, ...] = ()
+
+    def to_dict(self) -> Any:  # init's --json: the tensor, and its labels where the model names them
+        return {**super().to_dict(), "labels": list(self.labels)} if self.labels else super().to_dict()
+
+
 def _tensor_line(t: Tensor) -> str:
     shape = "" if t.shape is None else f", shape: [{', '.join(str(d) for d in t.shape)}]"
-    return f"  {_yaml_name(t.name)}: {{dtype: {t.dtype}{shape}}}"
+    names = getattr(t, "labels", ())
+    labels = f", labels: {json.dumps(list(names), ensure_ascii=False)}" if names else ""
+    return f"  {_yaml_name(t.name)}: {{dtype: {t.dtype}{shape}{labels}}}"
 
 
 def _note(line: str, comment: str) -> str:

@@ -1,0 +1,118 @@
+"""ONNX-ML classifiers as skl2onnx and onnxmltools write them (ai.onnx.ml): the class names an output's last axis
+holds (a classifier's or a ZipMap's `classlabels_*`), and ZipMap outputs (a sequence of maps, one per row), which
+gpux answers with the probabilities tensor they are made of, under the same name (docs/classic-ml.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ML = "ai.onnx.ml"
+CLASSLABELS = ("classlabels_strings", "classlabels_int64s", "classlabels_ints")
+# ops a probability tensor passes through with its classes on the same last axis (skl2onnx, onnxmltools)
+FOLLOWS = frozenset({"Identity", "Cast", "Normalizer", "Mul", "Div", "Softmax", "Clip"})
+ZIPMAP_FIX = ("convert the model without a ZipMap: skl2onnx's to_onnx(model, X, options={id(model): {'zipmap': "
+              "False}}), onnxmltools' convert_*(model, ..., zipmap=False)")
+
+
+@dataclass(frozen=True)
+class Classes:
+    """What a model's ONNX-ML nodes say of its outputs: class names per output (the labels of its last axis), and
+    the ZipMap outputs answered by the tensor the ZipMap reads (output -> that tensor's name)."""
+
+    labels: dict[str, list[str]] = field(default_factory=dict)
+    exchanged: dict[str, str] = field(default_factory=dict)
+    shapes: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)  # each exchanged output's
+    zipmaps: int = 0  # ZipMap nodes in the graph (a sequence output left over names the converters' option)
+
+
+def class_names(node: Any) -> list[str] | None:
+    """A classifier's or ZipMap's class names, as text (int64 labels as their digits); None: it names none."""
+    for attr in node.attribute:
+        if attr.name in CLASSLABELS:
+            return [s.decode("utf-8", "replace") for s in attr.strings] if attr.strings else [str(i) for i in attr.ints]
+    return None
+
+
+def read(model: Any) -> Classes:
+    """The class names and exchangeable ZipMaps of `model` (an onnx ModelProto); nothing for a model without
+    ai.onnx.ml operators."""
+    if not any(o.domain == ML for o in model.opset_import):
+        return Classes()
+    graph = model.graph
+    made_by = {out: node for node in graph.node for out in node.output}
+    constants = {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant"
+                                                      for o in n.output}
+    labels, exchanged = {}, {}
+    for out in graph.output:
+        node, name = _origin(out.name, made_by, constants)
+        if node is None:
+            continue
+        names = class_names(node)
+        if node.op_type == "ZipMap" and node.domain == ML:
+            if out.type.HasField("sequence_type"):
+                exchanged[out.name] = node.input[0]
+            labels[out.name] = names or []
+        elif names and list(node.output).index(name) == 1:  # a classifier's scores (0: its label)
+            labels[out.name] = names
+    shapes = {n: (_rows(model), len(labels[n]) or None) for n in exchanged}
+    return Classes(labels={n: v for n, v in labels.items() if v}, exchanged=exchanged, shapes=shapes,
+                   zipmaps=sum(n.op_type == "ZipMap" for n in graph.node))
+
+
+def _origin(name: str, made_by: dict[str, Any], constants: set[str]) -> tuple[Any, str]:
+    """The node a graph output's values come from, followed back through ops that keep the classes (FOLLOWS, with
+    one input that is not a constant), and the name of that node's output."""
+    seen: set[str] = set()
+    while name in made_by and name not in seen:
+        seen.add(name)
+        node = made_by[name]
+        data = [i for i in node.input if i and i not in constants]
+        if node.op_type not in FOLLOWS or node.domain not in ("", ML) or len(data) != 1:
+            return node, name
+        name = data[0]
+    return None, name
+
+
+def exchange(model: Any, outputs: dict[str, str]) -> None:
+    """Answer each ZipMap output of `model` (in place) with the tensor its ZipMap reads (`outputs`: output -> that
+    tensor, as `read` found them): the ZipMap becomes an Identity, the output a float tensor [rows, classes]."""
+    from onnx import TensorProto, helper
+
+    rows, classes = _rows(model), {}
+    for node in model.graph.node:
+        if node.op_type == "ZipMap" and node.domain == ML and node.input[0] in outputs.values():
+            classes[node.input[0]] = len(class_names(node) or []) or None
+            node.CopyFrom(helper.make_node("Identity", [node.input[0]], list(node.output), name=node.name))
+    keep = [v for v in model.graph.value_info if v.type.HasField("tensor_type")]
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(keep)  # the sequences between a ZipMap and its output are tensors now
+    for out in model.graph.output:
+        if out.name in outputs:
+            shape = [rows, classes.get(outputs[out.name])]
+            out.CopyFrom(helper.make_tensor_value_info(out.name, TensorProto.FLOAT, shape))
+    if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("", 13))  # for the Identity
+
+
+def _rows(model: Any) -> int | None:
+    """The rows the model's first input fixes (None: a dynamic batch)."""
+    graph = model.graph
+    init = {i.name for i in graph.initializer}
+    first = next((v for v in graph.input if v.name not in init), None)
+    dims = first.type.tensor_type.shape.dim if first is not None and first.type.HasField("tensor_type") else []
+    return int(dims[0].dim_value) if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0 else None
+
+
+def runnable(path: Path) -> bytes:
+    """The model at `path` with its ZipMap outputs exchanged (`exchange`), as bytes a session opens."""
+    from gpux.optional import require
+
+    onnx = require("onnx")
+    model = onnx.load(str(path))
+    exchange(model, read(model).exchanged)
+    return bytes(model.SerializeToString())
+
+
+__all__ = ["ZIPMAP_FIX", "Classes", "class_names", "exchange", "read", "runnable"]
