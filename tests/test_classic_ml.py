@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from click.testing import CliRunner
 
 from gpux.cli.main import cli
 
-from .conftest import gpux
+from .conftest import ROOT, gpux
 from .serving import ServerThread, post
 
 pytest.importorskip("sklearn")
@@ -26,12 +27,16 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::Deprec
 # onnx's helper on the converters' attributes
 
 OPSETS = {"": 17, "ai.onnx.ml": 3}
-CLASSIFIERS = {  # name -> (bundled dataset, the estimator after a StandardScaler)
+CLASSIFIERS = {  # name -> (bundled dataset, the estimator after a StandardScaler: "module:class", its options)
     "logistic_iris": ("iris", "sklearn.linear_model:LogisticRegression", {"max_iter": 500}),
     "forest_wine": ("wine", "sklearn.ensemble:RandomForestClassifier", {"n_estimators": 10, "max_depth": 4}),
     "boosting_cancer": ("breast_cancer", "sklearn.ensemble:GradientBoostingClassifier",
                         {"n_estimators": 10, "max_depth": 2}),
     "svc_iris": ("iris", "sklearn.svm:SVC", {"probability": True}),
+    # scikit-learn's replacement for SVC(probability=True): probabilities averaged by plain ONNX ops, the class
+    # names only in the constant the label is picked from
+    "calibrated_wine": ("wine", "sklearn.calibration:CalibratedClassifierCV", {"estimator": "sklearn.svm:SVC",
+                                                                               "ensemble": False}),
 }
 
 
@@ -56,7 +61,9 @@ def fitted(name: str) -> Any:
 
     dataset, estimator, options = CLASSIFIERS[name]
     x_train, _, y_train, _ = rows(dataset)
-    model = pkgutil.resolve_name(estimator)(random_state=0, **options)
+    inner = {k: pkgutil.resolve_name(v)() for k, v in options.items() if k == "estimator"}
+    seeded = {} if inner else {"random_state": 0}
+    model = pkgutil.resolve_name(estimator)(**{**options, **inner, **seeded})
     return make_pipeline(StandardScaler(), model).fit(x_train, y_train)
 
 
@@ -224,3 +231,25 @@ def test_the_classic_ml_example_answers_as_its_estimator(tmp_path: Path) -> None
     assert [[t["label"] for t in a["output_probability"]] for a in answers] == \
         [model.classes_[np.argsort(-p, kind="stable")[:2]].tolist() for p in model.predict_proba(x_test[:3])]
 
+
+
+def test_the_docs_commands_run_as_printed(tmp_path: Path) -> None:
+    """docs/classic-ml.md's shell block, line by line in a fresh copy of the example, prints what the page shows."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    page = (ROOT / "docs" / "classic-ml.md").read_text()
+    [commands] = re.findall(r"```bash\n(.*?)```", page, flags=re.S)
+    [shown] = re.findall(r"```text\n(.*?)```", page, flags=re.S)
+    shutil.copytree(ROOT / "examples" / "classic_ml", tmp_path / "examples" / "classic_ml",
+                    ignore=shutil.ignore_patterns(".gpux", "*.onnx", "*.npz"))
+    words = {"python": f'"{sys.executable}"', "gpux": f'"{sys.executable}" -m gpux'}
+    lines = [line.split("  #")[0].strip() for line in commands.splitlines() if line.strip()]
+    script = "set -e\n" + "".join(words[line.split()[0]] + line[len(line.split()[0]):] + "\n" for line in lines)
+    r = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=dict(os.environ), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "warning:" not in r.stderr, r.stderr
+    assert all(line in r.stdout.splitlines() for line in shown.splitlines()), r.stdout

@@ -12,6 +12,9 @@ ML = "ai.onnx.ml"
 CLASSLABELS = ("classlabels_strings", "classlabels_int64s", "classlabels_ints")
 # ops a probability tensor passes through with its classes on the same last axis (skl2onnx, onnxmltools)
 FOLLOWS = frozenset({"Identity", "Cast", "Normalizer", "Mul", "Div", "Softmax", "Clip"})
+RESHAPES = frozenset({"Reshape", "Squeeze", "Flatten"})  # and a label output through these
+CLASSIFIERS = frozenset({"LinearClassifier", "SVMClassifier", "TreeEnsembleClassifier"})  # (label, scores)
+FLOATS = (1, 10, 11)  # float, float16, double
 ZIPMAP_FIX = ("convert the model without a ZipMap: skl2onnx's to_onnx(model, X, options={id(model): {'zipmap': "
               "False}}), onnxmltools' convert_*(model, ..., zipmap=False)")
 
@@ -42,37 +45,64 @@ def read(model: Any) -> Classes:
         return Classes()
     graph = model.graph
     made_by = {out: node for node in graph.node for out in node.output}
-    constants = {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant"
-                                                      for o in n.output}
-    labels, exchanged = {}, {}
+    constants = {i.name: i for i in graph.initializer}
+    constants |= {o: a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
+                  for o in n.output}
+    labels, exchanged, picked = {}, {}, []
     for out in graph.output:
-        node, name = _origin(out.name, made_by, constants)
-        if node is None:
+        node, name = _origin(out.name, made_by, constants, FOLLOWS | RESHAPES)
+        names = None if node is None else class_names(node) or _picked_from(node, constants)
+        if node is None or names is None:
             continue
-        names = class_names(node)
-        if node.op_type == "ZipMap" and node.domain == ML:
-            if out.type.HasField("sequence_type"):
-                exchanged[out.name] = node.input[0]
-            labels[out.name] = names or []
-        elif names and list(node.output).index(name) == 1:  # a classifier's scores (0: its label)
+        if node.op_type == "ZipMap":
+            exchanged |= {out.name: node.input[0]} if out.type.HasField("sequence_type") else {}
             labels[out.name] = names
-    shapes = {n: (_rows(model), len(labels[n]) or None) for n in exchanged}
+        elif node.op_type in CLASSIFIERS and list(node.output).index(name) == 1 and \
+                _origin(out.name, made_by, constants, FOLLOWS)[0] is node:  # its scores, their classes kept
+            labels[out.name] = names
+        else:  # a label output: the names it picks from, for the scores beside it (below)
+            picked.append(names)
+    for names in picked:  # scores an ensemble or calibration computes: the one float output with that many classes
+        scores = [o.name for o in graph.output if o.name not in labels and _columns(o) == len(names)]
+        labels |= {scores[0]: names} if len(scores) == 1 else {}
+    shapes = {n: (_rows(model), len(labels.get(n, ())) or None) for n in exchanged}
     return Classes(labels={n: v for n, v in labels.items() if v}, exchanged=exchanged, shapes=shapes,
                    zipmaps=sum(n.op_type == "ZipMap" for n in graph.node))
 
 
-def _origin(name: str, made_by: dict[str, Any], constants: set[str]) -> tuple[Any, str]:
-    """The node a graph output's values come from, followed back through ops that keep the classes (FOLLOWS, with
-    one input that is not a constant), and the name of that node's output."""
+def _origin(name: str, made_by: dict[str, Any], constants: dict[str, Any], through: frozenset[str]
+            ) -> tuple[Any, str]:
+    """The node a graph output's values come from, followed back through the ops `through` (with one input that is
+    not a constant), and the name of that node's output."""
     seen: set[str] = set()
     while name in made_by and name not in seen:
         seen.add(name)
         node = made_by[name]
         data = [i for i in node.input if i and i not in constants]
-        if node.op_type not in FOLLOWS or node.domain not in ("", ML) or len(data) != 1:
+        if node.op_type not in through or node.domain not in ("", ML) or len(data) != 1:
             return node, name
         name = data[0]
     return None, name
+
+
+def _picked_from(node: Any, constants: dict[str, Any]) -> list[str] | None:
+    """The class names a label is picked from by index (skl2onnx's ArrayFeatureExtractor, or a Gather, on a
+    constant list of names)."""
+    if node.op_type not in ("ArrayFeatureExtractor", "Gather") or node.input[0] not in constants:
+        return None
+    from onnx import numpy_helper
+
+    values = numpy_helper.to_array(constants[node.input[0]])
+    if values.ndim != 1 or values.dtype.kind not in "OSUiu":
+        return None
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values.tolist()]
+
+
+def _columns(value_info: Any) -> int | None:
+    """The static last dim of a float tensor output (None: another type, or a dynamic last dim)."""
+    t = value_info.type.tensor_type if value_info.type.HasField("tensor_type") else None
+    dims = t.shape.dim if t is not None and t.elem_type in FLOATS else []
+    return int(dims[-1].dim_value) if len(dims) == 2 and dims[-1].HasField("dim_value") else None
 
 
 def exchange(model: Any, outputs: dict[str, str]) -> None:

@@ -181,11 +181,12 @@ def usable_source(src: Path, ir: int | None, exchanged: dict[str, str], folder: 
     if ir is None and not exchanged:
         return src
     onnx = require("onnx")
-    folder.mkdir(parents=True, exist_ok=True)
     made_from = "-".join(map(str, stamp(src.stat())))  # a source rewritten in place, mtime kept, is made again
-    dst = folder / f"{src.stem}-{made_from}{f'-ir{ir}' if ir else ''}{'-tensors' if exchanged else ''}.onnx"
+    # a folder per copy, the file named as the source: what a runtime says of it names the user's file
+    dst = folder / f"{src.stem}-{made_from}{f'-ir{ir}' if ir else ''}{'-tensors' if exchanged else ''}" / src.name
     if dst.is_file():
         return dst
+    dst.parent.mkdir(parents=True, exist_ok=True)
     model = onnx.load(str(src))  # with its external data
     if ir is not None:
         model.ir_version = ir
