@@ -255,3 +255,27 @@ def test_the_docs_commands_run_as_printed(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "warning:" not in r.stderr, r.stderr
     assert all(line in r.stdout.splitlines() for line in shown.splitlines()), r.stdout
+
+
+def test_a_zipmap_of_integer_classes_behind_an_identity_is_answered_with_their_names(tmp_path: Path) -> None:
+    """Any graph ending in ZipMap maps (classes 3 and 7 here, an Identity after it): the probabilities it reads."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import gpux
+
+    nodes = [helper.make_node("Softmax", ["x"], ["p"], axis=1),
+             helper.make_node("ZipMap", ["p"], ["maps"], domain="ai.onnx.ml", classlabels_int64s=[3, 7]),
+             helper.make_node("Identity", ["maps"], ["scores"])]
+    maps = helper.make_sequence_type_proto(helper.make_map_type_proto(
+        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])))
+    graph = helper.make_graph(nodes, "ints", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2])],
+                              [helper.make_value_info("scores", maps)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("ai.onnx.ml", 3)]),
+              str(tmp_path / "model.onnx"))
+    session = gpux.load(tmp_path / "model.onnx", provider="cpu")
+    x = np.array([[0.0, 1.0], [2.0, 0.0]], np.float32)
+    got = session.run({"x": x})["scores"]
+    np.testing.assert_allclose(got, np.exp(x) / np.exp(x).sum(1, keepdims=True), rtol=1e-6)
+    assert session.project.labels_of("scores") == ["3", "7"]

@@ -26,14 +26,14 @@ class Classes:
 
     labels: dict[str, list[str]] = field(default_factory=dict)
     exchanged: dict[str, str] = field(default_factory=dict)
-    shapes: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)  # each exchanged output's
+    shapes: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)  # exchanged: (rows, classes)
     zipmaps: int = 0  # ZipMap nodes in the graph (a sequence output left over names the converters' option)
 
 
 def class_names(node: Any) -> list[str] | None:
     """A classifier's or ZipMap's class names, as text (int64 labels as their digits); None: it names none."""
     for attr in node.attribute:
-        if attr.name in CLASSLABELS:
+        if attr.name in CLASSLABELS and (attr.strings or attr.ints):  # a converter may write an empty one too
             return [s.decode("utf-8", "replace") for s in attr.strings] if attr.strings else [str(i) for i in attr.ints]
     return None
 
