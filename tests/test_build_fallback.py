@@ -179,3 +179,30 @@ def test_fp16_keeps_ai_onnx_ml_operators_in_fp32_and_converts_the_rest(tmp_path:
     assert ran["precision"] == "fp16"
     agree = np.mean(np.array(ran["outputs"]["label"]["data"]) == model.predict(x))
     assert agree >= 0.98, agree
+
+
+def test_fp16_of_lightgbm_keeps_what_computes_after_its_trees_in_fp32(tmp_path: Path) -> None:
+    """onnxmltools' LightGBM classifier: a TreeEnsembleClassifier (ai.onnx.ml) then a Mul on its scores; ONNX
+    Runtime's converter would join the fp32 trees to an fp16 Mul that ONNX Runtime does not load. The Mul stays fp32
+    with the trees, nothing is left to convert, and the fp32 artifact is built instead and says so."""
+    lightgbm = pytest.importorskip("lightgbm")
+    pytest.importorskip("onnxmltools")
+    from onnxmltools import convert_lightgbm
+    from onnxmltools.convert.common.data_types import FloatTensorType
+    from sklearn.datasets import load_breast_cancer
+
+    x, y = load_breast_cancer(return_X_y=True)
+    x = x.astype(np.float32)
+    model = lightgbm.LGBMClassifier(n_estimators=5, num_leaves=7, verbose=-1).fit(x, y)
+    onx = convert_lightgbm(model, initial_types=[("X", FloatTensorType([None, x.shape[1]]))], zipmap=False,
+                           target_opset=15)
+    folder = project(tmp_path, Trained(onx.SerializeToString(), x[:40], model.predict(x[:40]),
+                                       model.predict_proba(x[:40])), "lgbm")
+    yml = folder / "gpux.yml"
+    yml.write_text(yml.read_text().replace("cpu: {precision: fp32}", "cpu: {precision: fp16}"))
+    doc = json_of(gpux("build", ".", "-p", "cpu", "--json", cwd=folder))
+    assert doc["targets"][0]["target"]["id"] == "onnx-fp32-basic"
+    assert any("so does what computes on their outputs; built as fp32 instead" in w for w in doc["warnings"])
+    ran = json_of(gpux("run", ".", "-p", "cpu", "--json", "--file", "rows.npz", cwd=folder))
+    assert ran["precision"] == "fp32"
+    assert np.array_equal(np.array(ran["outputs"]["label"]["data"]), model.predict(x[:40]))

@@ -169,8 +169,8 @@ def fit_sizes(src: Path, inputs: list[Tensor], given: dict[str, int] | None = No
     from gpux.model.probe import sample
 
     error = ""
-    for size in [None] if given is not None else INIT_SIZES:
-        sizes = given if given is not None else dict.fromkeys(dims, size)
+    trials: list[dict[str, int]] = [given] if given is not None else [dict.fromkeys(dims, n) for n in INIT_SIZES]
+    for sizes in trials:
         try:
             session.run(None, sample(tuple(_sized(t, sizes) for t in inputs), {}, 1, 0))
         except Exception as exc:  # ONNX Runtime's own errors (no common base class): the model refuses these sizes

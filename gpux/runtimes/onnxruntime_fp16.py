@@ -28,26 +28,71 @@ FLOAT = 1  # onnx.TensorProto.FLOAT
 
 
 def build_fp16(ctx: Context) -> OnnxInfo:
-    """The fp16 ONNX artifact: converted (what stays float32 recorded in its info), then optimized offline."""
+    """The fp16 ONNX artifact: converted (what stays float32 recorded in its info), then optimized offline. Where the
+    converter joins an ai.onnx.ml operator kept in float32 to an fp16 operator after it in a way ONNX Runtime does
+    not load (LightGBM's post-processing, for one), what computes on those operators' outputs stays float32 too."""
     onnx = require("onnx")
-    model = onnx.load(str(ctx.src))
-    blocked, computes = fp16_blocks(ctx, model)
+    source = onnx.load(str(ctx.src))
+    blocked, computes = fp16_blocks(ctx, source)
+    try:
+        info, model = _converted(ctx, source, blocked, [])
+    except BuildFailed:
+        after = after_ml(source)
+        if not after:
+            raise
+        for i, n in enumerate(source.graph.node):  # the converter blocks nodes by name: every node gets one
+            n.name = n.name or f"gpux_node_{i}"
+        floats = float_tensors(source)
+        computes -= sum(1 for n in after if counts(n, blocked, floats))
+        if computes <= 0:
+            from gpux.runtimes import refuse
+
+            refuse(ctx, f"{ctx.target.id}: fp16 converts nothing of this model: its ai.onnx.ml operators stay "
+                        "float32 (no float16 kernels), and so does what computes on their outputs")
+        info, model = _converted(ctx, source, blocked, [n.name for n in after])
+    kept = sorted({n.op_type for n in model.graph.node if n.op_type in blocked})
+    return {**info, "fp16_ops": computes, "kept_fp32": kept}  # type: ignore[typeddict-item]
+
+
+def _converted(ctx: Context, source: Any, blocked: list[str], nodes: list[str]) -> tuple[dict[str, Any], Any]:
+    """(the artifact's info, the converted model): `source` converted with the operators `blocked` and the nodes
+    `nodes` kept in float32, saved and optimized offline; a conversion ONNX Runtime cannot load is a BuildFailed."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
+    onnx = require("onnx")
     with quiet_stderr(ctx.log, "onnxruntime.float16"):
-        model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=False,
-                                         op_block_list=blocked)
+        model = convert_float_to_float16(onnx.ModelProto.FromString(source.SerializeToString()), keep_io_types=True,
+                                         disable_shape_infer=False, op_block_list=blocked,
+                                         node_block_list=nodes or None)
     src = ctx.workdir / "fp16.onnx"
     save_model(model, src)
     try:
-        info: dict[str, Any] = dict(optimized(ctx, src))
+        return dict(optimized(ctx, src)), model
     except Exception as exc:  # ONNX Runtime's errors share no base class: its refusal of the converted model
         if raised_by_gpux(exc) or environmental(exc):  # a gpux bug or the machine: never the model's failure
             raise
         raise BuildFailed(f"{ctx.target.id}: the fp16 conversion of this model does not load in ONNX Runtime: "
                           f"{first_line(exc)}", hint="keep precision: fp32 for this model", conversion=True) from exc
-    kept = sorted({n.op_type for n in model.graph.node if n.op_type in blocked})
-    return {**info, "fp16_ops": computes, "kept_fp32": kept}  # type: ignore[typeddict-item]
+
+
+def after_ml(model: Any) -> list[Any]:
+    """The nodes outside ai.onnx.ml that compute on an ai.onnx.ml operator's outputs, directly or not (in graph
+    order, which ONNX keeps topological)."""
+    tainted: set[str] = set()
+    out = []
+    for n in model.graph.node:
+        if n.domain == ML_DOMAIN:
+            tainted.update(n.output)
+        elif tainted & set(n.input):
+            tainted.update(n.output)
+            out.append(n)
+    return out
+
+
+def counts(node: Any, blocked: list[str], floats: set[str] | None) -> bool:
+    """Whether `node` would compute in fp16: not kept in float32, not only moving values, on float tensors."""
+    return node.domain != ML_DOMAIN and node.op_type not in blocked and node.op_type not in NO_ARITHMETIC and \
+        bool(floats is None or floats & {*node.input, *node.output})
 
 
 def fp16_blocks(ctx: Context, model: Any) -> tuple[list[str], int]:
@@ -64,8 +109,7 @@ def fp16_blocks(ctx: Context, model: Any) -> tuple[list[str], int]:
     ml = sorted({n.op_type for n in nodes if n.domain == ML_DOMAIN})
     blocked = sorted({*DEFAULT_OP_BLOCK_LIST, *ml})
     floats = float_tensors(model)
-    computes = sum(1 for n in nodes if n.domain != ML_DOMAIN and n.op_type not in blocked
-                   and n.op_type not in NO_ARITHMETIC and (floats is None or floats & {*n.input, *n.output}))
+    computes = sum(1 for n in nodes if counts(n, blocked, floats))
     if not computes:
         from gpux.runtimes import refuse
 
