@@ -237,6 +237,8 @@ class PlanDoc(TypedDict, total=False):
     provider: str
     source: str
     targets: list[PlannedDoc]
+    skipped: list[AttemptDoc]  # the providers of the selection passed over before it (probe, or a remembered build)
+    instead: list[str]  # a lossy target that converts nothing of the model, planned as the fp32 artifact it makes
     selection: SelectionDoc
     available: AvailabilityDoc
 

@@ -54,15 +54,20 @@ def test_an_int8_build_that_did_nothing_fails_under_strict_without_being_remembe
     from types import SimpleNamespace
 
     from gpux.errors import BuildFailed
-    from gpux.runtimes import int8_did_nothing
+    from gpux.runtimes import NOTHING_QUANTIZED, NothingConverted, int8_did_nothing
 
     said: list[str] = []
     ctx: Any = SimpleNamespace(target=SimpleNamespace(id="onnx-int8"), strict=True, log=said.append)
     assert int8_did_nothing(ctx, "") is False
     with pytest.raises(BuildFailed) as failed:
-        int8_did_nothing(ctx, "no operator was quantized")
+        int8_did_nothing(ctx, NOTHING_QUANTIZED)
     assert failed.value.conversion is False, "--strict's refusal is not the runtime's failure on the model"
+    assert not isinstance(failed.value, NothingConverted), "--strict refuses; it does not build fp32 instead"
     ctx.strict = False
-    assert int8_did_nothing(ctx, "no operator was quantized") is True
-    assert said == ["warning: onnx-int8: int8 did nothing useful for this model: no operator was quantized"]
+    with pytest.raises(NothingConverted) as nothing:  # the build makes the fp32 artifact instead, and says so
+        int8_did_nothing(ctx, NOTHING_QUANTIZED)
+    assert nothing.value.conversion is False and said == []
+    assert int8_did_nothing(ctx, "the int8 model is larger than its source (9 vs 8 bytes)") is True
+    assert said == ["warning: onnx-int8: int8 did nothing useful for this model: the int8 model is larger than its "
+                    "source (9 vs 8 bytes)"]
     assert BuildFailed("x").conversion is None, "not said: a build step's own failure counts as its conversion's"

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from gpux.artifacts import store
-from gpux.artifacts.plan import BuildPlan, Planned, digest_of, plan_build
+from gpux.artifacts.plan import FP32, BuildPlan, Planned, as_fp32, digest_of, plan_build
 from gpux.config.load import Project
 from gpux.documents import BuildDoc, BuiltDoc, SpeedDoc
 from gpux.errors import BuildFailed, GpuxError, VerificationFailed, environmental, raised_by_gpux
 from gpux.files import locked
 from gpux.plan.targets import Target
-from gpux.runtimes import KIND_HINTS, ArtifactKind, Context, Job, Log
+from gpux.runtimes import KIND_HINTS, ArtifactKind, Context, Job, Log, NothingConverted
 
 
 @dataclass(kw_only=True)
@@ -40,6 +40,7 @@ class BuildResult:
     project: Project
     provider: str
     results: list[TargetResult] = field(default_factory=list)
+    instead: tuple[str, ...] = ()  # a lossy target that converted nothing: the fp32 artifact built instead, said
 
     @property
     def final(self) -> TargetResult:
@@ -55,7 +56,7 @@ def build(  # noqa: PLR0913  # the public API: keyword-only options, each an ind
         store_dir: str | Path | None = None, log: Log | None = None, shapes: dict[str, int] | None = None,
         full_check: bool = False, for_run: bool = False, strict: bool = False) -> BuildResult:
     """Plan `provider`'s build (artifacts.plan.plan_build: `shapes` are --shape) and execute it."""
-    plan = plan_build(project, provider, store_dir=store_dir, shapes=shapes)
+    plan = plan_build(project, provider, store_dir=store_dir, shapes=shapes, retry=force)
     return execute(plan, force=force, verify=verify, log=log, full_check=full_check, for_run=for_run, strict=strict)
 
 
@@ -63,11 +64,30 @@ def execute(plan: BuildPlan, *, force: bool = False, verify: bool = True, log: L
             full_check: bool = False, for_run: bool = False, strict: bool = False) -> BuildResult:
     """Find in the cache, or build, every target of `plan` in order. `full_check` re-hashes cached artifacts (what
     `run` does before loading) instead of trusting their recorded stamp. `strict` refuses an artifact
-    that is not verified (lossy on generated data only, or built with --no-verify)."""
+    that is not verified (lossy on generated data only, or built with --no-verify), and the fp32 artifact made for a
+    lossy target that converted nothing (NothingConverted: built instead otherwise, and said in `instead`)."""
     log = log or (lambda _msg: None)
+
+    def made(planned: BuildPlan) -> BuildResult:
+        if planned.instead and strict:
+            raise BuildFailed(f"{planned.instead[0]}; --strict refuses the fp32 artifact it makes instead",
+                              hint="set precision: fp32 for this model, or drop --strict", conversion=False)
+        result = _execute(planned, force=force, verify=verify, log=log, full_check=full_check, for_run=for_run,
+                          strict=strict)
+        result.instead = tuple(planned.instead_lines())  # said by the caller: build's report, run's log
+        return result
+
+    try:
+        return made(plan)
+    except NothingConverted as exc:  # remembered for its key: the next build plans the fp32 artifact at once
+        return made(as_fp32(plan, exc.message))
+
+
+def _execute(plan: BuildPlan, *, force: bool, verify: bool, log: Log, full_check: bool, for_run: bool,
+             strict: bool) -> BuildResult:
     project, root = plan.project, plan.root
     job = Job(project=project, inputs=plan.inputs, shapes=plan.shapes, verify=verify, log=log,
-              source=_usable_source(project, plan.checked.compat, root, log), strict=strict, force=force)
+              source=_usable_source(project, plan.checked, root, log), strict=strict, force=force)
     result = BuildResult(project, plan.provider)
     for step in plan.steps:
         target, folder = step.target, root / project.name / step.folder
@@ -194,6 +214,10 @@ def _build_remembering(job: Job, step: Planned, src: Path, folder: Path, why: st
     job.log(f"building {step.target.id} ({why})")
     try:
         return _build_one(job, step, src, folder)
+    except NothingConverted as exc:  # the lossy target made nothing lossy: the fp32 artifact is built instead
+        store.remember_failure(root, name, folder.name, store.Failure(key=key + FP32, message=exc.message,
+                                                                      hint=exc.hint))
+        raise
     except VerificationFailed as exc:  # its key covers the data's digest and the thresholds
         store.remember_failure(root, name, folder.name, store.Failure(
             key=checked, message=exc.message, hint=exc.hint, verification=exc.verification, info=exc.info))
@@ -204,15 +228,14 @@ def _build_remembering(job: Job, step: Planned, src: Path, folder: Path, why: st
         raise
 
 
-def _usable_source(project: Project, compat: Any, root: Path, log: Log) -> Path:
-    """The source, or a copy in the store with its IR version lowered to what ONNX Runtime reads (`compat`:
-    gpux.model.compat.Compat, as the project's model was checked)."""
-    if compat.lower_ir_to is None:
-        return project.source
-    from gpux.model.compat import lowered_source
+def _usable_source(project: Project, checked: Any, root: Path, log: Log) -> Path:
+    """The source, or a copy in the store with its IR version lowered to what ONNX Runtime reads and its ZipMap
+    outputs exchanged for tensors (`checked`: gpux.model.io.Checked, the project's model as it was checked)."""
+    from gpux.model.compat import usable_source
 
-    log(f"note: {compat.note}")
-    return lowered_source(project.source, compat.lower_ir_to, root / ".lowered")
+    if checked.compat.note:
+        log(f"note: {checked.compat.note}")
+    return usable_source(project.source, checked.compat.lower_ir_to, checked.io.exchanged, root / ".lowered")
 
 
 def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path) -> SpeedDoc | None:

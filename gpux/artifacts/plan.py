@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpux.artifacts import unchanged
+from gpux.artifacts import store, unchanged
 from gpux.config.load import Project
 from gpux.documents import AttemptDoc, PlanDoc, PlannedDoc
-from gpux.errors import BuildFailed, ProviderUnavailable
+from gpux.errors import BuildFailed, GpuxError, ProviderUnavailable, VerificationFailed
 from gpux.files import digest_data, digest_files, store_root
 from gpux.model.io import Checked, Tensor, check_model
 from gpux.plan.targets import Target, resolve_shapes
+from gpux.providers import Availability
 from gpux.quality.verify import judged
 from gpux.report import attempt_line, probe_attempt
 from gpux.runtimes import ArtifactKind, kind_of, targets
@@ -55,6 +57,13 @@ class BuildPlan:
     cannot_run: str | None = None  # why the provider it builds for cannot run here (built without its device)
     attempts: list[AttemptDoc] = field(default_factory=list)  # the providers of the selection passed over
     taken: unchanged.Before | None = None  # what the build reads, before anything was hashed (for its record)
+    passed: list[AttemptDoc] = field(default_factory=list)  # the providers passed over before it, a dry run's too
+    instead: tuple[str, ...] = ()  # why a lossy target that converted nothing is planned as the fp32 artifact it makes
+
+    def instead_lines(self) -> list[str]:
+        """What `instead` says: each reason and the fp32 artifact built for it."""
+        made = ", ".join(s.target.id for s in self.steps)
+        return [f"{why}; built as fp32 instead ({made})" for why in self.instead]
 
     @property
     def inputs(self) -> dict[str, Tensor]:
@@ -62,14 +71,15 @@ class BuildPlan:
 
     def to_dict(self) -> PlanDoc:
         return {"name": self.project.name, "provider": self.provider, "source": str(self.project.source),
-                "targets": [s.to_dict() for s in self.steps]}
+                "targets": [s.to_dict() for s in self.steps], "skipped": self.passed, "instead": self.instead_lines()}
 
 
 def plan_build(project: Project, provider: str, *, store_dir: str | Path | None = None,
-               shapes: dict[str, int] | None = None, checked: Checked | None = None) -> BuildPlan:
+               shapes: dict[str, int] | None = None, checked: Checked | None = None, retry: bool = False) -> BuildPlan:
     """The plan of building `provider`'s targets for `project`: the model checked (`checked`, else once per project
     by check_model), its files digested (memoised in the store), the sizes of symbolic dims resolved once (`shapes`:
-    --shape), every target keyed."""
+    --shape), every target keyed. A lossy target the store remembers converting nothing of this model is planned as
+    the fp32 artifact it makes (`as_fp32`) unless `retry` (--force)."""
     checked = checked or check_model(project, store_dir)
     missing = [f for f in checked.files if not f.is_file()]
     if missing:
@@ -77,34 +87,155 @@ def plan_build(project: Project, provider: str, *, store_dir: str | Path | None 
     sizes = resolve_shapes(project, shapes)
     root = store_root(project.root, store_dir)
     digest = digest_files(list(checked.files), project.source.parent, root / ".hashes.json")
-    return BuildPlan(project=project, provider=provider, checked=checked, root=root, shapes=sizes,
+    plan = BuildPlan(project=project, provider=provider, checked=checked, root=root, shapes=sizes,
                      steps=tuple(keyed_targets(project, provider, checked.inputs, digest, sizes)))
+    said = None if retry else next(filter(None, (store.recall_failure(root, project.name, s.folder, s.key + FP32)
+                                                 for s in plan.steps)), None)
+    return as_fp32(plan, said.message) if said is not None else plan
 
 
-def plan_selected(project: Project, selection: Any, *, dry_run: bool = False, store_dir: str | Path | None = None,
-                  shapes: dict[str, int] | None = None, checked: Checked | None = None,
+FP32 = ":fp32"  # the key suffix of the store's record that a lossy build of this key converted nothing
+
+
+def as_fp32(plan: BuildPlan, why: str) -> BuildPlan:
+    """The plan of the fp32 artifact a lossy build that converted nothing (`why`: NothingConverted's message) makes
+    instead: the provider's block at precision fp32 (the fields fp32 rejects at their defaults), keyed as such."""
+    from gpux.plan.targets import fitted_options, with_options
+
+    project = with_options(plan.project, plan.provider, **fitted_options(plan.project, plan.provider,
+                                                                          {"precision": "fp32"}))
+    digest = plan.steps[0].parts["input"] if plan.steps and plan.steps[0].target.consumes == "source" else \
+        digest_files(list(plan.checked.files), project.source.parent, plan.root / ".hashes.json")
+    steps = keyed_targets(project, plan.provider, plan.checked.inputs, digest, plan.shapes)
+    return replace(plan, project=project, steps=tuple(steps), instead=(why,))
+
+
+def recorded(plan: BuildPlan) -> store.Failure | None:
+    """The failure the store remembers for one of the plan's targets: its conversion failed on this model with
+    these options and runtime versions (an accuracy gate that failed is not this: it stops the build)."""
+    for s in plan.steps:
+        failure = store.recall_failure(plan.root, plan.project.name, s.folder, s.key)
+        if failure is not None:
+            return failure
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice:
+    """What a selection builds on here: its plan (None: nothing may build), the providers passed over before it (each
+    an attempt: its probe, or its build as the store remembers it failing, or as it failed in this command: `failed`),
+    why the provider it builds for cannot run here (built without its device), and whether fallback is off and the
+    walk stopped at the first provider passed over."""
+
+    plan: BuildPlan | None
+    attempts: list[AttemptDoc]
+    cannot_run: str | None = None
+    stopped: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Walk:
+    """How a selection's chain is walked to its plan: the store, the sizes --shape gives, a dry run, whether the
+    failures the store remembers are retried (--force), and the providers whose build failed in this command."""
+
+    store_dir: str | Path | None = None
+    shapes: dict[str, int] | None = None
+    dry_run: bool = False
+    retry: bool = False
+    failed: Mapping[str, AttemptDoc] = field(default_factory=dict)
+
+
+def choose(project: Project, selection: Any, checked: Checked, walk: Walk) -> Choice:
+    """Walk the selection's chain as `run` does: a provider absent here is passed over at its probe; one whose build
+    fails on this model (`walk.failed`, or remembered by the store unless retried) at its build; the first left is
+    planned. An explicitly asked first provider absent here is planned for a dry run (what it would build), and for a
+    build where it builds without its device. With fallback off the first provider passed over ends the walk (under
+    auto, absent ones do not)."""
+    asked, dry_run = selection.source != "auto", walk.dry_run
+    store_dir, shapes, retry = walk.store_dir, walk.shapes, walk.retry
+    probed = {a.provider: a for a in selection.skipped}
+    attempts: list[AttemptDoc] = []
+    for i, provider in enumerate(selection.chain):
+        avail = probed.get(provider) or (Availability(provider, "ok") if provider == selection.runs_on else
+                                         selection.available(provider))
+        cannot_run = None if avail.ok else avail.reason
+        if not avail.ok and not (i == 0 and asked and (dry_run or builds_without_device(project, avail))):
+            attempts.append(probe_attempt(avail))
+            if selection.strict and asked:
+                return Choice(plan=None, attempts=attempts, stopped=True)
+            continue
+        plan = plan_build(project, provider, store_dir=store_dir, shapes=shapes, checked=checked, retry=retry)
+        known = walk.failed.get(provider) or (None if retry else _attempt(provider, recorded(plan)))
+        if known is not None:
+            attempts.append(known)
+            if selection.strict:
+                return Choice(plan=None, attempts=attempts, stopped=True)
+            continue
+        return Choice(plan=plan, attempts=attempts, cannot_run=None if dry_run else cannot_run)
+    if dry_run and selection.chain:  # nothing here: what the first provider would build elsewhere
+        return Choice(plan=plan_build(project, selection.chain[0], store_dir=store_dir, shapes=shapes,
+                                      checked=checked), attempts=attempts)
+    return Choice(plan=None, attempts=attempts)
+
+
+def builds_without_device(project: Project, avail: Any) -> bool:
+    """Whether a provider whose device is not here still builds its artifacts (a Core ML package)."""
+    return avail.status == "no device" and \
+        not any(kind_of(t.kind).needs_device for t in targets(project, avail.provider))
+
+
+def _attempt(provider: str, failure: store.Failure | None) -> AttemptDoc | None:
+    if failure is None:
+        return None
+    return {"provider": provider, "stage": "build", "ok": False, "fix": failure.hint,
+            "reason": f"{failure.message} (remembered from an earlier build of this model with these runtime "
+                      f"versions and data; --force retries)"}
+
+
+def failed_attempt(provider: str, exc: BuildFailed) -> AttemptDoc:
+    """A provider's build that failed on the model in this command, as its attempt."""
+    return {"provider": provider, "stage": "build", "ok": False, "fix": exc.hint,
+            "reason": " ".join(x.strip() for x in exc.message.splitlines())}
+
+
+def falls_back(exc: BaseException) -> bool:
+    """Whether a build's failure passes the build on to the next provider, as `run` does: the runtime's own failure
+    on this model (its conversion, compile, operators it cannot take; remembered by the store). An accuracy gate
+    that failed, a setting, --strict's refusal, the model itself, the inputs, a gpux bug or the machine stop it."""
+    return isinstance(exc, BuildFailed) and not isinstance(exc, VerificationFailed) and exc.conversion is True
+
+
+def plan_selected(project: Project, selection: Any, walk: Walk | None = None, *, checked: Checked | None = None,
                   taken: bool = False) -> BuildPlan:
-    """The plan for what a selection (gpux.plan.select.Selection) builds on: its first provider for a dry run
-    (what it would build), else the first available one, or an explicitly asked one that builds without its
-    device (Core ML packages); raises ProviderUnavailable when none may build here. `taken`: the plan holds
-    what the build reads (`reads`), taken before anything is hashed, for the record of an unchanged build."""
-    asked = selection.source != "auto"
-    first = selection.skipped[0] if selection.skipped else None
-    attempts = [probe_attempt(a) for a in selection.skipped]
-    provider, cannot_run = selection.runs_on, None
-    if dry_run:
-        provider, attempts = selection.chain[0], []
-    elif first is not None and asked and first.status == "no device" and \
-            not any(kind_of(t.kind).needs_device for t in targets(project, first.provider)):
-        provider, cannot_run, attempts = first.provider, first.reason, []
-    elif first is not None and selection.strict and asked:
-        raise ProviderUnavailable(f"{first.provider} unavailable: {first.reason} — fallback is off", hint=first.fix)
-    elif provider is None:
-        raise ProviderUnavailable("no provider can build here: " + "; ".join(attempt_line(a) for a in attempts))
-    checked = checked or check_model(project, store_dir)
+    """The plan for what a selection (gpux.plan.select.Selection) builds on (`choose`); raises when nothing may build
+    here: ProviderUnavailable (fallback off, or every provider passed over), or the one provider's own build failure
+    (BuildFailed) when it was the only one there was to build on. `taken`: the plan holds what the build reads
+    (`reads`), taken before anything is hashed, for the record of an unchanged build."""
+    walk = walk or Walk()
+    checked = checked or check_model(project, walk.store_dir)
     before = unchanged.before(reads(project, checked), project.path) if taken else None
-    plan = plan_build(project, provider, store_dir=store_dir, shapes=shapes, checked=checked)
-    return replace(plan, cannot_run=cannot_run, attempts=attempts, taken=before)
+    choice = choose(project, selection, checked, walk)
+    if choice.plan is None:
+        raise nothing_builds(project, choice)
+    return replace(choice.plan, cannot_run=choice.cannot_run, attempts=[] if walk.dry_run else choice.attempts,
+                   taken=before, passed=choice.attempts)
+
+
+def nothing_builds(project: Project, choice: Choice) -> GpuxError:
+    """Why nothing builds: fallback off at an absent provider; the one provider there was to build on (or the first,
+    with fallback off) failing on the model: its own error; every provider passed over."""
+    built = [a for a in choice.attempts if a["stage"] == "build"]
+    last = choice.attempts[-1] if choice.attempts else None
+    if last is not None and choice.stopped and last["stage"] == "probe":
+        return ProviderUnavailable(f"{last['provider']} unavailable: {last['reason']} — fallback is off",
+                                   hint=last["fix"])
+    if len(built) == 1:
+        return BuildFailed(built[0]["reason"], hint=built[0]["fix"])
+    tried = "; ".join(attempt_line(a) for a in choice.attempts)
+    if built:
+        return ProviderUnavailable(f"{project.name!r} cannot be built on any provider here (a model or runtime limit, "
+                                   f"not a missing provider): {tried}")
+    return ProviderUnavailable(f"no provider can build here: {tried}")
 
 
 def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor], source_digest: str,
@@ -147,4 +278,21 @@ def reads(project: Project, checked: Checked) -> list[Path]:
     return out
 
 
-__all__ = ["BuildPlan", "Planned", "digest_of", "keyed_targets", "plan_build", "plan_selected", "reads"]
+__all__ = [
+    "FP32",
+    "BuildPlan",
+    "Choice",
+    "Planned",
+    "Walk",
+    "as_fp32",
+    "choose",
+    "digest_of",
+    "failed_attempt",
+    "falls_back",
+    "keyed_targets",
+    "nothing_builds",
+    "plan_build",
+    "plan_selected",
+    "reads",
+    "recorded",
+]

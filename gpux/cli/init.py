@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +18,28 @@ TORCH_DTYPES = {"Float": "float32", "Half": "float16", "BFloat16": "bfloat16", "
                 "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
 
 
-def init_command(model: str | None, folder: str, force: bool, as_json: bool, declared: tuple[str, ...] = ()) -> int:
+def init_command(model: str | None, folder: str, force: bool, as_json: bool, declared: tuple[str, ...] = (),
+                 shapes: tuple[str, ...] = ()) -> int:
     from gpux import report
     from gpux.cli.validate import schema_text
     from gpux.files import atomic_write_text
+    from gpux.model.inputs import parse_shapes
 
     src = find_model(Path(model) if model else None, Path(folder))
     target = src.parent / "gpux.yml"
     if target.exists() and not force:
         raise UsageError(f"{target}: exists; gpux init does not overwrite it", hint="pass --force to replace it")
-    inputs, outputs, fmt = read_model(src, [parse_input(d) for d in declared])
-    symbolic = sorted({d for t in inputs + outputs for d in (t.shape or ()) if isinstance(d, str)} - {"batch"})
+    sizes = parse_shapes(shapes)
+    given = dict(sizes)
+    inputs, outputs, fmt = read_model(src, [parse_input(d) for d in declared], sizes)
+    if sizes != given:
+        report.info(f"note: {src.name} does not run with its symbolic dims at 64 or 1; it runs at "
+                    f"{', '.join(f'{d}={n}' for d, n in sizes.items() if d not in given)}, written under shapes: "
+                    "(--shape NAME=SIZE chooses)")
+    symbolic = sorted({d for t in inputs + outputs for d in (t.shape or ()) if isinstance(d, str)} - {"batch"} -
+                      set(sizes))
     providers = available_providers()
-    text = render(src, inputs, outputs, fmt, symbolic, providers)
+    text = render(src, inputs, outputs, fmt, symbolic, providers, sizes)
     atomic_write_text(target, text)
     schema = src.parent / SCHEMA_AT
     schema.parent.mkdir(exist_ok=True)
@@ -38,7 +48,7 @@ def init_command(model: str | None, folder: str, force: bool, as_json: bool, dec
     if as_json:
         report.emit_json({"path": str(target), "model": src.name, "format": fmt,
                           "inputs": [t.to_dict() for t in inputs], "outputs": [t.to_dict() for t in outputs],
-                          "fill_in": symbolic, "providers": providers})
+                          "shapes": sizes, "fill_in": symbolic, "providers": providers})
     else:
         fill = f"; fill in the sizes of {', '.join(symbolic)} under benchmark.shapes" if symbolic else ""
         report.info(f"wrote {target} ({len(inputs)} input(s), {len(outputs)} output(s){fill})")
@@ -73,22 +83,14 @@ def parse_input(text: str) -> Tensor:
     return Tensor(m.group(1), m.group(2), tuple(int(d) if d.isdigit() else d for d in dims))
 
 
-def read_model(src: Path, declared: list[Tensor] | None = None) -> tuple[list[Tensor], list[Tensor], str]:
-    """(inputs, outputs, format): ONNX by its graph, a torch.export program by its signature, a TorchScript
-    module by the inputs declared with --input (it records none once saved), its outputs by running it."""
+def read_model(src: Path, declared: list[Tensor] | None = None, sizes: dict[str, int] | None = None
+               ) -> tuple[list[Tensor], list[Tensor], str]:
+    """(inputs, outputs, format): ONNX by its graph and what it returns at `sizes` of its symbolic dims (--shape;
+    `onnx_io`), a torch.export program by its signature, a TorchScript module by the inputs declared with --input
+    (it records none once saved), its outputs by running it."""
     fmt = SUFFIX_FORMATS.get(src.suffix.lower(), "onnx")
     if fmt not in TORCH_FORMATS:
-        from gpux.model.io import read_io
-
-        io = read_io(src)
-        if io.problems:
-            raise UsageError(f"{src}: {io.problems[0]}")
-        from gpux.model.fit import trued
-        from gpux.model.probe import real_io
-
-        real = real_io(src, io.inputs, None)  # what the model returns, where its metadata misstates an output
-        io = trued(io, real)[0] if real is not None else io
-        return [_named(t) for t in io.inputs], [_named(t) for t in io.outputs], fmt
+        return (*onnx_io(src, sizes if sizes is not None else {}), fmt)
     from gpux.optional import require
 
     torch = require("torch")
@@ -100,6 +102,86 @@ def read_model(src: Path, declared: list[Tensor] | None = None) -> tuple[list[Te
         raise
     except Exception as exc:  # torch raises RuntimeError and friends for files it cannot read
         raise UsageError(f"{src}: not a readable PyTorch model: {str(exc).splitlines()[0]}") from exc
+
+
+def onnx_io(src: Path, sizes: dict[str, int]) -> tuple[list[Tensor], list[Tensor]]:
+    """An ONNX model's inputs and outputs, its outputs as it returns them (gpux.model.fit.trued): run at `sizes`
+    (--shape, checked), else at the probe's; a model that runs at neither is run at INIT_SIZES (`fit_sizes`), and
+    the size it runs at is added to `sizes` (written under shapes:) unless it is 1."""
+    from gpux.model.fit import trued
+    from gpux.model.io import read_io
+    from gpux.model.probe import real_io
+
+    io = read_io(src)
+    if io.problems:
+        raise UsageError(f"{src}: {io.problems[0]}")
+    named = [_named(t) for t in io.inputs]
+    fit_sizes(src, named, sizes, check_only=True)
+    real = real_io(src, io.inputs, None, {t.name: _sized(t, sizes) for t in named}) if sizes else \
+        real_io(src, io.inputs, None)
+    if real is None:  # not at the sizes given, or the probe's: why, or the sizes it runs at
+        found = fit_sizes(src, named, sizes or None)
+        sizes.update({d: n for d, n in found.items() if n != 1})
+        real = real_io(src, io.inputs, None, {t.name: _sized(t, found) for t in named}) if found else None
+    io = trued(io, real)[0] if real is not None else io  # what it returns, where its metadata misstates an output
+    outputs = [Labelled(n.name, n.dtype, n.shape, labels=tuple(io.labels.get(n.name, ())))
+               for n in map(_named, io.outputs)]  # with an ONNX-ML classifier's class names (gpux.model.classic)
+    return [_named(t) for t in io.inputs], outputs
+
+
+# sizes `gpux init` runs a model's symbolic dims at where it does not run at the probe's (64): 1, then a larger
+# default (images: a fully convolutional net whose strides need more than 64); the first it runs at is kept, and
+# written under shapes: unless it is 1 (what generated verification inputs use first anyway)
+INIT_SIZES = (1, 256)
+
+
+def symbolic_dims(inputs: list[Tensor]) -> list[str]:
+    """The inputs' symbolic dims after the first axis (the batch), in order: the sizes --shape gives."""
+    return list(dict.fromkeys(d for t in inputs for d in (t.shape or ())[1:] if isinstance(d, str)))
+
+
+def _sized(t: Tensor, sizes: dict[str, int]) -> Tensor:
+    return t if t.shape is None else Tensor(t.name, t.dtype, tuple(sizes.get(d, d) if isinstance(d, str) else d
+                                                                    for d in t.shape))
+
+
+def fit_sizes(src: Path, inputs: list[Tensor], given: dict[str, int] | None = None,
+              check_only: bool = False) -> dict[str, int]:
+    """Sizes of the inputs' symbolic dims the model runs at on ONNX Runtime's CPU (`given`: --shape, else each of
+    INIT_SIZES in turn); {} where it cannot be told (no symbolic dim, an input without a shape or of strings, a model
+    ONNX Runtime cannot load: the metadata is read as it is). A model that runs at none of them is a UsageError
+    naming the dims and --shape; so is a --shape of a dim the inputs do not have (`check_only`: that alone)."""
+    dims = symbolic_dims(inputs)
+    unknown = sorted(set(given or ()) - set(dims))
+    if unknown:
+        raise UsageError(f"--shape {unknown[0]}=...: {src.name} has no symbolic input dim {unknown[0]!r} "
+                         f"(its dims: {', '.join(dims) or 'none'})")
+    if check_only or not dims or any(t.shape is None or t.dtype == "string" for t in inputs):
+        return {}
+    try:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        session = ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
+    except Exception:  # ONNX Runtime's errors share no base class: a model it cannot load keeps its metadata
+        return {}
+    from gpux.model.probe import sample
+
+    error = ""
+    trials: list[dict[str, int]] = [given] if given is not None else [dict.fromkeys(dims, n) for n in INIT_SIZES]
+    for sizes in trials:
+        try:
+            session.run(None, sample(tuple(_sized(t, sizes) for t in inputs), {}, 1, 0))
+        except Exception as exc:  # ONNX Runtime's own errors (no common base class): the model refuses these sizes
+            error = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            continue
+        return sizes
+    tried = ", ".join(f"{d}={n}" for d, n in given.items()) if given is not None else \
+        f"{', '.join(dims)} at 1, 64 or {INIT_SIZES[-1]}"
+    raise UsageError(f"{src.name} does not run on ONNX Runtime with {tried} ({error})",
+                     hint=f"give the sizes it runs at: gpux init {src.name} " +
+                     " ".join(f"--shape {d}=SIZE" for d in dims))
 
 
 def _is_export(src: Path) -> bool:
@@ -195,9 +277,21 @@ def _yaml_name(text: str) -> str:
     return text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", text) else json.dumps(text)
 
 
+@dataclass(frozen=True)
+class Labelled(Tensor):
+    """An output with the class names the model carries for its last axis (written as its `labels:`)."""
+
+    labels: tuple[str, ...] = ()
+
+    def to_dict(self) -> Any:  # init's --json: the tensor, and its labels where the model names them
+        return {**super().to_dict(), "labels": list(self.labels)} if self.labels else super().to_dict()
+
+
 def _tensor_line(t: Tensor) -> str:
     shape = "" if t.shape is None else f", shape: [{', '.join(str(d) for d in t.shape)}]"
-    return f"  {_yaml_name(t.name)}: {{dtype: {t.dtype}{shape}}}"
+    names = getattr(t, "labels", ())
+    labels = f", labels: {json.dumps(list(names), ensure_ascii=False)}" if names else ""
+    return f"  {_yaml_name(t.name)}: {{dtype: {t.dtype}{shape}{labels}}}"
 
 
 def _note(line: str, comment: str) -> str:
@@ -205,7 +299,7 @@ def _note(line: str, comment: str) -> str:
 
 
 def render(src: Path, inputs: list[Tensor], outputs: list[Tensor], fmt: str, symbolic: list[str],
-           providers: list[str]) -> str:
+           providers: list[str], sizes: dict[str, int] | None = None) -> str:
     from gpux.providers import registry
 
     rows = registry()
@@ -224,6 +318,8 @@ def render(src: Path, inputs: list[Tensor], outputs: list[Tensor], fmt: str, sym
         "outputs:",
         *[_tensor_line(t) for t in outputs],
         "  # class scores can answer labels: labels: FILE, postprocess: {softmax: true, topk: 5} (docs/answers.md)",
+        *([_note("shapes:", "sizes of symbolic dims: verification, calibration and benchmark data use them"),
+            *[f"  {d}: {n}" for d, n in sizes.items()]] if sizes else []),
         "runtime:",
         _note("  backend: auto", "the first provider that runs here, in gpux's order; or a list"),
         _note("providers:", f"runs here: {', '.join(providers) or 'none found'} (`gpux inspect` says why "

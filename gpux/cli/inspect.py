@@ -44,16 +44,16 @@ def describe(project: Any, store_dir: str | None) -> tuple[dict[str, Any], list[
     project = selection.project or project
     locked = selection.chain[0] if selection.source == LOCK_NAME else None
     tuned = read_lock(project)[0] if locked else None
-    chosen = selection.runs_on
+    chosen, passed = what_builds(project, selection, checked, store_dir)
     arts = artifact_rows(project, store_dir, set(tuned.artifacts) if tuned else set())
     size = sum(f.stat().st_size for f in source_files(project, io))
-    warnings = [w for w in [ort_conflict_warning()] if w] + [*selection.warnings, *would_skip(selection)]
+    warnings = [w for w in [ort_conflict_warning()] if w] + [*selection.warnings, *would_skip(selection, passed)]
     bare = project.path.name not in CONFIG_NAMES  # a plain model file: no gpux.yml exists
     doc = {"name": project.name, "version": project.config.version, "config": None if bare else str(project.path),
            "source": str(project.source), "size": size, "opset": io.opset, "ir_version": io.ir_version,
            "producer": io.producer, "inputs": [t.to_dict() for t in inputs.values()],
            "outputs": [t.to_dict() for t in outputs.values()], "selection": selection.to_dict(),
-           "would_run_on": chosen, "opens_with": opening(project, chosen) if chosen else None,
+           "would_run_on": chosen, "passed_over": passed, "opens_with": opening(project, chosen) if chosen else None,
            "providers": avail, "artifacts": arts,
            "warnings": warnings,
            "lock": {"provider": locked, "options": getattr(project.config.providers, locked).model_dump(mode="json"),
@@ -61,12 +61,21 @@ def describe(project: Any, store_dir: str | None) -> tuple[dict[str, Any], list[
     return doc, warnings
 
 
-def would_skip(selection: Any) -> list[str]:
-    """The providers asked for (not auto) that a run would pass over, each as the
-    `skipped PROVIDER (probe): reason → fix` line `gpux run` warns with."""
-    if selection.source == "auto":
-        return []
-    return report.fallback_warnings([report.probe_attempt(a) for a in selection.skipped], selection.source)
+def what_builds(project: Any, selection: Any, checked: Any, store_dir: str | None) -> tuple[str | None, list[Any]]:
+    """(the provider a build and a run use here, None: none; the providers passed over before it, as attempts): the
+    walk `gpux build` takes (artifacts.plan.choose), from the same record: a provider whose build the store remembers
+    failing on this model is passed over as a build passes it over."""
+    from gpux.artifacts.plan import Walk, choose
+
+    choice = choose(project, selection, checked, Walk(store_dir=store_dir))
+    return (choice.plan.provider if choice.plan is not None else None), choice.attempts
+
+
+def would_skip(selection: Any, passed: list[Any]) -> list[str]:
+    """The providers a run would pass over that are worth a warning, each as the `skipped PROVIDER (stage): reason →
+    fix` line `gpux run` warns with: those asked for (not auto) absent here, and any whose build fails on the
+    model."""
+    return report.fallback_warnings(passed, selection.source)
 
 
 def artifact_rows(project: Any, store_dir: str | None, tuned: set[str] | None = None) -> list[ArtifactRow]:

@@ -171,12 +171,15 @@ def inspect(target: str, store: str | None, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing gpux.yml.")
 @click.option("--input", "declared", multiple=True, metavar="NAME=DTYPE[DIMS]",
               help="A TorchScript module's input, e.g. image=float32[batch,3,32,32] (it records none).")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE",
+              help="The size of a symbolic input dim the model runs at, e.g. height=48 (written under shapes:).")
 @JSON
-def init(model: str | None, folder: str, force: bool, declared: tuple[str, ...], as_json: bool) -> None:
+def init(model: str | None, folder: str, force: bool, declared: tuple[str, ...], shapes: tuple[str, ...],
+         as_json: bool) -> None:
     """Write a commented gpux.yml beside MODEL (.onnx, TorchScript, .pt2), its I/O read from the model."""
     from gpux.cli.init import init_command
 
-    sys.exit(init_command(model, folder, force, as_json, declared))
+    sys.exit(init_command(model, folder, force, as_json, declared, shapes))
 
 
 @cli.command()

@@ -33,6 +33,7 @@ class Derived:
     changes, or when `still_true` says the kept value no longer holds (the model's external data files changed)."""
 
     values: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    labels: dict[str, list[str]] = field(default_factory=dict)  # output -> the class names the checked model carries
 
     def get(self, name: str, key: Any, derive: Callable[[], T], still_true: Callable[[T], bool] | None = None) -> T:
         kept = self.values.get(name)
@@ -93,10 +94,11 @@ class Project:
         return lines(text, exact=exact)
 
     def labels_of(self, output: str) -> list[str] | None:
-        """Output `output`'s labels as gpux.yml declares them (a list, or a file of one per line); None: none."""
+        """Output `output`'s labels as gpux.yml declares them (a list, or a file of one per line), else the class
+        names the model carries (an ONNX-ML classifier's, once the model is checked: `Derived.labels`); None: none."""
         spec = (self.config.outputs or {}).get(output)
         if spec is None or spec.labels is None:
-            return None
+            return self.derived.labels.get(output)
         if isinstance(spec.labels, list):
             return [str(x) for x in spec.labels]
         return self.read_lines(("outputs", output, "labels"), spec.labels)

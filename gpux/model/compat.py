@@ -49,16 +49,19 @@ def _truncated(model: Any, path: Path) -> list[str]:
     return out
 
 
-def type_problems(tensors: list[tuple[str, str, int]]) -> list[str]:
-    """(kind, name, elem_type) of graph inputs/outputs whose element type gpux cannot pass as numpy arrays."""
+def type_problems(tensors: list[tuple[str, str, int]], zipmap: bool = False) -> list[str]:
+    """(kind, name, elem_type) of graph inputs/outputs whose element type gpux cannot pass as numpy arrays
+    (`zipmap`: the graph has a ZipMap, whose outputs gpux answers only where they are the graph's outputs)."""
     from gpux.formats import ONNX_DTYPES
+    from gpux.model.classic import ZIPMAP_FIX
 
     onnx = require("onnx")
     out = []
     for kind, name, code in tensors:
         if code == -1:
+            fix = ZIPMAP_FIX if zipmap and kind == "output" else "give the model tensor inputs and outputs"
             out.append(f"{kind} {name!r} is not a tensor (a sequence, map or optional), which gpux cannot "
-                       f"exchange; give the model tensor inputs and outputs")
+                       f"exchange; {fix}")
         elif code not in ONNX_DTYPES:
             try:
                 label = onnx.TensorProto.DataType.Name(code).lower()
@@ -171,16 +174,26 @@ def check(ir_version: int | None, opsets: dict[str, int], cache_file: Path | Non
     return Compat(tuple(problems))
 
 
-def lowered_source(src: Path, ir: int, folder: Path) -> Path:
-    """A copy of `src` stamped with IR version `ir` in `folder` (inside the store), made once per source."""
+def usable_source(src: Path, ir: int | None, exchanged: dict[str, str], folder: Path) -> Path:
+    """`src`, or a copy of it in `folder` (inside the store) that ONNX Runtime reads and gpux exchanges, made once
+    per source: stamped with IR version `ir` (None: kept), its ZipMap outputs answered by the probabilities they
+    are made of (`exchanged`: gpux.model.classic.exchange)."""
+    if ir is None and not exchanged:
+        return src
     onnx = require("onnx")
-    folder.mkdir(parents=True, exist_ok=True)
     made_from = "-".join(map(str, stamp(src.stat())))  # a source rewritten in place, mtime kept, is made again
-    dst = folder / f"{src.stem}-{made_from}-ir{ir}.onnx"
+    # a folder per copy, the file named as the source: what a runtime says of it names the user's file
+    dst = folder / f"{src.stem}-{made_from}{f'-ir{ir}' if ir else ''}{'-tensors' if exchanged else ''}" / src.name
     if dst.is_file():
         return dst
+    dst.parent.mkdir(parents=True, exist_ok=True)
     model = onnx.load(str(src))  # with its external data
-    model.ir_version = ir
+    if ir is not None:
+        model.ir_version = ir
+    if exchanged:
+        from gpux.model.classic import exchange
+
+        exchange(model, exchanged)
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     external = model.ByteSize() > 1_800_000_000
     onnx.save_model(model, str(tmp), save_as_external_data=external, location=dst.name + ".data")

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpux.errors import Problem
+from gpux.model.classic import ML
 from gpux.model.probe import Real
 from gpux.model.tensor import ModelIO, shape_text
 
@@ -19,21 +20,23 @@ SLACK = 1e-3  # scores a little outside [0, 1], widths a little under 0: roundin
 SPAN = 8  # decoded boxes' centres spread over at least 1/SPAN of the input's width and height
 
 
-def wants_real(project: Project, problems: list[Problem]) -> bool:
-    """Whether the real output is needed: an output answers boxes or text, or its declared shape disagrees with the
-    metadata."""
+def wants_real(project: Project, problems: list[Problem], io: ModelIO) -> bool:
+    """Whether the real output is needed: an output answers boxes or text, its declared shape disagrees with the
+    metadata, or the model has ONNX-ML operators (their converters write fixed label shapes, `[1]`, for outputs that
+    return a row per input row)."""
     outputs = project.config.outputs or {}
     steps = any(s.postprocess is not None and (s.postprocess.ctc or s.postprocess.boxes) for s in outputs.values())
-    return steps or any(p.field.startswith("outputs.") and ".shape" in p.field for p in problems)
+    return steps or ML in io.opsets or any(p.field.startswith("outputs.") and ".shape" in p.field for p in problems)
 
 
 def trued(io: ModelIO, real: Real) -> tuple[ModelIO, list[str]]:
-    """The interface with each output whose metadata disagrees with what it returns replaced by the real one, and
-    which outputs those are."""
+    """The interface with each output whose metadata disagrees with what it returns (on any sample: a dim it fixes
+    that follows the batch) replaced by the real one, and which outputs those are."""
     outputs, changed = [], []
     for t in io.outputs:
         got = real.outputs.get(t.name)
-        if got is not None and (t.shape is None or not fits(t.shape, got)):
+        others = [s[t.name] for s in (real.second, real.third) if t.name in s]
+        if got is not None and (t.shape is None or not all(fits(t.shape, g) for g in (got, *others))):
             t = real.tensor(t.name, t.dtype)
             changed.append(t.name)
         outputs.append(t)
@@ -49,9 +52,14 @@ def fits(shape: tuple[Any, ...] | None, got: list[int]) -> bool:
 def notes(project: Project, io: ModelIO, changed: list[str], real: Real) -> list[Problem]:
     """One warning per output whose metadata misstates it (one without a shape there is only completed)."""
     said = {t.name: t.shape for t in io.outputs}
+
+    def returned(n: str) -> list[int]:  # the first sample's shape that the metadata does not fit
+        got = [s[n] for s in (real.outputs, real.second, real.third) if n in s]
+        return next((g for g in got if not fits(said[n], g)), got[0])
+
     return [project.problem(("outputs", n) if n in (project.config.outputs or {}) else ("model", "source"),
                             f"the model's metadata says {n} is {shape_text(said[n] or ())} but it returns "
-                            f"{shape_text(tuple(real.outputs[n]))} on a sample; gpux goes by what it returns")
+                            f"{shape_text(tuple(returned(n)))} on a sample; gpux goes by what it returns")
             for n in changed if said[n] is not None]
 
 

@@ -12,6 +12,8 @@ from gpux.formats import ONNX_DTYPES, TORCH_FORMATS, source_format
 from gpux.model.tensor import Dim, ModelIO, Tensor, shape_text
 from gpux.optional import require
 
+NONTENSOR = "onnx-type-nontensor"  # a sequence, map or optional, as the wire reader (gpux.model.wire) reads it
+
 if TYPE_CHECKING:
     from gpux.config.load import Project
     from gpux.config.schema import TensorSpec
@@ -59,8 +61,9 @@ def _entry(path: Path, io: ModelIO) -> dict[str, Any]:
     return {**io.to_dict(), "beside": _stamps(path, list(io.external_data))}
 
 
-def _still_true(path: Path, got: Any) -> bool:
-    return isinstance(got, dict) and got.get("beside") == _stamps(path, got.get("external_data") or [])
+def _still_true(path: Path, got: Any) -> bool:  # a memo written before class names were read is read again
+    return isinstance(got, dict) and "exchanged" in got and \
+        got.get("beside") == _stamps(path, got.get("external_data") or [])
 
 
 def _stamps(path: Path, names: list[str]) -> list[list[int] | None]:
@@ -98,24 +101,33 @@ def _parse_io(path: Path, check: bool = True) -> ModelIO:
         }
     )
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    from gpux.model import classic
     from gpux.model.compat import structural_problems, type_problems
 
-    def code(v: Any) -> int:  # -1: not a tensor (sequence, map, optional)
-        return int(v.type.tensor_type.elem_type) if v.type.HasField("tensor_type") else -1
+    classes = classic.read(model)
+
+    def code(v: Any) -> int:  # -1: not a tensor (sequence, map, optional); a ZipMap's is its float probabilities
+        return int(v.type.tensor_type.elem_type) if v.type.HasField("tensor_type") else \
+            1 if v.name in classes.exchanged else -1
+
+    def output(v: Any) -> Tensor:
+        return Tensor(v.name, "float32", classes.shapes[v.name]) if v.name in classes.exchanged else _tensor(v)
 
     edges = [("input", v.name, code(v)) for v in model.graph.input if v.name not in init]
     edges += [("output", v.name, code(v)) for v in model.graph.output]
     problems = structural_problems(model, path, tuple(external)) if check else []
-    problems += type_problems(edges) if check and not problems else []
+    problems += type_problems(edges, classes.zipmaps > 0) if check and not problems else []
     return ModelIO(
         inputs=tuple(_tensor(v) for v in model.graph.input if v.name not in init),
-        outputs=tuple(_tensor(v) for v in model.graph.output),
+        outputs=tuple(output(v) for v in model.graph.output),
         opset=opset,
         ir_version=model.ir_version,
         producer=f"{model.producer_name} {model.producer_version}".strip(),
         external_data=tuple(external),
         opsets={("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import},
         problems=tuple(problems),
+        labels=classes.labels,
+        exchanged=classes.exchanged,
     )
 
 
@@ -150,7 +162,7 @@ def check_declared(project: Project, io: ModelIO) -> list[Problem]:
 
 def _compare(project: Project, loc: tuple[str, ...], spec: TensorSpec, real: Tensor) -> list[Problem]:
     out = []
-    if spec.dtype != real.dtype:
+    if spec.dtype != real.dtype and real.dtype != NONTENSOR:  # the wire reader cannot tell what a ZipMap becomes
         out.append(project.problem((*loc, "dtype"), f"declared {spec.dtype} but the model has {real.dtype}"))
     if spec.shape is None or real.shape is None:
         return out
@@ -230,8 +242,10 @@ def check_model(project: Project, store_dir: str | Path | None = None) -> Checke
     now = tuple(stamp(project.source.stat()))
     cfg = project.config
     key = (project.source, now, cfg.model, cfg.inputs, cfg.outputs)
-    return project.derived.get("model", key, lambda: _checked(project, store_dir, now),
-                               lambda kept: kept.beside == _beside(project.source, kept.io))
+    checked = project.derived.get("model", key, lambda: _checked(project, store_dir, now),
+                                  lambda kept: kept.beside == _beside(project.source, kept.io))
+    project.derived.labels = dict(checked.io.labels)  # what Project.labels_of answers where gpux.yml names none
+    return checked
 
 
 def _beside(path: Path, io: ModelIO) -> tuple[list[int] | None, ...]:
@@ -269,7 +283,7 @@ def _against_real(project: Project, io: ModelIO, problems: list[Problem], store:
     problems."""
     from gpux.model import fit
 
-    if not fit.wants_real(project, problems):
+    if not fit.wants_real(project, problems, io):
         return io, problems, ()
     from gpux.model.probe import real_io
 

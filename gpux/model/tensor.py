@@ -36,6 +36,8 @@ class ModelIO:
     external_data: tuple[str, ...] = field(default=())
     opsets: dict[str, int] = field(default_factory=dict)  # domain ("" = default) -> version
     problems: tuple[str, ...] = field(default=())  # what makes the file unusable (compat.structural_problems)
+    labels: dict[str, list[str]] = field(default_factory=dict)  # output -> the class names the model carries
+    exchanged: dict[str, str] = field(default_factory=dict)  # ZipMap output -> the tensor it is answered from
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelIO:  # a memo's document
@@ -46,7 +48,8 @@ class ModelIO:
 
         return cls(inputs=tensors(d["inputs"]), outputs=tensors(d["outputs"]), opset=d["opset"],
                    ir_version=d["ir_version"], producer=d["producer"], external_data=tuple(d["external_data"]),
-                   opsets=dict(d.get("opsets") or {}), problems=tuple(d.get("problems") or ()))
+                   opsets=dict(d.get("opsets") or {}), problems=tuple(d.get("problems") or ()),
+                   labels=dict(d.get("labels") or {}), exchanged=dict(d.get("exchanged") or {}))
 
     def to_dict(self) -> dict[str, Any]:  # the memo's document
         return {
@@ -58,6 +61,8 @@ class ModelIO:
             "external_data": list(self.external_data),
             "opsets": self.opsets,
             "problems": list(self.problems),
+            "labels": self.labels,
+            "exchanged": self.exchanged,
         }
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gpux.formats import ONNX_DTYPES
-from gpux.model.io import Dim, ModelIO, Tensor
+from gpux.model.io import NONTENSOR, Dim, ModelIO, Tensor
 
 # field numbers of onnx.proto
 MODEL_GRAPH, MODEL_IR = 7, 1
@@ -71,7 +71,7 @@ def _tensor(value_info: memoryview) -> Tensor:
     types = _sub(value_info, 2)
     tensor = _sub(types[-1], 1) if types else []
     if not tensor:
-        return Tensor(name, "onnx-type-nontensor", None)
+        return Tensor(name, NONTENSOR, None)
     elem = next((v for n, v in fields(tensor[-1]) if n == 1 and isinstance(v, int)), 0)
     shapes = _sub(tensor[-1], 2)
     if not shapes:

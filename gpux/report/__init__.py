@@ -342,14 +342,17 @@ def build_warnings(doc: BuildDoc) -> list[str]:
     more = fallback_warnings(doc.get("attempts") or [], source)
     if doc.get("cannot_run"):
         more.append(f"built for {doc['provider']}, which cannot run on this machine: {doc['cannot_run']}")
-    if fallback_warnings(doc.get("attempts") or [], source):
-        more.append(f"built for {doc['provider']} instead of {doc['requested']['chain'][0]}")
+    passed = [a["provider"] for a in doc.get("attempts") or [] if not a["ok"] and not absent(a, source)]
+    if passed:  # the first provider asked for (auto: the first here) and passed over
+        more.append(f"built for {doc['provider']} instead of {passed[0]}")
     return said + [w for w in more if w not in said]
 
 
 def render_plan(doc: PlanDoc) -> None:
     """`gpux build --dry-run`: the targets the first provider of the chain would build, and their options."""
     avail = doc["available"]
+    for w in [*fallback_warnings(doc.get("skipped") or [], doc["selection"]["source"]), *(doc.get("instead") or [])]:
+        warn(w)
     render_targets(doc, f" ({avail['status']}: {avail['reason']})")
 
 

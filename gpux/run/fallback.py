@@ -151,6 +151,8 @@ class Fallback:
             self.fail(provider, "build", " ".join(x.strip() for x in exc.message.splitlines()), exc.hint, exc)
             return None
         built = time.perf_counter()
+        for line in result.instead:  # a lossy target that converted nothing: the fp32 artifact it made, said
+            self.log(f"warning: {line}")
         try:
             runner = open_runner(provider, self.project, result.final.artifact)
         except Exception as exc:  # runtimes raise anything when a device or library is missing; a gpux bug is raised

@@ -11,6 +11,8 @@ from pathlib import Path
 from pkgutil import resolve_name as resolve
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
 
+from gpux.errors import BuildFailed
+
 if TYPE_CHECKING:
     from gpux.arrays import Feeds, Outputs
     from gpux.config.load import Project
@@ -19,8 +21,28 @@ if TYPE_CHECKING:
     from gpux.providers.row import Runner
 
 Log = Callable[[str], None]
-__all__ = ["ARTIFACT_KINDS", "KIND_HINTS", "OPENING", "ArtifactKind", "BuildStep", "Context", "Environment", "Job",
-           "Log", "OpenStep", "Published", "VerifyStep", "int8_did_nothing", "kind_of", "opening", "resolve", "targets"]
+__all__ = [
+    "ARTIFACT_KINDS",
+    "KIND_HINTS",
+    "NOTHING_QUANTIZED",
+    "OPENING",
+    "ArtifactKind",
+    "BuildStep",
+    "Context",
+    "Environment",
+    "Job",
+    "Log",
+    "NothingConverted",
+    "OpenStep",
+    "Published",
+    "VerifyStep",
+    "int8_did_nothing",
+    "kind_of",
+    "opening",
+    "refuse",
+    "resolve",
+    "targets",
+]
 
 
 class Environment(TypedDict):
@@ -110,7 +132,7 @@ ORT_KIND = ArtifactKind(build="gpux.runtimes.onnxruntime:build_onnx", verify="gp
                         packages=("onnxruntime", "onnx"), device="cpu-if-level")
 ARTIFACT_KINDS: dict[str, ArtifactKind] = {
     "optimize": ORT_KIND,
-    "float16": ORT_KIND,
+    "float16": dataclasses.replace(ORT_KIND, build="gpux.runtimes.onnxruntime_fp16:build_fp16"),
     "quantize": dataclasses.replace(ORT_KIND, build="gpux.runtimes.onnxruntime_int8:build_int8"),
     "torch-export": ArtifactKind(
         build="gpux.runtimes.torch_export:export_onnx", verify="gpux.runtimes.onnxruntime:verify_runner",
@@ -183,26 +205,46 @@ def targets(project: Project, provider: str, inputs: dict[str, Tensor] | None = 
                       for t in plan(project, provider, inputs))]
 
 
+NOTHING_QUANTIZED = "no operator was quantized"
+
+
+class NothingConverted(BuildFailed):
+    """A lossy build that left every operator of the model in fp32 (an int8 quantizer that quantized nothing, an fp16
+    conversion that converts nothing): its artifact would be the fp32 model under another precision's name. The
+    build publishes the fp32 artifact instead, keyed as fp32, and says so (gpux.artifacts.plan.as_fp32); never
+    remembered as a failing conversion."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, hint="set precision: fp32 for this model to say so; --strict refuses it",
+                         conversion=False)
+
+
 def int8_did_nothing(ctx: Context, problem: str) -> bool:
     """Whether an int8 build changed nothing useful (`problem` says how: empty, it did): a warning (the caller
-    notes `problem` in the artifact's info as "int8_warning"), or a failure under --strict (not remembered as a
-    failing conversion)."""
+    notes `problem` in the artifact's info as "int8_warning"); NothingConverted where no operator was quantized
+    (NOTHING_QUANTIZED: the fp32 artifact is built instead); a failure under --strict (not remembered as a failing
+    conversion)."""
     if not problem:
         return False
-    from gpux.errors import BuildFailed
-
     message = f"{ctx.target.id}: int8 did nothing useful for this model: {problem}"
-    if ctx.strict:
-        raise BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it",
-                          conversion=False)  # --strict only: not remembered as failing
+    refuse(ctx, message, problem == NOTHING_QUANTIZED)
     ctx.log(f"warning: {message}")
     return True
 
 
+def refuse(ctx: Context, message: str, nothing: bool = True) -> None:
+    """A lossy build that did nothing (useful): refused under --strict (not remembered as failing); where it
+    converted nothing at all (`nothing`), NothingConverted."""
+    if ctx.strict:
+        raise BuildFailed(message, hint="keep fp32 for this model, or drop --strict to accept it",
+                          conversion=False)  # --strict only: not remembered as failing
+    if nothing:
+        raise NothingConverted(message)
+
+
 # what to do when building a kind of artifact raises, by kind
 KIND_HINTS = {
-    "float16": "the fp16 conversion failed for this model (an already-quantized model cannot be converted); "
-               "keep precision: fp32. GPUX_DEBUG=1 shows details",
+    "float16": "the fp16 conversion failed for this model; keep precision: fp32. GPUX_DEBUG=1 shows details",
     "quantize": "int8 quantization failed for this model; keep precision: fp32 or try another quantization "
                 "mode. GPUX_DEBUG=1 shows details",
     "": "this runtime cannot take the model as it is; GPUX_DEBUG=1 shows details",

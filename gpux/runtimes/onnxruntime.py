@@ -62,17 +62,6 @@ def optimize(src: Path, dst: Path, level: str) -> None:
         ort().InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
 
 
-def to_float16(src: Path, dst: Path, log: Callable[[str], None] | None = None) -> None:
-    """ONNX Runtime's float16 conversion; inputs and outputs keep their float32 types (its own output to `log`)."""
-    onnx = require("onnx")
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    model = onnx.load(str(src))
-    with quiet_stderr(log, "onnxruntime.float16"):
-        model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=False)
-    save_model(model, dst)
-
-
 def save_model(model: Any, dst: Path) -> None:
     onnx = require("onnx")
     external = model.ByteSize() > EXTERNAL_THRESHOLD
@@ -190,13 +179,9 @@ class OnnxInfo(TypedDict):
 
 
 def build_onnx(ctx: Context) -> OnnxInfo:
-    """The ONNX artifact: the float16 variant of the source if asked, then offline graph optimization (int8:
+    """The ONNX artifact: the source optimized offline (fp16: gpux.runtimes.onnxruntime_fp16; int8:
     gpux.runtimes.onnxruntime_int8)."""
-    src = ctx.src
-    if ctx.target.kind == "float16":
-        src = ctx.workdir / "fp16.onnx"
-        to_float16(ctx.src, src, ctx.log)
-    return optimized(ctx, src)
+    return optimized(ctx, ctx.src)
 
 
 def optimized(ctx: Context, src: Path) -> OnnxInfo:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 from gpux.errors import BuildFailed
 from gpux.optional import require
 from gpux.runtimes.onnxruntime import OnnxInfo, create_session, optimized, quiet_stderr, save_model
+from gpux.runtimes.onnxruntime_fp16 import QUANTIZED_OPS
 
 if TYPE_CHECKING:
     from gpux.arrays import Feeds
@@ -32,9 +33,6 @@ ENTROPY_BINS = {"num_bins": 2048, "num_quantized_bins": 128}
 RANKED_BY = ("ONNX Runtime qdq_loss_debug on the calibration samples: SQNR (dB) of each layer's input and output, "
              "QDQ model vs float model; a layer's sensitivity is the SQNR it loses")
 RANKING_SHOWN = 50  # the most sensitive layers an artifact's info lists
-# operators that carry int8 arithmetic in a quantized ONNX graph
-QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearConv",
-                 "QLinearMatMul", "DynamicQuantizeMatMul", "QAttention", "QGemm", "MatMulIntegerToFloat")
 
 
 class LayerLoss(TypedDict):
@@ -353,10 +351,10 @@ def int8_effect(ctx: Context, quantized: Path) -> Int8Effect:
 
     before, after = size(ctx.src), size(quantized)
     out: Int8Effect = {"quantized_ops": ops, "size_ratio": round(after / before, 4) if before else None}
-    problem = "no operator was quantized" if ops == 0 else \
-        f"the int8 model is larger than its source ({after} vs {before} bytes)" if after > before else ""
-    from gpux.runtimes import int8_did_nothing
+    from gpux.runtimes import NOTHING_QUANTIZED, int8_did_nothing
 
+    problem = NOTHING_QUANTIZED if ops == 0 else \
+        f"the int8 model is larger than its source ({after} vs {before} bytes)" if after > before else ""
     if int8_did_nothing(ctx, problem):
         out["int8_warning"] = problem
     return out

@@ -82,9 +82,9 @@ def compress(ctx: Context, model: Any, opts: OpenVINOOptions) -> tuple[Any, Nncf
     seconds = round(time.perf_counter() - started, 4)
     info: NncfInfo = {"nncf": nncf.__version__, "int8_mode": mode, "nncf_seconds": seconds,
                       "quantized_ops": quantized_ops(model), **extra}
-    from gpux.runtimes import int8_did_nothing
+    from gpux.runtimes import NOTHING_QUANTIZED, int8_did_nothing
 
-    problem = "" if info["quantized_ops"] else "no operator was quantized"
+    problem = "" if info["quantized_ops"] else NOTHING_QUANTIZED
     if int8_did_nothing(ctx, problem):
         info["int8_warning"] = problem
     if feeds is not None:

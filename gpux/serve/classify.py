@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 
 
 def labels_of(project: Project) -> dict[str, list[str]]:
-    """Each output's labels as gpux.yml declares them (`Project.labels_of`)."""
-    return {name: found for name in (project.config.outputs or {}) if (found := project.labels_of(name)) is not None}
+    """Each output's labels as gpux.yml declares them, else as the model names them (`Project.labels_of`)."""
+    names = [*(project.config.outputs or {}), *project.derived.labels]
+    return {name: found for name in names if (found := project.labels_of(name)) is not None}
 
 
 def class_count(name: str, value: Any) -> int:
