@@ -1,8 +1,6 @@
-"""The documents a verification writes, with typed fields: each output's metrics, the agreement of its answers per
-kind, what the judged rows show of each counted rate, the verification record kept in an artifact's manifest
-(and shown by `--json`), a lossy artifact's speed beside a plain session; every room that reads or renders them
-(quality, artifacts, report, bench, errors) types them from here. They are plain dicts at run time (TypedDicts):
-what lands on disk is the record as it is. Typing only: nothing heavy is imported."""
+"""The documents a verification, a plan and a build write, with typed fields (each output's metrics, agreement per
+answer kind, evidence, the verification record, a lossy artifact's speed), read by every room that renders them.
+Plain dicts at run time (TypedDicts): what lands on disk is the record as it is. Typing only."""
 
 from __future__ import annotations
 
