@@ -37,7 +37,7 @@ def fingerprint(project: Project) -> Fingerprint:
 
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Locked:
     provider: str
     options: OptionFields
@@ -82,8 +82,8 @@ def read_lock(project: Project) -> tuple[Locked | None, str | None]:
         return None, (f"{LOCK_NAME} was measured with another {differs_text(theirs, ours, differs)}; not trusted "
                       f"here, selecting as usual (run `gpux tune` here to measure this one)")
     arts = tuple(c["artifact"] for c in doc.get("candidates") or () if isinstance(c, dict) and c.get("artifact"))
-    return Locked(choice["provider"], dict(choice.get("options") or {}), arts, doc.get("figures"),
-                  precision=str(choice.get("precision") or "fp32"), partial=partial_of(doc),
+    return Locked(provider=choice["provider"], options=dict(choice.get("options") or {}), artifacts=arts,
+                  figures=doc.get("figures"), precision=str(choice.get("precision") or "fp32"), partial=partial_of(doc),
                   default=bool(choice.get("default"))), None
 
 
