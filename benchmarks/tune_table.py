@@ -85,13 +85,16 @@ def row_cells(r: dict[str, Any]) -> list[str]:
 
 
 def section(example: str, doc: dict[str, Any]) -> list[str]:
+    from gpux.bench.table import unreached
+
     if doc.get("error"):
         return [f"### {example}", "", f"not measured: {doc['error']}", ""]
     search = doc.get("search") or {}
     default = doc.get("default") or {}
     base = doc.get("baseline") or {}
     lines = [f"### {example}", "",
-             f"{len(doc['table'])} rows; measured {search.get('measured')} of {search.get('candidates')} candidates"
+             f"{len(doc['table'])} rows ({sum(map(unreached, doc['candidates']))} int8 refinements not needed or not "
+             f"reached left out); measured {search.get('measured')} of {search.get('candidates')} candidates"
              f"{' (partial: --budget spent)' if search.get('partial') else ''} in {doc.get('took_s')} s; untuned "
              f"default: {default.get('provider')} {default.get('precision')}; plain ONNX Runtime p50 "
              f"{_num(base.get('p50_ms'), '.3f')} ms, measured in the same {base.get('rounds')} rounds.", "",

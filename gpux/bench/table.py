@@ -107,10 +107,15 @@ def absent_rows(project: Project, lock: dict[str, Any]) -> list[TableRow]:
     return out
 
 
+def unreached(c: dict[str, Any]) -> bool:
+    """A refinement that was not needed, or not reached by the budget: its plain int8 row says why (--json and the
+    lock's `search` still list it)."""
+    return c["status"] == "not needed" or (bool(c.get("refines")) and c["status"] == "over budget")
+
+
 def table_of(project: Project, lock: dict[str, Any]) -> list[TableRow]:
-    """Every candidate's row but refinements that were not needed (their plain int8 row says why), then the
-    providers with none."""
-    return [row_of(c) for c in lock["candidates"] if c["status"] != "not needed"] + absent_rows(project, lock)
+    """Every candidate's row but refinements not needed or not reached, then the providers with none."""
+    return [row_of(c) for c in lock["candidates"] if not unreached(c)] + absent_rows(project, lock)
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -151,6 +156,9 @@ def render_table(lock: dict[str, Any]) -> None:
     if base.get("p50_ms") is not None:
         report.info(f"vs plain: the median round ratio over a plain ONNX Runtime session (p50 {base['p50_ms']:.4f} ms) "
                     f"measured in the same {base.get('rounds')} rounds; objective {lock['objective']}")
+    left = sum(unreached(c) for c in lock["candidates"])
+    if left:
+        report.info(f"{left} int8 refinements not needed or not reached are left out of the table (--json lists them)")
     for line in said(lock):
         report.info(line)
 
