@@ -106,8 +106,9 @@ def test_the_table_marks_each_row_and_the_one_tune_would_lock(mlp_project: Path)
     rng = np.random.default_rng(2)
     np.savez(mlp_project / "real.npz", x=rng.standard_normal((8, 1, 8)).astype(np.float32))
     auto(mlp_project, "verify: {min_cosine: 0.9999999, data: real.npz}\n")  # int8 cannot meet it; fp32 does
+    page = mlp_project / "table.html"
     r = cli("tune", str(mlp_project), "--table", "--providers", "cpu", "--precisions", "fp32,int8", "--seconds", "0.1",
-            "--json")
+            "--json", "--report", str(page))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert not (mlp_project / LOCK_NAME).exists(), "--table writes no lock"
@@ -123,6 +124,8 @@ def test_the_table_marks_each_row_and_the_one_tune_would_lock(mlp_project: Path)
     assert (locked[0]["provider"], locked[0]["precision"]) == (doc["choice"]["provider"], doc["choice"]["precision"])
     absent = [row for row in rows if row["provider"] == "tensorrt"]
     assert absent and absent[0]["mark"] == FAILED and absent[0]["detail"], "a provider not here: why"
+    html = page.read_text(encoding="utf-8")  # the tune page: each row with its mark, the one tune would lock
+    assert "tune would lock" in html and f"{VERIFIED} ok" in html and f"{KEPT_NOT} failed verification" in html
     parsed = list(csv.DictReader(io.StringIO(to_csv(rows))))
     assert [p["mark"] for p in parsed] == [row["mark"] for row in rows] and "vs_plain" in parsed[0]
     text = cli("tune", str(mlp_project), "--table", "--providers", "cpu", "--precisions", "fp32", "--seconds", "0.1",

@@ -114,7 +114,8 @@ def tune_page(doc: dict[str, Any]) -> Page:
     for c in doc.get("candidates") or []:
         label = " ".join([str(c.get("provider")), str(c.get("precision")), _options(c.get("options") or {})]).strip()
         if c.get("p50_ms") is None:
-            left.append([label, str(c.get("status")), str(c.get("why") or c.get("error") or "")])
+            status = " ".join(x for x in (marks.get(_key(c)), str(c.get("status"))) if x)
+            left.append([label, status, str(c.get("why") or c.get("error") or "")])
             if c.get("status") == FAILED:
                 series.append(failed_series(slug(label, taken), label, str(c.get("precision")), c.get("accuracy"),
                                             str(c.get("why") or "").split("; ")[0]))
