@@ -1,5 +1,6 @@
 """`gpux tune`: build the candidates this machine can run, verify each against the declared tolerances,
-benchmark the survivors with the protocol, and lock the fastest in gpux.lock.json beside gpux.yml.
+benchmark the survivors with the protocol, and lock the fastest in gpux.lock.json beside gpux.yml, unless it is not
+clearly faster than the untuned default (gpux.bench.floor), which is then locked; `--table` writes no lock.
 
 `run`, `serve` and `package` follow the lock when nothing more explicit (a flag, $GPUX_PROVIDER, a
 `runtime.backend` other than auto) decides; on a machine or runtime whose fingerprint differs they say so
@@ -193,7 +194,8 @@ def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = 
     why not. One verified on generated data only (a lossy artifact: "unverified"), or whose judged rows do not
     show a floor its answers meet (the bound of docs/verification.md, at any precision), is listed, not chosen,
     unless allowed. A candidate within noise of the fastest (not clearly slower: gpux.bench.rounds.clearly_faster) ties
-    with it, and ties go to the higher precision, then to the simpler candidate (earlier in the list)."""
+    with it, and ties go to the higher precision, then to the simpler candidate (earlier in the list). The untuned
+    default (role "default") is the floor: the pick replaces it only when clearly faster (gpux.bench.floor)."""
     from gpux.bench import rounds
     from gpux.bench.floor import DEFAULT, floor_pick
     from gpux.quality.evidence import Rate, shortfall
