@@ -36,6 +36,7 @@ class Outcome:
     cost: float = 1.0  # its build time, in the plain one's
     note: str = ""  # e.g. where its calibration data comes from
     batch: int = 1  # rows per call (throughput: gpux.bench.batches), with one caller where above 1
+    role: str = ""  # "default": the untuned default (the floor); "lock": the lock in force (gpux.bench.floor)
 
     def to_dict(self) -> dict[str, Any]:
         """The candidate's row in the lock and --json: its options, verdict, figures and agreement; for a
@@ -43,7 +44,8 @@ class Outcome:
         stats = self.row.get("stats") or {}
         info = self.row.get("build_info") or {}
         return {"provider": self.provider, "precision": self.precision, "options": self.options, "batch": self.batch,
-                "status": self.status, "why": self.why, "verification": self.row.get("verification_status"),
+                "role": self.role or None, "status": self.status, "why": self.why,
+                "verification": self.row.get("verification_status"),
                 "refines": bool(self.refines), "changes": self.changes or None, "note": self.note or None,
                 "p50_ms": ms(stats.get("p50")), "p99_ms": ms(stats.get("p99")), "throughput": stats.get("throughput"),
                 "median_ci_ms": [ms(v) for v in stats["median_ci"]] if stats.get("median_ci") else None,
@@ -52,6 +54,18 @@ class Outcome:
                 "accuracy": self.row.get("accuracy"), "size": self.row.get("artifact_size"),
                 "keep_fp32": {k: v for k, v in (info.get("keep_fp32") or {}).items() if k != "ranking"} or None,
                 "build_s": (self.row.get("phases") or {}).get("build_s"), "error": self.row.get("error")}
+
+
+def options_text(options: OptionFields, prefix: str = "") -> str:
+    """`precision=fp32, optimization=all`; a nested block's fields as `torch.compile=default`."""
+    return ", ".join(options_text(v, f"{prefix}{k}.") if isinstance(v, dict) else f"{prefix}{k}={v}"
+                     for k, v in options.items())
+
+
+def label_of(o: Outcome) -> str:
+    """`openvino fp32 (precision=fp32, hint=latency)`, with ` batch 8` where above 1."""
+    opts = options_text(o.options)
+    return f"{o.provider} {o.precision}" + (f" ({opts})" if opts else "") + (f" batch {o.batch}" if o.batch > 1 else "")
 
 
 def ms(v: float | None) -> float | None:

@@ -110,24 +110,30 @@ def tune_page(doc: dict[str, Any]) -> Page:
     taken: set[str] = set()
     latency = doc.get("objective") == "latency"
     series, table, left = [], [], []
+    marks = table_marks(doc)
     for c in doc.get("candidates") or []:
         label = " ".join([str(c.get("provider")), str(c.get("precision")), _options(c.get("options") or {})]).strip()
         if c.get("p50_ms") is None:
-            left.append([label, str(c.get("status")), str(c.get("why") or c.get("error") or "")])
+            status = " ".join(x for x in (marks.get(_key(c)), str(c.get("status"))) if x)
+            left.append([label, status, str(c.get("why") or c.get("error") or "")])
             if c.get("status") == FAILED:
                 series.append(failed_series(slug(label, taken), label, str(c.get("precision")), c.get("accuracy"),
                                             str(c.get("why") or "").split("; ")[0]))
             continue
         chosen = str(c.get("why", "")).startswith("chosen")
         vs = c.get("vs_plain_ort")
-        s = Series(key=slug(label, taken), label=label + ("  (locked)" if chosen else ""),
+        locked = "  (tune would lock)" if marks else "  (locked)"
+        s = Series(key=slug(label, taken), label=label + (locked if chosen else ""),
                    precision=str(c.get("precision")), ok=c.get("status") == "ok", p50=c["p50_ms"],
                    ci=_pair(c.get("median_ci_ms")), p99=c.get("p99_ms"), samples=c.get("latencies_ms") or (),
                    rounds=[x * 1e3 for x in c.get("round_scores") or ()] if latency else (),
                    speedup=(vs["speedup"], vs["low"], vs["high"]) if vs else None,
                    accuracy=accuracy_text(c.get("verification"), c.get("accuracy")))
         series.append(s)
-        table.append(_row_cells(s, c, str(c.get("status")), str(c.get("why") or "")))
+        status = " ".join(x for x in (marks.get(_key(c)), str(c.get("status"))) if x)
+        table.append(_row_cells(s, c, status, str(c.get("why") or "")))
+    left += [[r["provider"], f"{r['mark']} {r['status']}", r["detail"]] for r in doc.get("table") or ()
+             if r["precision"] == "-"]  # the providers not here
     base = doc.get("baseline") or {}
     if base.get("p50_ms") is not None:
         spread = base.get("round_spread") or []
@@ -137,7 +143,8 @@ def tune_page(doc: dict[str, Any]) -> Page:
     measured = any(s.speedup for s in series)
     why = "" if measured else str(base.get("error") or "no candidate was measured beside plain ONNX Runtime")
     choice = doc.get("choice")
-    summary = (f"objective {doc.get('objective')}; locked {choice['provider']} {choice['precision']} "
+    verb = "tune would lock" if marks else "locked"
+    summary = (f"objective {doc.get('objective')}; {verb} {choice['provider']} {choice['precision']} "
                f"({_options(choice.get('options') or {})})" if choice else
                f"objective {doc.get('objective')}; nothing locked: no candidate passed verification and ran")
     env = {**environment_facts(), "fingerprint": doc.get("fingerprint"), "measured": doc.get("measured"),
@@ -145,6 +152,19 @@ def tune_page(doc: dict[str, Any]) -> Page:
     return Page(kind="tune", title=f"gpux tune: {doc.get('name')}", series=series,
                 reference="plain ONNX Runtime (default InferenceSession on the source model)" if measured else None,
                 no_speedup=why, summary=summary, rows=table, left_out=left, environment=env)
+
+
+def _key(c: dict[str, Any]) -> tuple[str, str, str, int]:
+    from gpux.bench.candidates import options_text
+
+    opts = options_text(c.get("options") or {}) or "as declared"
+    return str(c.get("provider")), str(c.get("precision")), opts, int(c.get("batch") or 1)
+
+
+def table_marks(doc: dict[str, Any]) -> dict[tuple[str, str, str, int], str]:
+    """A `gpux tune --table` document's mark per row (✅ ❎ ❌ ➖), by provider, precision, options and batch; {}
+    for a tune lock."""
+    return {(r["provider"], r["precision"], r["options"], r["batch"]): r["mark"] for r in doc.get("table") or ()}
 
 
 def failed_series(key: str, label: str, precision: str, acc: Accuracy | None, failure: str) -> Any:

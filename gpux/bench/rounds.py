@@ -21,6 +21,7 @@ from gpux.bench import protocol as bench
 from gpux.bench.records import Speedup
 
 ROUNDS = 5
+MIN_ROUNDS = 3  # run even past the budget: one round has no spread, and a lead over the default needs one
 PAUSE_S = 0.05  # between two slices: long enough for ONNX Runtime's spinning threads to go idle
 FIRST_WARMUP_S = 0.2  # a slice's warm-up in the first round (caches, allocator); later rounds re-warm briefly
 WARMUP_S = 0.02
@@ -70,10 +71,11 @@ class Pace:
 def measure_rounds(entries: Sequence[Entry], protocol: bench.Protocol, seconds: float, objective: str,
                    deadline: float, pace: Pace = Pace()) -> int:
     """Measure every entry for `seconds` in all, split over the pace's rounds, in rotated order, pausing
-    between slices; stop after the round in progress once `deadline` (time.monotonic) passes. The rounds run."""
+    between slices; once `deadline` (time.monotonic) passes, stop after the round in progress, but not before
+    MIN_ROUNDS (or the pace's rounds, if fewer) have run. The rounds run."""
     done, rounds = 0, pace.rounds
     for r in range(rounds):
-        if done and time.monotonic() > deadline:
+        if done >= min(MIN_ROUNDS, rounds) and time.monotonic() > deadline:
             break
         warm = min(FIRST_WARMUP_S if r == 0 else WARMUP_S, seconds)
         shared = bench.Protocol(warmup=3 if r == 0 else 1, warmup_seconds=warm, runs=max(1, protocol.runs // rounds),

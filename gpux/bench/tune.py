@@ -1,5 +1,6 @@
 """`gpux tune`: build the candidates this machine can run, verify each against the declared tolerances,
-benchmark the survivors with the protocol, and lock the fastest in gpux.lock.json beside gpux.yml.
+benchmark the survivors with the protocol, and lock the fastest in gpux.lock.json beside gpux.yml, unless it is not
+clearly faster than the untuned default (gpux.bench.floor), which is then locked; `--table` writes no lock.
 
 `run`, `serve` and `package` follow the lock when nothing more explicit (a flag, $GPUX_PROVIDER, a
 `runtime.backend` other than auto) decides; on a machine or runtime whose fingerprint differs they say so
@@ -19,13 +20,12 @@ from gpux import report
 from gpux.arrays import Feeds
 from gpux.bench import protocol as bench
 from gpux.bench.batches import batched
-from gpux.bench.candidates import Outcome, ms, needless
+from gpux.bench.candidates import Outcome, ms, needless, options_text
 from gpux.bench.candidates import candidates as candidates_for
 from gpux.bench.records import Accuracy, Baseline, Limiting, Row, Speedup
 from gpux.config.load import Project
 from gpux.errors import UsageError
 from gpux.plan.lock import LOCK_NAME, SCHEMA, fingerprint
-from gpux.providers.options import OptionFields
 from gpux.report import tables
 
 OBJECTIVES = ("latency", "throughput")
@@ -47,6 +47,9 @@ class TuneRequest:
     store: str | None = None
     as_json: bool = False
     allow_unverified: bool = False  # a lossy candidate verified on generated data only may be locked
+    table: bool = False  # the accuracy-gated table (gpux.bench.table): every row, the one tune would lock marked;
+    # no lock written
+    as_csv: bool = False
 
 
 def candidates(project: Project, req: TuneRequest) -> list[Outcome]:
@@ -116,7 +119,7 @@ def open_all(project: Project, outcomes: list[Outcome], req: TuneRequest, protoc
 
     spent: dict[int, float] = {}  # seconds each opened candidate took, by id()
     for i, o in enumerate(outcomes, 1):
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline and not o.role:  # the default and the lock in force are always measured
             o.status, o.why = "over budget", f"not measured: --budget {req.budget_s:g} s spent"
             continue
         o.status, o.why = needless(o, outcomes[:i - 1], spent, deadline - time.monotonic())
@@ -179,10 +182,7 @@ def why_cell(why: str, width: int = WHY_WIDTH) -> str:
     return textwrap.shorten(why, width, placeholder=" …")
 
 
-def _opts(options: OptionFields, prefix: str = "") -> str:
-    """`precision=fp32, optimization=all`; a nested block's fields as `torch.compile=default`."""
-    return ", ".join(_opts(v, f"{prefix}{k}.") if isinstance(v, dict) else f"{prefix}{k}={v}"
-                     for k, v in options.items())
+_opts = options_text
 
 
 PRECISION_RANK = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3}  # ties within noise go to the lower rank
@@ -194,12 +194,14 @@ def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = 
     why not. One verified on generated data only (a lossy artifact: "unverified"), or whose judged rows do not
     show a floor its answers meet (the bound of docs/verification.md, at any precision), is listed, not chosen,
     unless allowed. A candidate within noise of the fastest (not clearly slower: gpux.bench.rounds.clearly_faster) ties
-    with it, and ties go to the higher precision, then to the simpler candidate (earlier in the list)."""
+    with it, and ties go to the higher precision, then to the simpler candidate (earlier in the list). The untuned
+    default (role "default") is the floor: the pick replaces it only when clearly faster (gpux.bench.floor)."""
     from gpux.bench import rounds
+    from gpux.bench.floor import DEFAULT, floor_pick
     from gpux.quality.evidence import Rate, shortfall
 
     for o in outcomes:
-        if o.status != "ok" or allow_unverified:
+        if o.status != "ok" or allow_unverified or o.role == DEFAULT:  # the default runs without a lock anyway
             continue
         acc: Accuracy = o.row.get("accuracy") or {}
         # lossy: unverified by its build; any precision: its rows must show each floor to rank (the bound's words)
@@ -225,6 +227,7 @@ def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = 
     fastest = max(ok, key=speed)
     tied = [o for o in ok if not beats(fastest, o)]
     best = min(tied, key=lambda o: (PRECISION_RANK.get(o.precision, 0), outcomes.index(o)))
+    best = floor_pick(ok, best, objective) or best
     for o in ok:
         o.why = _why(o, best, fastest, objective, beats(best, o), speed)
     return best
@@ -239,7 +242,10 @@ def _why(o: Outcome, best: Outcome, fastest: Outcome, objective: str, slower: bo
         return f" ({min(r):.2f}–{max(r):.2f}× per round)" if r else ""
 
     if o is best and o is fastest:
-        return "chosen: fastest verified for " + objective
+        return "chosen: fastest verified for " + objective + (" (the untuned default)" if o.role else "")
+    if o is best and o.role == "default":
+        return (f"chosen: the untuned default; nothing measured was clearly faster (fastest: {fastest.provider} "
+                f"{fastest.precision}{noise(fastest, o)})")
     if o is best:
         return (f"chosen: within noise of the fastest ({fastest.provider} {fastest.precision}"
                 f"{noise(fastest, o)}), {'higher precision' if o.precision != fastest.precision else 'simpler'}")
@@ -256,19 +262,27 @@ def tune(req: TuneRequest) -> dict[str, Any]:
 
     if req.objective not in OBJECTIVES:
         raise UsageError(f"--objective {req.objective}: expected one of {', '.join(OBJECTIVES)}")
+    from gpux.bench.floor import DEFAULT, kept_out, with_floor
+
     project = open_project(req.target)
-    outcomes = candidates(project, req)
+    outcomes, floor = with_floor(project, candidates(project, req), req)
     started = time.monotonic()
     baseline = measure_all(project, outcomes, req, report.progress(req.as_json))
     best = pick_best(outcomes, req.objective, req.allow_unverified)
     lock = {"schema": SCHEMA, "name": project.name, "objective": req.objective, "baseline": baseline,
             "measured": {"rounds": rounds.ROUNDS, "pause_s": rounds.PAUSE_S, "seconds_each": req.seconds},
             "choice": None if best is None else {"provider": best.provider, "precision": best.precision,
-                                                 "options": best.options, "batch": best.batch},
+                                                 "options": best.options, "batch": best.batch,
+                                                 "default": best.role == DEFAULT},
+            "default": floor.to_dict(), "search": kept_out(outcomes, req.budget_s),
             "figures": None if best is None else best.to_dict(), "fingerprint": fingerprint(project),
             "tuned_in_s": round(time.monotonic() - started, 1), "candidates": [o.to_dict() for o in outcomes],
             "limiting_layers": limiting_layers(outcomes)}
-    if best is not None:  # with no survivor, an earlier lock stays as it was (run follows it as tune built it:
+    if req.table:
+        from gpux.bench.table import table_of
+
+        lock["table"] = table_of(project, lock)
+    elif best is not None:  # with no survivor, an earlier lock stays as it was (run follows it as tune built it:
         # plan.lock.apply_lock drops the same declared fields the choice's options reject)
         atomic_write_text(project.root / LOCK_NAME, json.dumps(lock, indent=1) + "\n")
     return lock
@@ -312,7 +326,8 @@ def render(lock: dict[str, Any]) -> None:
     rows = []
     for c in lock["candidates"]:
         acc: Accuracy = c.get("accuracy") or Accuracy()
-        rows.append([c["provider"], c["precision"], _opts(c["options"]), str(c.get("batch") or 1), c["status"],
+        rows.append([c["provider"], c["precision"], _opts(c["options"]) or "as declared", str(c.get("batch") or 1),
+                     c["status"] + (f" ({c['role']})" if c.get("role") else ""),
                      "-" if c["p50_ms"] is None else f"{c['p50_ms']:.4f}",
                      "-" if c["throughput"] is None else f"{c['throughput']:.1f}", vs_cell(c.get("vs_plain_ort")),
                      agreement_cell(acc), shown_cell(acc),
@@ -331,6 +346,10 @@ def render(lock: dict[str, Any]) -> None:
         report.info(f"plain ONNX Runtime (default session on the source model): p50 {base['p50_ms']:.4f} ms, "
                     f"{base['throughput']:.1f} per s; measured interleaved with the candidates in "
                     f"{base.get('rounds')} rounds (noise: the least and greatest ratio of a round)")
+    from gpux.bench.floor import said
+
+    for line in said(lock):
+        report.info(line)
     choice = lock["choice"]
     if choice is None:
         more = "; --allow-unverified may lock an unverified one" if any(

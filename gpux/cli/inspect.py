@@ -57,7 +57,8 @@ def describe(project: Any, store_dir: str | None) -> tuple[dict[str, Any], list[
            "providers": avail, "artifacts": arts,
            "warnings": warnings,
            "lock": {"provider": locked, "options": getattr(project.config.providers, locked).model_dump(mode="json"),
-                    "figures": tuned.figures if tuned else None} if locked else None, **offer_of(project, store_dir)}
+                    "figures": tuned.figures if tuned else None, "partial": tuned.partial or None if tuned else None,
+                    "default": tuned.default if tuned else False} if locked else None, **offer_of(project, store_dir)}
     return doc, warnings
 
 
@@ -114,7 +115,9 @@ def render(doc: dict[str, Any], warnings: list[str]) -> None:
     if doc["lock"]:
         vs = (doc["lock"].get("figures") or {}).get("vs_plain_ort")
         told = f" ({vs['speedup']:.2f}× plain ONNX Runtime, {vs['low']:.2f}–{vs['high']:.2f} per round)" if vs else ""
-        print(f"tuned: {doc['lock']['provider']} locked in gpux.lock.json for this machine{told}")
+        partial = f"; from a partial search: {doc['lock']['partial']}" if doc["lock"].get("partial") else ""
+        default = " (the untuned default: nothing measured beat it)" if doc["lock"].get("default") else ""
+        print(f"tuned: {doc['lock']['provider']}{default} locked in gpux.lock.json for this machine{told}{partial}")
     print(f"offer: {', '.join(doc['offer']) or 'none'}; saved with `gpux use`: {doc['saved'] or 'nothing'}")
     chosen = doc["would_run_on"]
     print(f"\nproviders (order {', '.join(doc['selection']['chain'])}; would run on {chosen or 'none'}):")

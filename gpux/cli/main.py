@@ -257,6 +257,10 @@ def serve(targets: tuple[str, ...], no_grpc: bool, no_access_log: bool, **option
 @click.option("--allow-unverified", is_flag=True,
               help="Let an unverified candidate be locked (lossy on generated data only, or on rows too few "
                    "to show its floors).")
+@click.option("--table", is_flag=True,
+              help="Print the accuracy-gated table (every provider x precision, verified or not, the row tune "
+                   "would lock marked) and write no lock.")
+@click.option("--csv", "as_csv", is_flag=True, help="With --table: the table as CSV on stdout.")
 @STORE
 @JSON
 @REPORT
@@ -264,14 +268,22 @@ def tune(target: str, precisions: str, providers: str | None, report: str | None
     """Build, verify and benchmark the candidates this machine runs; lock the fastest in gpux.lock.json."""
     from gpux import report as out
     from gpux.bench.report_html import check_report_path, write_report
+    from gpux.bench.table import render_table, to_csv
     from gpux.bench.tune import TuneRequest, render
     from gpux.bench.tune import tune as run_tune
 
     if report:
         check_report_path(report)
+    if kwargs["as_csv"] and not kwargs["table"]:
+        raise click.UsageError("--csv writes the table: add --table")
     lock = run_tune(TuneRequest(target=target, precisions=tuple(precisions.split(",")),
                                 providers=tuple(providers.split(",")) if providers else None, **kwargs))
-    out.emit_json(lock) if kwargs["as_json"] else render(lock)
+    if kwargs["as_json"]:
+        out.emit_json(lock)
+    elif kwargs["as_csv"]:
+        sys.stdout.write(to_csv(lock["table"]))
+    else:
+        render_table(lock) if kwargs["table"] else render(lock)
     if report:
         write_report(lock, report, kind="tune", command=command_line(), name=str(lock.get("name")))
     sys.exit(0 if lock["choice"] else int(ExitCode.FAILED))

@@ -37,12 +37,31 @@ def fingerprint(project: Project) -> Fingerprint:
 
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Locked:
     provider: str
     options: OptionFields
     artifacts: tuple[str, ...] = ()  # the folders of every candidate measured (the choice's among them)
     figures: dict[str, Any] | None = None  # the choice's row
+    precision: str = "fp32"
+    partial: str = ""  # a search cut short: how many candidates it left unmeasured, in words ("" : none)
+    default: bool = False  # nothing measured beat the untuned default: the lock holds it
+
+
+def partial_of(doc: dict[str, Any]) -> str:
+    """`18 of 22 candidates not measured (--budget 200 s)` for a lock of a search cut short, else ""."""
+    search = doc.get("search") if isinstance(doc.get("search"), dict) else {}
+    if not search.get("partial"):
+        return ""
+    return (f"{len(search.get('unmeasured') or ())} of {search.get('candidates')} candidates not measured "
+            f"(--budget {search.get('budget_s'):g} s)")
+
+
+def differs_text(theirs: Fingerprint, ours: Fingerprint, differs: list[str]) -> str:
+    """`another cpu (measured on X; this is Y), runtimes`: what differs, the CPUs named."""
+    said = [f"{k} (measured on {theirs.get('cpu')!r}; this is {ours.get('cpu')!r})" if k == "cpu" else k
+            for k in differs]
+    return ", ".join(said)
 
 
 def read_lock(project: Project) -> tuple[Locked | None, str | None]:
@@ -60,10 +79,12 @@ def read_lock(project: Project) -> tuple[Locked | None, str | None]:
     differs = [k for k in ("cpu", "machine", "os", "cores", "runtimes", "config_sha256", "model_sha256")
                if theirs.get(k) != ours.get(k)]
     if differs:
-        return None, (f"{LOCK_NAME} was measured with another {', '.join(differs)}; selecting as usual "
-                      f"(run `gpux tune` here to measure this one)")
+        return None, (f"{LOCK_NAME} was measured with another {differs_text(theirs, ours, differs)}; not trusted "
+                      f"here, selecting as usual (run `gpux tune` here to measure this one)")
     arts = tuple(c["artifact"] for c in doc.get("candidates") or () if isinstance(c, dict) and c.get("artifact"))
-    return Locked(choice["provider"], dict(choice.get("options") or {}), arts, doc.get("figures")), None
+    return Locked(provider=choice["provider"], options=dict(choice.get("options") or {}), artifacts=arts,
+                  figures=doc.get("figures"), precision=str(choice.get("precision") or "fp32"), partial=partial_of(doc),
+                  default=bool(choice.get("default"))), None
 
 
 def apply_lock(project: Project) -> tuple[Project, str | None, str | None]:
@@ -75,4 +96,6 @@ def apply_lock(project: Project) -> tuple[Project, str | None, str | None]:
     if locked is None:
         return project, None, why
     options = fitted_options(project, locked.provider, locked.options)  # as tune built it
-    return with_options(project, locked.provider, **options), locked.provider, None
+    said = None if not locked.partial else (f"{LOCK_NAME} came from a partial search ({locked.partial}); "
+                                            "`gpux tune` with a larger --budget measures the rest")
+    return with_options(project, locked.provider, **options), locked.provider, said
