@@ -54,7 +54,17 @@ class ExactAgreement(TypedDict):
     exact_match: float
 
 
-Agreement: TypeAlias = TopkAgreement | BoxAgreement | TextAgreement | ExactAgreement
+class VectorAgreement(TypedDict):
+    """Embeddings (`agreement.vector_agreement`): each row's cosine of the artifact's vector with the reference's."""
+
+    rows: int
+    close: float  # the share of rows at close_at or more
+    close_at: float
+    least_cosine: float
+    mean_cosine: float
+
+
+Agreement: TypeAlias = TopkAgreement | BoxAgreement | TextAgreement | ExactAgreement | VectorAgreement
 
 
 class AnswersRecord(TypedDict, total=False):
@@ -84,6 +94,10 @@ class AnswersRecord(TypedDict, total=False):
     cer: float
     confident_rows: int
     exact_confident: float | None
+    close: float
+    close_at: float
+    least_cosine: float
+    mean_cosine: float
 
 
 class OutputMetrics(TypedDict, total=False):
@@ -382,5 +396,5 @@ def number(record: Mapping[str, object], key: str) -> float | None:
     return value if isinstance(value, int | float) else None
 
 
-__all__ = ["Agreement", "AnswersRecord", "BoxAgreement", "Evidence", "ExactAgreement", "Extra", "Generated",
-           "Judged", "OutputMetrics", "RateDoc", "TextAgreement", "TopkAgreement", "VerificationDoc", "number"]
+__all__ = ["Agreement", "AnswersRecord", "BoxAgreement", "Evidence", "ExactAgreement", "Extra", "Generated", "Judged",
+           "OutputMetrics", "RateDoc", "TextAgreement", "TopkAgreement", "VectorAgreement", "VerificationDoc", "number"]

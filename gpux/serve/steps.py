@@ -195,9 +195,19 @@ def answer(model: Any, outputs: Named | list[Named], placements: list[Placement 
         answers = [model.steps.answers(chosen, p, r) for r, p in enumerate(rows)]
     out = {}
     for n in names:
-        texts = [json.dumps(a[n], separators=(",", ":"), default=_plain).encode() for a in answers]
-        out[n] = np.array(texts, dtype=object).reshape(shape if shape is not None else (len(texts),))
+        out[n] = encoded(model.steps.kinds.get(n), [a[n] for a in answers], shape)
     return out
+
+
+def encoded(kind: Any, answers: list[Any], shape: tuple[int, ...] | None) -> Any:
+    """A batch's answers of one output as its kind encodes them (an embedding: one FP32 tensor), else BYTES of
+    `shape` (default: one per row), one JSON text each."""
+    from gpux.config.kinds import step
+
+    if kind is not None and kind.encode:
+        return step(kind, "encode")(answers)
+    texts = [json.dumps(a, separators=(",", ":"), default=_plain).encode() for a in answers]
+    return np.array(texts, dtype=object).reshape(shape if shape is not None else (len(texts),))
 
 
 def _plain(value: Any) -> Any:
