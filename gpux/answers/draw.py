@@ -45,6 +45,7 @@ class Canvas:
     pen: Any
     font: Any
     width: int
+    blocks: Mapping[str, Any] = field(default_factory=dict)  # each output's kind block (gpux.config.steps)
     lines: list[str] = field(default_factory=list)
 
 
@@ -75,13 +76,32 @@ def draw_boxes(canvas: Canvas, name: str, answer: list[Box]) -> None:
         _tag(canvas, (x1, y1), f"{a['label']} {a['score']:.2f}", color)
 
 
+def draw_keypoints(canvas: Canvas, name: str, answer: list[Any]) -> None:
+    """Each detection's box, its keypoints (those seen: visibility >= 0.5) as dots, joined as the block's skeleton
+    says."""
+    draw_boxes(canvas, name, answer)
+    r = canvas.width + 1
+    skeleton = getattr(canvas.blocks.get(name), "skeleton", None) or ()
+    for a in answer:
+        color = PALETTE[a["index"] % len(PALETTE)]
+        seen = [len(k) < 3 or k[2] >= 0.5 for k in a["keypoints"]]
+        for i, j in skeleton:
+            if seen[i] and seen[j]:
+                canvas.pen.line([tuple(a["keypoints"][i][:2]), tuple(a["keypoints"][j][:2])], fill=color,
+                                width=canvas.width)
+        for k in a["keypoints"]:
+            if len(k) < 3 or k[2] >= 0.5:
+                canvas.pen.ellipse((k[0] - r, k[1] - r, k[0] + r, k[1] + r), fill=color)
+
+
 def draw_polygons(canvas: Canvas, name: str, answer: list[TextBox]) -> None:
     for i, a in enumerate(answer):
         corners = [(float(x), float(y)) for x, y in a["box"]]
         canvas.pen.polygon(corners, outline=PALETTE[i % len(PALETTE)], width=canvas.width)
 
 
-def drawn(image: Any, answers: Answers, kinds: Mapping[str, AnswerKind]) -> Any:
+def drawn(image: Any, answers: Answers, kinds: Mapping[str, AnswerKind], blocks: Mapping[str, Any] | None = None
+          ) -> Any:
     """A copy of the upright RGB `image` with each output's answer drawn as its kind draws it (gpux.config.kinds):
     shapes on it, captions in a band below (widened where a caption is longer than the image is wide)."""
     image_mod = require("PIL.Image", "images")
@@ -91,7 +111,7 @@ def drawn(image: Any, answers: Answers, kinds: Mapping[str, AnswerKind]) -> Any:
     size = max(12, round(max(w, h) / 40))
     font = font_mod.load_default(size=size)
     picture = image.convert("RGB")
-    canvas = Canvas(draw_mod.Draw(picture), font, max(2, round(max(w, h) / 300)))
+    canvas = Canvas(draw_mod.Draw(picture), font, max(2, round(max(w, h) / 300)), blocks or {})
     for name, answer in answers.items():
         kind = kinds.get(name)
         if kind is not None and kind.draw:
@@ -107,7 +127,8 @@ def drawn(image: Any, answers: Answers, kinds: Mapping[str, AnswerKind]) -> Any:
     return out
 
 
-def save_drawn(file: str, answers: Answers, path: Path, kinds: Mapping[str, AnswerKind]) -> Path:
+def save_drawn(file: str, answers: Answers, path: Path, kinds: Mapping[str, AnswerKind],
+               blocks: Mapping[str, Any] | None = None) -> Path:
     """`file` (upright, as preprocess saw it) with its answers drawn, written to `path` in the format its suffix
     names."""
     from gpux.answers.pre import open_image
@@ -116,7 +137,8 @@ def save_drawn(file: str, answers: Answers, path: Path, kinds: Mapping[str, Answ
     image = ops.exif_transpose(open_image(file, file)).convert("RGB")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        drawn(image, answers, kinds).save(path, **({"quality": 95} if path.suffix.lower() in (".jpg", ".jpeg") else {}))
+        jpeg = path.suffix.lower() in (".jpg", ".jpeg")
+        drawn(image, answers, kinds, blocks).save(path, **({"quality": 95} if jpeg else {}))
     except (OSError, ValueError) as exc:
         raise UsageError(f"--save: cannot write {path}: {exc}") from exc
     return path

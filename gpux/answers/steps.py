@@ -65,6 +65,11 @@ class Steps:
         return {n: k for n, (spec, _) in self.post.items() if (k := kind_of(spec)) is not None}
 
     @property
+    def blocks(self) -> dict[str, Any]:
+        """Each output's kind block (its settings under postprocess:), for those that declare a kind."""
+        return {n: spec.block for n, (spec, _) in self.post.items() if spec.block is not None}
+
+    @property
     def kind(self) -> str | None:
         """The kind of file the preprocessed input takes (image, bytes, audio, text), None without one."""
         return next((p.kind for p, _ in self.pre.values()), None)

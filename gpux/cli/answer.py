@@ -50,7 +50,7 @@ def answer_files(project: Any, req: Any) -> int:
             if saved:
                 from gpux.answers.draw import save_drawn
 
-                doc["saved"] = str(save_drawn(file, answers, saved[file], steps.kinds))
+                doc["saved"] = str(save_drawn(file, answers, saved[file], steps.kinds, steps.blocks))
             if req.as_json:
                 print(json.dumps(doc), flush=True)
             else:

@@ -158,3 +158,43 @@ class TextBoxes(Strict):
 
 class Embedding(Strict):
     normalize: bool = Field(True, description="Divide the vector by its length (cosine-ready).")
+
+
+class Keypoints(Strict):
+    layout: Literal["yolov8_pose"] = Field("yolov8_pose", description="yolov8_pose: [batch, 4 + classes + points x "
+                                           "dims, anchors] (ultralytics' pose export: cx, cy, w, h, class scores, "
+                                           "then each point's x, y (input pixels) and visibility, sigmoid inside "
+                                           "the model).")
+    points: int = Field(17, ge=1, description="Keypoints per detection (17: COCO's person).")
+    dims: Literal[2, 3] = Field(3, description="Values per keypoint: x, y, and a visibility where 3.")
+    score: float = Field(0.25, ge=0, le=1, description="Least score a detection is kept at.")
+    iou: float = Field(0.45, ge=0, le=1, description="Detections of one class overlapping more than this (IoU) are "
+                       "suppressed, the best kept.")
+    max: int = Field(300, ge=1, description="Most detections answered per image, best first.")
+    names: list[str] | None = Field(None, description="The keypoints' names, in order (for the terminal's lines).")
+    skeleton: list[tuple[int, int]] | None = Field(None, description="Pairs of keypoint indexes joined by a line on "
+                                                   "--save pictures.")
+    image: str | None = Field(None, description="The image input whose resize/letterbox the points are mapped back "
+                              "through (default: the only image input).")
+
+    @property
+    def classes_axis(self) -> int:
+        return 1
+
+    @property
+    def extra(self) -> int:
+        """Channels that are not class scores: the box's 4 and the keypoints'."""
+        return 4 + self.points * self.dims
+
+    def class_misfit(self, size: int, entries: int) -> str | None:
+        classes = size - self.extra
+        return None if entries == classes else f"{entries} labels for {classes} classes"
+
+    @model_validator(mode="after")
+    def _names(self) -> Keypoints:
+        if self.names is not None and len(self.names) != self.points:
+            raise fail(f"{len(self.names)} names for {self.points} points", "names")
+        wrong = [p for p in self.skeleton or () if not all(0 <= i < self.points for i in p)]
+        if wrong:
+            raise fail(f"skeleton pair {list(wrong[0])} names a point outside 0..{self.points - 1}", "skeleton")
+        return self

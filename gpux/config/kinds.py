@@ -90,6 +90,13 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
         floors=(("close", "min_exact_match", "rows whose vector keeps its direction (cosine >= 0.99)"),),
         counts="gpux.quality.agreement:rows_counts", text="gpux.report.answers:embedding_text",
         lines="gpux.report.answers:vector_lines", encode="gpux.answers.kinds:encode_vectors"),
+    "keypoints": AnswerKind(
+        key="keypoints", record="keypoints", rank=2, decode="gpux.answers.keypoints:decode",
+        judge="gpux.quality.pose:judge_pose", compare="gpux.quality.pose:keypoint_agreement",
+        floors=(*BOX_FLOORS, ("mean_oks", "min_box_iou", "mean keypoint similarity (OKS) of matched detections")),
+        empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
+        text="gpux.report.answers:pose_text", shape="gpux.answers.keypoints:pose_shape",
+        draw="gpux.answers.draw:draw_keypoints", lines="gpux.report.answers:pose_lines"),
     "python": AnswerKind(
         key="python", record="python", rank=0, decode="gpux.answers.kinds:decode_python",
         judge="gpux.answers.kinds:judge_python", compare="gpux.quality.agreement:exact_agreement",

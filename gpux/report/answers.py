@@ -20,6 +20,11 @@ def boxes_text(a: AnswersRecord) -> str:
         + (f", confident added {1 - kept:.1%}" if kept is not None else "") + ")"
 
 
+def pose_text(a: AnswersRecord) -> str:
+    oks = a.get("mean_oks")
+    return boxes_text(a) + (f", keypoint OKS {oks:.3f}" if oks is not None else "")
+
+
 def text_text(a: AnswersRecord) -> str:
     return f"text exact {a['exact_match']:.0%}" + (f" ({a['exact_confident']:.1%} of {a['confident_rows']} read "
                                                    "confidently)" if a.get("exact_confident") is not None else "") \
@@ -41,6 +46,11 @@ def top_lines(name: str, answer: list[Any]) -> list[str]:
 def box_lines(name: str, answer: list[Any]) -> list[str]:
     return [f"  {name}: {len(answer)} box{'es' if len(answer) != 1 else ''}"] + \
         [f"    {a['label']} {a['score']:.3f} [{', '.join(f'{v:.0f}' for v in a['box'])}]" for a in answer]
+
+
+def pose_lines(name: str, answer: list[Any]) -> list[str]:
+    return box_lines(name, answer)[:1] + [line for a in answer for line in (
+        box_lines(name, [a])[1], "      " + " ".join(f"({k[0]:.0f},{k[1]:.0f})" for k in a["keypoints"]))]
 
 
 def polygon_lines(name: str, answer: list[Any]) -> list[str]:
