@@ -198,5 +198,5 @@ def test_code_named_by_string_resolves_and_points_down() -> None:
 
 def test_the_named_code_check_sees_strings() -> None:
     assert ("gpux.providers.builtin", "gpux.runtimes.tensorrt:tensorrt_targets") in named_code()
-    assert ("gpux.config.kinds", "gpux.quality.agreement:box_agreement") in named_code()
+    assert ("gpux.config.kinds", "gpux.quality.agreement:compare_boxes") in named_code()
     assert defined("gpux.runtimes", "targets") and not defined("gpux.runtimes.tensorrt", "no_such_planner")

@@ -59,7 +59,7 @@ def rapidocr_regions(folder: Path) -> dict[str, Any]:
 
 def assert_matched(got: list[dict[str, Any]], want: list[Any]) -> None:
     """As many regions as rapidocr's, each of its regions matched by one of ours at polygon IoU >= 0.8."""
-    from gpux.quality.agreement import polygon_iou
+    from gpux.quality.polygons import polygon_iou
 
     assert len(got) == len(want), (got, want)
     for region in want:

@@ -43,9 +43,10 @@ def _rank3(project: Project, name: str, key: str, said: str, least: int, axis: i
 def box_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
     assert spec.boxes is not None
     layout = BOX_LAYOUTS[spec.boxes.layout]
-    wrong = _rank3(project, name, "boxes", f"{spec.boxes.layout} boxes come as {layout.shape}", layout.coords + 1,
+    wrong = _rank3(project, name, "boxes", f"{spec.boxes.layout} boxes come as {layout.shape}", layout.others + 1,
                    layout.channels_axis, real)
-    less = ", less 4 box coordinates" + (" and the objectness," if layout.objectness else ",")
+    less = ", less 4 box coordinates" + (" and the objectness," if layout.objectness else " and the angle,"
+                                         if layout.angle else ",")
     return wrong or label_problems(project, name, spec, labels, real, less)
 
 

@@ -22,14 +22,20 @@ class BoxLayout:
     objectness: bool
     shape: str  # as docs and messages write it
     grid: bool = False  # cx, cy, w, h are a raw anchor grid's: xy offsets in cells, log w/h in strides (YOLOX's)
+    angle: bool = False  # a rotation (radians) follows the class scores: oriented boxes (gpux.answers.obb)
 
     @property
     def coords(self) -> int:
         """Channels before the class scores."""
         return 5 if self.objectness else 4
 
+    @property
+    def others(self) -> int:
+        """Channels that are not class scores."""
+        return self.coords + self.angle
 
-BoxLayoutName = Literal["yolov8", "yolov5", "yolox", "yolox_grid"]
+
+BoxLayoutName = Literal["yolov8", "yolov5", "yolox", "yolox_grid", "yolov8_obb"]
 BOX_LAYOUTS = {
     "yolov8": BoxLayout(1, False, "[batch, 4 + classes, anchors]"),  # ultralytics YOLOv8/v11 export
     "yolov5": BoxLayout(2, True, "[batch, anchors, 5 + classes]"),  # YOLOv5 export.py (sigmoid in the model)
@@ -37,6 +43,8 @@ BOX_LAYOUTS = {
     # YOLOX export_onnx.py without --decode_in_inference: per anchor of each stride's grid (row-major, strides in
     # order) x, y offsets in cells, log w, h in strides, objectness and class scores (sigmoid in the model)
     "yolox_grid": BoxLayout(2, True, "[batch, anchors, 5 + classes], anchors the cells of each stride's grid", True),
+    # ultralytics' OBB export: cx, cy, w, h, class scores, then the box's rotation in radians
+    "yolov8_obb": BoxLayout(1, False, "[batch, 4 + classes + 1, anchors]", angle=True),
 }
 
 
@@ -46,7 +54,9 @@ class Boxes(Strict):
                                   "yolox (exported with --decode_in_inference) [batch, anchors, 5 + classes], an "
                                   "objectness score before the class scores (score = objectness x class score); "
                                   "yolox_grid: YOLOX's raw grid (exported without --decode_in_inference), decoded "
-                                  "from strides: cx, cy = (offset + cell) x stride, w, h = exp(value) x stride.")
+                                  "from strides: cx, cy = (offset + cell) x stride, w, h = exp(value) x stride; "
+                                  "yolov8_obb: oriented boxes [batch, 4 + classes + 1, anchors], the rotation in "
+                                  "radians last (rotated NMS by probabilistic IoU, as ultralytics does).")
     score: float = Field(0.25, ge=0, le=1, description="Least score a box is kept at.")
     iou: float = Field(0.45, ge=0, le=1, description="Boxes of one class overlapping more than this (IoU) are "
                        "suppressed, the best kept.")
@@ -62,7 +72,7 @@ class Boxes(Strict):
         return BOX_LAYOUTS[self.layout].channels_axis
 
     def class_misfit(self, size: int, entries: int) -> str | None:
-        classes = size - BOX_LAYOUTS[self.layout].coords
+        classes = size - BOX_LAYOUTS[self.layout].others
         return None if entries == classes else f"{entries} labels for {classes} classes"
 
 

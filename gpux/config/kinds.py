@@ -66,7 +66,7 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
         draw="gpux.answers.draw:draw_top", lines="gpux.report.answers:top_lines"),
     "boxes": AnswerKind(
         key="boxes", record="boxes", rank=2, decode="gpux.answers.kinds:decode_boxes",
-        judge="gpux.quality.agreement:judge_boxes", compare="gpux.quality.agreement:box_agreement",
+        judge="gpux.quality.agreement:judge_boxes", compare="gpux.quality.agreement:compare_boxes",
         floors=BOX_FLOORS, empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
         text="gpux.report.answers:boxes_text", fit="gpux.model.fit:box_misfit", shape="gpux.answers.shapes:box_shape",
         draw="gpux.answers.draw:draw_boxes", lines="gpux.report.answers:box_lines"),

@@ -116,7 +116,8 @@ def box_misfit(project: Project, name: str, post: Postprocess, real: Real) -> st
                 f"of a {size[1]}x{size[0]} input; {RAW}")
     scores = stats["from4"] if not layout.objectness else [min(lo[4], (stats["from5"] or [0])[0]),
                                                            max(hi[4], (stats["from5"] or [1])[1])]
-    if not (post.softmax or post.sigmoid) and (scores[0] < -SLACK or scores[1] > 1 + SLACK):
+    if not (post.softmax or post.sigmoid) and not layout.angle and (scores[0] < -SLACK or scores[1] > 1 + SLACK):
+        # (an oriented box's angle follows its scores: the statistics from the fifth channel hold it too)
         return (f"{said} its scores span [{_num(scores[0])}, {_num(scores[1])}], not probabilities; declare "
                 "sigmoid: true if they are logits")
     return None

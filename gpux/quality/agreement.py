@@ -23,6 +23,7 @@ from gpux.documents import (
     number,
 )
 from gpux.quality.metrics import CONFIDENT, TIE, Rule, Verification
+from gpux.quality.polygons import pairwise_polygon_iou
 
 MATCH_IOU = 0.5  # an artifact box matches a reference box of the same label overlapping at least this much
 MARGIN = 0.1  # a confident box scores at least this much over the score threshold (and CONFIDENT)
@@ -67,8 +68,13 @@ def judge_boxes(row: Any, how: Decoding) -> tuple[Any, Any, Any, float]:
     square its anchors make), and the score from which a box is confident."""
     from gpux.answers import post
 
-    if row.shape[post.BOX_LAYOUTS[how.block.layout].channels_axis - 1] < 5:
+    layout = post.BOX_LAYOUTS[how.block.layout]
+    if row.shape[layout.channels_axis - 1] < layout.others + 1:
         raise ValueError("fewer than 4 box coordinates and one class")
+    if layout.angle:  # oriented boxes: their corners, matched by rotated IoU (compare_boxes)
+        from gpux.answers import obb
+
+        return (*obb.judge(row, how), confident_score(how.block.score))
     return (*post.decode_boxes(row, how.block, how.activation, how.size), confident_score(how.block.score))
 
 
@@ -91,56 +97,6 @@ def pairwise_iou(a: Any, b: Any) -> Any:
     return np.where(union > 0, w * h / np.where(union > 0, union, 1), 0.0)
 
 
-def clip_convex(subject: list[Any], clip: list[Any]) -> list[Any]:
-    """The part of convex polygon `subject` inside convex polygon `clip` (both counter-clockwise or both clockwise;
-    Sutherland-Hodgman)."""
-    def side(p: Any, a: Any, b: Any) -> float:
-        return float((b[0] - a[0]) * (p[1] - a[1]) - (b[1] - a[1]) * (p[0] - a[0]))
-
-    sign = 1.0 if area(clip) >= 0 else -1.0
-    out = subject
-    for a, b in zip(clip, clip[1:] + clip[:1], strict=True):
-        if not out:
-            break
-        inside, out = out, []
-        for p, q in zip(inside, inside[1:] + inside[:1], strict=True):
-            sp, sq = sign * side(p, a, b), sign * side(q, a, b)
-            if sp >= 0:
-                out.append(p)
-            if (sp >= 0) != (sq >= 0):
-                t = sp / (sp - sq)
-                out.append((p[0] + t * (q[0] - p[0]), p[1] + t * (q[1] - p[1])))
-    return out
-
-
-def area(polygon: Sequence[Any]) -> float:
-    """The signed area of a polygon (positive counter-clockwise in x-right, y-up axes)."""
-    return sum(float(p[0]) * float(q[1]) - float(q[0]) * float(p[1])
-               for p, q in zip(polygon, [*polygon[1:], *polygon[:1]], strict=True)) / 2
-
-
-def polygon_iou(a: Any, b: Any) -> float:
-    """IoU of two convex polygons (a text region's 4 corners)."""
-    pa, pb = [tuple(map(float, p)) for p in a], [tuple(map(float, p)) for p in b]
-    if area(pa) * area(pb) < 0:
-        pb = pb[::-1]
-    inter = abs(area(clip_convex(pa, pb))) if len(pa) > 2 and len(pb) > 2 else 0.0
-    union = abs(area(pa)) + abs(area(pb)) - inter
-    return inter / union if union > 0 else 0.0
-
-
-def pairwise_polygon_iou(a: Any, b: Any) -> Any:
-    """IoU of every polygon in `a` [N, K, 2] with every one in `b` [M, K, 2], where their bounds overlap: [N, M]."""
-    import numpy as np
-
-    a, b = np.asarray(a, np.float64).reshape(-1, 4, 2), np.asarray(b, np.float64).reshape(-1, 4, 2)
-    bounds = pairwise_iou(np.concatenate([a.min(1), a.max(1)], 1), np.concatenate([b.min(1), b.max(1)], 1)) > 0
-    out = np.zeros((len(a), len(b)))
-    for i, j in zip(*np.nonzero(bounds), strict=True):
-        out[i, j] = polygon_iou(a[i], b[j])
-    return out
-
-
 def match(reference: Sequence[Any], got: Sequence[Any], iou_of: Any = None) -> list[tuple[int, int, float]]:
     """Greedy matching by the artifact's score: each artifact box (best first) takes the unmatched reference box
     of its label it overlaps most, at IoU >= MATCH_IOU. (artifact box, reference box, IoU) of each match."""
@@ -157,6 +113,14 @@ def match(reference: Sequence[Any], got: Sequence[Any], iou_of: Any = None) -> l
             taken[j] = True
             matches.append((int(i), j, float(row[j])))
     return matches
+
+
+def compare_boxes(reference: list[Any], got: list[Any]) -> BoxAgreement:
+    """Boxes by IoU; oriented boxes (judged as their corners, [N, 4, 2]) by rotated IoU."""
+    import numpy as np
+
+    rotated = any(np.asarray(r[0]).ndim == 3 for r in reference)
+    return box_agreement(reference, got, pairwise_polygon_iou if rotated else None)
 
 
 def polygon_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
@@ -347,6 +311,8 @@ def no_box_area(answers: Sequence[Any]) -> str | None:
     """Every box the reference finds is zero-sized (none found is an answer)."""
     import numpy as np
 
+    if any(np.asarray(b).ndim == 3 for b, *_ in answers):  # corners: their bounds
+        answers = [(np.concatenate([np.asarray(b).min(1), np.asarray(b).max(1)], 1), *rest) for b, *rest in answers]
     boxes = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b, *_ in answers or [((), 0, 0)]])
     if len(boxes) and not ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])).any():
         return "every box the reference finds is zero-sized"
