@@ -209,3 +209,19 @@ def test_every_built_in_kind_is_one_row_naming_code_that_exists() -> None:
             assert getattr(kind, role) is None or callable(step(kind, role)), (kind.key, role)
     with pytest.raises(ValueError, match="a key of its own"):
         register(ANSWER_KINDS["boxes"])
+
+
+def test_init_proposes_the_kind_an_outputs_shape_matches(tmp_path: Path) -> None:
+    from gpux.cli.init import render
+    from gpux.model.tensor import Tensor
+
+    image = Tensor("images", "float32", ("batch", 3, 640, 640))
+    outputs = [Tensor("output0", "float32", ("batch", 84, 8400)), Tensor("pose", "float32", ("batch", 56, 8400)),
+               Tensor("maps", "float32", ("batch", 1, 640, 640)), Tensor("logits", "float32", ("batch", 1000))]
+    text = render(tmp_path / "model.onnx", [image], outputs, "onnx", [], ["cpu"])
+    lines = text.splitlines()
+    after = {line.split(":")[0].strip(): lines[i + 1] for i, line in enumerate(lines) if line.startswith("  ") and
+             "dtype" in line}
+    assert "boxes: {layout: yolov8}" in after["output0"] and "80 classes" in after["output0"]
+    assert "keypoints: {points: 17, dims: 3}" in after["pose"] and "boxes" not in after["pose"]
+    assert "text_boxes" in after["maps"] and "#   postprocess" not in after["logits"]

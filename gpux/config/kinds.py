@@ -13,7 +13,7 @@ from typing import Any
 
 from gpux.config.steps import ADDED, ANSWER_KEYS
 
-__all__ = ["ANSWER_KINDS", "AnswerKind", "Floor", "kind_of", "record_kind", "register", "step"]
+__all__ = ["ANSWER_KINDS", "AnswerKind", "Floor", "kind_of", "proposals", "record_kind", "register", "step"]
 
 Floor = tuple[str, str, str]  # (metric in its agreement record, threshold key under verify:, what it is in words)
 
@@ -32,7 +32,8 @@ class AnswerKind:
     - `shape(project, name, post, labels, real)`: problems of the block against the output's real shape (a list);
     - `draw(canvas, name, answer)`: the answer drawn on a `--save` picture (gpux.answers.draw.Canvas);
     - `lines(name, answer)`: the terminal's lines of the answer;
-    - `encode(answers)`: the server's tensor of a batch's answers (default: one JSON text per row, as BYTES)."""
+    - `encode(answers)`: the server's tensor of a batch's answers (default: one JSON text per row, as BYTES);
+    - `propose(shape, inputs)`: what `gpux init` proposes for an output of that shape (None: nothing)."""
 
     key: str  # under postprocess:
     record: str  # the kind its agreement record names ("text" for ctc)
@@ -49,6 +50,7 @@ class AnswerKind:
     draw: str | None = None
     lines: str | None = None
     encode: str | None = None
+    propose: str | None = None
     config: Any = None  # a plug-in kind's config type (the built-in kinds' are Postprocess fields)
 
 
@@ -69,7 +71,8 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
         judge="gpux.quality.agreement:judge_boxes", compare="gpux.quality.agreement:compare_boxes",
         floors=BOX_FLOORS, empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
         text="gpux.report.answers:boxes_text", fit="gpux.model.fit:box_misfit", shape="gpux.answers.shapes:box_shape",
-        draw="gpux.answers.draw:draw_boxes", lines="gpux.report.answers:box_lines"),
+        draw="gpux.answers.draw:draw_boxes", lines="gpux.report.answers:box_lines",
+        propose="gpux.answers.propose:boxes"),
     "ctc": AnswerKind(
         key="ctc", record="text", rank=2, decode="gpux.answers.kinds:decode_ctc",
         judge="gpux.quality.agreement:judge_text", compare="gpux.quality.agreement:text_agreement",
@@ -83,7 +86,8 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
         judge="gpux.answers.text_boxes:judge", compare="gpux.quality.agreement:polygon_agreement", floors=BOX_FLOORS,
         counts="gpux.quality.agreement:box_counts", text="gpux.report.answers:boxes_text",
         fit="gpux.model.fit:map_misfit", shape="gpux.answers.shapes:map_shape",
-        draw="gpux.answers.draw:draw_polygons", lines="gpux.report.answers:polygon_lines"),
+        draw="gpux.answers.draw:draw_polygons", lines="gpux.report.answers:polygon_lines",
+        propose="gpux.answers.propose:text_boxes"),
     "embedding": AnswerKind(
         key="embedding", record="embedding", rank=1, decode="gpux.answers.kinds:decode_embedding",
         judge="gpux.answers.kinds:judge_embedding", compare="gpux.quality.agreement:vector_agreement",
@@ -96,7 +100,8 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
         floors=(*BOX_FLOORS, ("mean_oks", "min_box_iou", "mean keypoint similarity (OKS) of matched detections")),
         empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
         text="gpux.report.answers:pose_text", shape="gpux.answers.keypoints:pose_shape",
-        draw="gpux.answers.draw:draw_keypoints", lines="gpux.report.answers:pose_lines"),
+        draw="gpux.answers.draw:draw_keypoints", lines="gpux.report.answers:pose_lines",
+        propose="gpux.answers.propose:keypoints"),
     "python": AnswerKind(
         key="python", record="python", rank=0, decode="gpux.answers.kinds:decode_python",
         judge="gpux.answers.kinds:judge_python", compare="gpux.quality.agreement:exact_agreement",
@@ -120,6 +125,12 @@ def kind_of(post: Any) -> AnswerKind | None:
     """The row of the kind an output's Postprocess declares (None: values only)."""
     answer = post.answer if post is not None else None
     return ANSWER_KINDS[answer[0]] if answer else None
+
+
+def proposals(shape: Any, inputs: Any) -> list[str]:
+    """What each kind proposes for an output of `shape` (gpux init), given the model's inputs."""
+    found = [step(k, "propose")(tuple(shape), list(inputs)) for k in ANSWER_KINDS.values() if k.propose]
+    return [p for p in found if p]
 
 
 def record_kind(record: str) -> AnswerKind | None:
