@@ -18,7 +18,6 @@ class TopkAgreement(TypedDict):
     top1: NotRequired[float]
     topk_overlap: NotRequired[float]  # where k > 1
 
-
 class BoxAgreement(TypedDict):
     """Boxes after NMS (`agreement.box_agreement`), pooled over rows."""
 
@@ -63,7 +62,6 @@ class VectorAgreement(TypedDict):
     least_cosine: float
     mean_cosine: float
 
-
 Agreement: TypeAlias = TopkAgreement | BoxAgreement | TextAgreement | ExactAgreement | VectorAgreement
 
 
@@ -98,6 +96,8 @@ class AnswersRecord(TypedDict, total=False):
     close_at: float
     least_cosine: float
     mean_cosine: float
+    mean_oks: float | None
+    mean_mask_iou: float | None
 
 
 class OutputMetrics(TypedDict, total=False):

@@ -94,6 +94,19 @@ def draw_keypoints(canvas: Canvas, name: str, answer: list[Any]) -> None:
                 canvas.pen.ellipse((k[0] - r, k[1] - r, k[0] + r, k[1] + r), fill=color)
 
 
+def draw_masks(canvas: Canvas, name: str, answer: list[Any]) -> None:
+    """Each detection's box, and its mask filled over the picture."""
+    import numpy as np
+    from PIL import Image
+
+    from gpux.answers.masks import from_run_lengths
+
+    for a in answer:
+        bitmap = Image.fromarray((from_run_lengths(a["mask"]) * 255).astype(np.uint8), "L")
+        canvas.pen.bitmap((0, 0), bitmap, fill=PALETTE[a["index"] % len(PALETTE)])
+    draw_boxes(canvas, name, answer)
+
+
 def draw_polygons(canvas: Canvas, name: str, answer: list[TextBox]) -> None:
     for i, a in enumerate(answer):
         corners = [(float(x), float(y)) for x, y in a["box"]]

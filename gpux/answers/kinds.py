@@ -3,7 +3,8 @@ gpux.config.kinds: top-k classes, detector boxes, CTC text, an embedding's vecto
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ from gpux.config.steps import Postprocess
 class Decoding:
     """How a row is decoded: the output's postprocess and its kind's own block, its labels (a ctc output's text per
     class), the image input's pre.Placement (answers mapped back to the original's pixels; None: kept in the
-    input's), the input's (height, width) where the row was judged on tensors, and a python step's function."""
+    input's), the input's (height, width) where the row was judged on tensors, a python step's function, and the
+    row of each other output its block `reads` (masks' prototypes)."""
 
     spec: Postprocess
     labels: list[str] | None = None
@@ -24,6 +26,7 @@ class Decoding:
     size: tuple[int, int] | None = None
     function: Any = None
     root: Path | None = None
+    others: Mapping[str, Any] = field(default_factory=dict)  # the same row of each other output the step reads
 
     @property
     def block(self) -> Any:

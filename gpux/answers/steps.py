@@ -47,6 +47,10 @@ class Steps:
         post = {n: (s.postprocess, _texts(project, n, s.postprocess) or project.labels_of(n))
                 for n, s in (cfg.outputs or {}).items() if s.postprocess is not None and n in outputs}
         problems = [p for n, (spec, labels) in post.items() for p in _misfits(project, n, spec, labels, outputs[n])]
+        problems += [project.problem(("outputs", n, "postprocess", spec.answer[0], "protos"), f"{other!r} is not an "
+                                     f"output of the model (outputs: {', '.join(outputs)})")
+                     for n, (spec, _) in post.items() for other in getattr(spec.block, "reads", ())
+                     if other not in outputs and spec.answer]
         problems += [p for n, (spec, real) in pre.items() for p in _pre_misfits(project, n, spec, real, inputs)]
         code = _functions(project, {("inputs", n): s.python for n, (s, _) in pre.items()} |
                           {("outputs", n): s.python for n, (s, _) in post.items()}, problems)
@@ -140,21 +144,26 @@ class Steps:
         return min((a.shape[self.post[n][0].batch_axis if n in self.post else 0] for n, a in outputs.items()
                     if getattr(a, "ndim", 0)), default=1)
 
-    def answers(self, outputs: Named, placement: Placement | None, row: int = 0) -> Answers:
-        """Each output's answer for one batch row, as its kind decodes it (gpux.config.kinds); outputs without
-        postprocess stay arrays, those without a kind of answer their activated values."""
+    def answers(self, outputs: Named, placement: Placement | None, row: int = 0,
+                only: Sequence[str] | None = None) -> Answers:
+        """Each output's answer for one batch row (of those named in `only`; the rest may be read by a step), as
+        its kind decodes it (gpux.config.kinds); outputs without postprocess stay arrays, those without a kind of
+        answer their activated values."""
         from gpux.answers.kinds import Decoding
         from gpux.answers.post import activate
 
         out: Answers = {}
         for name, arr in outputs.items():
+            if only is not None and name not in only:
+                continue
             spec, labels = self.post.get(name, (None, None))
             kind = kind_of(spec)
             if spec is None or kind is None:
                 out[name] = arr[row] if spec is None else activate(arr[row], spec.softmax, spec.sigmoid)
                 continue
+            others = {n: outputs[n][row] for n in getattr(spec.block, "reads", ()) if n in outputs}
             how = Decoding(spec=spec, labels=labels, placement=placement, function=self.code.get(("outputs", name)),
-                           root=self.project.root)
+                           root=self.project.root, others=others)
             out[name] = step(kind, "decode")(arr[:, row] if spec.batch_axis else arr[row], how)
         return out
 

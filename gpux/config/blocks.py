@@ -208,3 +208,31 @@ class Keypoints(Strict):
         if wrong:
             raise fail(f"skeleton pair {list(wrong[0])} names a point outside 0..{self.points - 1}", "skeleton")
         return self
+
+
+class Masks(Strict):
+    layout: Literal["yolov8_seg"] = Field("yolov8_seg", description="yolov8_seg: [batch, 4 + classes + coefficients, "
+                                          "anchors] (ultralytics' segment export), each box's mask the sigmoid of "
+                                          "its coefficients times the prototype masks of `protos`.")
+    protos: str = Field(description="The output holding the prototype masks, [batch, coefficients, mask height, "
+                        "mask width] (ultralytics' output1): this step reads it too.")
+    threshold: float = Field(0.5, gt=0, lt=1, description="A pixel is the object's where its mask is at least this.")
+    score: float = Field(0.25, ge=0, le=1, description="Least score a detection is kept at.")
+    iou: float = Field(0.45, ge=0, le=1, description="Detections of one class overlapping more than this (IoU) are "
+                       "suppressed, the best kept.")
+    max: int = Field(100, ge=1, description="Most detections answered per image, best first.")
+    image: str | None = Field(None, description="The image input the masks are mapped back through (default: the "
+                              "only image input).")
+
+    @property
+    def classes_axis(self) -> int:
+        return 1
+
+    def class_misfit(self, size: int, entries: int) -> str | None:
+        """Not told here: the classes are what the prototypes' coefficients leave (labels past them read as indexes)."""
+        return None
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The other outputs this step reads."""
+        return (self.protos,)

@@ -102,6 +102,13 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
         text="gpux.report.answers:pose_text", shape="gpux.answers.keypoints:pose_shape",
         draw="gpux.answers.draw:draw_keypoints", lines="gpux.report.answers:pose_lines",
         propose="gpux.answers.propose:keypoints"),
+    "masks": AnswerKind(
+        key="masks", record="masks", rank=2, decode="gpux.answers.masks:decode", judge="gpux.answers.masks:judge",
+        compare="gpux.quality.pose:mask_agreement",
+        floors=(*BOX_FLOORS, ("mean_mask_iou", "min_box_iou", "mean mask IoU of matched detections")),
+        empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
+        text="gpux.report.answers:mask_text", shape="gpux.answers.masks:mask_shape",
+        draw="gpux.answers.draw:draw_masks", lines="gpux.report.answers:mask_lines"),
     "python": AnswerKind(
         key="python", record="python", rank=0, decode="gpux.answers.kinds:decode_python",
         judge="gpux.answers.kinds:judge_python", compare="gpux.quality.agreement:exact_agreement",

@@ -14,11 +14,21 @@ from pydantic.json_schema import SkipJsonSchema
 
 from gpux.config.base import Strict
 from gpux.config.base import fail as _fail
-from gpux.config.blocks import BOX_LAYOUTS, Boxes, BoxLayout, BoxLayoutName, Ctc, Embedding, Keypoints, TextBoxes
+from gpux.config.blocks import (
+    BOX_LAYOUTS,
+    Boxes,
+    BoxLayout,
+    BoxLayoutName,
+    Ctc,
+    Embedding,
+    Keypoints,
+    Masks,
+    TextBoxes,
+)
 from gpux.config.problems import show_value
 
 __all__ = ["ADDED", "ANSWER_KEYS", "BOX_LAYOUTS", "BoxLayout", "BoxLayoutName", "Boxes", "Ctc", "Embedding",
-           "ImageSteps", "Keypoints", "Postprocess", "Resize", "Strict", "TextBoxes", "check_image_shape",
+           "ImageSteps", "Keypoints", "Masks", "Postprocess", "Resize", "Strict", "TextBoxes", "check_image_shape",
            "check_labels", "class_misfit", "classes_axis", "declared_steps"]
 
 FRACTION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*/\s*(\d+(?:\.\d*)?)\s*$")
@@ -155,7 +165,8 @@ class ImageSteps(Strict):
 # A plug-in kind's config type by its key under postprocess: (gpux.config.kinds.register adds one); the built-in
 # kinds are Postprocess's own fields.
 ADDED: dict[str, Any] = {}
-ANSWER_KEYS = ("topk", "boxes", "ctc", "text_boxes", "embedding", "keypoints", "python")  # the built-in kinds' keys
+# the built-in kinds' keys
+ANSWER_KEYS = ("topk", "boxes", "ctc", "text_boxes", "embedding", "keypoints", "masks", "python")
 
 
 class Postprocess(Strict):
@@ -174,6 +185,8 @@ class Postprocess(Strict):
                                         "normalize: true): {vector}.")
     keypoints: Keypoints | None = Field(None, description="Decode a pose detector: boxes as boxes: does, each with "
                                         "its keypoints [[x, y, visibility], ...] in the original image's pixels.")
+    masks: Masks | None = Field(None, description="Decode an instance segmenter: boxes as boxes: does, each with its "
+                                "mask (from the prototype masks of another output) in the original image's pixels.")
     python: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="module:function, "
                                "imported from gpux.yml's folder: called with one batch row of the output (a numpy "
                                "array), returns a JSON-able answer (docs/answers.md, Python steps).")

@@ -233,14 +233,20 @@ def _batch_first(array: Any, axis: int) -> Any:
     return np.moveaxis(a, axis, 0) if axis and a.ndim > axis else a
 
 
-def _decoded(kind: AnswerKind, how: Decoding, arrays: Sequence[Any], sizes: Sequence[Any] | None) -> list[Any]:
-    """Every row's judged answer over the samples, each sample's decoded over its own input size where given."""
+def _decoded(kind: AnswerKind, how: Decoding, arrays: Sequence[Any], sizes: Sequence[Any] | None,
+             others: Sequence[dict[str, Any]] | None = None) -> list[Any]:
+    """Every row's judged answer over the samples, each sample's decoded over its own input size where given, with
+    the same row of each other output its step reads (`others`: per sample, name -> that output)."""
     import dataclasses
 
     judge = step(kind, "judge")
     sized = sizes if sizes is not None and len(sizes) == len(arrays) else [None] * len(arrays)
-    return [judge(x, dataclasses.replace(how, size=size)) for a, size in zip(arrays, sized, strict=True)
-            for x in rows_of([a], kind.rank or a.ndim - 1)]
+    out = []
+    for i, (a, size) in enumerate(zip(arrays, sized, strict=True)):
+        read = {n: rows_of([o], o.ndim - 1) for n, o in (others[i] if others else {}).items()}
+        out += [judge(x, dataclasses.replace(how, size=size, others={n: r[k] for n, r in read.items()}))
+                for k, x in enumerate(rows_of([a], kind.rank or a.ndim - 1))]
+    return out
 
 
 class Runs(NamedTuple):
@@ -270,9 +276,12 @@ def add_answers(result: Verification, posts: Mapping[str, Postprocess], runs: Ru
         out = [_batch_first(g[j], spec.batch_axis) for g in got]
         if not all(a.ndim >= kind.rank and a.size > 0 and a.ndim > 0 for a in ref):
             continue
+        reads = [n for n in getattr(spec.block, "reads", ()) if n in names]
+        ref_others = [{n: _batch_first(r[names.index(n)], 0) for n in reads} for r in reference]
+        got_others = [{n: _batch_first(g[names.index(n)], 0) for n in reads} for g in got]
         try:
-            answers = _decoded(kind, how, ref, sizes)
-            metrics = step(kind, "compare")(answers, _decoded(kind, how, out, sizes))
+            answers = _decoded(kind, how, ref, sizes, ref_others)
+            metrics = step(kind, "compare")(answers, _decoded(kind, how, out, sizes, got_others))
         except ValueError as exc:  # a raw grid whose size is not told (tensors given, no image input)
             result.outputs[name]["answers"] = {"kind": kind.record, "skipped": str(exc)}
             continue

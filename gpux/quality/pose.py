@@ -1,6 +1,7 @@
-"""Pose detections compared (the keypoints kind's `compare`): the boxes as boxes are (quality.agreement), and the
-keypoints of each matched pair by their object keypoint similarity (OKS, COCO's: exp(-d^2 / (2 s^2 k^2)) over the
-points the reference sees, s^2 the reference box's area, one k for every point)."""
+"""Pose detections and instance masks compared (the keypoints and masks kinds' `compare`): the boxes as boxes are
+(quality.agreement); the keypoints of each matched pair by their object keypoint similarity (OKS, COCO's:
+exp(-d^2 / (2 s^2 k^2)) over the points the reference sees, s^2 the reference box's area, one k for every point),
+the masks by their IoU."""
 
 from __future__ import annotations
 
@@ -40,4 +41,20 @@ def keypoint_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
     similar = [oks(r[4][j], g[4][i], r[0][j]) for r, g in zip(reference, got, strict=True)
                for i, j, _ in match(r, g)]
     record["mean_oks"] = sum(similar) / len(similar) if similar else None
+    return record  # type: ignore[no-any-return]
+
+
+def mask_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
+    """The boxes' agreement, and `mean_mask_iou`: the mean IoU of the masks of the matched detections (None: none
+    matched)."""
+    import numpy as np
+
+    record: Any = box_agreement(reference, got)
+    ious = []
+    for r, g in zip(reference, got, strict=True):
+        for i, j, _ in match(r, g):
+            a, b = np.asarray(r[4][j], bool), np.asarray(g[4][i], bool)
+            union = int((a | b).sum())
+            ious.append(float((a & b).sum()) / union if union else 1.0)
+    record["mean_mask_iou"] = sum(ious) / len(ious) if ious else None
     return record  # type: ignore[no-any-return]

@@ -25,6 +25,11 @@ def pose_text(a: AnswersRecord) -> str:
     return boxes_text(a) + (f", keypoint OKS {oks:.3f}" if oks is not None else "")
 
 
+def mask_text(a: AnswersRecord) -> str:
+    iou = a.get("mean_mask_iou")
+    return boxes_text(a) + (f", mask IoU {iou:.3f}" if iou is not None else "")
+
+
 def text_text(a: AnswersRecord) -> str:
     return f"text exact {a['exact_match']:.0%}" + (f" ({a['exact_confident']:.1%} of {a['confident_rows']} read "
                                                    "confidently)" if a.get("exact_confident") is not None else "") \
@@ -51,6 +56,11 @@ def box_lines(name: str, answer: list[Any]) -> list[str]:
 def pose_lines(name: str, answer: list[Any]) -> list[str]:
     return box_lines(name, answer)[:1] + [line for a in answer for line in (
         box_lines(name, [a])[1], "      " + " ".join(f"({k[0]:.0f},{k[1]:.0f})" for k in a["keypoints"]))]
+
+
+def mask_lines(name: str, answer: list[Any]) -> list[str]:
+    return box_lines(name, answer)[:1] + [f"{line} mask {sum(a['mask']['counts'][1::2])} px"
+                                          for a in answer for line in box_lines(name, [a])[1:]]
 
 
 def polygon_lines(name: str, answer: list[Any]) -> list[str]:

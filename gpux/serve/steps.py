@@ -186,13 +186,12 @@ def answer(model: Any, outputs: Named | list[Named], placements: list[Placement 
            shape: tuple[int, ...] | None, names: list[str]) -> Named:
     """The named outputs as answers: BYTES of `shape` (default: one per batch row), one JSON text per file (`outputs`
     a list: each file's own) or row."""
-    if isinstance(outputs, list):  # each file's own outputs
-        answers = [model.steps.answers({n: part[n] for n in names}, p, 0)
+    if isinstance(outputs, list):  # each file's own outputs (every one: a step may read another, masks' protos)
+        answers = [model.steps.answers(part, p, 0, names)
                    for part, p in zip(outputs, placements or [None] * len(outputs), strict=True)]
     else:
-        chosen = {n: outputs[n] for n in names}
-        rows = placements if placements is not None else [None] * model.steps.rows(chosen)
-        answers = [model.steps.answers(chosen, p, r) for r, p in enumerate(rows)]
+        rows = placements if placements is not None else [None] * model.steps.rows({n: outputs[n] for n in names})
+        answers = [model.steps.answers(outputs, p, r, names) for r, p in enumerate(rows)]
     out = {}
     for n in names:
         out[n] = encoded(model.steps.kinds.get(n), [a[n] for a in answers], shape)
