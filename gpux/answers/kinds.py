@@ -102,7 +102,7 @@ def decode_python(row: Any, how: Decoding) -> Answer:
     from gpux.answers.python import call
 
     assert how.spec.python is not None and how.root is not None
-    return call(how.function, how.spec.python, how.root, row)  # type: ignore[no-any-return]
+    return call(how.function, how.spec.python, how.root, row)
 
 
 def judge_python(row: Any, how: Decoding) -> str:

@@ -87,7 +87,7 @@ def limited(r: Any, width: int, height: int) -> tuple[int, int]:
     side = max(width, height) if r.limit_type == "max" else min(width, height)
     over = side > r.side_limit if r.limit_type == "max" else side < r.side_limit
     ratio = r.side_limit / side if over else 1.0
-    return tuple(max(r.multiple, round(int(s * ratio) / r.multiple) * r.multiple)  # type: ignore[return-value]
+    return tuple(max(r.multiple, round(int(s * ratio) / r.multiple) * r.multiple)
                  for s in (width, height))
 
 

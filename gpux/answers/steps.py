@@ -179,13 +179,14 @@ def _stacked(windows: list[Answer]) -> Answer:
 
 def _texts(project: Project, name: str, spec: Postprocess) -> list[str] | None:
     """The text per class index of a kind that reads it from a charset (ctc: with the blank and the space)."""
-    key, block = spec.answer or ("", None)
+    key, block = spec.answer or ("", object())
     charset = getattr(block, "charset", None)
     if charset is None or not hasattr(block, "texts"):
         return None
     if isinstance(charset, str):
         charset = project.read_lines(("outputs", name, "postprocess", key, "charset"), charset, exact=True)
-    return block.texts(charset)  # type: ignore[no-any-return]
+    texts: list[str] = block.texts(charset)
+    return texts
 
 
 def _functions(project: Project, named: dict[tuple[str, str], str | None], problems: list[Any]) -> dict[Any, Any]:
@@ -235,7 +236,7 @@ def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] |
     kind = kind_of(spec)
     check = step(kind, "shape") if kind is not None else None
     if check is not None:
-        return check(project, name, spec, labels, real)  # type: ignore[no-any-return]
+        return check(project, name, spec, labels, real)
     return label_problems(project, name, spec, labels, real)
 
 

@@ -65,7 +65,7 @@ def step_problems(project: Project, real: Real) -> list[Problem]:
     for name, spec in (project.config.outputs or {}).items():
         post, kind = spec.postprocess, kind_of(spec.postprocess)
         check = step(kind, "fit") if kind is not None else None
-        if post is None or check is None or name not in real.outputs:
+        if post is None or kind is None or check is None or name not in real.outputs:
             continue
         wrong = check(project, name, post, real)
         if wrong:

@@ -41,7 +41,7 @@ def keypoint_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
     similar = [oks(r[4][j], g[4][i], r[0][j]) for r, g in zip(reference, got, strict=True)
                for i, j, _ in match(r, g)]
     record["mean_oks"] = sum(similar) / len(similar) if similar else None
-    return record  # type: ignore[no-any-return]
+    return record
 
 
 def mask_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
@@ -57,4 +57,4 @@ def mask_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
             union = int((a | b).sum())
             ious.append(float((a & b).sum()) / union if union else 1.0)
     record["mean_mask_iou"] = sum(ious) / len(ious) if ious else None
-    return record  # type: ignore[no-any-return]
+    return record
