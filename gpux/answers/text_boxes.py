@@ -64,8 +64,9 @@ def regions(row: Any, block: Any) -> tuple[Any, Any]:
 
 
 def components(bitmap: Any) -> list[tuple[Any, Any]]:
-    """The (ys, xs) of each 8-connected region of a boolean map, the largest first: runs of each row, joined with
-    the runs they touch in the row above (union-find over runs)."""
+    """The (ys, xs) of the first and last pixel of each run of each 8-connected region of a boolean map (what its
+    convex hull needs), the largest region first: runs of each row, joined with the runs they touch in the row
+    above (union-find over runs)."""
     import numpy as np
 
     padded = np.zeros((bitmap.shape[0], bitmap.shape[1] + 2), np.int8)
@@ -99,11 +100,11 @@ def components(bitmap: Any) -> list[tuple[Any, Any]]:
     for i in range(len(rows)):
         groups.setdefault(root(i), []).append(i)
     out = []
-    for runs in groups.values():
-        ys = np.concatenate([np.full(ends[i] - starts[i], rows[i]) for i in runs])
-        xs = np.concatenate([np.arange(starts[i], ends[i]) for i in runs])
-        out.append((ys, xs))
-    return sorted(out, key=lambda c: -len(c[0]))
+    for runs in groups.values():  # a region's hull is its runs' end pixels': only those are kept
+        r = np.asarray(runs)
+        out.append((int((ends[r] - starts[r]).sum()), np.concatenate([rows[r], rows[r]]),
+                    np.concatenate([starts[r], ends[r] - 1])))
+    return [(ys, xs) for _, ys, xs in sorted(out, key=lambda c: -c[0])]
 
 
 def hull(points: Any) -> Any:
