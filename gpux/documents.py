@@ -16,7 +16,6 @@ class TopkAgreement(TypedDict):
     top1: NotRequired[float]
     topk_overlap: NotRequired[float]  # where k > 1
 
-
 class BoxAgreement(TypedDict):
     """Boxes after NMS (`agreement.box_agreement`), pooled over rows."""
 
@@ -52,7 +51,16 @@ class ExactAgreement(TypedDict):
     exact_match: float
 
 
-Agreement: TypeAlias = TopkAgreement | BoxAgreement | TextAgreement | ExactAgreement
+class VectorAgreement(TypedDict):
+    """Embeddings (`agreement.vector_agreement`): each row's cosine of the artifact's vector with the reference's."""
+
+    rows: int
+    close: float  # the share of rows at close_at or more
+    close_at: float
+    least_cosine: float
+    mean_cosine: float
+
+Agreement: TypeAlias = TopkAgreement | BoxAgreement | TextAgreement | ExactAgreement | VectorAgreement
 
 
 class AnswersRecord(TypedDict, total=False):
@@ -82,6 +90,12 @@ class AnswersRecord(TypedDict, total=False):
     cer: float
     confident_rows: int
     exact_confident: float | None
+    close: float
+    close_at: float
+    least_cosine: float
+    mean_cosine: float
+    mean_oks: float | None
+    mean_mask_iou: float | None
 
 
 class ValuesRecord(TypedDict):
@@ -283,19 +297,6 @@ class ArtifactRow(TypedDict):
     info: Mapping[str, object] | None  # the build step's own document (its runtime's)
 
 
-class Fingerprint(TypedDict):
-    """What a tune lock's figures depend on (`plan.lock.fingerprint`): the machine, the runtimes, gpux, the config
-    and the model."""
-
-    cpu: str
-    machine: str
-    os: str
-    cores: int | None
-    gpux: str
-    runtimes: dict[str, str | None]
-    config_sha256: str
-    model_sha256: str
-
 
 class LabelScore(TypedDict):
     label: str
@@ -312,26 +313,6 @@ class OutputEntry(TypedDict, total=False):
     data: object  # the values, as nested lists
     top: list[list[LabelScore]]
 
-
-class StoredArtifact(TypedDict):
-    """One artifact as `gpux cache ls/verify/prune` lists it: where, how large, whether it checks out."""
-
-    id: str
-    path: str
-    size: int
-    ok: bool
-    problem: str | None
-    built_at: str | None
-
-
-class ModelChoice(TypedDict):
-    """A workspace's one choice turned into one model's own settings (`workspace.project.derived`)."""
-
-    provider: str
-    precision: str
-    artifact: str
-    steps: list[str]  # the targets built in turn, the artifact last
-    options: dict[str, object]  # its provider block, as gpux.yml would write it
 
 
 class PlacementDoc(TypedDict):
@@ -397,4 +378,5 @@ def number(record: Mapping[str, object], key: str) -> float | None:
 
 
 __all__ = ["Agreement", "AnswersRecord", "BoxAgreement", "Evidence", "ExactAgreement", "Extra", "Generated", "Judged",
-           "OutputMetrics", "RateDoc", "TextAgreement", "TopkAgreement", "ValuesRecord", "VerificationDoc", "number"]
+           "OutputMetrics", "RateDoc", "TextAgreement", "TopkAgreement", "ValuesRecord", "VectorAgreement",
+           "VerificationDoc", "number"]

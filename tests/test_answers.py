@@ -206,7 +206,7 @@ def test_labels_that_do_not_fit_the_output_are_config_errors(detector: Path, tmp
 
 @pytest.mark.parametrize(("old", "new", "said"), [
     ("resize: {letterbox: 320, fill: 114}", "resize: {letterbox: 320, shorter: 300}",
-     "expected exactly one of shorter, height, width, exact, letterbox; got shorter, letterbox"),
+     "expected exactly one of shorter, height, width, exact, letterbox, side_limit; got shorter, letterbox"),
     ("color: rgb", "colour: rgb",
      "gpux.yml:12:52 inputs.images.preprocess.image.colour: unknown field (did you mean 'color'?)"),
     ("scale: 1/255", "scale: 1/255, mean: [0.5, 0.5]", "2 values for 3 channel(s) (rgb)"),

@@ -143,6 +143,9 @@ def test_every_broad_catch_says_why() -> None:
 # run by the rooms above it: they may name providers/ and runtimes/ only.
 NAMED_CODE = re.compile(r"^gpux(?:\.\w+)+:\w+$")
 ROW_ROOMS = ("providers", "runtimes")
+# The answer-kind rows (gpux.config.kinds) name each kind's steps, run by the rooms that use them (a session's
+# answers, verification, the report): they may name the rooms up to quality/.
+KIND_ROWS, KIND_ROOMS = "gpux.config.kinds", ("config", "report", "model", "answers", "quality")
 NAMED_UP: dict[tuple[str, str], str] = {}  # (module, the string) -> why it may point up; none may
 
 
@@ -183,14 +186,17 @@ def test_code_named_by_string_resolves_and_points_down() -> None:
         if not defined(target, attr):
             wrong.append(f"{module}: {named!r} names nothing")
         here, there = room(module), room(target)
-        allowed = ROW_ROOMS if here in ROW_ROOMS else [r for r, level in LEVEL.items() if level <= LEVEL[here]]
+        allowed = ROW_ROOMS if here in ROW_ROOMS else KIND_ROOMS if module == KIND_ROWS else \
+            [r for r, level in LEVEL.items() if level <= LEVEL[here]]
         if there not in allowed and (module, named) not in NAMED_UP:
             wrong.append(f"{module} ({here}) names {named!r} ({there}): " + (
-                "a row or step names a runtime's code only" if here in ROW_ROOMS else "a room above it"))
+                "a row or step names a runtime's code only" if here in ROW_ROOMS else
+                f"a kind's step names {', '.join(KIND_ROOMS)} only" if module == KIND_ROWS else "a room above it"))
     assert not wrong, "\n".join(wrong)
     assert set(NAMED_UP) <= set(named_code()), "remove the stale NAMED_UP entries"
 
 
 def test_the_named_code_check_sees_strings() -> None:
     assert ("gpux.providers.builtin", "gpux.runtimes.tensorrt:tensorrt_targets") in named_code()
+    assert ("gpux.config.kinds", "gpux.quality.agreement:compare_boxes") in named_code()
     assert defined("gpux.runtimes", "targets") and not defined("gpux.runtimes.tensorrt", "no_such_planner")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpux.answers.records import Answer, Box, Text, Top
-from gpux.config.steps import BOX_LAYOUTS, Boxes, Postprocess
+from gpux.answers.records import Box, Text, Top
+from gpux.config.steps import BOX_LAYOUTS, Boxes
 
 
 def softmax(x: Any, axis: int = -1) -> Any:
@@ -175,18 +175,3 @@ def ctc_greedy(pred: Any, texts: list[str], blank: int, axis: int, activation: t
 def box_answers(boxes: Any, scores: Any, classes: Any, labels: list[str] | None) -> list[Box]:
     return [{"label": label(labels, int(c)), "index": int(c), "score": round(float(s), 6),
              "box": [round(float(v), 2) for v in b]} for b, s, c in zip(boxes, scores, classes, strict=True)]
-
-
-def answer(row: Any, spec: Postprocess, labels: list[str] | None, placement: Any = None) -> Answer:
-    """One output row's answer as its postprocess declares: boxes (mapped back through `placement`, the image
-    input's pre.Placement, where given), text, the top-k classes, or the activated scores."""
-    activation = (spec.softmax, spec.sigmoid)
-    if spec.boxes is not None:
-        boxes, scores, classes = decode_boxes(row, spec.boxes, activation, placement.canvas if placement else None)
-        boxes = placement.to_original(boxes) if placement is not None else boxes
-        return box_answers(boxes, scores, classes, labels)
-    if spec.ctc is not None:
-        return ctc_greedy(row, labels or [], spec.ctc.blank, spec.ctc.axis, activation)
-    if spec.topk is not None:
-        return topk(activate(row, *activation), spec.topk, labels)
-    return activate(row, *activation)

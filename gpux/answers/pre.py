@@ -66,6 +66,8 @@ def geometry(steps: ImageSteps, width: int, height: int, name: str = "image") ->
         size = (r.shorter, other) if width <= height else (other, r.shorter)
     elif r is not None and r.exact is not None:
         size = (r.exact[1], r.exact[0])
+    elif r is not None and r.side_limit is not None:
+        size = limited(r, width, height)
     elif r is not None and r.letterbox is not None:
         h, w = r.letterbox
         k = min(w / width, h / height)
@@ -77,6 +79,16 @@ def geometry(steps: ImageSteps, width: int, height: int, name: str = "image") ->
         at = (-round((size[0] - cw) / 2.0), -round((size[1] - ch) / 2.0))
         return Geometry(size, (ch, cw), at)
     return Geometry(size, (size[1], size[0]), at)
+
+
+def limited(r: Any, width: int, height: int) -> tuple[int, int]:
+    """(width, height) by a text detector's rule: the longer side down to side_limit (max) or the shorter up to it
+    (min), each side then rounded to a multiple (at least one multiple), as PaddleOCR's DetResizeForTest does."""
+    side = max(width, height) if r.limit_type == "max" else min(width, height)
+    over = side > r.side_limit if r.limit_type == "max" else side < r.side_limit
+    ratio = r.side_limit / side if over else 1.0
+    return tuple(max(r.multiple, round(int(s * ratio) / r.multiple) * r.multiple)
+                 for s in (width, height))
 
 
 def _follow(r: Any, width: int, height: int, name: str) -> Geometry:

@@ -1,6 +1,6 @@
-"""The answers a file gets, as records with typed fields: a top-k class, a detector's box, a recognizer's text, and
-a file's answers by output name. They are plain dicts at run time (TypedDicts), so what `--json`, `--save` and the
-server write is the record as it is. Typing only: nothing heavy is imported."""
+"""The answers a file gets, as records with typed fields: a top-k class, a detector's box, a recognizer's text, an
+embedding, a text region, and a file's answers by output name. They are plain dicts at run time (TypedDicts), so
+what `--json`, `--save` and the server write is the record as it is. Typing only: nothing heavy is imported."""
 
 from __future__ import annotations
 
@@ -30,10 +30,24 @@ class Text(TypedDict):
     score: float
 
 
+class Vector(TypedDict):
+    """An embedding (`kinds.decode_embedding`): the row as one vector, of unit length where normalized."""
+
+    vector: list[float]
+
+
+class TextBox(TypedDict):
+    """A text region (`text_boxes.decode`): its 4 corners [x, y] clockwise from the top left, and the mean
+    probability inside it."""
+
+    box: list[list[float]]
+    score: float
+
+
 # One output's answer: the top-k classes, the boxes, the text, or the (activated) scores of an output without
 # answers; an audio file's is one per window (`steps.Steps.file_answers`). A python step's is whatever its
 # function returns.
-Answer: TypeAlias = "list[Top] | list[Box] | Text | Array | list[Answer]"
+Answer: TypeAlias = "list[Top] | list[Box] | Text | Vector | list[TextBox] | Array | list[Answer]"
 Answers: TypeAlias = "dict[str, Answer]"  # a file's answers: output name -> its answer
 
-__all__ = ["Answer", "Answers", "Box", "Text", "Top"]
+__all__ = ["Answer", "Answers", "Box", "Text", "TextBox", "Top", "Vector"]

@@ -20,8 +20,9 @@ from gpux.answers.records import Answer, Answers
 from gpux.answers.text import TEXT_SUFFIXES, text_feeds, tokenizer
 from gpux.arrays import Feeds, Named
 from gpux.config.inputs import Preprocess, check_preprocess
+from gpux.config.kinds import AnswerKind, kind_of, step
 from gpux.config.load import Project
-from gpux.config.steps import ImageSteps, Postprocess, class_misfit, classes_axis
+from gpux.config.steps import ImageSteps, Postprocess
 from gpux.errors import ConfigError, InputError
 from gpux.model.io import Tensor
 
@@ -46,6 +47,10 @@ class Steps:
         post = {n: (s.postprocess, _texts(project, n, s.postprocess) or project.labels_of(n))
                 for n, s in (cfg.outputs or {}).items() if s.postprocess is not None and n in outputs}
         problems = [p for n, (spec, labels) in post.items() for p in _misfits(project, n, spec, labels, outputs[n])]
+        problems += [project.problem(("outputs", n, "postprocess", spec.answer[0], "protos"), f"{other!r} is not an "
+                                     f"output of the model (outputs: {', '.join(outputs)})")
+                     for n, (spec, _) in post.items() for other in getattr(spec.block, "reads", ())
+                     if other not in outputs and spec.answer]
         problems += [p for n, (spec, real) in pre.items() for p in _pre_misfits(project, n, spec, real, inputs)]
         code = _functions(project, {("inputs", n): s.python for n, (s, _) in pre.items()} |
                           {("outputs", n): s.python for n, (s, _) in post.items()}, problems)
@@ -57,6 +62,16 @@ class Steps:
     def images(self) -> dict[str, tuple[ImageSteps, Tensor]]:
         """The inputs with preprocess: image."""
         return {n: (p.image, t) for n, (p, t) in self.pre.items() if p.image is not None}
+
+    @property
+    def kinds(self) -> dict[str, AnswerKind]:
+        """Each output's kind of answer (gpux.config.kinds), for those that declare one."""
+        return {n: k for n, (spec, _) in self.post.items() if (k := kind_of(spec)) is not None}
+
+    @property
+    def blocks(self) -> dict[str, Any]:
+        """Each output's kind block (its settings under postprocess:), for those that declare a kind."""
+        return {n: spec.block for n, (spec, _) in self.post.items() if spec.block is not None}
 
     @property
     def kind(self) -> str | None:
@@ -129,20 +144,27 @@ class Steps:
         return min((a.shape[self.post[n][0].batch_axis if n in self.post else 0] for n, a in outputs.items()
                     if getattr(a, "ndim", 0)), default=1)
 
-    def answers(self, outputs: Named, placement: Placement | None, row: int = 0) -> Answers:
-        """Each output's answer for one batch row; outputs without postprocess stay arrays."""
-        from gpux.answers.post import answer
+    def answers(self, outputs: Named, placement: Placement | None, row: int = 0,
+                only: Sequence[str] | None = None) -> Answers:
+        """Each output's answer for one batch row (of those named in `only`; the rest may be read by a step), as
+        its kind decodes it (gpux.config.kinds); outputs without postprocess stay arrays, those without a kind of
+        answer their activated values."""
+        from gpux.answers.kinds import Decoding
+        from gpux.answers.post import activate
 
         out: Answers = {}
         for name, arr in outputs.items():
-            spec, labels = self.post.get(name, (None, None))
-            if spec is not None and spec.python is not None:
-                from gpux.answers.python import call
-
-                out[name] = call(self.code["outputs", name], spec.python, self.project.root, arr[row])
+            if only is not None and name not in only:
                 continue
-            out[name] = arr[row] if spec is None else \
-                answer(arr[:, row] if spec.batch_axis else arr[row], spec, labels, placement)
+            spec, labels = self.post.get(name, (None, None))
+            kind = kind_of(spec)
+            if spec is None or kind is None:
+                out[name] = arr[row] if spec is None else activate(arr[row], spec.softmax, spec.sigmoid)
+                continue
+            others = {n: outputs[n][row] for n in getattr(spec.block, "reads", ()) if n in outputs}
+            how = Decoding(spec=spec, labels=labels, placement=placement, function=self.code.get(("outputs", name)),
+                           root=self.project.root, others=others)
+            out[name] = step(kind, "decode")(arr[:, row] if spec.batch_axis else arr[row], how)
         return out
 
 
@@ -156,13 +178,15 @@ def _stacked(windows: list[Answer]) -> Answer:
 
 
 def _texts(project: Project, name: str, spec: Postprocess) -> list[str] | None:
-    """A ctc output's text per class index (the charset, read from its file, with the blank and the space)."""
-    if spec.ctc is None:
+    """The text per class index of a kind that reads it from a charset (ctc: with the blank and the space)."""
+    key, block = spec.answer or ("", object())
+    charset = getattr(block, "charset", None)
+    if charset is None or not hasattr(block, "texts"):
         return None
-    charset = spec.ctc.charset
     if isinstance(charset, str):
-        charset = project.read_lines(("outputs", name, "postprocess", "ctc", "charset"), charset, exact=True)
-    return spec.ctc.texts(charset)
+        charset = project.read_lines(("outputs", name, "postprocess", key, "charset"), charset, exact=True)
+    texts: list[str] = block.texts(charset)
+    return texts
 
 
 def _functions(project: Project, named: dict[tuple[str, str], str | None], problems: list[Any]) -> dict[Any, Any]:
@@ -205,33 +229,15 @@ def _pre_misfits(project: Project, name: str, spec: Preprocess, real: Tensor,
 
 
 def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
-    """Problems of an output's postprocess against its real shape: the box layout or the ctc rank, the number of
-    labels (or charset entries)."""
-    from gpux.config.steps import BOX_LAYOUTS
+    """Problems of an output's postprocess against its real shape, as its kind checks them (a python step reads
+    the row as it is), else of its labels against the class axis."""
+    from gpux.answers.shapes import label_problems
 
-    if spec.python is not None:  # the function's contract: it reads the row as it is
-        return []
-    shape, axis = real.shape, classes_axis(spec)
-    layout = BOX_LAYOUTS[spec.boxes.layout] if spec.boxes is not None else None
-    if shape is not None and (layout is not None or spec.ctc is not None):
-        channels = shape[axis] if len(shape) == 3 else None
-        least = layout.coords + 1 if layout is not None else 1
-        if len(shape) != 3 or (isinstance(channels, int) and channels < least):
-            key, said = (("boxes", f"{spec.boxes.layout} boxes come as {layout.shape}") if spec.boxes and layout
-                         else ("ctc", "ctc decodes [batch, time, classes] ([batch, classes, time] with axis: 1, "
-                                      "[time, batch, classes] with time_major: true)"))
-            return [project.problem(("outputs", name, "postprocess", key), f"{said}; {name} is {list(shape)}")]
-    size = shape[axis] if shape and len(shape) >= (3 if axis != -1 or spec.ctc else 1) else None
-    if labels is None or shape is None:
-        return []
-    entries = len(labels) - (spec.ctc.classes(0) if spec.ctc is not None else 0)
-    wrong = class_misfit(size, entries, spec)
-    if wrong is None:
-        return []
-    where = "its last axis" if axis == -1 else f"axis {axis}"
-    where += (", less 4 box coordinates" + (" and the objectness," if layout.objectness else ",")) if layout else ""
-    at = ("outputs", name) + (("postprocess", "ctc", "charset") if spec.ctc is not None else ("labels",))
-    return [project.problem(at, f"{wrong} ({name} has {size} on {where} in the model)")]
+    kind = kind_of(spec)
+    check = step(kind, "shape") if kind is not None else None
+    if check is not None:
+        return check(project, name, spec, labels, real)
+    return label_problems(project, name, spec, labels, real)
 
 
 def describe(item: Any) -> str:

@@ -4,6 +4,7 @@ the model and the declared postprocess; one answer per file, printed as text or 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,12 @@ def answer_files(project: Any, req: Any) -> int:
             if saved:
                 from gpux.answers.draw import save_drawn
 
-                doc["saved"] = str(save_drawn(file, answers, saved[file]))
+                doc["saved"] = str(save_drawn(file, answers, saved[file], steps.kinds, steps.blocks))
             if req.as_json:
                 print(json.dumps(doc), flush=True)
             else:
-                print(format_answers(file, answers) + (f"\n  saved: {doc['saved']}" if saved else ""), flush=True)
+                shown = format_answers(file, answers, steps.kinds)
+                print(shown + (f"\n  saved: {doc['saved']}" if saved else ""), flush=True)
         if len(files) > 1:
             seconds = time.perf_counter() - started
             report.info(f"{len(files)} files in {seconds:.2f}s ({len(files) / seconds:.1f} files/s)")
@@ -110,22 +112,13 @@ def _plain(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-def format_answers(file: str, answers: dict[str, Any]) -> str:
-    """`file: output: label score, ...`; boxes one per line; text quoted; a passthrough output by its shape."""
+def format_answers(file: str, answers: dict[str, Any], kinds: Mapping[str, Any]) -> str:
+    """`file:` then each output's lines as its kind writes them (gpux.config.kinds), a passthrough output's values."""
+    from gpux.config.kinds import step
+    from gpux.report.answers import value_lines
+
     lines = [f"{file}:"]
     for name, answer in answers.items():
-        if isinstance(answer, list) and answer and isinstance(answer[0], dict) and "box" in answer[0]:
-            lines.append(f"  {name}: {len(answer)} box{'es' if len(answer) != 1 else ''}")
-            lines += [f"    {a['label']} {a['score']:.3f} [{', '.join(f'{v:.0f}' for v in a['box'])}]" for a in answer]
-        elif isinstance(answer, dict) and "text" in answer:
-            lines.append(f"  {name}: {json.dumps(answer['text'], ensure_ascii=False)} {answer['score']:.4f}")
-        elif isinstance(answer, list) and answer and isinstance(answer[0], dict):
-            lines.append(f"  {name}: " + ", ".join(f"{a['label']} {a['score']:.4f}" for a in answer))
-        elif isinstance(answer, list) and not answer:
-            lines.append(f"  {name}: none")
-        else:
-            import numpy as np
-
-            text = np.array2string(np.asarray(answer), threshold=20, edgeitems=3, precision=5)
-            lines.append(f"  {name}: " + text.replace("\n", " "))
+        kind = kinds.get(name)
+        lines += step(kind, "lines")(name, answer) if kind is not None and kind.lines else value_lines(name, answer)
     return "\n".join(lines)

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from gpux import report
-from gpux.documents import StoredArtifact
 from gpux.errors import ExitCode
 from gpux.files import store_root
 from gpux.report import tables
+
+
+class StoredArtifact(TypedDict):
+    """One artifact as `gpux cache ls/verify/prune` lists it: where, how large, whether it checks out."""
+
+    id: str
+    path: str
+    size: int
+    ok: bool
+    problem: str | None
+    built_at: str | None
 
 
 def current_folders(project: Any, root: Path) -> set[str]:

@@ -1,4 +1,5 @@
-"""The pydantic models of an input's `preprocess:` and an output's `postprocess:` blocks (docs/answers.md).
+"""The pydantic models of an input's `preprocess:` and an output's `postprocess:` blocks (docs/answers.md; each
+kind's own block: gpux.config.blocks).
 
 Only what can be checked from gpux.yml alone is checked here; the model's real shapes are checked when a
 session is opened (gpux.answers)."""
@@ -6,19 +7,31 @@ session is opened (gpux.answers)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, BeforeValidator, Field, WithJsonSchema, model_serializer, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
+from gpux.config.base import Strict
+from gpux.config.base import fail as _fail
+from gpux.config.blocks import (
+    BOX_LAYOUTS,
+    Boxes,
+    BoxLayout,
+    BoxLayoutName,
+    Ctc,
+    Embedding,
+    Keypoints,
+    Masks,
+    TextBoxes,
+)
 from gpux.config.problems import show_value
 
+__all__ = ["ADDED", "ANSWER_KEYS", "BOX_LAYOUTS", "BoxLayout", "BoxLayoutName", "Boxes", "Ctc", "Embedding",
+           "ImageSteps", "Keypoints", "Masks", "Postprocess", "Resize", "Strict", "TextBoxes", "check_image_shape",
+           "check_labels", "class_misfit", "classes_axis", "declared_steps"]
+
 FRACTION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*/\s*(\d+(?:\.\d*)?)\s*$")
-
-
-def _fail(message: str, *at: str | int) -> PydanticCustomError:
-    return PydanticCustomError("gpux", "{message}", {"message": message, "at": tuple(str(a) for a in at)})
 
 
 def _size(value: Any) -> tuple[int, int]:
@@ -52,16 +65,12 @@ Number = Annotated[float, BeforeValidator(_number),
                    WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string", "pattern": FRACTION.pattern}]})]
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 Range = Annotated[tuple[int, int], BeforeValidator(_size), WithJsonSchema(
     {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2})]
 
 
 class Resize(Strict):
-    """Exactly one of shorter, height, width, exact, letterbox."""
+    """Exactly one of shorter, height, width, exact, letterbox, side_limit."""
 
     shorter: int | None = Field(None, ge=1, description="Resize so the shorter side is this long, keeping the "
                                 "aspect ratio (then usually crop:).")
@@ -79,6 +88,13 @@ class Resize(Strict):
                                "stretching the image.")
     letterbox: Size | None = Field(None, description="Fit inside this size keeping the aspect ratio, padding the "
                                    "rest with fill; boxes are mapped back through the recorded padding and scale.")
+    side_limit: int | None = Field(None, ge=1, description="A text detector's rule (PaddleOCR's det resize): scale "
+                                   "the image so its longer side is at most this long (limit_type: max) or its "
+                                   "shorter side at least this long (min), then round each side to a multiple of "
+                                   "`multiple`, stretching it (text regions are mapped back per axis).")
+    limit_type: Literal["max", "min"] = Field("max", description="side_limit bounds the longer side from above "
+                                              "(max) or the shorter side from below (min).")
+    multiple: int = Field(32, ge=1, description="side_limit: each side is rounded to a multiple of this.")
     fill: int = Field(114, ge=0, le=255, description="Pixel value of the letterbox padding.")
     anchor: Literal["center", "top_left"] = Field(
         "center", description="Where the letterboxed image sits: centred, or at the top left (padding right and "
@@ -88,7 +104,7 @@ class Resize(Strict):
 
     @model_validator(mode="after")
     def _one_mode(self) -> Resize:
-        modes = ("shorter", "height", "width", "exact", "letterbox")
+        modes = ("shorter", "height", "width", "exact", "letterbox", "side_limit")
         given = [k for k in modes if getattr(self, k) is not None]
         if len(given) != 1:
             raise _fail(f"expected exactly one of {', '.join(modes)}" + (f"; got {', '.join(given)}" if given else ""))
@@ -146,84 +162,11 @@ class ImageSteps(Strict):
         return self
 
 
-@dataclass(frozen=True)
-class BoxLayout:
-    """Where a detector's output row keeps its boxes: channels on axis 1 of `[batch, channels, anchors]` or axis 2
-    of `[batch, anchors, channels]`; channels are cx, cy, w, h (input pixels), an objectness score where
-    `objectness` (a box's score is objectness x class score), then one score per class."""
-
-    channels_axis: int
-    objectness: bool
-    shape: str  # as docs and messages write it
-    grid: bool = False  # cx, cy, w, h are a raw anchor grid's: xy offsets in cells, log w/h in strides (YOLOX's)
-
-    @property
-    def coords(self) -> int:
-        """Channels before the class scores."""
-        return 5 if self.objectness else 4
-
-
-BoxLayoutName = Literal["yolov8", "yolov5", "yolox", "yolox_grid"]
-BOX_LAYOUTS = {
-    "yolov8": BoxLayout(1, False, "[batch, 4 + classes, anchors]"),  # ultralytics YOLOv8/v11 export
-    "yolov5": BoxLayout(2, True, "[batch, anchors, 5 + classes]"),  # YOLOv5 export.py (sigmoid in the model)
-    "yolox": BoxLayout(2, True, "[batch, anchors, 5 + classes]"),  # YOLOX export_onnx.py --decode_in_inference
-    # YOLOX export_onnx.py without --decode_in_inference: per anchor of each stride's grid (row-major, strides in
-    # order) x, y offsets in cells, log w, h in strides, objectness and class scores (sigmoid in the model)
-    "yolox_grid": BoxLayout(2, True, "[batch, anchors, 5 + classes], anchors the cells of each stride's grid", True),
-}
-
-
-class Boxes(Strict):
-    layout: BoxLayoutName = Field("yolov8", description="How the output holds its boxes (cx, cy, w, h in input "
-                                  "pixels): yolov8 [batch, 4 + classes, anchors], class scores only; yolov5 and "
-                                  "yolox (exported with --decode_in_inference) [batch, anchors, 5 + classes], an "
-                                  "objectness score before the class scores (score = objectness x class score); "
-                                  "yolox_grid: YOLOX's raw grid (exported without --decode_in_inference), decoded "
-                                  "from strides: cx, cy = (offset + cell) x stride, w, h = exp(value) x stride.")
-    score: float = Field(0.25, ge=0, le=1, description="Least score a box is kept at.")
-    iou: float = Field(0.45, ge=0, le=1, description="Boxes of one class overlapping more than this (IoU) are "
-                       "suppressed, the best kept.")
-    max: int = Field(300, ge=1, description="Most boxes answered per image, best first.")
-    image: str | None = Field(None, description="The image input whose resize/letterbox the boxes are mapped back "
-                              "through (default: the only image input).")
-    strides: list[Annotated[int, Field(ge=1)]] = Field(
-        [8, 16, 32], min_length=1, description="yolox_grid: the strides of the grids, in the order the anchors come "
-        "(each grid: the input's height and width over its stride, rounded up, cells row-major).")
-
-
-def _texts(value: Any) -> Any:
-    """Digits written bare in a YAML list ([0, 1, 2]) are the characters they spell."""
-    if isinstance(value, list):
-        return [str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
-    return value
-
-
-Charset = Annotated[list[str] | str, BeforeValidator(_texts), WithJsonSchema(
-    {"anyOf": [{"type": "array", "items": {"type": ["string", "integer"]}}, {"type": "string"}]})]
-
-
-class Ctc(Strict):
-    charset: Charset = Field(description="The text of every class but the blank, in class order: a list, or a UTF-8 "
-                             "file (relative to gpux.yml) with one per line, nothing stripped but the line break (a "
-                             "line holding one space is a space).")
-    blank: int = Field(0, description="Index of the blank class; negative counts from the end (-1: the last).")
-    space: bool = Field(False, description="A space is the last class, after the charset (PaddleOCR's "
-                        "use_space_char: its dictionaries leave it out).")
-    axis: Literal[1, 2, -1] = Field(-1, description="The class axis: -1 or 2 for [batch, time, classes], 1 for "
-                                    "[batch, classes, time].")
-    time_major: bool = Field(False, description="The output is [time, batch, classes] (the batch on axis 1, as "
-                             "CRNN exports and CTC losses take it); classes stay on the last axis.")
-
-    def classes(self, characters: int) -> int:
-        """How many classes a charset of `characters` entries makes: the blank, and the space where declared."""
-        return characters + 1 + self.space
-
-    def texts(self, charset: list[str]) -> list[str]:
-        """The text of each class index: the blank's is empty."""
-        texts = [*charset, *([" "] if self.space else [])]
-        blank = self.blank % (len(texts) + 1)
-        return [*texts[:blank], "", *texts[blank:]]
+# A plug-in kind's config type by its key under postprocess: (gpux.config.kinds.register adds one); the built-in
+# kinds are Postprocess's own fields.
+ADDED: dict[str, Any] = {}
+# the built-in kinds' keys
+ANSWER_KEYS = ("topk", "boxes", "ctc", "text_boxes", "embedding", "keypoints", "masks", "python")
 
 
 class Postprocess(Strict):
@@ -235,48 +178,84 @@ class Postprocess(Strict):
                                 "original image's pixels as {label, index, score, box: [x1, y1, x2, y2]}.")
     ctc: Ctc | None = Field(None, description="Greedy CTC decoding (OCR, speech): the best class per step, repeats "
                             "collapsed, blanks dropped, classes mapped to the charset: {text, score}.")
+    text_boxes: TextBoxes | None = Field(None, description="Text regions of a DB detector's probability map "
+                                         "[batch, 1, H, W]: {box: [[x, y] x 4], score} in the original image's "
+                                         "pixels, as PaddleOCR's DB post-processing finds them.")
+    embedding: Embedding | None = Field(None, description="The row as one vector (normalized to unit length where "
+                                        "normalize: true): {vector}.")
+    keypoints: Keypoints | None = Field(None, description="Decode a pose detector: boxes as boxes: does, each with "
+                                        "its keypoints [[x, y, visibility], ...] in the original image's pixels.")
+    masks: Masks | None = Field(None, description="Decode an instance segmenter: boxes as boxes: does, each with its "
+                                "mask (from the prototype masks of another output) in the original image's pixels.")
     python: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="module:function, "
                                "imported from gpux.yml's folder: called with one batch row of the output (a numpy "
                                "array), returns a JSON-able answer (docs/answers.md, Python steps).")
+    added: SkipJsonSchema[tuple[tuple[str, Any], ...]] = Field((), exclude=True)  # plug-in kinds' (key, config)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugged(cls, data: Any) -> Any:
+        """A plug-in kind's key (ADDED) validated by its own config type, kept under `added`."""
+        if not isinstance(data, dict) or not ADDED.keys() & data.keys():
+            return data
+        from pydantic import TypeAdapter, ValidationError
+
+        added = []
+        for key in [k for k in data if k in ADDED]:
+            try:
+                added.append((key, TypeAdapter(ADDED[key]).validate_python(data[key])))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise _fail(first["msg"], key, *first["loc"]) from exc
+        return {**{k: v for k, v in data.items() if k not in ADDED}, "added": tuple(added)}
+
+    @model_serializer(mode="wrap")
+    def _dumped(self, handler: Any) -> Any:
+        """A plug-in kind's block dumped under its key, as written."""
+        out = handler(self)
+        for key, value in self.added:
+            out[key] = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        return out
 
     @model_validator(mode="after")
     def _one_answer(self) -> Postprocess:
         if self.softmax and self.sigmoid:
             raise _fail("softmax and sigmoid both set; pick one", "sigmoid")
-        given = [k for k in ("topk", "boxes", "ctc", "python") if getattr(self, k) is not None]
+        given = [k for k, _ in self.answers]
         if len(given) > 1:
             raise _fail(f"{' and '.join(given)} both set; an output answers classes, boxes, text or what its python "
-                        "step returns", given[-1])
+                        "step returns: one kind", given[-1])
         return self
 
     @property
+    def answers(self) -> list[tuple[str, Any]]:
+        """(key, its block) of each kind of answer declared (one, once validated)."""
+        return [(k, getattr(self, k)) for k in ANSWER_KEYS if getattr(self, k) is not None] + list(self.added)
+
+    @property
+    def answer(self) -> tuple[str, Any] | None:
+        """(key, block) of the kind of answer this output gives (gpux.config.kinds), None: values only."""
+        return next(iter(self.answers), None)
+
+    @property
+    def block(self) -> Any:
+        """The declared kind's own block (None: values only)."""
+        return self.answer[1] if self.answer else None
+
+    @property
     def batch_axis(self) -> int:
-        """The output's batch axis: 1 for a time-major ctc output, else 0."""
-        return 1 if self.ctc is not None and self.ctc.time_major else 0
+        """The output's batch axis: its kind's (1 for a time-major ctc output), else 0."""
+        return getattr(self.block, "batch_axis", 0)
 
     @property
     def files(self) -> list[str]:
         """Files the steps read at run time (relative to gpux.yml): a ctc charset file."""
-        return [self.ctc.charset] if self.ctc is not None and isinstance(self.ctc.charset, str) else []
-
-    @model_validator(mode="after")
-    def _blank_in_range(self) -> Postprocess:
-        ctc = self.ctc
-        if ctc is not None and ctc.time_major and ctc.axis == 1:
-            raise _fail("time_major keeps the classes on the last axis ([time, batch, classes]); drop axis: 1",
-                        "ctc", "axis")
-        if ctc is not None and isinstance(ctc.charset, list) and not \
-                -ctc.classes(len(ctc.charset)) <= ctc.blank < ctc.classes(len(ctc.charset)):
-            raise _fail(f"blank {ctc.blank} is not a class index: the charset makes "
-                        f"{ctc.classes(len(ctc.charset))} classes", "ctc", "blank")
-        return self
+        return list(getattr(self.block, "files", ()))
 
 
 def classes_axis(post: Postprocess | None) -> int:
-    """The axis of the class scores: the box layout's channels, the ctc axis, else the last."""
-    if post is not None and post.boxes is not None:
-        return BOX_LAYOUTS[post.boxes.layout].channels_axis
-    return post.ctc.axis if post is not None and post.ctc is not None else -1
+    """The axis of the class scores: the kind's (a box layout's channels, the ctc axis), else the last."""
+    return getattr(post.block, "classes_axis", -1) if post is not None else -1
 
 
 def class_misfit(size: Any, entries: int, post: Postprocess | None) -> str | None:
@@ -284,26 +263,24 @@ def class_misfit(size: Any, entries: int, post: Postprocess | None) -> str | Non
     for the caller to finish with where the size comes from); None where they fit or the size is not known."""
     if not isinstance(size, int):
         return None
-    if post is not None and post.ctc is not None:
-        want = post.ctc.classes(entries)
-        if want == size:
-            return None
-        extra = "the blank and the space" if post.ctc.space else "the blank"
-        return f"{entries} charset entries and {extra} make {want} classes, not {size}"
-    classes = size - (BOX_LAYOUTS[post.boxes.layout].coords if post is not None and post.boxes is not None else 0)
-    return None if entries == classes else f"{entries} labels for {classes} classes"
+    misfit = getattr(post.block if post is not None else None, "class_misfit", None)
+    if misfit is not None:
+        return misfit(size, entries)
+    return None if entries == size else f"{entries} labels for {size} classes"
 
 
 def check_labels(labels: Any, shape: tuple[int | str, ...] | None, post: Postprocess | None
                  ) -> tuple[str, tuple[str, ...]] | None:
     """Why inline labels (or an inline ctc charset) do not fit the declared shape, and which field says so (None
     when they fit or it cannot be told)."""
-    ctc = post.ctc if post is not None else None
-    if ctc is not None and labels is not None:
-        return "ctc reads its classes' text from postprocess.ctc.charset; drop labels", ("labels",)
-    entries, at = (ctc.charset, ("postprocess", "ctc", "charset")) if ctc else (labels, ("labels",))
+    key, block = post.answer if post is not None and post.answer else ("", None)
+    charset = getattr(block, "inline_classes", None)
+    if getattr(block, "charset", None) is not None and labels is not None:
+        return f"{key} reads its classes' text from postprocess.{key}.charset; drop labels", ("labels",)
+    entries, at = (charset, ("postprocess", key, "charset")) if charset is not None else (labels, ("labels",))
     axis = classes_axis(post)
-    if not isinstance(entries, list) or not shape or len(shape) < (3 if axis > 0 or ctc else 1):
+    least = 3 if axis > 0 or charset is not None else 1
+    if not isinstance(entries, list) or not shape or len(shape) < least:
         return None
     wrong = class_misfit(shape[axis], len(entries), post)
     return (f"{wrong} (shape {list(shape)})", at) if wrong else None

@@ -1,5 +1,5 @@
 """The declared outputs and their steps against what the model really returns (gpux.model.probe): metadata that
-misstates an output gives way to the real output (a warning says so), and a ctc or boxes step that cannot fit the
+misstates an output gives way to the real output (a warning says so), and a step that cannot fit the
 real tensor is refused at its line (docs/answers.md, "Checked against the real output")."""
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ SPAN = 8  # decoded boxes' centres spread over at least 1/SPAN of the input's wi
 
 
 def wants_real(project: Project, problems: list[Problem], io: ModelIO) -> bool:
-    """Whether the real output is needed: an output answers boxes or text, its declared shape disagrees with the
-    metadata, or the model has ONNX-ML operators (their converters write fixed label shapes, `[1]`, for outputs that
-    return a row per input row)."""
+    """Whether the real output is needed: an output answers a kind that checks it (gpux.config.kinds: boxes, text),
+    its declared shape disagrees with the metadata, or the model has ONNX-ML operators (their converters write fixed
+    label shapes, `[1]`, for outputs that return a row per input row)."""
+    from gpux.config.kinds import kind_of
+
     outputs = project.config.outputs or {}
-    steps = any(s.postprocess is not None and (s.postprocess.ctc or s.postprocess.boxes) for s in outputs.values())
+    steps = any(getattr(kind_of(s.postprocess), "fit", None) for s in outputs.values())
     return steps or ML in io.opsets or any(p.field.startswith("outputs.") and ".shape" in p.field for p in problems)
 
 
@@ -64,30 +66,28 @@ def notes(project: Project, io: ModelIO, changed: list[str], real: Real) -> list
 
 
 def step_problems(project: Project, real: Real) -> list[Problem]:
-    """Every declared ctc or boxes step that cannot fit what its output really holds, at its line."""
+    """Every declared step that cannot fit what its output really holds, as its kind checks it, at its line."""
+    from gpux.config.kinds import kind_of, step
+
     out: list[Problem] = []
     for name, spec in (project.config.outputs or {}).items():
-        post = spec.postprocess
-        if post is None or name not in real.outputs or len(real.outputs[name]) != 3:
+        post, kind = spec.postprocess, kind_of(spec.postprocess)
+        check = step(kind, "fit") if kind is not None else None
+        if post is None or kind is None or check is None or name not in real.outputs:
             continue
-        if post.ctc is not None:
-            wrong = _ctc_misfit(name, post, real)
-            key = "ctc"
-        elif post.boxes is not None:
-            wrong = _box_misfit(project, name, post, real)
-            key = "boxes"
-        else:
-            continue
+        wrong = check(project, name, post, real)
         if wrong:
-            out.append(project.problem(("outputs", name, "postprocess", key), wrong))
+            out.append(project.problem(("outputs", name, "postprocess", kind.key), wrong))
     return out
 
 
-def _ctc_misfit(name: str, post: Postprocess, real: Real) -> str | None:
+def ctc_misfit(project: Project, name: str, post: Postprocess, real: Real) -> str | None:
     """Why the declared batch axis is not the real one: the axis that doubles with the batch, else (a fixed
     batch of one) the declared one is not 1."""
     declared, found = post.batch_axis, real.batch_axis(name)
     first = real.outputs[name]
+    if len(first) != 3:
+        return None
     where = f"{name} returns {shape_text(tuple(first))} for a batch of 1"
     if found is not None and found != declared:
         where += f" and {shape_text(tuple(real.second[name]))} for 2: its batch is axis {found}"
@@ -100,7 +100,7 @@ def _ctc_misfit(name: str, post: Postprocess, real: Real) -> str | None:
     return f"ctc reads {name} as {layout}, but {where}; {fix}"
 
 
-def _box_misfit(project: Project, name: str, post: Postprocess, real: Real) -> str | None:
+def box_misfit(project: Project, name: str, post: Postprocess, real: Real) -> str | None:
     """Why an output's values cannot be boxes of the declared layout, on the first sample: widths or heights
     under 0 or none above, centres that do not spread over the input, scores outside [0, 1] where no activation
     is declared."""
@@ -109,7 +109,7 @@ def _box_misfit(project: Project, name: str, post: Postprocess, real: Real) -> s
     assert post.boxes is not None
     layout = BOX_LAYOUTS[post.boxes.layout]
     stats = real.stats.get(name, {}).get(str(layout.channels_axis))
-    if stats is None:
+    if stats is None or len(real.outputs[name]) != 3:
         return None
     lo, hi = stats["min"], stats["max"]
     said = f"{name} cannot hold {post.boxes.layout} boxes ({layout.shape}, cx, cy, w, h in input pixels): on a sample"
@@ -124,7 +124,8 @@ def _box_misfit(project: Project, name: str, post: Postprocess, real: Real) -> s
                 f"of a {size[1]}x{size[0]} input; {RAW}")
     scores = stats["from4"] if not layout.objectness else [min(lo[4], (stats["from5"] or [0])[0]),
                                                            max(hi[4], (stats["from5"] or [1])[1])]
-    if not (post.softmax or post.sigmoid) and (scores[0] < -SLACK or scores[1] > 1 + SLACK):
+    if not (post.softmax or post.sigmoid) and not layout.angle and (scores[0] < -SLACK or scores[1] > 1 + SLACK):
+        # (an oriented box's angle follows its scores: the statistics from the fifth channel hold it too)
         return (f"{said} its scores span [{_num(scores[0])}, {_num(scores[1])}], not probabilities; declare "
                 "sigmoid: true if they are logits")
     return None
@@ -146,6 +147,17 @@ def _grid_misfit(name: str, post: Postprocess, real: Real, size: tuple[int, int]
             f"{anchors} anchors; declare the strides of its heads")
 
 
+def map_misfit(project: Project, name: str, post: Postprocess, real: Real) -> str | None:
+    """Why an output is not a probability map over the image input: [batch, 1, H, W] at the input's own size."""
+    got, size = real.outputs[name], _input_size(project, post, real)
+    said = f"text_boxes reads a probability map [batch, 1, height, width]; {name} returns {shape_text(tuple(got))}"
+    if len(got) != 4 or got[1] != 1:
+        return said
+    if size is not None and tuple(got[2:]) != size:
+        return f"{said} for a {size[1]}x{size[0]} input: its map is not at the input's size"
+    return None
+
+
 RAW = ("a raw anchor grid (offsets, log sizes) is not decoded boxes: export the model with its decoding (YOLOX's "
        "--decode_in_inference) or declare the layout it holds")
 
@@ -158,7 +170,7 @@ def _input_size(project: Project, post: Postprocess, real: Real) -> tuple[int, i
     """(height, width) of the sample fed to the image input the boxes are in (None: no image input)."""
     images = {n: s.preprocess.image for n, s in (project.config.inputs or {}).items()
               if s.preprocess is not None and s.preprocess.image is not None}
-    name = post.boxes.image if post.boxes is not None and post.boxes.image else next(iter(images), None)
+    name = getattr(post.block, "image", None) or next(iter(images), None)
     shape, image = real.inputs.get(name or ""), images.get(name or "")
     if shape is None or image is None or len(shape) != 4:
         return None

@@ -7,12 +7,25 @@ import hashlib
 import json
 import platform
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from gpux.config.load import Project
-from gpux.documents import Fingerprint
 from gpux.providers.options import OptionFields
 from gpux.version import __version__
+
+
+class Fingerprint(TypedDict):
+    """What a tune lock's figures depend on (`plan.lock.fingerprint`): the machine, the runtimes, gpux, the config
+    and the model."""
+
+    cpu: str
+    machine: str
+    os: str
+    cores: int | None
+    gpux: str
+    runtimes: dict[str, str | None]
+    config_sha256: str
+    model_sha256: str
 
 LOCK_NAME = "gpux.lock.json"
 SCHEMA = 1

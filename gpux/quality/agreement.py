@@ -7,53 +7,42 @@ mapping back to an original image is needed to tell whether two detectors agree.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from gpux.answers.kinds import Decoding
+from gpux.config.kinds import AnswerKind, kind_of, record_kind, step
 from gpux.config.steps import Postprocess
 from gpux.documents import (
-    Agreement,
     AnswersRecord,
     BoxAgreement,
     ExactAgreement,
     TextAgreement,
     TopkAgreement,
+    VectorAgreement,
     number,
 )
 from gpux.quality.metrics import CONFIDENT, TIE, Rule, Verification
+from gpux.quality.polygons import pairwise_polygon_iou
 
 MATCH_IOU = 0.5  # an artifact box matches a reference box of the same label overlapping at least this much
 MARGIN = 0.1  # a confident box scores at least this much over the score threshold (and CONFIDENT)
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One kind of answer: how a batch row of the output decodes (rank: of that row), how the answers of the
-    reference and the artifact compare, and which metrics are judged: (metric, threshold key, what it is)."""
-
-    rank: int
-    decode: Callable[[Any, Postprocess], Any] | None
-    compare: Callable[[list[Any], list[Any]], Agreement]
-    floors: tuple[tuple[str, str, str], ...]
+CLOSE = 0.99  # an embedding keeps its direction at this cosine with the reference's or more
 
 
 def answer_kind(spec: Postprocess) -> str | None:
-    """The kind of answer an output's postprocess gives (None: values only, judged by the tensor metrics)."""
-    if spec.boxes is not None:
-        return "boxes"
-    if spec.topk is not None:
-        return "topk"
-    return "text" if spec.ctc is not None else "python" if spec.python is not None else None
+    """The kind an output's answers record names (None: values only, judged by the tensor metrics)."""
+    kind = kind_of(spec)
+    return kind.record if kind is not None else None
 
 
 # ---- top-k classes -----------------------------------------------------------------------------------------------
-def decode_topk(row: Any, spec: Postprocess) -> tuple[int, list[tuple[int, float]]]:
+def judge_topk(row: Any, how: Decoding) -> tuple[int, list[tuple[int, float]]]:
     """k, and the (index, score) of the best classes, best first: k of them, at least 2 (to tell a tie)."""
     from gpux.answers.post import activate, topk
 
-    k = spec.topk or 1
-    return k, [(a["index"], a["score"]) for a in topk(activate(row, spec.softmax, spec.sigmoid), max(k, 2), None)]
+    k = how.block or 1
+    return k, [(a["index"], a["score"]) for a in topk(activate(row, *how.activation), max(k, 2), None)]
 
 
 def topk_agreement(reference: list[Any], got: list[Any]) -> TopkAgreement:
@@ -74,14 +63,19 @@ def topk_agreement(reference: list[Any], got: list[Any]) -> TopkAgreement:
 
 
 # ---- boxes -------------------------------------------------------------------------------------------------------
-def decode_boxes(row: Any, spec: Postprocess, size: tuple[int, int] | None = None) -> tuple[Any, Any, Any, float]:
-    """The boxes, scores and classes after NMS (a raw grid's over an input of `size`: height, width; None: the square
-    its anchors make), and the score from which a box is confident."""
+def judge_boxes(row: Any, how: Decoding) -> tuple[Any, Any, Any, float]:
+    """The boxes, scores and classes after NMS (a raw grid's over an input of `how.size`: height, width; None: the
+    square its anchors make), and the score from which a box is confident."""
     from gpux.answers import post
 
-    assert spec.boxes is not None
-    return (*post.decode_boxes(row, spec.boxes, (spec.softmax, spec.sigmoid), size),
-            confident_score(spec.boxes.score))
+    layout = post.BOX_LAYOUTS[how.block.layout]
+    if row.shape[layout.channels_axis - 1] < layout.others + 1:
+        raise ValueError("fewer than 4 box coordinates and one class")
+    if layout.angle:  # oriented boxes: their corners, matched by rotated IoU (compare_boxes)
+        from gpux.answers import obb
+
+        return (*obb.judge(row, how), confident_score(how.block.score))
+    return (*post.decode_boxes(row, how.block, how.activation, how.size), confident_score(how.block.score))
 
 
 def confident_score(threshold: float) -> float:
@@ -103,13 +97,13 @@ def pairwise_iou(a: Any, b: Any) -> Any:
     return np.where(union > 0, w * h / np.where(union > 0, union, 1), 0.0)
 
 
-def match(reference: Sequence[Any], got: Sequence[Any]) -> list[tuple[int, int, float]]:
+def match(reference: Sequence[Any], got: Sequence[Any], iou_of: Any = None) -> list[tuple[int, int, float]]:
     """Greedy matching by the artifact's score: each artifact box (best first) takes the unmatched reference box
     of its label it overlaps most, at IoU >= MATCH_IOU. (artifact box, reference box, IoU) of each match."""
     import numpy as np
 
     (rb, _, rc), (gb, gs, gc) = reference[:3], got[:3]
-    iou = pairwise_iou(gb, rb) * (np.asarray(gc)[:, None] == np.asarray(rc)[None, :])
+    iou = (iou_of or pairwise_iou)(gb, rb) * (np.asarray(gc)[:, None] == np.asarray(rc)[None, :])
     taken = np.zeros(len(rb), bool)
     matches = []
     for i in np.argsort(-np.asarray(gs), kind="stable"):
@@ -121,7 +115,20 @@ def match(reference: Sequence[Any], got: Sequence[Any]) -> list[tuple[int, int, 
     return matches
 
 
-def box_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
+def compare_boxes(reference: list[Any], got: list[Any]) -> BoxAgreement:
+    """Boxes by IoU; oriented boxes (judged as their corners, [N, 4, 2]) by rotated IoU."""
+    import numpy as np
+
+    rotated = any(np.asarray(r[0]).ndim == 3 for r in reference)
+    return box_agreement(reference, got, pairwise_polygon_iou if rotated else None)
+
+
+def polygon_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
+    """Text regions compared as boxes are (box_agreement), matched by polygon IoU."""
+    return box_agreement(reference, got, pairwise_polygon_iou)
+
+
+def box_agreement(reference: list[Any], got: list[Any], iou_of: Any = None) -> BoxAgreement:
     """The artifact's boxes against the reference's, pooled over rows: precision, recall, F1 and the mean IoU
     of the matches; and on confident boxes (decode_boxes' 4th value), the share of the reference's the artifact
     finds and the share of the artifact's the reference has (no false box added). No boxes on either side agree
@@ -131,7 +138,7 @@ def box_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
     n_ref, n_got = sum(len(r[0]) for r in reference), sum(len(g[0]) for g in got)
     ious, ref_confident, got_confident = [], [0, 0], [0, 0]  # [confident, of them matched]
     for r, g in zip(reference, got, strict=True):
-        matched = match(r, g)
+        matched = match(r, g, iou_of)
         ious += [x for _, _, x in matched]
         cut = r[3] if len(r) > 3 else CONFIDENT
         for scores, index, tally in ((r[1], 1, ref_confident), (g[1], 0, got_confident)):
@@ -160,6 +167,10 @@ def edit_distance(a: str, b: str) -> int:
             current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
         previous = current
     return previous[-1]
+
+
+def judge_text(row: Any, how: Decoding) -> tuple[str, bool]:
+    return decode_text(row, how.spec)
 
 
 def decode_text(row: Any, spec: Postprocess) -> tuple[str, bool]:
@@ -204,17 +215,6 @@ def exact_agreement(reference: Sequence[Any], got: Sequence[Any]) -> ExactAgreem
             len(reference) if reference else 1.0}
 
 
-KINDS: dict[str, Kind] = {
-    "topk": Kind(1, decode_topk, topk_agreement, (("topk_overlap", "min_topk_overlap", "top-k label overlap"),)),
-    "boxes": Kind(2, decode_boxes, box_agreement, (
-        ("recall_confident", "min_box_recall", "confident reference boxes found"),
-        ("precision_confident", "min_box_precision", "confident artifact boxes the reference has"),
-        ("f1", "min_box_f1", "box F1"), ("mean_iou", "min_box_iou", "mean IoU of matched boxes"))),
-    "text": Kind(2, decode_text, text_agreement, (
-        ("exact_confident", "min_exact_match", "exact matches of the texts the reference reads confidently"),
-        ("cer", "max_cer", "character error rate"))),
-    "python": Kind(1, None, exact_agreement, (("exact_match", "min_exact_match", "exact answers"),)),
-}
 SLACK = 1e-9  # rounding of a mean: 44/55 is 0.7999999999999999, which meets a floor of 0.8
 
 
@@ -226,12 +226,6 @@ def rows_of(arrays: Sequence[Any], rank: int) -> list[Any]:
     return [row for a in arrays for row in np.asarray(a).reshape(-1, *np.asarray(a).shape[a.ndim - rank:])]
 
 
-def fits(kind: str, array: Any) -> bool:
-    """Whether an output can be decoded as that kind (rank, and 4 box coordinates plus at least one class)."""
-    rank = KINDS[kind].rank if kind != "python" else 0
-    return array.ndim >= rank and array.size > 0 and (kind != "boxes" or array.shape[-2] >= 5)
-
-
 def _batch_first(array: Any, axis: int) -> Any:
     import numpy as np
 
@@ -239,23 +233,20 @@ def _batch_first(array: Any, axis: int) -> Any:
     return np.moveaxis(a, axis, 0) if axis and a.ndim > axis else a
 
 
-def python_decode(spec: Postprocess, root: Any) -> Callable[[Any, Postprocess], Any]:
-    """A python postprocess as a decoder: its answer for a row, as text compared exactly (floats to 4 digits)."""
-    from gpux.answers.python import call, canonical, resolve
+def _decoded(kind: AnswerKind, how: Decoding, arrays: Sequence[Any], sizes: Sequence[Any] | None,
+             others: Sequence[dict[str, Any]] | None = None) -> list[Any]:
+    """Every row's judged answer over the samples, each sample's decoded over its own input size where given, with
+    the same row of each other output its step reads (`others`: per sample, name -> that output)."""
+    import dataclasses
 
-    assert spec.python is not None
-    target = spec.python
-    function = resolve(root, target)
-    return lambda row, _spec: canonical(call(function, target, root, row))
-
-
-def _decoded(kind: Kind, spec: Postprocess, arrays: Sequence[Any], sizes: Sequence[Any] | None) -> list[Any]:
-    """Every row's answer over the samples; boxes decoded over each sample's own input size where given."""
-    assert kind.decode is not None
-    if kind.decode is not decode_boxes or sizes is None or len(sizes) != len(arrays):
-        return [kind.decode(x, spec) for x in rows_of(arrays, kind.rank)]
-    return [decode_boxes(x, spec, size) for a, size in zip(arrays, sizes, strict=True)
-            for x in rows_of([a], kind.rank)]
+    judge = step(kind, "judge")
+    sized = sizes if sizes is not None and len(sizes) == len(arrays) else [None] * len(arrays)
+    out = []
+    for i, (a, size) in enumerate(zip(arrays, sized, strict=True)):
+        read = {n: rows_of([o], o.ndim - 1) for n, o in (others[i] if others else {}).items()}
+        out += [judge(x, dataclasses.replace(how, size=size, others={n: r[k] for n, r in read.items()}))
+                for k, x in enumerate(rows_of([a], kind.rank or a.ndim - 1))]
+    return out
 
 
 class Runs(NamedTuple):
@@ -268,68 +259,109 @@ class Runs(NamedTuple):
 
 def add_answers(result: Verification, posts: Mapping[str, Postprocess], runs: Runs, rules: Mapping[str, Rule],
                 judged: bool, root: Any = None, sizes: Sequence[tuple[int, int] | None] | None = None) -> None:
-    """Compare the answers of every output with declared post-processing; a metric under its floor is a failure
-    naming the output, the metric, its value and the floor (`judged` false: recorded only, as on generated
-    inputs, whose answers mean nothing). `sizes`: each sample's image input (height, width), where a raw box grid
-    is decoded over it."""
-    names, reference, got = runs
+    """Compare the answers of every output with declared post-processing, as its kind judges and compares them
+    (gpux.config.kinds); a metric under its floor is a failure naming the output, the metric, its value and the
+    floor (`judged` false: recorded only, as on generated inputs, whose answers mean nothing). `sizes`: each
+    sample's image input (height, width), where a raw box grid is decoded over it."""
+    from gpux.answers.kinds import decoding
 
+    names, reference, got = runs
     for j, name in enumerate(names):
         spec = posts.get(name)
-        kind = answer_kind(spec) if spec is not None else None
-        row = KINDS.get(kind or "")
-        axis = spec.batch_axis if spec is not None else 0  # a time-major output's rows are on axis 1
-        ref = [_batch_first(r[j], axis) for r in reference]
-        out = [_batch_first(g[j], axis) for g in got]
-        if kind == "python" and spec is not None and root is not None and ref and ref[0].ndim:
-            row = Kind(ref[0].ndim - 1, python_decode(spec, root), row.compare, row.floors)  # type: ignore[union-attr]
-        if spec is None or kind is None or row is None or row.decode is None or name not in result.outputs or \
-                not all(fits(kind, a) for a in ref):
+        kind = kind_of(spec)
+        how = decoding(spec, root) if spec is not None else None
+        if spec is None or kind is None or kind.judge is None or name not in result.outputs or how is None:
             continue
+        ref = [_batch_first(r[j], spec.batch_axis) for r in reference]  # a time-major output's rows: its axis 1
+        out = [_batch_first(g[j], spec.batch_axis) for g in got]
+        if not all(a.ndim >= kind.rank and a.size > 0 and a.ndim > 0 for a in ref):
+            continue
+        reads = [n for n in getattr(spec.block, "reads", ()) if n in names]
+        ref_others = [{n: _batch_first(r[names.index(n)], 0) for n in reads} for r in reference]
+        got_others = [{n: _batch_first(g[names.index(n)], 0) for n in reads} for g in got]
         try:
-            answers = _decoded(row, spec, ref, sizes)
-            metrics = row.compare(answers, _decoded(row, spec, out, sizes))
+            answers = _decoded(kind, how, ref, sizes, ref_others)
+            metrics = step(kind, "compare")(answers, _decoded(kind, how, out, sizes, got_others))
         except ValueError as exc:  # a raw grid whose size is not told (tensors given, no image input)
-            result.outputs[name]["answers"] = {"kind": kind, "skipped": str(exc)}
+            result.outputs[name]["answers"] = {"kind": kind.record, "skipped": str(exc)}
             continue
-        record: AnswersRecord = {"kind": kind, **metrics, "judged": judged}
+        record: AnswersRecord = {"kind": kind.record, **metrics, "judged": judged}
         result.outputs[name]["answers"] = record
-        empty = degenerate(kind, answers) if judged else None
-        if empty:
-            result.failures.append(f"{name}: {empty} on every verification sample, so its postprocess does not "
-                                   "read what the model returns (check the layout, axis and activation declared)")
-        tol = rules[name].tol if name in rules else result.tolerances
-        for metric, key, label in row.floors if judged else ():
-            floor, value = tol.get(key), number(record, metric)
-            low = key.startswith("min_")
-            if floor is None or value is None or (value >= floor - SLACK if low else value <= floor + SLACK):
-                continue
-            result.failures.append(f"{name}: {label} {value:.6g} {'<' if low else '>'} {key} {floor:g} "
-                                   f"({counts(record)})")
+        _judge(result, name, kind, record, answers if judged else None, rules)
     result.passed = not result.failures
 
 
-def degenerate(kind: str, answers: Sequence[Any]) -> str | None:
-    """What makes the reference's answers over every sample say nothing (every text empty, every box zero-sized),
-    None where they say something."""
+def _judge(result: Verification, name: str, kind: AnswerKind, record: AnswersRecord, answers: list[Any] | None,
+           rules: Mapping[str, Rule]) -> None:
+    """The failures of one output's answers: the reference's saying nothing, each metric past its floor."""
+    if answers is None:  # not judged
+        return
+    empty = step(kind, "empty")(answers) if kind.empty else None
+    if empty:
+        result.failures.append(f"{name}: {empty} on every verification sample, so its postprocess does not read "
+                               "what the model returns (check the layout, axis and activation declared)")
+    tol = rules[name].tol if name in rules else result.tolerances
+    for metric, key, label in kind.floors:
+        floor, value = tol.get(key), number(record, metric)
+        low = key.startswith("min_")
+        if floor is None or value is None or (value >= floor - SLACK if low else value <= floor + SLACK):
+            continue
+        words = step(kind, "counts")(record) if kind.counts else f"{record.get('rows')} rows"
+        result.failures.append(f"{name}: {label} {value:.6g} {'<' if low else '>'} {key} {floor:g} ({words})")
+
+
+def no_text(answers: Sequence[Any]) -> str | None:
+    """Every text the reference reads is empty (a row is a (text, confident) pair or a text)."""
+    texts = [a[0] if isinstance(a, tuple) else a for a in answers]
+    return "every text the reference reads is empty" if texts and not any(texts) else None
+
+
+def no_box_area(answers: Sequence[Any]) -> str | None:
+    """Every box the reference finds is zero-sized (none found is an answer)."""
     import numpy as np
 
-    if kind == "text" and answers and not any(answers):
-        return "every text the reference reads is empty"
-    if kind == "boxes":
-        boxes = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b, *_ in answers or [((), 0, 0)]])
-        if len(boxes) and not ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])).any():
-            return "every box the reference finds is zero-sized"
+    if any(np.asarray(b).ndim == 3 for b, *_ in answers):  # corners: their bounds
+        answers = [(np.concatenate([np.asarray(b).min(1), np.asarray(b).max(1)], 1), *rest) for b, *rest in answers]
+    boxes = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b, *_ in answers or [((), 0, 0)]])
+    if len(boxes) and not ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])).any():
+        return "every box the reference finds is zero-sized"
     return None
 
 
-def counts(record: AnswersRecord) -> str:
-    """What an answers record was measured on, in a few words."""
-    if record["kind"] == "boxes":
-        return (f"answers after NMS: {record['matched']} of {record['reference_boxes']} reference boxes matched "
-                f"at IoU >= {record['match_iou']:g} by {record['artifact_boxes']} artifact boxes "
-                f"({record['confident_reference_boxes']} and {record['confident_artifact_boxes']} confident), "
-                f"{record['rows']} rows")
-    if record["kind"] == "text":
-        return f"{record['confident_rows']} of {record['rows']} rows read confidently"
-    return f"{record['rows']} rows" + (f", top-{record['k']}" if record["kind"] == "topk" else "")
+def degenerate(kind: str, answers: Sequence[Any]) -> str | None:
+    """What makes the reference's answers over every sample say nothing, by the record's kind name."""
+    row = record_kind(kind)
+    return step(row, "empty")(answers) if row is not None and row.empty else None
+
+
+def box_counts(record: AnswersRecord) -> str:
+    return (f"answers after NMS: {record['matched']} of {record['reference_boxes']} reference boxes matched "
+            f"at IoU >= {record['match_iou']:g} by {record['artifact_boxes']} artifact boxes "
+            f"({record['confident_reference_boxes']} and {record['confident_artifact_boxes']} confident), "
+            f"{record['rows']} rows")
+
+
+def text_counts(record: AnswersRecord) -> str:
+    return f"{record['confident_rows']} of {record['rows']} rows read confidently"
+
+
+def topk_counts(record: AnswersRecord) -> str:
+    return f"{record['rows']} rows, top-{record['k']}"
+
+
+def rows_counts(record: AnswersRecord) -> str:
+    return f"{record['rows']} rows"
+
+
+def vector_agreement(reference: Sequence[Any], got: Sequence[Any]) -> VectorAgreement:
+    """Per row, the cosine of the artifact's vector with the reference's: the share at CLOSE or more (counted, so
+    its bound says what the rows show), the least and the mean."""
+    import numpy as np
+
+    cos = []
+    for r, g in zip(reference, got, strict=True):
+        r64, g64 = np.asarray(r, np.float64), np.asarray(g, np.float64)
+        n = float(np.linalg.norm(r64) * np.linalg.norm(g64))
+        cos.append(float(r64 @ g64 / n) if n > 0 else float(np.array_equal(r64, g64)))
+    return {"rows": len(cos), "close": sum(c >= CLOSE for c in cos) / len(cos) if cos else 1.0, "close_at": CLOSE,
+            "least_cosine": min(cos, default=1.0), "mean_cosine": sum(cos) / len(cos) if cos else 1.0}

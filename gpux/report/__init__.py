@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from gpux.documents import (
-    AnswersRecord,
     ArtifactRow,
     AttemptDoc,
     BuildDoc,
@@ -283,29 +282,16 @@ def percent(x: float) -> str:
     return f"{x * 100:.1f}".rstrip("0").rstrip(".") + " %"
 
 
-ANSWER_TEXT: dict[str, Callable[[AnswersRecord], str]] = {  # an answers record per kind (quality.agreement)
-    "topk": lambda a: f"top-{a['k']} overlap {a['topk_overlap']:.0%}" if a.get("topk_overlap") is not None else "",
-    "boxes": lambda a: _boxes_text(a),
-    "text": lambda a: f"text exact {a['exact_match']:.0%}"
-                      + (f" ({a['exact_confident']:.1%} of {a['confident_rows']} read confidently)"
-                         if a.get("exact_confident") is not None else "") + f", CER {a['cer']:.1%}",
-    "python": lambda a: f"python answers exact {a['exact_match']:.0%}",
-}
-
-
-def _boxes_text(a: AnswersRecord) -> str:
-    iou, found, kept = a.get("mean_iou"), a.get("recall_confident"), a.get("precision_confident")
-    return f"box F1 {a['f1']:.3f} ({a['reference_boxes']} boxes" + (f", IoU {iou:.2f}" if iou is not None else "") \
-        + (f"; confident found {found:.1%}" if found is not None else "") \
-        + (f", confident added {1 - kept:.1%}" if kept is not None else "") + ")"
-
-
 def answer_parts(outputs: Mapping[str, OutputMetrics]) -> list[str]:
-    """The agreement of each output's answers with the reference's, in a few words (named where several)."""
+    """The agreement of each output's answers with the reference's, in a few words (named where several), as its
+    kind (gpux.config.kinds) says it."""
+    from gpux.config.kinds import record_kind, step
+
     answers = {n: o["answers"] for n, o in outputs.items() if o.get("answers") and "skipped" not in o["answers"]}
     parts = []
     for name, a in answers.items():
-        text = ANSWER_TEXT.get(a.get("kind", ""), lambda _: "")(a)
+        kind = record_kind(a.get("kind", ""))
+        text = step(kind, "text")(a) if kind is not None and kind.text else ""
         if text:
             named = f"{name} " if len(answers) > 1 else ""
             parts.append(named + text + ("" if a.get("judged", True) else " not judged"))

@@ -117,7 +117,14 @@ class Model:
         if self.files is None or steps is None or steps.kind is None:  # a file input has its preprocess's kind
             return inputs, outputs
         return ([as_bytes(e, steps.kind) if e["name"] == self.files else e for e in inputs],
-                [as_bytes(e, "json") if e["name"] in steps.post else e for e in outputs])
+                [as_bytes(e, "json") if e["name"] in steps.post and not _tensor_answers(steps, e["name"]) else e
+                 for e in outputs])
+
+
+def _tensor_answers(steps: Any, name: str) -> bool:
+    """Whether an output's kind answers a batch as one tensor of its own shape (an embedding's FP32 vectors)."""
+    kind = steps.kinds.get(name)
+    return kind is not None and kind.encode is not None
 
 
 def version_key(version: str) -> tuple[Any, ...]:

@@ -142,7 +142,8 @@ async def _infer(model: Model, request: InferRequest, timeout: float | None, bud
     if named:
         shape = item.array.shape if item is not None else None
         picked.update(await asyncio.get_running_loop().run_in_executor(
-            None, answer, model, outputs if isinstance(outputs, list) else picked, placements, shape, named))
+            None, answer, model, outputs if isinstance(outputs, list) else  # every output: a step may read another
+            {n: np.asarray(a) for n, a in outputs.items()}, placements, shape, named))
         picked = {n: picked[n] for n in wanted}
     classes = request.classification
     result = InferResult(model, [(n, classify(n, a, classes[n], model.labels.get(n)) if n in classes else a)

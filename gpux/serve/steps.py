@@ -186,18 +186,27 @@ def answer(model: Any, outputs: Named | list[Named], placements: list[Placement 
            shape: tuple[int, ...] | None, names: list[str]) -> Named:
     """The named outputs as answers: BYTES of `shape` (default: one per batch row), one JSON text per file (`outputs`
     a list: each file's own) or row."""
-    if isinstance(outputs, list):  # each file's own outputs
-        answers = [model.steps.answers({n: part[n] for n in names}, p, 0)
+    if isinstance(outputs, list):  # each file's own outputs (every one: a step may read another, masks' protos)
+        answers = [model.steps.answers(part, p, 0, names)
                    for part, p in zip(outputs, placements or [None] * len(outputs), strict=True)]
     else:
-        chosen = {n: outputs[n] for n in names}
-        rows = placements if placements is not None else [None] * model.steps.rows(chosen)
-        answers = [model.steps.answers(chosen, p, r) for r, p in enumerate(rows)]
+        rows = placements if placements is not None else [None] * model.steps.rows({n: outputs[n] for n in names})
+        answers = [model.steps.answers(outputs, p, r, names) for r, p in enumerate(rows)]
     out = {}
     for n in names:
-        texts = [json.dumps(a[n], separators=(",", ":"), default=_plain).encode() for a in answers]
-        out[n] = np.array(texts, dtype=object).reshape(shape if shape is not None else (len(texts),))
+        out[n] = encoded(model.steps.kinds.get(n), [a[n] for a in answers], shape)
     return out
+
+
+def encoded(kind: Any, answers: list[Any], shape: tuple[int, ...] | None) -> Any:
+    """A batch's answers of one output as its kind encodes them (an embedding: one FP32 tensor), else BYTES of
+    `shape` (default: one per row), one JSON text each."""
+    from gpux.config.kinds import step
+
+    if kind is not None and kind.encode:
+        return step(kind, "encode")(answers)
+    texts = [json.dumps(a, separators=(",", ":"), default=_plain).encode() for a in answers]
+    return np.array(texts, dtype=object).reshape(shape if shape is not None else (len(texts),))
 
 
 def _plain(value: Any) -> Any:

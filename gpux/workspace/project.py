@@ -5,13 +5,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from gpux.config.load import Project
 from gpux.config.workspace import Workspace
-from gpux.documents import ModelChoice
 from gpux.plan.choice import Place
 from gpux.plan.offer import Offer, compute
 from gpux.plan.select import Selection
+
+
+class ModelChoice(TypedDict):
+    """A workspace's one choice turned into one model's own settings (`workspace.project.derived`)."""
+
+    provider: str
+    precision: str
+    artifact: str
+    steps: list[str]  # the targets built in turn, the artifact last
+    options: dict[str, object]  # its provider block, as gpux.yml would write it
 
 
 @dataclass

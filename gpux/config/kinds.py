@@ -1,0 +1,152 @@
+"""The kinds of answer an output's `postprocess:` gives (`AnswerKind`, one row each, picked by its key there): how
+a batch row decodes into answers, how the FP32 reference's and an artifact's answers compare and the floors they
+are held to, the check against the model's real output, the `--save` picture, the terminal's lines and the
+server's encoding, each named as 'module:function' and resolved only where it is used (docs/answers.md, "Kinds of
+answer"). A new kind is one module and one `register` call; its config block is a pydantic type of its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pkgutil import resolve_name
+from typing import Any
+
+from gpux.config.steps import ADDED, ANSWER_KEYS
+
+__all__ = ["ANSWER_KINDS", "AnswerKind", "Floor", "kind_of", "proposals", "record_kind", "register", "step"]
+
+Floor = tuple[str, str, str]  # (metric in its agreement record, threshold key under verify:, what it is in words)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerKind:
+    """One kind of answer. The steps, each a 'module:function' (None: the kind has none):
+
+    - `decode(row, how)`: one batch row (of rank `rank`) → its answer, in the original input's pixels where
+      `how.placement` (gpux.answers.kinds.Decoding) maps them back;
+    - `judge(row, how)`: one row → what `compare` compares (in the model's input pixels, `how.size`);
+    - `compare(reference, got)`: the agreement record (gpux.documents) of every row's judged answers;
+    - `empty(judged)`: why the reference's answers over every sample say nothing (None: they say something);
+    - `counts(record)` and `text(record)`: what a record was measured on, and its agreement, in a few words;
+    - `fit(project, name, post, real)`: why the output's real values (gpux.model.probe.Real) cannot be this kind;
+    - `shape(project, name, post, labels, real)`: problems of the block against the output's real shape (a list);
+    - `draw(canvas, name, answer)`: the answer drawn on a `--save` picture (gpux.answers.draw.Canvas);
+    - `lines(name, answer)`: the terminal's lines of the answer;
+    - `encode(answers)`: the server's tensor of a batch's answers (default: one JSON text per row, as BYTES);
+    - `propose(shape, inputs)`: what `gpux init` proposes for an output of that shape (None: nothing)."""
+
+    key: str  # under postprocess:
+    record: str  # the kind its agreement record names ("text" for ctc)
+    rank: int  # of one batch row (0: the row as the output holds it)
+    decode: str
+    judge: str | None = None
+    compare: str | None = None
+    floors: tuple[Floor, ...] = ()
+    empty: str | None = None
+    counts: str | None = None
+    text: str | None = None
+    fit: str | None = None
+    shape: str | None = None
+    draw: str | None = None
+    lines: str | None = None
+    encode: str | None = None
+    propose: str | None = None
+    config: Any = None  # a plug-in kind's config type (the built-in kinds' are Postprocess fields)
+
+
+BOX_FLOORS: tuple[Floor, ...] = (
+    ("recall_confident", "min_box_recall", "confident reference boxes found"),
+    ("precision_confident", "min_box_precision", "confident artifact boxes the reference has"),
+    ("f1", "min_box_f1", "box F1"), ("mean_iou", "min_box_iou", "mean IoU of matched boxes"))
+
+ANSWER_KINDS: dict[str, AnswerKind] = {
+    "topk": AnswerKind(
+        key="topk", record="topk", rank=1, decode="gpux.answers.kinds:decode_topk",
+        judge="gpux.quality.agreement:judge_topk", compare="gpux.quality.agreement:topk_agreement",
+        floors=(("topk_overlap", "min_topk_overlap", "top-k label overlap"),),
+        counts="gpux.quality.agreement:topk_counts", text="gpux.report.answers:topk_text",
+        draw="gpux.answers.draw:draw_top", lines="gpux.report.answers:top_lines"),
+    "boxes": AnswerKind(
+        key="boxes", record="boxes", rank=2, decode="gpux.answers.kinds:decode_boxes",
+        judge="gpux.quality.agreement:judge_boxes", compare="gpux.quality.agreement:compare_boxes",
+        floors=BOX_FLOORS, empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
+        text="gpux.report.answers:boxes_text", fit="gpux.model.fit:box_misfit", shape="gpux.answers.shapes:box_shape",
+        draw="gpux.answers.draw:draw_boxes", lines="gpux.report.answers:box_lines",
+        propose="gpux.answers.propose:boxes"),
+    "ctc": AnswerKind(
+        key="ctc", record="text", rank=2, decode="gpux.answers.kinds:decode_ctc",
+        judge="gpux.quality.agreement:judge_text", compare="gpux.quality.agreement:text_agreement",
+        floors=(("exact_confident", "min_exact_match", "exact matches of the texts the reference reads confidently"),
+                ("cer", "max_cer", "character error rate")),
+        empty="gpux.quality.agreement:no_text", counts="gpux.quality.agreement:text_counts",
+        text="gpux.report.answers:text_text", fit="gpux.model.fit:ctc_misfit", shape="gpux.answers.shapes:ctc_shape",
+        draw="gpux.answers.draw:draw_text", lines="gpux.report.answers:text_lines"),
+    "text_boxes": AnswerKind(
+        key="text_boxes", record="text_boxes", rank=3, decode="gpux.answers.text_boxes:decode",
+        judge="gpux.answers.text_boxes:judge", compare="gpux.quality.agreement:polygon_agreement", floors=BOX_FLOORS,
+        counts="gpux.quality.agreement:box_counts", text="gpux.report.answers:boxes_text",
+        fit="gpux.model.fit:map_misfit", shape="gpux.answers.shapes:map_shape",
+        draw="gpux.answers.draw:draw_polygons", lines="gpux.report.answers:polygon_lines",
+        propose="gpux.answers.propose:text_boxes"),
+    "embedding": AnswerKind(
+        key="embedding", record="embedding", rank=1, decode="gpux.answers.kinds:decode_embedding",
+        judge="gpux.answers.kinds:judge_embedding", compare="gpux.quality.agreement:vector_agreement",
+        floors=(("close", "min_exact_match", "rows whose vector keeps its direction (cosine >= 0.99)"),),
+        counts="gpux.quality.agreement:rows_counts", text="gpux.report.answers:embedding_text",
+        lines="gpux.report.answers:vector_lines", encode="gpux.answers.kinds:encode_vectors"),
+    "keypoints": AnswerKind(
+        key="keypoints", record="keypoints", rank=2, decode="gpux.answers.keypoints:decode",
+        judge="gpux.quality.pose:judge_pose", compare="gpux.quality.pose:keypoint_agreement",
+        floors=(*BOX_FLOORS, ("mean_oks", "min_box_iou", "mean keypoint similarity (OKS) of matched detections")),
+        empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
+        text="gpux.report.answers:pose_text", shape="gpux.answers.keypoints:pose_shape",
+        draw="gpux.answers.draw:draw_keypoints", lines="gpux.report.answers:pose_lines",
+        propose="gpux.answers.propose:keypoints"),
+    "masks": AnswerKind(
+        key="masks", record="masks", rank=2, decode="gpux.answers.masks:decode", judge="gpux.answers.masks:judge",
+        compare="gpux.quality.pose:mask_agreement",
+        floors=(*BOX_FLOORS, ("mean_mask_iou", "min_box_iou", "mean mask IoU of matched detections")),
+        empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
+        text="gpux.report.answers:mask_text", shape="gpux.answers.masks:mask_shape",
+        draw="gpux.answers.draw:draw_masks", lines="gpux.report.answers:mask_lines"),
+    "python": AnswerKind(
+        key="python", record="python", rank=0, decode="gpux.answers.kinds:decode_python",
+        judge="gpux.answers.kinds:judge_python", compare="gpux.quality.agreement:exact_agreement",
+        floors=(("exact_match", "min_exact_match", "exact answers"),), counts="gpux.quality.agreement:rows_counts",
+        text="gpux.report.answers:python_text", shape="gpux.answers.shapes:as_it_is"),
+}
+assert set(ANSWER_KINDS) == set(ANSWER_KEYS)
+
+
+def register(kind: AnswerKind) -> AnswerKind:
+    """Add a kind of answer: its row, and its config type under its key in every output's postprocess: (a
+    gpux.yml read after this call)."""
+    if kind.key in ANSWER_KEYS or kind.config is None:
+        raise ValueError(f"{kind.key!r}: a plug-in kind needs a key of its own and a config type")
+    ANSWER_KINDS[kind.key] = kind
+    ADDED[kind.key] = kind.config
+    return kind
+
+
+def kind_of(post: Any) -> AnswerKind | None:
+    """The row of the kind an output's Postprocess declares (None: values only)."""
+    answer = post.answer if post is not None else None
+    return ANSWER_KINDS[answer[0]] if answer else None
+
+
+def proposals(shape: Any, inputs: Any) -> list[str]:
+    """What each kind proposes for an output of `shape` (gpux init), given the model's inputs."""
+    found = [step(k, "propose")(tuple(shape), list(inputs)) for k in ANSWER_KINDS.values() if k.propose]
+    return [p for p in found if p]
+
+
+def record_kind(record: str) -> AnswerKind | None:
+    """The row whose agreement records name `record` (None: none does)."""
+    return next((k for k in ANSWER_KINDS.values() if k.record == record), None)
+
+
+@cache
+def step(kind: AnswerKind, role: str) -> Any:
+    """The function a kind names for `role` (a field of AnswerKind), None where it names none."""
+    named = getattr(kind, role)
+    return resolve_name(named) if named else None
