@@ -10,6 +10,7 @@ import click
 from gpux.cli.groups import GROUPS
 from gpux.cli.options import JSON, PROVIDER, REPORT, STORE, STRICT
 from gpux.errors import ExitCode, debugging
+from gpux.sources.ref import TASKS
 from gpux.version import __version__
 
 
@@ -171,12 +172,17 @@ def inspect(target: str, store: str | None, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing gpux.yml.")
 @click.option("--input", "declared", multiple=True, metavar="NAME=DTYPE[DIMS]",
               help="A TorchScript module's input, e.g. image=float32[batch,3,32,32] (it records none).")
+@click.option("--task", type=click.Choice(TASKS), default=None,
+              help="MODEL is a transformers checkpoint (hf://ORG/NAME or a save_pretrained folder): export it for "
+              "this task; gpux.yml goes into --folder.")
 @JSON
-def init(model: str | None, folder: str, force: bool, declared: tuple[str, ...], as_json: bool) -> None:
-    """Write a commented gpux.yml beside MODEL (.onnx, TorchScript, .pt2), its I/O read from the model."""
+def init(model: str | None, folder: str, force: bool, declared: tuple[str, ...], task: str | None,
+         as_json: bool) -> None:
+    """Write a commented gpux.yml beside MODEL (.onnx, TorchScript, .pt2), its I/O read from the model; for a hub id
+    (hf://ORG/NAME[/file.onnx]) or a checkpoint, into --folder."""
     from gpux.cli.init import init_command
 
-    sys.exit(init_command(model, folder, force, as_json, declared))
+    sys.exit(init_command(model, folder, force, as_json, declared, task))
 
 
 @cli.command()

@@ -94,6 +94,12 @@ class Project:
         say = lambda message: str(self.problem(("model", "source"), message))  # noqa: E731  # located at the field
         return self.derived.get("source", model, lambda: resolve(model.source, model.task, self.root, say))
 
+    @property
+    def origin(self) -> dict[str, str] | None:
+        """Where the model file came from (a hub repo at a commit, a checkpoint and its task), else None."""
+        resolved = self.resolved
+        return resolved.origin if resolved is not None else self.config.model.origin
+
     def named_files(self) -> list[Named]:
         """Every file this gpux.yml names (`config.files.FIELDS`), the model first."""
         return named(self.config)

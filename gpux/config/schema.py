@@ -138,6 +138,9 @@ class ModelSource(Strict):
     )
     task: Literal[TASKS] | None = Field(  # type: ignore[valid-type]
         None, description="A transformers checkpoint exported to ONNX for this task (docs/hub.md).")
+    origin: dict[str, str] | None = Field(
+        None, description="Where the file came from (repo, commit, task), as `gpux package` writes it for a hub id "
+        "or a checkpoint; a part of every artifact's key.")
 
     @model_validator(mode="after")
     def _hub(self) -> ModelSource:

@@ -46,7 +46,7 @@ def exported(checkpoint: Snapshot | Path, task: str | None, root: Path, say: Say
     key = hashlib.sha256(json.dumps({**origin, "exporter": EXPORTER}, sort_keys=True).encode()).hexdigest()[:24]
     out = store_root(root) / ".sources" / key
     watch, moves = (checkpoint.watch, checkpoint.moves) if isinstance(checkpoint, Snapshot) else ((), False)
-    found = Resolved(path=out / MAIN, origin=origin, watch=watch, moves=moves)
+    found = Resolved(path=out / MAIN, origin=origin, watch=watch, moves=moves, checkpoint=folder)
     if (out / RECORD).is_file():
         return found
     with locked(out.with_name(f"{key}.lock")):

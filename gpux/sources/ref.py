@@ -60,6 +60,7 @@ class Resolved:
     origin: dict[str, str]
     watch: tuple[Path, ...] = ()
     moves: bool = False
+    checkpoint: Path | None = None  # the checkpoint's folder it was exported from (its tokenizer, labels, pooling)
 
 
 Say = Callable[[str], str]  # a message, located at gpux.yml's model.source
