@@ -17,12 +17,7 @@ TORCH_DTYPES = {"Float": "float32", "Half": "float16", "BFloat16": "bfloat16", "
                 "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
 
 
-def init_command(model: str | None, folder: str, force: bool, as_json: bool, declared: tuple[str, ...] = (),
-                 task: str | None = None) -> int:
-    from gpux.cli.init_hub import init_hub, wants_hub
-
-    if wants_hub(model, task):  # a hub id or a transformers checkpoint: gpux.yml from the checkpoint's files
-        return init_hub(str(model), task, folder, force, as_json)
+def init_command(model: str | None, folder: str, force: bool, as_json: bool, declared: tuple[str, ...] = ()) -> int:
     from gpux import report
     from gpux.cli.validate import schema_text
     from gpux.files import atomic_write_text

@@ -180,9 +180,13 @@ def init(model: str | None, folder: str, force: bool, declared: tuple[str, ...],
          as_json: bool) -> None:
     """Write a commented gpux.yml beside MODEL (.onnx, TorchScript, .pt2), its I/O read from the model; for a hub id
     (hf://ORG/NAME[/file.onnx]) or a checkpoint, into --folder."""
+    from gpux.cli.init_hub import init_hub, wants_hub
+
+    if wants_hub(model, task):  # a hub id or a transformers checkpoint: gpux.yml from the checkpoint's files
+        sys.exit(init_hub(str(model), task, folder, force, as_json))
     from gpux.cli.init import init_command
 
-    sys.exit(init_command(model, folder, force, as_json, declared, task))
+    sys.exit(init_command(model, folder, force, as_json, declared))
 
 
 @cli.command()
