@@ -133,5 +133,15 @@ def _check(torch: Any, module: Any, names: list[str], facts: Facts, path: Path, 
     if cosine[worst] < COSINE:
         raise BuildFailed(say(f"the ONNX export disagrees with the checkpoint in PyTorch: cosine {cosine[worst]:.6f} "
                               f"< {COSINE} on {SENTENCES[worst]!r}"))
-    return {"inputs": names, "output": got.shape[-1], "checked": {"sentences": len(SENTENCES),
+    _static_width(path, got.shape[1:])
+    return {"inputs": names, "output": list(got.shape[1:]), "checked": {"sentences": len(SENTENCES),
             "min_cosine": round(float(cosine.min()), 8), "max_abs": float(np.abs(a - b).max())}}
+
+
+def _static_width(path: Path, dims: tuple[int, ...]) -> None:
+    """The exporter names the output's fixed dims symbolically (the hidden size, the labels): written as sizes."""
+    onnx = require("onnx", "hf")
+    model = onnx.load(str(path), load_external_data=False)
+    for dim, size in zip(model.graph.output[0].type.tensor_type.shape.dim[1:], dims, strict=True):
+        dim.dim_value = int(size)
+    onnx.save(model, str(path))
