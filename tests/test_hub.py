@@ -5,13 +5,16 @@ sentence-transformers' pooling answer; revisions in the key; a cold cache; the t
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from .conftest import gpux, make_mlp, write
+from .conftest import ROOT, gpux, make_mlp, write
 from .hub_checkpoints import checkpoint, place, sentence_embedding
 
 pytest.importorskip("transformers")
@@ -20,6 +23,7 @@ pytest.importorskip("huggingface_hub")
 ST_REV, CLS_REV = "a" * 40, "b" * 40
 SECRET = "hf_" + "Sx7" * 10  # a token-shaped value: huggingface_hub reads HF_TOKEN; gpux must never show it
 TEXT = "The weather is lovely today"
+README_REPO = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 class Hub:
@@ -54,6 +58,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Hub:
     h = Hub(tmp_path_factory.mktemp("hub"))
     place(h.cache, "tiny/st", checkpoint(h.root / "st", "st"), ST_REV)
     place(h.cache, "tiny/cls", checkpoint(h.root / "cls", "cls"), CLS_REV)
+    place(h.cache, README_REPO, h.root / "st", ST_REV)  # the README's example, answered by the tiny encoder
     return h
 
 
@@ -106,6 +111,7 @@ def test_text_classification_labels_match_transformers_pipeline(hub: Hub) -> Non
     assert np.allclose([a["score"] for a in got], [w["score"] for w in want], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_local_save_pretrained_folder_with_cls_pooling_and_no_type_ids(hub: Hub) -> None:
     folder = checkpoint(hub.root / "local" / "distil", "distil", seed=3)
     project = hub.root / "local"
@@ -190,3 +196,18 @@ def test_the_token_appears_nowhere(hub: Hub, st_project: Path) -> None:
     assert not [p for p in hub.printed if SECRET in p]
     written = [p for p in hub.root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not written, written
+
+
+def test_readme_hub_example_runs_as_printed(hub: Hub, tmp_path: Path) -> None:
+    """The README's hub block, line by line in one shell, offline on the tiny encoder placed under its repo id."""
+    readme = (ROOT / "README.md").read_text()
+    [block] = [b for b in re.findall(r"```sh\n(.*?)```", readme, flags=re.S) if "gpux init hf://" in b]
+    lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, **hub.env, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(lines)], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])["answers"]["embedding"]
+    assert cosine(got, sentence_embedding(hub.root / "st", "A man is playing a guitar.")) >= 0.9999
+    assert README_REPO in (tmp_path / "minilm" / "gpux.yml").read_text()
