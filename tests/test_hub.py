@@ -202,6 +202,7 @@ def test_readme_hub_example_runs_as_printed(hub: Hub, tmp_path: Path) -> None:
     """The README's hub block, line by line in one shell, offline on the tiny encoder placed under its repo id."""
     readme = (ROOT / "README.md").read_text()
     [block] = [b for b in re.findall(r"```sh\n(.*?)```", readme, flags=re.S) if "gpux init hf://" in b]
+    assert f"```sh\n{block}```" in (ROOT / "docs" / "hub.md").read_text()  # docs/hub.md prints the same block
     lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
     bindir = Path(sys.executable).parent
     env = {**os.environ, **hub.env, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
