@@ -177,6 +177,10 @@ def test_a_cold_cache_offline_is_one_line_exit_1(hub: Hub, tmp_path: Path) -> No
     [line] = err.strip().splitlines()
     assert line.startswith(f"error: {project}:2:") and "hf://tiny/absent" in line and "HF_HUB_OFFLINE" in line
     assert "Traceback" not in err
+    code, _, err = hub.run("validate", str(project), HF_HUB_CACHE=str(tmp_path / "empty"))
+    assert code == 0, err  # the config alone: no hub, no export
+    code, out, err = hub.run("validate", str(project), "--check-model", HF_HUB_CACHE=str(tmp_path / "empty"))
+    assert code == 3 and "HF_HUB_OFFLINE" in out + err
 
 
 @pytest.mark.parametrize(("model", "said"), [

@@ -167,7 +167,10 @@ def declared_io_problems(project: Any) -> list[Problem]:
     """Declared inputs/outputs against an ONNX model file that is present: raises ConfigError; the warnings."""
     from gpux.formats import source_format
     from gpux.model.io import check_declared
+    from gpux.sources.ref import is_hub
 
+    if project.config.model.task is not None or is_hub(project.config.model.source):
+        return []  # a hub id or a checkpoint: resolved (and exported) by --check-model, build and run only
     if not project.source.is_file() or source_format(project) != "onnx":
         return []
     from gpux.model.wire import WireError, read_io
