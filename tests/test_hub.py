@@ -4,6 +4,8 @@ sentence-transformers' pooling answer; revisions in the key; a cold cache; the t
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -14,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .conftest import ROOT, gpux, make_mlp, write
+from .conftest import ROOT, make_mlp, write
 from .hub_checkpoints import checkpoint, place, sentence_embedding
 
 pytest.importorskip("transformers")
@@ -26,8 +28,28 @@ TEXT = "The weather is lovely today"
 README_REPO = "sentence-transformers/all-MiniLM-L6-v2"
 
 
+def cli(args: tuple[str, ...], cwd: Path | None, env: dict[str, str]) -> tuple[int, str, str]:
+    """The CLI's own entry point (gpux.cli.main.main) in this process, under `env` and in `cwd`: torch and
+    transformers, imported here once, are not imported again per command. huggingface_hub's settings are read
+    at each call (gpux passes the cache and offline-ness), so each command sees its own."""
+    from gpux.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        for k, v in env.items():
+            mp.setenv(k, v)
+        if cwd is not None:
+            mp.chdir(cwd)
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return code, out.getvalue(), err.getvalue()
+
+
 class Hub:
-    """The cache, its settings and what the session's projects printed."""
+    """The cache, its settings and what the session's commands printed."""
 
     def __init__(self, root: Path) -> None:
         self.root, self.cache = root, root / "hub"
@@ -36,9 +58,9 @@ class Hub:
         self.printed: list[str] = []
 
     def run(self, *args: str, cwd: Path | None = None, **env: str) -> tuple[int, str, str]:
-        r = gpux(*args, cwd=cwd, env={**self.env, **env})
-        self.printed += [r.stdout, r.stderr]
-        return r.returncode, r.stdout, r.stderr
+        code, out, err = cli(args, cwd, {**self.env, **env})
+        self.printed += [out, err]
+        return code, out, err
 
     def project(self, name: str, model: str, task: str) -> Path:
         folder = self.root / name
@@ -46,25 +68,48 @@ class Hub:
         assert code == 0, err
         return folder
 
-    def answer(self, project: Path, text: str) -> dict[str, object]:
-        (project / "in.txt").write_text(text)
-        code, out, err = self.run("run", str(project), str(project / "in.txt"), "--provider", "cpu", "--json")
+    def answer(self, target: str, text: str) -> dict[str, object]:
+        """`gpux run TARGET "TEXT"` and the same text as a file in one command: the two answers are the same."""
+        file = self.root / "in.txt"
+        file.write_text(text)
+        code, out, err = self.run("run", target, text, str(file), "--provider", "cpu", "--json")
         assert code == 0, err
-        return json.loads(out.strip().splitlines()[-1])["answers"]
+        literal, from_file = (json.loads(line) for line in out.strip().splitlines()[-2:])
+        assert literal["text"] == text and "file" not in literal and from_file["file"] == str(file)
+        assert literal["answers"] == from_file["answers"]
+        return literal["answers"]
 
 
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Hub:
     h = Hub(tmp_path_factory.mktemp("hub"))
-    place(h.cache, "tiny/st", checkpoint(h.root / "st", "st"), ST_REV)
+    checkpoint(h.root / "st", "st")
     place(h.cache, "tiny/cls", checkpoint(h.root / "cls", "cls"), CLS_REV)
     place(h.cache, README_REPO, h.root / "st", ST_REV)  # the README's example, answered by the tiny encoder
     return h
 
 
 @pytest.fixture(scope="session")
-def st_project(hub: Hub) -> Path:
-    return hub.project("st-project", "hf://tiny/st", "feature-extraction")
+def readme(hub: Hub) -> subprocess.CompletedProcess[str]:
+    """The README's hub block, line by line in one shell (the installed CLI, as a user runs it), offline on the
+    tiny encoder placed under its repo id, in the session's folder: its project is the session's sentence encoder
+    (one export of it per session)."""
+    text = (ROOT / "README.md").read_text()
+    [block] = [b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S) if "gpux init hf://" in b]
+    lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, **hub.env, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(lines)], cwd=hub.root, env=env, capture_output=True,
+                       text=True, timeout=600)
+    hub.printed += [r.stdout, r.stderr]
+    r.args = block  # what ran
+    return r
+
+
+@pytest.fixture(scope="session")
+def st_project(hub: Hub, readme: subprocess.CompletedProcess[str]) -> Path:
+    assert readme.returncode == 0, readme.stderr
+    return hub.root / "minilm"
 
 
 def cosine(a: object, b: object) -> float:
@@ -74,7 +119,7 @@ def cosine(a: object, b: object) -> float:
 
 def test_init_fills_gpux_yml_from_the_checkpoint_files(hub: Hub, st_project: Path) -> None:
     text = (st_project / "gpux.yml").read_text()
-    assert "source: hf://tiny/st" in text and "task: feature-extraction" in text
+    assert f"source: hf://{README_REPO}" in text and "task: feature-extraction" in text
     assert "max_length: 40" in text  # sentence_bert_config.json's max_seq_length
     assert "mask: attention_mask, type_ids: token_type_ids" in text
     assert "embedding: {dtype: float32, shape: [batch, 32]}" in text and "mean pooling, normalized" in text
@@ -82,7 +127,12 @@ def test_init_fills_gpux_yml_from_the_checkpoint_files(hub: Hub, st_project: Pat
 
 
 def test_embedding_is_sentence_transformers_pooling_of_the_checkpoint(hub: Hub, st_project: Path) -> None:
-    got = hub.answer(st_project, TEXT)["embedding"]
+    """init + build + `gpux run NAME "a sentence"` answers sentence-transformers' embedding, and the same as the
+    sentence in a file."""
+    assert "name: all-minilm-l6-v2" in (st_project / "gpux.yml").read_text()
+    code, _, err = hub.run("build", str(st_project), "--provider", "cpu")  # built by the README's run: replayed
+    assert code == 0, err
+    got = hub.answer("all-minilm-l6-v2", TEXT)["embedding"]
     want = sentence_embedding(hub.root / "st", TEXT)
     assert cosine(got, want) >= 0.9999
     assert abs(np.linalg.norm(np.ravel(got)) - 1) < 1e-4  # normalised in the graph (2_Normalize)
@@ -94,10 +144,10 @@ def test_manifest_names_the_commit_and_the_build_is_replayed(hub: Hub, st_projec
     code, out, err = hub.run("build", str(st_project), "--provider", "cpu", "--json")
     assert code == 0, err
     [target] = json.loads(out)["targets"]
-    assert target["cached"]  # the run above built it
+    assert target["cached"]  # the README's run built it
     manifest = json.loads((Path(target["path"]).parent / "manifest.json").read_text())
     origin = manifest["key_parts"]["origin"]
-    assert origin == {"repo": "tiny/st", "revision": ST_REV, "task": "feature-extraction"}
+    assert origin == {"repo": README_REPO, "revision": ST_REV, "task": "feature-extraction"}
 
 
 def test_text_classification_labels_match_transformers_pipeline(hub: Hub) -> None:
@@ -105,7 +155,7 @@ def test_text_classification_labels_match_transformers_pipeline(hub: Hub) -> Non
 
     project = hub.project("cls-project", "hf://tiny/cls", "text-classification")
     assert 'labels: ["negative", "positive", "neutral"]' in (project / "gpux.yml").read_text()
-    got = hub.answer(project, TEXT)["logits"]
+    got = hub.answer(str(project), TEXT)["logits"]
     [want] = pipeline("text-classification", model=str(hub.root / "cls"), top_k=None)([TEXT])
     assert [a["label"] for a in got] == [w["label"] for w in want]
     assert np.allclose([a["score"] for a in got], [w["score"] for w in want], atol=1e-4)
@@ -119,7 +169,7 @@ def test_a_local_save_pretrained_folder_with_cls_pooling_and_no_type_ids(hub: Hu
     assert code == 0, err
     text = (project / "gpux.yml").read_text()
     assert "source: distil" in text and "token_type_ids" not in text and "mean pooling (no modules.json" in text
-    got = hub.answer(project, "a good film")["embedding"]
+    got = hub.answer(str(project), "a good film")["embedding"]
     assert cosine(got, sentence_embedding(folder, "a good film", normalize=False)) >= 0.9999
 
 
@@ -180,7 +230,8 @@ def test_a_cold_cache_offline_is_one_line_exit_1(hub: Hub, tmp_path: Path) -> No
     code, _, err = hub.run("validate", str(project), HF_HUB_CACHE=str(tmp_path / "empty"))
     assert code == 0, err  # the config alone: no hub, no export
     code, out, err = hub.run("validate", str(project), "--check-model", HF_HUB_CACHE=str(tmp_path / "empty"))
-    assert code == 3 and "HF_HUB_OFFLINE" in out + err
+    [again] = err.strip().splitlines()
+    assert code == 3 and again == line and out.strip() == "0 valid, 1 invalid", err  # the same line, the file once
 
 
 @pytest.mark.parametrize(("model", "said"), [
@@ -190,29 +241,25 @@ def test_a_cold_cache_offline_is_one_line_exit_1(hub: Hub, tmp_path: Path) -> No
 ])
 def test_hub_sources_are_checked_at_their_line(tmp_path: Path, model: str, said: str) -> None:
     project = write(tmp_path / "gpux.yml", f"name: m\nmodel: {model}\n")
-    r = gpux("validate", str(project))
-    assert r.returncode == 3 and re.search(rf"gpux.yml:2:\d+ model\.\w+: .*{re.escape(said)}", r.stderr), r.stderr
+    code, _, err = cli(("validate", str(project)), None, {})
+    assert code == 3 and re.search(rf"gpux.yml:2:\d+ model\.\w+: .*{re.escape(said)}", err), err
 
 
 def test_the_token_appears_nowhere(hub: Hub, st_project: Path) -> None:
     """After the session's commands ran with HF_TOKEN set: not in what they printed, nor in any file they wrote."""
-    hub.answer(st_project, "a good film")
+    hub.answer(str(st_project), "a good film")
     assert not [p for p in hub.printed if SECRET in p]
     written = [p for p in hub.root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not written, written
 
 
-def test_readme_hub_example_runs_as_printed(hub: Hub, tmp_path: Path) -> None:
-    """The README's hub block, line by line in one shell, offline on the tiny encoder placed under its repo id."""
-    readme = (ROOT / "README.md").read_text()
-    [block] = [b for b in re.findall(r"```sh\n(.*?)```", readme, flags=re.S) if "gpux init hf://" in b]
-    assert f"```sh\n{block}```" in (ROOT / "docs" / "hub.md").read_text()  # docs/hub.md prints the same block
-    lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
-    bindir = Path(sys.executable).parent
-    env = {**os.environ, **hub.env, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
-    r = subprocess.run(["bash", "-c", "set -e\n" + "\n".join(lines)], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout.strip().splitlines()[-1])["answers"]["embedding"]
-    assert cosine(got, sentence_embedding(hub.root / "st", "A man is playing a guitar.")) >= 0.9999
-    assert README_REPO in (tmp_path / "minilm" / "gpux.yml").read_text()
+def test_readme_hub_example_runs_as_printed(hub: Hub, readme: subprocess.CompletedProcess[str]) -> None:
+    """The README's hub block ran as printed (the `readme` fixture): the sentence given as it is answers its
+    embedding, and the JSON line says it answered that text."""
+    assert f"```sh\n{readme.args}```" in (ROOT / "docs" / "hub.md").read_text()  # docs/hub.md prints the same block
+    assert readme.returncode == 0, readme.stderr
+    doc = json.loads(readme.stdout.strip().splitlines()[-1])
+    assert doc["text"] == "A man is playing a guitar." and "file" not in doc
+    assert cosine(doc["answers"]["embedding"], sentence_embedding(hub.root / "st", "A man is playing a guitar.")) \
+        >= 0.9999
+    assert README_REPO in (hub.root / "minilm" / "gpux.yml").read_text()

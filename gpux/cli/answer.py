@@ -28,13 +28,14 @@ def answer_files(project: Any, req: Any) -> int:
     files = sources(req.files, file_kind(project))  # a text project's argument may be the text itself
     inputs, outputs = interface(project, req.store)
     steps = Steps.of(project, inputs, outputs)  # what the model's real shapes say of the steps, before any build
-    steps.file_input(_name(files[0]))
-    saved = _save_paths(project, steps, files, req.save)
+    names = [_name(f) for f in files]  # a file's path; a Text only where the input takes text
+    steps.file_input(names[0])
+    saved = _save_paths(project, steps, names, req.save)
     with holding(project.name, project.root, req.store, "gpux run"), \
             load(project, req.provider, strict=req.strict, store_dir=req.store, log=report.progress(req.as_json),
                  placement=req.placement, provider_source="--provider") as session:
         text = steps.kind == "text"  # its decoding warns (a truncated text): one at a time, in this thread
-        decode = (lambda i: _feeds(steps, files[i])) if text else (lambda i: steps.feeds(Path(files[i]), files[i]))
+        decode = (lambda i: _feeds(steps, files[i])) if text else (lambda i: steps.feeds(Path(names[i]), names[i]))
         started = time.perf_counter()
         for i, found in answer_many(session, steps, files, decode, batch=batch_size(steps, req.batch),
                                     workers=0 if text else None):
@@ -49,7 +50,7 @@ def answer_files(project: Any, req: Any) -> int:
             if saved:
                 from gpux.answers.draw import save_drawn
 
-                doc["saved"] = str(save_drawn(file, answers, saved[file]))
+                doc["saved"] = str(save_drawn(names[i], answers, saved[names[i]]))
             if req.as_json:
                 print(json.dumps(doc), flush=True)
             else:

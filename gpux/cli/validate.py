@@ -144,7 +144,12 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
             from gpux.answers.steps import Steps
             from gpux.model import io as model_io
 
-            checked = model_io.check_model(project)
+            try:
+                checked = model_io.check_model(project)
+            except ConfigError:
+                raise
+            except GpuxError as exc:  # a hub id or a checkpoint that cannot be resolved: already at its line
+                return Result(path, [_at_source(project, path, exc)])
             Steps.of(project, checked.inputs, checked.outputs)  # the steps as `gpux run` binds them, or their lines
             more += checked.notes
             note = checked.compat.note
@@ -161,6 +166,14 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
         generated = ("model.source", "verify.data")
         notes = [n for n in notes if n.field not in generated or "file not found" not in n.message]
     return Result(path, warnings=notes)
+
+
+def _at_source(project: Any, path: Path, exc: GpuxError) -> Problem:
+    """An error resolving model.source, whose line already names the file, line and field, as that problem (the
+    file named once); another as the file's."""
+    said, at = "; ".join(exc.lines()), project.problem(("model", "source"), "")
+    prefix = str(at)
+    return replace(at, message=said[len(prefix):]) if said.startswith(prefix) else Problem(str(path), 0, 0, "", said)
 
 
 def declared_io_problems(project: Any) -> list[Problem]:
