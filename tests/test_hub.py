@@ -1,6 +1,8 @@
 """Hub ids and transformers checkpoints as sources, offline: tiny checkpoints made here, placed in a hub cache this
-test builds (HF_HUB_OFFLINE=1), `gpux init hf://... --task` + build + run answering what transformers and
-sentence-transformers' pooling answer; revisions in the key; a cold cache; the token kept out of everything."""
+test builds (HF_HUB_OFFLINE=1), `gpux init hf://... --task` + build + `gpux run NAME "a sentence"` answering what
+transformers and sentence-transformers' pooling answer; revisions in the key; a cold cache; the token kept out of
+everything. The README's block runs in a shell once per session (its project is the session's sentence encoder);
+the other commands run through the CLI's entry point in this process, where torch is imported once."""
 
 from __future__ import annotations
 
@@ -161,7 +163,6 @@ def test_text_classification_labels_match_transformers_pipeline(hub: Hub) -> Non
     assert np.allclose([a["score"] for a in got], [w["score"] for w in want], atol=1e-4)
 
 
-@pytest.mark.slow
 def test_a_local_save_pretrained_folder_with_cls_pooling_and_no_type_ids(hub: Hub) -> None:
     folder = checkpoint(hub.root / "local" / "distil", "distil", seed=3)
     project = hub.root / "local"

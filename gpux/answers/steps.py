@@ -303,16 +303,17 @@ def sources(args: Sequence[str], kind: str | None) -> list[str | Text]:
         if arg is not None and not is_text(arg, kind):
             paths.append(arg)
             continue
-        out += input_files(paths, kind) if paths else []
+        out += input_files(paths, kind, missing=TEXT_OR_PATH if kind == "text" else None) if paths else []
         paths = []
         if arg is not None:
             out.append(Text(arg))
     return out
 
 
-def input_files(paths: Sequence[str], kind: str | None) -> list[str]:
+def input_files(paths: Sequence[str], kind: str | None, missing: str | None = None) -> list[str]:
     """The files named, a folder's files of the kind (images, audio, .txt by suffix; bytes: every file; sorted)
-    in its place, a glob's matches (sorted), an @FILE's paths (one a line); a missing path is an error."""
+    in its place, a glob's matches (sorted), an @FILE's paths (one a line); a missing path is an error, with
+    `missing` as its fix."""
     suffixes = SUFFIXES.get(kind or "image", IMAGE_SUFFIXES)
     out: list[str] = []
     for p in expand_paths(paths):
@@ -327,7 +328,7 @@ def input_files(paths: Sequence[str], kind: str | None) -> list[str]:
         elif path.is_file():
             out.append(p)
         else:
-            raise InputError(f"{p}: file not found", hint=TEXT_OR_PATH if kind == "text" else None)
+            raise InputError(f"{p}: file not found", hint=missing)
     return out
 
 
