@@ -148,7 +148,8 @@ def run(target: str, **kwargs: Any) -> None:
 
     FILES (images, sound files, texts or any files, as the input's preprocess declares; folders of them) are
     answered through the model's declared preprocess and postprocess: one answer per file (one JSON line each
-    with --json); --save DIR draws them on the images.
+    with --json); --save DIR draws them on the images. For a text input, an argument that names no file or
+    folder, has no / and does not end in .txt is the text itself: gpux run NAME "a sentence".
     """
     from gpux.cli.run import RunRequest, run_command
 
