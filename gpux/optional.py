@@ -24,6 +24,8 @@ EXTRAS = {
     "soundfile": "audio",
     "soxr": "audio",
     "tokenizers": "text",
+    "huggingface_hub": "hf",
+    "transformers": "hf",
     "matplotlib": "report",
 }
 

@@ -405,6 +405,40 @@ def test_a_text_folder_gives_its_txt_files_and_bad_text_is_one_line(tmp_path: Pa
                                                       "continuation byte)"], r.stderr
 
 
+def test_a_text_given_as_the_argument_answers_as_its_file(tmp_path: Path) -> None:
+    """`gpux run NAME "a text"`: an argument that names no file and looks like no path is the text itself, its JSON
+    line says so ("text", no "file"); a path-looking one that does not exist is still 'file not found'."""
+    project = text_project(tmp_path / "p")
+    text = "Where is the lazy dog?"  # a glob character: still the text
+    (tmp_path / "dog.txt").write_text(text)
+    r = gpux("run", str(project), text, str(tmp_path / "dog.txt"), "quick fox", "-p", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    literal, from_file, other = json_lines(r.stdout)
+    assert literal == {"text": text, "provider": "cpu", "answers": from_file["answers"]}
+    assert from_file["file"] == str(tmp_path / "dog.txt") and other["text"] == "quick fox"
+    assert other["answers"]["tokens"] == 4 and other["answers"]["kept"] != literal["answers"]["kept"]
+    r = gpux("run", str(project), "the lazy dog", "notes.txt", "-p", "cpu", cwd=tmp_path)
+    assert r.returncode == 2 and errors(r.stderr) == [
+        "error: notes.txt: file not found → check the path (an argument is the text itself only where it names no "
+        "file or folder, has no / and does not end in .txt; else write the text into a .txt file)"], r.stderr
+
+
+def test_which_arguments_are_the_text_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpux.answers.steps import Text, sources
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lazy dog").write_text("the lazy dog")  # an existing file is read, whatever its name
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "a.txt").write_text("a")
+    assert sources(["a good film", "lazy dog", "texts", "why?", "x" * 5000], "text") == [
+        Text("a good film"), "lazy dog", str(Path("texts") / "a.txt"), Text("why?"), Text("x" * 5000)]
+    for path_like in ("missing.txt", "sub/missing", "@list", "*.txt"):
+        with pytest.raises(InputError):
+            sources([path_like], "text")
+    with pytest.raises(InputError, match=r"^a good film: file not found$"):
+        sources(["a good film"], "image")  # only a text input takes the text itself
+
+
 # ---- misdeclared steps, missing extras ----------------------------------------------------------------------------
 
 def variant(folder: Path, old: str, new: str) -> Path:

@@ -71,7 +71,7 @@ INVALID: list[tuple[str, str, list[str]]] = [
     # model
     ("missing-source", "name: m\nmodel: {format: onnx}\n",
      ["gpux.yml:2:1 model.source: required field is missing: model file, relative to gpux.yml (ONNX, with "
-      "external data beside it)"]),
+      "external data beside it), or a hub id hf://ORG/NAME[@REVISION][/PATH] (docs/hub.md)"]),
     ("model-a-string", "name: m\nmodel: model.onnx\n",
      ["gpux.yml:2:8 model: expected a mapping such as {source: model.onnx}, got 'model.onnx'"]),
     ("model-format", "name: m\nmodel: {source: model.onnx, format: tflite}\n",

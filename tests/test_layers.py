@@ -17,6 +17,7 @@ ROOMS = [
     # the ground floor: no gpux imports but these
     ("version", "errors", "optional", "files", "machine", "formats", "arrays", "documents"),
     ("providers",),  # the registry: one row per provider, option models, probes
+    ("sources",),  # where a model comes from: hub ids, transformers checkpoints exported to ONNX
     ("config",),  # gpux.yml → Project
     ("report",),  # rendering shared by every command
     ("model",),  # a model file's facts, feeds cast to it

@@ -275,9 +275,51 @@ def file_kind(project: Project) -> str | None:
     return next((s.preprocess.kind for s in (project.config.inputs or {}).values() if s.preprocess), None)
 
 
-def input_files(paths: Sequence[str], kind: str | None) -> list[str]:
+@dataclass(frozen=True)
+class Text:
+    """A text given on the command line in place of a file (`gpux run NAME "a sentence"`)."""
+
+    text: str
+
+    @property
+    def name(self) -> str:
+        """How messages name it: `text "..."`, shortened."""
+        import json
+
+        return "text " + json.dumps(self.text if len(self.text) <= 40 else self.text[:39] + "…", ensure_ascii=False)
+
+
+TEXT_OR_PATH = ("check the path (an argument is the text itself only where it names no file or folder, has no / and "
+                "does not end in .txt; else write the text into a .txt file)")
+
+
+def is_text(arg: str, kind: str | None) -> bool:
+    """Whether a command-line argument is the text itself: the input takes text, the argument names no file or
+    folder, and it does not look like a path (no / or the OS's separator, no .txt ending, no @FILE list)."""
+    if kind != "text" or os.path.lexists(arg) or arg.startswith("@"):
+        return False
+    return "/" not in arg and os.sep not in arg and not arg.lower().endswith(TEXT_SUFFIXES)
+
+
+def sources(args: Sequence[str], kind: str | None) -> list[str | Text]:
+    """`input_files` of the arguments, in order, where an argument that `is_text` stays as that Text."""
+    out: list[str | Text] = []
+    paths: list[str] = []
+    for arg in [*args, None]:
+        if arg is not None and not is_text(arg, kind):
+            paths.append(arg)
+            continue
+        out += input_files(paths, kind, missing=TEXT_OR_PATH if kind == "text" else None) if paths else []
+        paths = []
+        if arg is not None:
+            out.append(Text(arg))
+    return out
+
+
+def input_files(paths: Sequence[str], kind: str | None, missing: str | None = None) -> list[str]:
     """The files named, a folder's files of the kind (images, audio, .txt by suffix; bytes: every file; sorted)
-    in its place, a glob's matches (sorted), an @FILE's paths (one a line); a missing path is an error."""
+    in its place, a glob's matches (sorted), an @FILE's paths (one a line); a missing path is an error, with
+    `missing` as its fix."""
     suffixes = SUFFIXES.get(kind or "image", IMAGE_SUFFIXES)
     out: list[str] = []
     for p in expand_paths(paths):
@@ -292,7 +334,7 @@ def input_files(paths: Sequence[str], kind: str | None) -> list[str]:
         elif path.is_file():
             out.append(p)
         else:
-            raise InputError(f"{p}: file not found")
+            raise InputError(f"{p}: file not found", hint=missing)
     return out
 
 

@@ -251,6 +251,8 @@ def keyed_targets(project: Project, provider: str, inputs: dict[str, Tensor], so
     shared = {"gpux": __version__, "inputs": {n: t.to_dict() for n, t in inputs.items()},
               "verify": cfg.verify.model_dump(mode="json"), "verify_data": data["", "verify"],
               "judged": judged(project, sizes)}
+    if project.origin is not None:  # a hub id or a checkpoint: the commit it resolved to (gpux.sources)
+        shared["origin"] = project.origin
     ranges = {d: r.model_dump() for d, r in cfg.shapes.items() if not isinstance(r, int)}
     keys: dict[str, str] = {"source": source_digest}
     out = []
@@ -271,7 +273,11 @@ def reads(project: Project, checked: Checked) -> list[Path]:
     """Every file and folder a build reads: config, model (+ external data) and every other file gpux.yml names
     (`config.files`: labels, charsets, tokenizers, python steps, samples, calibration data; folders with their
     files: adding one changes them)."""
-    out = [project.path, project.root / project.config.model.source, *checked.files]  # the source as named: a link
+    resolved = project.resolved  # a hub id: the cache's refs it was resolved by; a checkpoint folder: its files
+    named = project.root / project.config.model.source
+    out = [project.path, *(resolved.watch if resolved else [named]), *checked.files]  # the source as named: a link
+    if resolved is not None and named.is_dir():
+        out += sorted(named.rglob("*"))
     for entry in project.named_files()[1:]:
         p = entry.found(project.root) or entry.candidates(project.root)[0]
         out += [p, *sorted(p.rglob("*"))] if p.is_dir() else [p]

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from gpux.config.load import Project
 
 Stat = list[int | str]  # a file's stamp, a folder's entry count, where a link points (`_stat`)
-ENV = ("GPUX_PROVIDER", "GPUX_STORE", "GPUX_PROBE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+ENV = ("GPUX_PROVIDER", "GPUX_STORE", "GPUX_PROBE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+       "HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_HOME")  # the hub's settings: which cache a hub id is resolved in
 
 
 def config_of(path: str) -> Path | None:
@@ -127,6 +128,8 @@ def record(project: Project, request: Asked, doc: BuildDoc, taken: Before, outpu
     was taken before the build; `outputs` (artifacts) are stat-ed now."""
     if project.path.name not in CONFIG_NAMES or not project.path.is_file() or taken.config_sha is None:
         return
+    if project.resolved is not None and project.resolved.moves:
+        return  # a hub branch resolved online: the next build asks the hub again
     stats = {**taken.files, **snapshot(outputs)}
     if any(s is None for s in stats.values()):
         return

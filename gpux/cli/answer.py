@@ -17,7 +17,7 @@ def answer_files(project: Any, req: Any) -> int:
     import time
 
     from gpux.answers.many import answer_many, batch_size
-    from gpux.answers.steps import Steps, file_kind, input_files
+    from gpux.answers.steps import Steps, file_kind, sources
     from gpux.errors import UsageError
     from gpux.model.io import interface
     from gpux.run.inuse import holding
@@ -26,16 +26,17 @@ def answer_files(project: Any, req: Any) -> int:
     given = [f"--{k}" for k, v in (("input", req.input_json), ("file", req.input_file), ("output", req.output)) if v]
     if given:
         raise UsageError(f"{', '.join(given)} and files both given; pass one kind of input")
-    files = input_files(req.files, file_kind(project))
+    files = sources(req.files, file_kind(project))  # a text project's argument may be the text itself
     inputs, outputs = interface(project, req.store)
     steps = Steps.of(project, inputs, outputs)  # what the model's real shapes say of the steps, before any build
-    steps.file_input(files[0])
-    saved = _save_paths(project, steps, files, req.save)
+    names = [_name(f) for f in files]  # a file's path; a Text only where the input takes text
+    steps.file_input(names[0])
+    saved = _save_paths(project, steps, names, req.save)
     with holding(project.name, project.root, req.store, "gpux run"), \
             load(project, req.provider, strict=req.strict, store_dir=req.store, log=report.progress(req.as_json),
                  placement=req.placement, provider_source="--provider") as session:
         text = steps.kind == "text"  # its decoding warns (a truncated text): one at a time, in this thread
-        decode = (lambda i: _feeds(steps, files[i])) if text else (lambda i: steps.feeds(Path(files[i]), files[i]))
+        decode = (lambda i: _feeds(steps, files[i])) if text else (lambda i: steps.feeds(Path(names[i]), names[i]))
         started = time.perf_counter()
         for i, found in answer_many(session, steps, files, decode, batch=batch_size(steps, req.batch),
                                     workers=0 if text else None):
@@ -46,19 +47,20 @@ def answer_files(project: Any, req: Any) -> int:
                     (report.warn if line.startswith("skipped ") else report.info)(line)
             file = files[i]
             answers = {k: _plain(v) for k, v in found.items()}
-            doc = {"file": file, "provider": session.provider, "answers": answers}
+            doc = {**_said(file), "provider": session.provider, "answers": answers}
             if saved:
                 from gpux.answers.draw import save_drawn
 
-                doc["saved"] = str(save_drawn(file, answers, saved[file], steps.kinds, steps.blocks))
+                doc["saved"] = str(save_drawn(names[i], answers, saved[names[i]], steps.kinds, steps.blocks))
             if req.as_json:
                 print(json.dumps(doc), flush=True)
             else:
-                shown = format_answers(file, answers, steps.kinds)
+                shown = format_answers(_label(file), answers, steps.kinds)
                 print(shown + (f"\n  saved: {doc['saved']}" if saved else ""), flush=True)
         if len(files) > 1:
             seconds = time.perf_counter() - started
-            report.info(f"{len(files)} files in {seconds:.2f}s ({len(files) / seconds:.1f} files/s)")
+            kind = "files" if all(isinstance(f, str) for f in files) else "inputs"
+            report.info(f"{len(files)} {kind} in {seconds:.2f}s ({len(files) / seconds:.1f} {kind}/s)")
     return 0
 
 
@@ -96,13 +98,29 @@ def _save_paths(project: Any, steps: Any, files: list[str], folder: str | None) 
     return dict(zip(files, save_paths(files, folder), strict=True))
 
 
-def _feeds(steps: Any, file: str) -> tuple[Feeds, Any]:
-    """One file's feeds (a text input reads it as a file, not as the text); warnings (a truncated text) printed."""
+def _name(source: Any) -> str:
+    """A source as messages name it: its path, or `text "..."`."""
+    return source if isinstance(source, str) else source.name
+
+
+def _said(source: Any) -> dict[str, str]:
+    """What a JSON line says it answers: {"file": PATH}, or {"text": TEXT} for a text given as an argument."""
+    return {"file": source} if isinstance(source, str) else {"text": source.text}
+
+
+def _label(source: Any) -> str:
+    """The printed answers' heading: the path, or the text quoted."""
+    return source if isinstance(source, str) else json.dumps(source.text, ensure_ascii=False)
+
+
+def _feeds(steps: Any, source: Any) -> tuple[Feeds, Any]:
+    """One text's feeds: a path is read as a file, not as the text; a Text is the text. Warnings (a truncated
+    text) printed."""
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = steps.feeds(Path(file), file)
+        out = steps.feeds(Path(source), source) if isinstance(source, str) else steps.feeds(source.text, source.name)
     for w in caught:
         report.warn(str(w.message))
     return out

@@ -10,6 +10,7 @@ import click
 from gpux.cli.groups import GROUPS
 from gpux.cli.options import JSON, PROVIDER, REPORT, STORE, STRICT
 from gpux.errors import ExitCode, debugging
+from gpux.sources.ref import TASKS
 from gpux.version import __version__
 
 
@@ -147,7 +148,8 @@ def run(target: str, **kwargs: Any) -> None:
 
     FILES (images, sound files, texts or any files, as the input's preprocess declares; folders of them) are
     answered through the model's declared preprocess and postprocess: one answer per file (one JSON line each
-    with --json); --save DIR draws them on the images.
+    with --json); --save DIR draws them on the images. For a text input, an argument that names no file or
+    folder, has no / and does not end in .txt is the text itself: gpux run NAME "a sentence".
     """
     from gpux.cli.run import RunRequest, run_command
 
@@ -173,10 +175,18 @@ def inspect(target: str, store: str | None, as_json: bool) -> None:
               help="A TorchScript module's input, e.g. image=float32[batch,3,32,32] (it records none).")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=SIZE",
               help="The size of a symbolic input dim the model runs at, e.g. height=48 (written under shapes:).")
+@click.option("--task", type=click.Choice(TASKS), default=None,
+              help="MODEL is a transformers checkpoint (hf://ORG/NAME or a save_pretrained folder): export it for "
+              "this task; gpux.yml goes into --folder.")
 @JSON
 def init(model: str | None, folder: str, force: bool, declared: tuple[str, ...], shapes: tuple[str, ...],
-         as_json: bool) -> None:
-    """Write a commented gpux.yml beside MODEL (.onnx, TorchScript, .pt2), its I/O read from the model."""
+         task: str | None, as_json: bool) -> None:
+    """Write a commented gpux.yml beside MODEL (.onnx, TorchScript, .pt2), its I/O read from the model; for a hub id
+    (hf://ORG/NAME[/file.onnx]) or a checkpoint, into --folder."""
+    from gpux.cli.init_hub import init_hub, wants_hub
+
+    if wants_hub(model, task):  # a hub id or a transformers checkpoint: gpux.yml from the checkpoint's files
+        sys.exit(init_hub(str(model), task, folder, force, as_json))
     from gpux.cli.init import init_command
 
     sys.exit(init_command(model, folder, force, as_json, declared, shapes))

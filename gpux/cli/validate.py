@@ -144,7 +144,12 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
             from gpux.answers.steps import Steps
             from gpux.model import io as model_io
 
-            checked = model_io.check_model(project)
+            try:
+                checked = model_io.check_model(project)
+            except ConfigError:
+                raise
+            except GpuxError as exc:  # a hub id or a checkpoint that cannot be resolved: already at its line
+                return Result(path, [_at_source(project, path, exc)])
             Steps.of(project, checked.inputs, checked.outputs)  # the steps as `gpux run` binds them, or their lines
             more += checked.notes
             note = checked.compat.note
@@ -163,11 +168,22 @@ def check_one(path: Path, check_model: bool, model: bool = True) -> Result:
     return Result(path, warnings=notes)
 
 
+def _at_source(project: Any, path: Path, exc: GpuxError) -> Problem:
+    """An error resolving model.source, whose line already names the file, line and field, as that problem (the
+    file named once); another as the file's."""
+    said, at = "; ".join(exc.lines()), project.problem(("model", "source"), "")
+    prefix = str(at)
+    return replace(at, message=said[len(prefix):]) if said.startswith(prefix) else Problem(str(path), 0, 0, "", said)
+
+
 def declared_io_problems(project: Any) -> list[Problem]:
     """Declared inputs/outputs against an ONNX model file that is present: raises ConfigError; the warnings."""
     from gpux.formats import source_format
     from gpux.model.io import check_declared
+    from gpux.sources.ref import is_hub
 
+    if project.config.model.task is not None or is_hub(project.config.model.source):
+        return []  # a hub id or a checkpoint: resolved (and exported) by --check-model, build and run only
     if not project.source.is_file() or source_format(project) != "onnx":
         return []
     from gpux.model.wire import WireError, read_io

@@ -67,13 +67,13 @@ class Named:
 def _child(node: Any, key: str) -> Any:
     if isinstance(node, Mapping):
         return node.get(key)
-    return getattr(node, key, None) if hasattr(node, "model_fields") else None
+    return getattr(node, key, None) if hasattr(type(node), "model_fields") else None
 
 
 def _items(node: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(node, Mapping):
         yield from ((str(k), v) for k, v in node.items())
-    elif hasattr(node, "model_fields"):
+    elif hasattr(type(node), "model_fields"):
         yield from ((k, getattr(node, k)) for k in type(node).model_fields)
 
 

@@ -20,6 +20,7 @@ from gpux.config.parse import Loc, Marks, Written, parse_yaml
 from gpux.config.problems import describe_errors, show_value
 from gpux.config.schema import GpuxConfig
 from gpux.errors import ConfigError, Problem
+from gpux.sources.ref import Resolved, is_hub, needs_resolving
 
 T = TypeVar("T")
 
@@ -78,7 +79,27 @@ class Project:
 
     @property
     def source(self) -> Path:
-        return (self.root / self.config.model.source).resolve()
+        """The model file gpux reads: model.source, or what a hub id or a checkpoint resolves to (`resolved`)."""
+        resolved = self.resolved
+        return resolved.path if resolved is not None else (self.root / self.config.model.source).resolve()
+
+    @property
+    def resolved(self) -> Resolved | None:
+        """A hub id or a transformers checkpoint resolved (once per process: `gpux.sources.resolve`); None for a
+        local model file."""
+        model = self.config.model
+        if not needs_resolving(model.source, model.task):
+            return None
+        from gpux.sources import resolve
+
+        say = lambda message: str(self.problem(("model", "source"), message))  # noqa: E731  # located at the field
+        return self.derived.get("source", model, lambda: resolve(model.source, model.task, self.root, say))
+
+    @property
+    def origin(self) -> dict[str, str] | None:
+        """Where the model file came from (a hub repo at a commit, a checkpoint and its task), else None."""
+        resolved = self.resolved
+        return resolved.origin if resolved is not None else self.config.model.origin
 
     def named_files(self) -> list[Named]:
         """Every file this gpux.yml names (`config.files.FIELDS`), the model first."""
@@ -174,6 +195,8 @@ def check_files(written: Written, data: dict[str, Any], require_model: bool = Tr
     for entry in named(data):
         if entry.field.module or entry.found(root) is not None or (entry.at != ("model", "source") and not entry.path):
             continue
+        if entry.at == ("model", "source") and (is_hub(entry.path) or _exports(data, root / entry.path)):
+            continue  # resolved when the model is read (gpux.sources)
         msg = entry.field.missing.format(path=entry.path)
         if entry.at == ("model", "source"):
             where = (root / entry.path).resolve()
@@ -186,6 +209,12 @@ def check_files(written: Written, data: dict[str, Any], require_model: bool = Tr
                 msg += "; build, run and validate --check-model need it"
         (out if require_model else notes).append(written.problem(entry.at, msg))
     return out, notes
+
+
+def _exports(data: dict[str, Any], where: Path) -> bool:
+    """model.task names a checkpoint folder to export (a folder is no model file otherwise)."""
+    model = data.get("model")
+    return isinstance(model, dict) and model.get("task") is not None and where.is_dir()
 
 
 def check_torch_runtime(written: Written, data: dict[str, Any]) -> list[Problem]:

@@ -17,6 +17,7 @@ from gpux.config.thresholds import Verify
 from gpux.formats import ONNX_DTYPE_NAMES
 from gpux.providers import options as opts
 from gpux.providers import registry
+from gpux.sources.ref import TASKS, is_hub, parse_hub
 
 ROWS = registry()  # gpux.yml's provider blocks, in priority order: the registry's rows, plugins' included
 PROVIDERS = tuple(ROWS)
@@ -130,10 +131,29 @@ class Strict(BaseModel):
 
 
 class ModelSource(Strict):
-    source: str = Field(description="Model file, relative to gpux.yml (ONNX, with external data beside it).")
+    source: str = Field(description="Model file, relative to gpux.yml (ONNX, with external data beside it), or a "
+                        "hub id hf://ORG/NAME[@REVISION][/PATH] (docs/hub.md).")
     format: Literal["onnx", "torchscript", "torch_export"] | None = Field(
         None, description="Source format; inferred from the file when omitted."
     )
+    task: Literal[TASKS] | None = Field(  # type: ignore[valid-type]
+        None, description="A transformers checkpoint exported to ONNX for this task (docs/hub.md).")
+    origin: dict[str, str] | None = Field(
+        None, description="Where the file came from (repo, commit, task), as `gpux package` writes it for a hub id "
+        "or a checkpoint; a part of every artifact's key.")
+
+    @model_validator(mode="after")
+    def _hub(self) -> ModelSource:
+        ref = parse_hub(self.source) if is_hub(self.source) else None
+        if is_hub(self.source) and ref is None:
+            raise _fail(f"{self.source!r} is not a hub id; write hf://ORG/NAME[@REVISION][/PATH/IN/REPO]", "source")
+        if ref is not None and not ref.is_onnx and self.task is None:
+            raise _fail(f"{ref} names a checkpoint, not an .onnx file: add task ({' | '.join(TASKS)}) to export it, "
+                        f"or name the file (hf://{ref.repo}/onnx/model.onnx)", "source")
+        if self.task is not None and (self.format not in (None, "onnx") or self.source.lower().endswith(".onnx")):
+            raise _fail("task exports a transformers checkpoint; an ONNX or PyTorch file is taken as it is (drop "
+                        "task)", "task")
+        return self
 
 
 class TensorSpec(Strict):

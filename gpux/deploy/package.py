@@ -74,9 +74,12 @@ def packaged_config(project: Project, source_rel: str) -> str:
     text = project.path.read_text(encoding="utf-8")
     data = yaml.safe_load(text)
     written = str((data.get("model") or {}).get("source", ""))
-    if (project.root / written).resolve() == (project.root / source_rel).resolve():
+    if project.resolved is None and (project.root / written).resolve() == (project.root / source_rel).resolve():
         return text
     data["model"]["source"] = source_rel
+    if project.resolved is not None:  # a hub id or a checkpoint: the image holds the ONNX file it resolved to
+        data["model"].pop("task", None)
+        data["model"]["origin"] = project.resolved.origin  # keyed as here: its artifacts are reused
     return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -1,0 +1,98 @@
+"""Tiny transformers checkpoints made here (seeded weights, a word-level tokenizer trained on a few sentences) and
+a Hugging Face Hub cache laid out as huggingface_hub reads it (`models--ORG--NAME/snapshots/REV/...`, `refs/main`),
+for tests that run offline (HF_HUB_OFFLINE=1)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+CORPUS = ["a man is playing a guitar on the stage", "the weather is lovely today", "where is the nearest train station",
+          "she read the letter twice before she understood what it meant", "a good film", "a bad movie",
+          "stocks fell sharply after the bank raised rates"]
+LABELS = {0: "negative", 1: "positive", 2: "neutral"}
+
+
+def tokenizer(out: Path) -> int:
+    """A word-level tokenizer.json ([CLS] text [SEP], lower-cased) and the files transformers' tokenizer reads;
+    returns the vocabulary's size."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"]))
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2),
+                                                                                                ("[SEP]", 3)])
+    tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", model_max_length=48)
+    fast.save_pretrained(str(out))
+    return tok.get_vocab_size()
+
+
+def checkpoint(out: Path, kind: str, seed: int = 0, pooling: str = "mean", normalize: bool = True) -> Path:
+    """kind: `st` (a BERT sentence encoder with sentence-transformers' modules.json and 1_Pooling), `cls` (a BERT
+    text classifier, id2label), `distil` (a DistilBERT encoder, no token type ids, no modules.json)."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertModel, DistilBertConfig, DistilBertModel
+
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = tokenizer(out)
+    torch.manual_seed(seed)
+    if kind == "distil":
+        model = DistilBertModel(DistilBertConfig(vocab_size=vocab, dim=32, n_layers=2, n_heads=2, hidden_dim=37,
+                                                 max_position_embeddings=64))
+    else:
+        config = BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=37, max_position_embeddings=64,
+                            **({"id2label": LABELS} if kind == "cls" else {}))
+        model = (BertForSequenceClassification if kind == "cls" else BertModel)(config)
+    model.eval().save_pretrained(str(out))
+    if kind == "st":
+        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        if normalize:
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                            "type": "sentence_transformers.models.Normalize"})
+        (out / "modules.json").write_text(json.dumps(modules))
+        (out / "1_Pooling").mkdir(exist_ok=True)
+        (out / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                   f"pooling_mode_{pooling}_token"
+                                                                   if pooling == "cls" else
+                                                                   f"pooling_mode_{pooling}_tokens": True}))
+        (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 40}))
+    return out
+
+
+def place(cache: Path, repo: str, files: Path, revision: str, *, main: bool = True) -> Path:
+    """`files` as the cache's snapshot of `repo` at `revision` (refs/main pointed at it unless `main` is False)."""
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    snap = folder / "snapshots" / revision
+    shutil.copytree(files, snap, dirs_exist_ok=True)
+    if main:
+        (folder / "refs").mkdir(parents=True, exist_ok=True)
+        (folder / "refs" / "main").write_text(revision)
+    return snap
+
+
+def sentence_embedding(folder: Path, text: str, pooling: str = "mean", normalize: bool = True) -> list[float]:
+    """What sentence-transformers computes: the encoder run by transformers on the tokenizer's ids, then its pooling
+    over the attention mask (models.Pooling) and L2 normalisation (models.Normalize)."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModel
+
+    enc = Tokenizer.from_file(str(folder / "tokenizer.json")).encode(text)
+    model = AutoModel.from_pretrained(str(folder)).eval()
+    ids, mask = torch.tensor([enc.ids]), torch.tensor([enc.attention_mask])
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in model.forward.__code__.co_varnames:
+        feeds["token_type_ids"] = torch.tensor([enc.type_ids])
+    with torch.no_grad():
+        hidden = model(**feeds).last_hidden_state
+    m = mask.unsqueeze(-1).float()
+    pooled = hidden[:, 0] if pooling == "cls" else (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+    return (torch.nn.functional.normalize(pooled, dim=1) if normalize else pooled)[0].tolist()
