@@ -1,0 +1,164 @@
+"""The one failure policy (`gpux.errors.classify`, docs/design.md "Errors: one way to fail") at each catch site:
+a gpux bug, a machine error and the runtime's own failure planted at an ONNX build, an OpenVINO build, opening a
+session and the first inference. A bug is exit 70 / raised with its traceback, never remembered, never a
+fallback; a model's failure is remembered (builds) and falls back; a machine error is one line, exit 1, never
+remembered; an input error is the user's, named."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+import gpux
+from gpux import providers as providers_mod
+from gpux.cli.main import main
+from gpux.errors import BuildFailed, Failure, InputError, ProviderUnavailable, UsageError, classify
+from gpux.providers import Availability
+from gpux.run import fallback as fallback_mod
+from gpux.runtimes import onnxruntime as ort_mod
+from gpux.runtimes import openvino as ov_mod
+from gpux.serve.errors import is_bug
+
+X = {"x": np.zeros((1, 8), np.float32)}
+
+# what each failure runs, as code of a gpux module: a bug in gpux's code, the machine's error raised there, the
+# runtime's own error (real ONNX Runtime refusing a file that is no model)
+BODIES = {
+    "bug": "return len(None)",
+    "machine": "raise OSError(errno.ENOSPC, 'No space left on device')",
+    "memory": "raise MemoryError",
+    "model": "import onnxruntime\n    onnxruntime.InferenceSession(b'not a model')",
+}
+
+
+def planted(module: ModuleType, failure: str) -> Callable[..., Any]:
+    """A function whose code is in `module`'s file (gpux's code, as far as a traceback tells) failing as named."""
+    namespace: dict[str, Any] = {"errno": errno}
+    exec(compile(f"def planted(*args, **kwargs):\n    {BODIES[failure]}\n", module.__file__, "exec"), namespace)
+    return namespace["planted"]
+
+
+def build(project: Path, provider: str, capsys: pytest.CaptureFixture[str], *more: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as done:
+        main(["build", str(project), "-p", provider, *more])
+    return int(done.value.code or 0), capsys.readouterr().err
+
+
+def caught(call: Callable[[], Any]) -> BaseException:
+    try:
+        call()
+    except Exception as exc:
+        return exc
+    raise AssertionError("nothing raised")
+
+
+def test_the_classifier_names_whose_failure_it_is() -> None:
+    assert classify(caught(planted(ort_mod, "bug"))) is Failure.BUG
+    assert classify(caught(planted(ort_mod, "machine"))) is Failure.MACHINE
+    assert classify(caught(planted(ort_mod, "model"))) is Failure.MODEL
+    assert classify(MemoryError()) is Failure.MACHINE
+    assert classify(caught(lambda: len(None))) is Failure.MODEL, "raised outside gpux: not gpux's bug"  # type: ignore[arg-type]
+    # a ValueError at gpux's line may be a C extension's (numpy's, a runtime's native call): never counted a bug
+    value = caught(lambda: exec(compile("raise ValueError('x')", ort_mod.__file__, "exec")))
+    assert classify(value) is Failure.MODEL
+    assert classify(InputError("x")) is Failure.INPUT and classify(UsageError("x")) is Failure.INPUT
+    assert classify(BuildFailed("x")) is Failure.MODEL and classify(ProviderUnavailable("x")) is Failure.MACHINE
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+    assert classify(InvalidArgument("dims"), (InvalidArgument,)) is Failure.INPUT
+    for failure in BODIES:  # serve asks the same classifier: a bug is its logged 500, nothing else is
+        assert is_bug(caught(planted(ort_mod, failure))) is (failure == "bug")
+
+
+@pytest.mark.parametrize(("provider", "module", "name"), [
+    ("cpu", ort_mod, "has_external_data"),  # inside the ONNX build step (artifacts/build's model step)
+    ("openvino", ov_mod, "compress"),  # OpenVINO's own model step (NNCF compression)
+])
+@pytest.mark.parametrize("failure", ["bug", "machine", "memory", "model"])
+def test_a_build_site_applies_the_one_policy(mlp_project: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str], provider: str,
+                                             module: ModuleType, name: str, failure: str) -> None:
+    monkeypatch.setattr(module, name, planted(module, failure))
+    code, err = build(mlp_project, provider, capsys, "--force")
+    monkeypatch.undo()
+    again, err_again = build(mlp_project, provider, capsys)
+    if failure == "bug":
+        assert code == 70 and "Traceback" in err and "TypeError: object of type 'NoneType' has no len()" in err, err
+        assert again == 0 and "remembered" not in err_again, "a bug is never remembered"
+    elif failure == "machine":
+        assert code == 1 and "Traceback" not in err and "error: [Errno 28] No space left on device" in err, err
+        assert again == 0 and "remembered" not in err_again, "the machine's error is never remembered"
+    elif failure == "memory":
+        assert code == 1 and "Traceback" not in err and "error: MemoryError" in err, err
+        assert again == 0 and "remembered" not in err_again, "the machine's error is never remembered"
+    elif provider == "cpu":  # the model's failure on the last provider there is: one line, exit 1, remembered
+        assert code == 1 and "Traceback" not in err and "InvalidProtobuf" in err, err
+        assert again == 1 and "remembered from an earlier build" in err_again, err_again
+    else:  # the model's failure on OpenVINO: the build falls back to cpu, and the next one skips OpenVINO at once
+        assert code == 0 and f"skipped {provider} (build)" in err and "InvalidProtobuf" in err, err
+        # the plant is gone: only the remembered failure can say it again
+        assert again == 0 and f"skipped {provider} (build)" in err_again and "InvalidProtobuf" in err_again, err_again
+
+
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuda probes as present (its build is the ONNX file cpu shares) and opens ONNX Runtime's CPU session, where
+    each test plants its failure."""
+    real, real_open = providers_mod.probe, fallback_mod.open_runner
+    monkeypatch.setattr(providers_mod, "probe",
+                        lambda name: Availability(name, "ok", "fake ok") if name == "cuda" else real(name))
+
+    def open_runner(provider: str, *args: Any) -> Any:
+        runner = real_open("cpu" if provider == "cuda" else provider, *args)
+        runner.dropped = None
+        return runner
+
+    monkeypatch.setattr(fallback_mod, "open_runner", open_runner)
+
+
+@pytest.mark.parametrize("failure", ["bug", "machine", "model"])
+def test_opening_a_session_applies_the_one_policy(mlp_project: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  failure: str) -> None:
+    fake_cuda(monkeypatch)
+    real, plant = fallback_mod.open_runner, planted(ort_mod, failure)
+    monkeypatch.setattr(fallback_mod, "open_runner",
+                        lambda provider, *a: plant() if provider == "cuda" else real(provider, *a))
+    if failure == "bug":
+        with pytest.raises(TypeError, match="NoneType"):
+            gpux.load(mlp_project, provider="cuda,cpu")
+        return
+    # a runtime's failure to open, or the machine's refusal there: the next provider may open (nothing at open
+    # is remembered)
+    with gpux.load(mlp_project, provider="cuda,cpu") as s:
+        assert s.provider == "cpu" and s.run(X)["probs"].shape == (1, 4)
+        cuda = next(a for a in s.attempts if a.provider == "cuda")
+        assert cuda.stage == "session" and ("InvalidProtobuf" if failure == "model" else "Errno 28") in cuda.reason
+
+
+@pytest.mark.parametrize("failure", ["bug", "machine", "model", "input"])
+def test_the_first_inference_applies_the_one_policy(mlp_project: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    failure: str) -> None:
+    fake_cuda(monkeypatch)
+    with gpux.load(mlp_project, provider="cuda,cpu") as s:
+        assert s.provider == "cuda"
+        real_run = s.runner.run
+        if failure == "input":  # the real runtime refusing feeds that do not fit: the user's, named
+            s.runner.run = lambda _feeds: real_run({"x": np.zeros((1, 3), np.float32)})
+            with pytest.raises(InputError, match=r"the model rejected the inputs: .*x"):
+                s.run(X)
+            assert s.provider == "cuda"
+            return
+        s.runner.run = planted(ort_mod, failure)
+        if failure == "bug":
+            with pytest.raises(TypeError, match="NoneType"):
+                s.run(X)
+            assert s.provider == "cuda" and not [a for a in s.attempts if a.stage == "first-inference"]
+            return
+        assert s.run(X)["probs"].shape == (1, 4) and s.provider == "cpu", "the next provider ran it"
+        first = next(a for a in s.attempts if a.stage == "first-inference")
+        assert first.provider == "cuda" and ("InvalidProtobuf" if failure == "model" else "Errno 28") in first.reason
