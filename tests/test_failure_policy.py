@@ -1,13 +1,15 @@
 """The one failure policy (`gpux.errors.classify`, docs/design.md "Errors: one way to fail") at each catch site:
 a gpux bug, a machine error and the runtime's own failure planted at an ONNX build, an OpenVINO build, opening a
-session and the first inference. A bug is exit 70 / raised with its traceback, never remembered, never a
-fallback; a model's failure is remembered (builds) and falls back; a machine error is one line, exit 1, never
-remembered; an input error is the user's, named."""
+session, the first inference and serve decoding a request. A bug is exit 70 / raised with its traceback (a logged
+500), never remembered, never a fallback; a model's failure is remembered (builds) and falls back; a machine error
+is one line, exit 1, never remembered; an input error is the user's, named."""
 
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+import json
+import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -24,6 +26,7 @@ from gpux.run import fallback as fallback_mod
 from gpux.runtimes import onnxruntime as ort_mod
 from gpux.runtimes import openvino as ov_mod
 from gpux.serve.errors import is_bug
+from tests.serving import ServerThread, error_of, mlp_project, post
 
 X = {"x": np.zeros((1, 8), np.float32)}
 
@@ -162,3 +165,31 @@ def test_the_first_inference_applies_the_one_policy(mlp_project: Path, monkeypat
         assert s.run(X)["probs"].shape == (1, 4) and s.provider == "cpu", "the next provider ran it"
         first = next(a for a in s.attempts if a.stage == "first-inference")
         assert first.provider == "cuda" and ("InvalidProtobuf" if failure == "model" else "Errno 28") in first.reason
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    with ServerThread([mlp_project(tmp_path_factory.mktemp("policy") / "mlp", "1.0.0", 0)]) as running:
+        yield running
+
+
+@pytest.mark.parametrize("failure", ["bug", "machine", "model"])
+def test_serve_decoding_a_request_applies_the_one_policy(served: ServerThread, monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture, failure: str) -> None:
+    """A bug while decoding a request's tensors is a 500 with its traceback logged; the machine's error and the
+    runtime's own are the request's `inference failed` 500, nothing logged as gpux's; the server goes on."""
+    from gpux.serve import protocol
+
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 8], "datatype": "FP32", "data": [0.5] * 8}]})
+    monkeypatch.setattr(protocol, "check_inputs", planted(protocol, failure))
+    with caplog.at_level(logging.ERROR, logger="gpux.serve"):
+        status, _, raw = post(served.http, "/v2/models/mlp/infer", body)
+    logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+    assert status == 500, raw
+    if failure == "bug":
+        assert "internal error: TypeError" in error_of(raw) and "internal error on POST" in logged
+    else:
+        said = "InvalidProtobuf" if failure == "model" else "OSError: [Errno 28] No space left on device"
+        assert f"inference failed: {said}" in error_of(raw) and "internal error" not in logged, (raw, logged)
+    monkeypatch.undo()
+    assert post(served.http, "/v2/models/mlp/infer", body)[0] == 200, "serving goes on"
