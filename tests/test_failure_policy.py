@@ -1,8 +1,8 @@
 """The one failure policy (`gpux.errors.classify`, docs/design.md "Errors: one way to fail") at each catch site:
 a gpux bug, a machine error and the runtime's own failure planted at an ONNX build, an OpenVINO build, opening a
-session, the first inference and serve decoding a request. A bug is exit 70 / raised with its traceback (a logged
-500), never remembered, never a fallback; a model's failure is remembered (builds) and falls back; a machine error
-is one line, exit 1, never remembered; an input error is the user's, named."""
+session, the first inference, serve decoding a request and tune's baseline. A bug is exit 70 / raised with its
+traceback (a logged 500), never remembered, never a fallback; a model's failure is remembered (builds) and falls
+back; a machine error is one line, exit 1, never remembered; an input error is the user's, named."""
 
 from __future__ import annotations
 
@@ -193,3 +193,23 @@ def test_serve_decoding_a_request_applies_the_one_policy(served: ServerThread, m
         assert f"inference failed: {said}" in error_of(raw) and "internal error" not in logged, (raw, logged)
     monkeypatch.undo()
     assert post(served.http, "/v2/models/mlp/infer", body)[0] == 200, "serving goes on"
+
+
+@pytest.mark.parametrize("failure", ["bug", "machine", "model"])
+def test_tune_s_baseline_applies_the_one_policy(mlp_project: Path, monkeypatch: pytest.MonkeyPatch,
+                                                failure: str) -> None:
+    """tune's plain ONNX Runtime baseline: a bug is raised; the runtime's or the machine's failure is the lock's
+    record of why there is no baseline."""
+    from gpux.bench import rounds
+    from gpux.bench.tune import baseline_entry
+    from gpux.config.load import load_config
+
+    monkeypatch.setattr(rounds, "plain_session", planted(rounds, failure))
+    project = load_config(mlp_project)
+    if failure == "bug":
+        with pytest.raises(TypeError, match="NoneType"):
+            baseline_entry(project, X, 1)
+        return
+    entry, record = baseline_entry(project, X, 1)
+    said = "INVALID_PROTOBUF" if failure == "model" else "No space left on device"
+    assert entry is None and "a plain ONNX Runtime session failed" in record["error"] and said in record["error"]
