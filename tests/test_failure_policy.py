@@ -182,8 +182,12 @@ def test_serve_decoding_a_request_applies_the_one_policy(served: ServerThread, m
 
     body = json.dumps({"inputs": [{"name": "x", "shape": [1, 8], "datatype": "FP32", "data": [0.5] * 8}]})
     monkeypatch.setattr(protocol, "check_inputs", planted(protocol, failure))
-    with caplog.at_level(logging.ERROR, logger="gpux.serve"):
+    logger = logging.getLogger("gpux.serve")  # its own handler: another test's `gpux serve` may stop propagation
+    logger.addHandler(caplog.handler)
+    try:
         status, _, raw = post(served.http, "/v2/models/mlp/infer", body)
+    finally:
+        logger.removeHandler(caplog.handler)
     logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
     assert status == 500, raw
     if failure == "bug":
