@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 from gpux.documents import VerificationDoc
@@ -148,9 +148,8 @@ HOME = os.path.dirname(os.path.abspath(__file__))  # gpux's own source folder
 
 
 def raised_by_gpux(exc: BaseException) -> bool:
-    """Whether `exc` was raised in gpux's own code (a bug there), not in a runtime or library it called: the
-    innermost frame of its traceback is under gpux's folder. A runtime's error on a model it cannot take is the
-    model's failure; a gpux bug is never one (nor a reason to fall back, nor remembered)."""
+    """Whether the innermost frame of `exc`'s traceback is under gpux's folder. Alone it cannot tell a bug: a C
+    extension's error (a runtime's native call, numpy's) shows, as its last frame, gpux's line that called it."""
     tb = exc.__traceback__
     if tb is None:
         return False
@@ -159,10 +158,54 @@ def raised_by_gpux(exc: BaseException) -> bool:
     return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(HOME + os.sep)
 
 
-def environmental(exc: BaseException) -> bool:
-    """The machine, not the model: out of memory, a full disk, a file that cannot be written. Never remembered as a
-    model's failure."""
-    return isinstance(exc, MemoryError | OSError)
+class Failure(StrEnum):
+    """Whose failure an exception is (docs/design.md, "Errors: one way to fail")."""
+
+    BUG = "bug"  # gpux's own code is wrong: exit 70 / a logged 500, its traceback; never remembered, never a fallback
+    MACHINE = "machine"  # out of memory, a full disk, no permission: one line, exit 1; never remembered
+    MODEL = "model"  # the runtime cannot take the model: remembered for its key, the next provider tried
+    INPUT = "input"  # the user's (inputs, config, a python step): one named line, no other provider helps
+
+
+# Python's own errors of code that is wrong. ValueError and RuntimeError are not among them: OpenVINO's and
+# PyTorch's own errors are plain RuntimeErrors, and numpy's ValueErrors show gpux's calling line as their frame.
+BUGS = (TypeError, AttributeError, LookupError, NameError, AssertionError)
+# gpux's declared failures by whose they are, the first class that matches; any other GpuxError is the user's
+DECLARED: tuple[tuple[type[GpuxError], Failure], ...] = (
+    (BuildFailed, Failure.MODEL), (ProviderUnavailable, Failure.MACHINE), (MissingDependency, Failure.MACHINE))
+
+
+def classify(exc: BaseException, runtime_rejects: tuple[type[BaseException], ...] = ()) -> Failure:
+    """Whose failure `exc` is, the one policy every catch site asks. A GpuxError is as declared (DECLARED, else
+    the user's); the runtime's own word that the inputs do not fit (`runtime_rejects`) is the input's; the
+    machine's errors (MemoryError, OSError) are the machine's; one of Python's own error classes (BUGS, not a
+    library's subclass of one) raised in gpux's code is a bug; anything else is the runtime's failure on the
+    model (runtimes raise anything, with no common base class)."""
+    if isinstance(exc, GpuxError):
+        return next((f for cls, f in DECLARED if isinstance(exc, cls)), Failure.INPUT)
+    if runtime_rejects and isinstance(exc, runtime_rejects):
+        return Failure.INPUT
+    if isinstance(exc, MemoryError | OSError):
+        return Failure.MACHINE
+    if isinstance(exc, BUGS) and type(exc).__module__ == "builtins" and raised_by_gpux(exc):
+        return Failure.BUG
+    return Failure.MODEL
+
+
+@contextlib.contextmanager
+def model_step(what: str, *, hint: str | None = None, reason: Callable[[BaseException], str] | None = None,
+               conversion: bool | None = None) -> Iterator[None]:
+    """A step whose failure is the model's: what the block raises that `classify` calls the model's is one
+    BuildFailed, `what: reason(exc)` (default `first_line`), chained to it; a GpuxError, a gpux bug and the
+    machine's errors go on as they are (exit 70 with the traceback / one line, never remembered)."""
+    try:
+        yield
+    except GpuxError:
+        raise
+    except Exception as exc:  # broad: runtimes and converters raise anything on a model they cannot take
+        if classify(exc) is not Failure.MODEL:
+            raise
+        raise BuildFailed(f"{what}: {(reason or first_line)(exc)}", hint=hint, conversion=conversion) from exc
 
 
 def error_lines(exc: BaseException) -> list[str]:

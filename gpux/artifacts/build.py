@@ -12,7 +12,7 @@ from gpux.artifacts import store
 from gpux.artifacts.plan import FP32, BuildPlan, Planned, as_fp32, digest_of, plan_build
 from gpux.config.load import Project
 from gpux.documents import BuildDoc, BuiltDoc, SpeedDoc
-from gpux.errors import BuildFailed, GpuxError, VerificationFailed, environmental, raised_by_gpux
+from gpux.errors import BuildFailed, VerificationFailed, model_step
 from gpux.files import locked
 from gpux.plan.targets import Target
 from gpux.runtimes import KIND_HINTS, ArtifactKind, Context, Job, Log, NothingConverted
@@ -299,20 +299,18 @@ def _run_step(ctx: Context, kind: ArtifactKind) -> dict[str, object]:
     """The kind's build step run in its scratch folder; its info. What fails on the model is a BuildFailed that
     is its conversion's failure (remembered); a gpux bug and the machine's errors propagate as they are."""
     target = ctx.target
+    hint = KIND_HINTS.get(target.kind, KIND_HINTS[""])
     try:
-        with store.scratch(ctx.workdir):
+        with store.scratch(ctx.workdir), model_step(target.id, hint=hint, reason=_short, conversion=True):
             return dict(kind.build_step()(ctx))
     except BuildFailed as exc:
         if exc.conversion is None:  # the step's own failure on the model, unless it said otherwise
             exc.conversion = True
         raise
-    except GpuxError:
-        raise
-    except Exception as exc:  # broad: runtimes raise anything on a model they cannot take (no common base class)
-        if raised_by_gpux(exc) or environmental(exc):  # a bug or the machine: exit 70 / its error, never
-            raise  # remembered as the model's failure
-        from gpux.quality.verify import short
 
-        raise BuildFailed(f"{target.id}: {short(exc)}", hint=KIND_HINTS.get(target.kind, KIND_HINTS[""]),
-                          conversion=True) from exc
+
+def _short(exc: BaseException) -> str:
+    from gpux.quality.verify import short
+
+    return short(exc)
 

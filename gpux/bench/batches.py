@@ -32,7 +32,7 @@ def batched(project: Project, opened: list[tuple[Any, Any]]) -> list[tuple[Any, 
     with its `batch`, the row's feeds of that many rows (its batch-1 inputs repeated)."""
     import numpy as np
 
-    from gpux.run.fallback import gpux_bug
+    from gpux.errors import Failure, classify
 
     if not opened:
         return []
@@ -47,7 +47,7 @@ def batched(project: Project, opened: list[tuple[Any, Any]]) -> list[tuple[Any, 
             try:
                 row.session.run_feeds(feeds)
             except Exception as exc:  # a runtime's error (they share no base class): a fixed batch size, no larger
-                if gpux_bug(exc):
+                if classify(exc) is Failure.BUG:
                     raise
                 break
             out.append((outcome, dataclasses.replace(outcome, batch=size, row={}),

@@ -41,14 +41,14 @@ def plain_row(project: Project, rows: Any, feeds: Feeds) -> Row | None:
     if source_format(project) in TORCH_FORMATS or not is_installed("onnxruntime"):
         return None
     from gpux.bench.rounds import plain_session
-    from gpux.run.fallback import gpux_bug
+    from gpux.errors import Failure, classify
 
     protocol = rows.protocol
     started = time.perf_counter()
     try:  # the same plain session tune measures against, through the same native run call as gpux's rows
         calls, _session = plain_session(project.source, feeds, protocol.concurrency)
     except Exception as exc:  # ONNX Runtime's errors share no base class: the row says why (a gpux bug is raised)
-        if gpux_bug(exc):
+        if classify(exc) is Failure.BUG:
             raise
         return bench.result_row(PLAIN, "fp32", None, bench.Phases(), status="unavailable",
                                 error=f"a plain session cannot run the source: {exc}".splitlines()[0])

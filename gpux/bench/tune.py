@@ -147,8 +147,8 @@ def baseline_entry(project: Project, feeds: Feeds,
     """The plain ONNX Runtime session on the source model ((calls, session), None where it cannot run: a source
     that is not ONNX, inputs it does not take) and the lock's record of it, saying why not."""
     from gpux.bench import rounds
+    from gpux.errors import Failure, classify
     from gpux.formats import source_format
-    from gpux.run.fallback import gpux_bug
 
     record: Baseline = {"what": rounds.BASELINE, "source": str(project.source)}
     if source_format(project) != "onnx":
@@ -156,7 +156,7 @@ def baseline_entry(project: Project, feeds: Feeds,
     try:
         return rounds.plain_session(project.source, feeds, concurrency), record
     except Exception as exc:  # ONNX Runtime's errors share no base class: the lock says why (a gpux bug is raised)
-        if gpux_bug(exc):
+        if classify(exc) is Failure.BUG:
             raise
         return None, {**record, "error": f"a plain ONNX Runtime session failed: {str(exc).splitlines()[0][:200]}"}
 

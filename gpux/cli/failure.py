@@ -46,8 +46,9 @@ def fail(exc: BaseException, as_json: bool, debug: bool, emitted: bool = False) 
     elif machine_said(exc):  # the machine's: a full disk, a file not writable
         if debug:
             traceback.print_exception(exc)
-        lines, code, hint = [str(exc)], int(ExitCode.FAILED), "free space or fix the permissions, then run it again"
-        click.echo(f"error: {exc}", err=True)
+        lines, code, hint = [str(exc) or type(exc).__name__], int(ExitCode.FAILED), \
+            "free space or memory, or fix the permissions, then run it again"
+        click.echo(f"error: {lines[0]}", err=True)
     else:
         traceback.print_exception(exc)
         lines, code, hint = [f"{type(exc).__name__}: {exc}", INTERNAL], int(ExitCode.INTERNAL), None
@@ -61,10 +62,12 @@ MACHINE_ERRNOS = ("ENOSPC", "EDQUOT", "EACCES", "EPERM", "EROFS", "EMFILE", "ENF
 
 
 def machine_said(exc: BaseException) -> bool:
-    """An OSError the machine gives whatever the code (no space, no permission, a read-only disk, no descriptors)."""
+    """Out of memory, or an OSError the machine gives whatever the code (no space, no permission, a read-only disk,
+    no descriptors)."""
     import errno
 
-    return isinstance(exc, OSError) and exc.errno in {getattr(errno, n, None) for n in MACHINE_ERRNOS} - {None}
+    said = {getattr(errno, n, None) for n in MACHINE_ERRNOS} - {None}
+    return isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno in said)
 
 
 def error_doc(exc: BaseException, lines: list[str], hint: str | None, code: int) -> dict[str, Any]:

@@ -13,31 +13,20 @@ from gpux.artifacts.build import BuildResult, build
 from gpux.config.load import Project
 from gpux.documents import AttemptDoc
 from gpux.errors import (
+    Failure,
     GpuxError,
     InputError,
     ModelError,
     ProviderUnavailable,
     StepError,
     VerificationFailed,
+    classify,
     first_line,
-    raised_by_gpux,
 )
 from gpux.model.io import Checked
 from gpux.plan.select import Selection
 from gpux.providers import Runner
 from gpux.runtimes import kind_of
-
-# Python's own errors of code that is wrong: raised in gpux's code, a bug (exit 70), never a runtime's failure
-BUGS = (TypeError, AttributeError, KeyError, NameError, AssertionError)
-
-
-def gpux_bug(exc: BaseException, runtime_errors: tuple[type[BaseException], ...] = ()) -> bool:
-    """Whether `exc` is a bug in gpux rather than a runtime's failure: one of Python's own error classes (BUGS, not
-    a library's subclass of one), raised in gpux's code, and of no type the runtime declares. Where it was raised
-    alone cannot tell: a runtime's native call raises from the gpux frame that made it, so its own error types
-    (ONNX Runtime's Fail, InvalidArgument..., OpenVINO's and CUDA's RuntimeError) never count as gpux's."""
-    return (isinstance(exc, BUGS) and type(exc).__module__ == "builtins" and not isinstance(exc, runtime_errors)
-            and raised_by_gpux(exc))
 
 
 @dataclass(frozen=True)
@@ -156,7 +145,7 @@ class Fallback:
         try:
             runner = open_runner(provider, self.project, result.final.artifact)
         except Exception as exc:  # runtimes raise anything when a device or library is missing; a gpux bug is raised
-            if gpux_bug(exc):
+            if classify(exc) is Failure.BUG:
                 raise
             self.fail(provider, "session", first_line(exc))
             return None

@@ -12,12 +12,12 @@ from gpux.arrays import Feeds, Named, Outputs
 from gpux.config.load import Project
 from gpux.config.locate import open_project
 from gpux.documents import PlacementDoc, SessionReport, VerificationDoc
-from gpux.errors import InputError, first_line
+from gpux.errors import Failure, InputError, classify, first_line
 from gpux.model.checked import Signatures, signature, taken_as_given
 from gpux.model.inputs import cast_all
 from gpux.model.io import Tensor, check_model
 from gpux.providers import Runner
-from gpux.run.fallback import Attempt, Fallback, Opened, gpux_bug
+from gpux.run.fallback import Attempt, Fallback, Opened
 
 
 class Session:
@@ -93,7 +93,7 @@ class Session:
             except runner.rejects as exc:  # the runtime's own word that the feeds do not fit the model
                 raise InputError(f"the model rejected the inputs: {str(exc).strip()}") from exc
             except Exception as exc:  # a runtime raises anything at its first inference: the next provider may run
-                if gpux_bug(exc, runner.rejects):
+                if classify(exc, runner.rejects) is Failure.BUG:
                     raise
                 self._rejected(exc, feeds)
                 continue

@@ -37,7 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpux.errors import BuildFailed, ProviderUnavailable, debugging, environmental, first_line, raised_by_gpux
+from gpux.errors import ProviderUnavailable, debugging, model_step
 from gpux.optional import require
 from gpux.runtimes.coreml_spec import Compression, PackageInfo, describe
 from gpux.runtimes.tensorrt import declared_profiles
@@ -120,20 +120,15 @@ def build_package(ctx: Context) -> PackageInfo:
     if opts.model_format == "mlprogram":
         kwargs["compute_precision"] = getattr(c.precision, PRECISIONS[opts.compute_precision])
     ctx.log(f"converting {ctx.src.name} ({fmt}) with coremltools {c.__version__} to {opts.model_format}")
-    try:
-        with quiet():
-            model = c.convert(source, **kwargs)
-            if opts.model_format == "neuralnetwork" and opts.compute_precision == "fp16":
-                from coremltools.models.neural_network import quantization_utils
+    hint = "check providers.coreml (minimum_deployment_target, compression), or leave coreml out of runtime.supported"
+    # coremltools raises anything: unsupported ops, bad targets, shape errors
+    with model_step(f"coremltools cannot convert {ctx.src.name}", hint=hint), quiet():
+        model = c.convert(source, **kwargs)
+        if opts.model_format == "neuralnetwork" and opts.compute_precision == "fp16":
+            from coremltools.models.neural_network import quantization_utils
 
-                model = quantization_utils.quantize_weights(model, nbits=16)
-            compressed = compress(model, opts)
-    except Exception as exc:  # broad: coremltools raises anything: unsupported ops, bad targets, shape errors
-        if raised_by_gpux(exc) or environmental(exc):  # a bug or the machine: never the model's failure
-            raise
-        raise BuildFailed(f"coremltools cannot convert {ctx.src.name}: {first_line(exc)}",
-                          hint="check providers.coreml (minimum_deployment_target, compression), or leave "
-                               "coreml out of runtime.supported") from exc
+            model = quantization_utils.quantize_weights(model, nbits=16)
+        compressed = compress(model, opts)
     main = ctx.workdir / MAIN[opts.model_format]
     with quiet():
         compressed.save(str(main))

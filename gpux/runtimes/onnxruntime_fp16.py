@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpux.errors import BuildFailed, environmental, first_line, raised_by_gpux
+from gpux.errors import BuildFailed, model_step
 from gpux.optional import require
 from gpux.runtimes.onnxruntime import OnnxInfo, optimized, quiet_stderr, save_model
 
@@ -66,13 +66,10 @@ def _converted(ctx: Context, source: Any, blocked: list[str], nodes: list[str]) 
                                          node_block_list=nodes or None)
     src = ctx.workdir / "fp16.onnx"
     save_model(model, src)
-    try:
+    # ONNX Runtime's errors share no base class: its refusal of the converted model
+    with model_step(f"{ctx.target.id}: the fp16 conversion of this model does not load in ONNX Runtime",
+                    hint="keep precision: fp32 for this model", conversion=True):
         return dict(optimized(ctx, src)), model
-    except Exception as exc:  # ONNX Runtime's errors share no base class: its refusal of the converted model
-        if raised_by_gpux(exc) or environmental(exc):  # a gpux bug or the machine: never the model's failure
-            raise
-        raise BuildFailed(f"{ctx.target.id}: the fp16 conversion of this model does not load in ONNX Runtime: "
-                          f"{first_line(exc)}", hint="keep precision: fp32 for this model", conversion=True) from exc
 
 
 def after_ml(model: Any) -> list[Any]:

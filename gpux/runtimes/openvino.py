@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from gpux.errors import BuildFailed, GpuxError, MissingDependency, environmental, error_lines, raised_by_gpux
+from gpux.errors import BuildFailed, MissingDependency, error_lines, model_step
 from gpux.optional import require
 from gpux.runtimes.openvino_int8 import NncfInfo, compress
 from gpux.runtimes.openvino_options import (
@@ -129,16 +129,10 @@ def build_ir(ctx: Context) -> IRInfo:
     static = any(d.startswith(STATIC_ONLY) for d in split_device(opts.device)[1])
     shapes = _input_shapes(ctx.inputs, ctx.shapes, static, ctx.project.config.shapes) or None
     started = time.perf_counter()
-    try:
+    # the converter raises its frontends' failures, its own BasicError tree, AssertionError and RuntimeError alike
+    with model_step(f"OpenVINO cannot convert {ctx.src.name}", reason=reason,
+                    hint="run it with ONNX Runtime (provider cpu), or drop openvino from runtime.supported"):
         model = o.convert_model(str(ctx.src), input=shapes)
-    # broad: the converter raises its frontends' failures, its own BasicError tree, AssertionError and
-    # RuntimeError alike (no common base); only the library's code runs inside
-    except Exception as exc:
-        if environmental(exc):
-            raise
-        raise BuildFailed(f"OpenVINO cannot convert {ctx.src.name}: {reason(exc)}",
-                          hint="run it with ONNX Runtime (provider cpu), or drop openvino from "
-                               "runtime.supported") from exc
     outputs = [t.name for t in read_io(ctx.src, check=False).outputs]
     model = _in_order(model, outputs)
     if opts.layout:
@@ -147,14 +141,9 @@ def build_ir(ctx: Context) -> IRInfo:
                     "precision": opts.precision, "outputs": outputs, "static_shapes": static,
                     "shapes": {p.get_any_name(): str(p.get_partial_shape()) for p in model.inputs},
                     "convert_seconds": round(time.perf_counter() - started, 4)}
-    try:
+    # NNCF's own errors (no common base), or an import broken by another package
+    with model_step(f"NNCF int8 ({opts.int8_mode}) failed", reason=lambda exc: f"{type(exc).__name__}: {reason(exc)}"):
         model, nncf = compress(ctx, model, opts)
-    except GpuxError:
-        raise
-    except Exception as exc:  # broad: NNCF's own errors (no common base), or an import broken by another package
-        if raised_by_gpux(exc) or environmental(exc):  # a bug or the machine: never the model's failure
-            raise
-        raise BuildFailed(f"NNCF int8 ({opts.int8_mode}) failed: {type(exc).__name__}: {reason(exc)}") from exc
     info |= nncf
     o.save_model(model, str(ctx.workdir / MAIN), compress_to_fp16=opts.precision == "fp16")
     info |= _precompile(ctx, opts)

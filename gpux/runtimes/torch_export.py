@@ -31,7 +31,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
-from gpux.errors import BuildFailed, environmental, first_line, raised_by_gpux
+from gpux.errors import BuildFailed, first_line, model_step
 from gpux.optional import require
 
 if TYPE_CHECKING:
@@ -272,16 +272,11 @@ def export_onnx(ctx: Context) -> ExportInfo:
     raw.mkdir()
     model = _exportable_type()(module) if fmt == "torch_export" else module
     ctx.log(f"exporting {ctx.src.name} ({fmt}) to ONNX opset {opset} with torch {torch.__version__}")
-    try:
-        with _quiet_warnings(), torch.no_grad():
-            torch.onnx.export(model, args, str(raw / MAIN), dynamo=False, opset_version=opset,
-                              input_names=names, output_names=outs, dynamic_axes=axes or None)
-    except Exception as exc:  # broad: the exporter raises anything: unsupported ops, tracing failures
-        if raised_by_gpux(exc) or environmental(exc):  # a bug or the machine: never the model's failure
-            raise
-        raise BuildFailed(f"torch.onnx.export cannot export {ctx.src.name}: {first_line(exc)}",
-                          hint="simplify the model for tracing, or export it to ONNX yourself and point "
-                               "model.source at the .onnx file") from exc
+    hint = "simplify the model for tracing, or export it to ONNX yourself and point model.source at the .onnx file"
+    with model_step(f"torch.onnx.export cannot export {ctx.src.name}", hint=hint), _quiet_warnings(), \
+            torch.no_grad():  # the exporter raises anything: unsupported ops, tracing failures
+        torch.onnx.export(model, args, str(raw / MAIN), dynamo=False, opset_version=opset,
+                          input_names=names, output_names=outs, dynamic_axes=axes or None)
     info = finish(raw / MAIN, ctx.workdir / MAIN, names, outs, ctx.inputs)
     shutil.rmtree(raw)
     return {"main": MAIN, "opset": opset, "exporter": EXPORTER, "torch": torch.__version__,

@@ -41,9 +41,8 @@ class Unavailable(ServeError):
 
 
 def is_bug(exc: BaseException) -> bool:
-    """A gpux bug: raised in gpux's own code (`gpux.errors.raised_by_gpux`), yet no GpuxError (gpux's declared
-    failures) nor a runtime's own error type (a C extension's error shows, as its last frame, gpux's line that
-    called it). A 500 with its traceback logged, never the request's nor the model's fault."""
-    from gpux.errors import GpuxError, raised_by_gpux
+    """A gpux bug by the one policy (`gpux.errors.classify`): a 500 with its traceback logged, never the request's
+    nor the model's fault."""
+    from gpux.errors import Failure, classify
 
-    return raised_by_gpux(exc) and not isinstance(exc, GpuxError) and type(exc).__module__ == "builtins"
+    return classify(exc) is Failure.BUG
