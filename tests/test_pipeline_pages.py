@@ -122,3 +122,13 @@ def test_a_turned_region_is_cut_upright() -> None:
 
     got = reading_order([region(100, 3), region(0, 40), region(10, 0), region(60, 44)])  # type: ignore[list-item]
     assert [r["box"][0] for r in got] == [[10, 0], [100, 3], [0, 40], [60, 44]]
+
+
+def test_serve_serves_its_models_and_says_the_page_pipeline_is_not(page: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    from gpux.serve.command import ServeCommand, _open
+
+    opening = _open(ServeCommand(targets=[str(page / "ppocr_page")], provider="cpu"))
+    assert [p.name for p in opening.projects] == ["ppocr-detector", "ppocr-recognizer"]
+    assert opening.pipelines == {}
+    assert "its pipeline crops image regions (crops:)" in caplog.text

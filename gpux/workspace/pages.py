@@ -38,7 +38,8 @@ def answer_pages(ms: Models, req: Any) -> int:
 
     if ms.workspace is None or not ms.workspace.config.pipeline:
         raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to answer files; name one model's folder")
-    refuse_unsupported(req, ("input_json", "input_file", "output", "save", "benchmark"), "files through a pipeline")
+    refuse_unsupported(req, ("input_json", "input_file", "output", "save", "benchmark"),
+                       "answering files through a pipeline")
     files = input_files(req.files, "image")
     choice = shared_choice(ms, req.provider)
     with holding(ms.place.name, ms.place.root, req.store, "gpux run"):
@@ -50,9 +51,9 @@ def answer_pages(ms: Models, req: Any) -> int:
                     report.warn(w)
                 report.info(f"{ms.place.name}: every step on {choice.provider} ({choice.source})")
             for file in files:
-                doc = {"file": file, "workspace": ms.place.name, "provider": choice.provider,
-                       "answers": answer_page(bound, file)}
-                print(json.dumps(doc) if req.as_json else page_lines(file, doc["answers"], bound), flush=True)
+                answers = answer_page(bound, file)
+                doc = {"file": file, "workspace": ms.place.name, "provider": choice.provider, "answers": answers}
+                print(json.dumps(doc) if req.as_json else page_lines(file, answers, bound), flush=True)
         finally:
             close_all(sessions)
     return 0
