@@ -74,6 +74,7 @@ def wire(ms: Models, io: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]])
     out come from the pipeline input of the same name."""
     ws = ms.workspace
     assert ws is not None and ws.config.pipeline
+    refuse_crops(ms)
     produced: dict[str, Tensor] = {}
     out = Wiring([], {}, {})
     for i, step in enumerate(ws.config.pipeline):
@@ -82,10 +83,6 @@ def wire(ms: Models, io: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]])
         def problem(loc: str, msg: str, i: int = i) -> ConfigError:
             return ConfigError([Problem(str(ws.path), 0, 0, f"pipeline.{i}.inputs{loc}", msg)])
 
-        if step.crops is not None:
-            raise ConfigError([Problem(str(ws.path), 0, 0, f"pipeline.{i}.crops", "a crops step runs on image "
-                                       "files: `gpux run WORKSPACE IMAGE...`; tensors (-i/-f, --benchmark, "
-                                       "serve, export) take pipelines of tensor steps only")])
 
         unknown = sorted(set(step.inputs) - set(inputs))
         if unknown:
@@ -106,8 +103,19 @@ def wire(ms: Models, io: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]])
     return out
 
 
+def refuse_crops(ms: Models) -> None:
+    """Tensors in (-i/-f, --benchmark, serve, export) take pipelines of tensor steps only: a crops step is refused."""
+    assert ms.workspace is not None
+    for i, step in enumerate(ms.workspace.config.pipeline):
+        if step.crops is not None:
+            raise ConfigError([Problem(str(ms.workspace.path), 0, 0, f"pipeline.{i}.crops", "a crops step runs on "
+                                       "image files: `gpux run WORKSPACE IMAGE...`; tensors (-i/-f, --benchmark, "
+                                       "serve, export) take pipelines of tensor steps only")])
+
+
 def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log: Any) -> Pipeline:
     """Open every step's model on the chosen provider (strict: one runtime for all) and check the wiring."""
+    refuse_crops(ms)  # before any model is opened
     sessions = open_sessions(ms, choice, store_dir, log)
     try:
         plan = wire(ms, {n: (s.inputs, s.outputs) for n, s in sessions.items()})
