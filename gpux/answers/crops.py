@@ -20,7 +20,8 @@ def upright_crop(image: Any, box: list[list[float]]) -> Any:
     w = max(1, int(max(np.linalg.norm(p[0] - p[1]), np.linalg.norm(p[2] - p[3]))))
     h = max(1, int(max(np.linalg.norm(p[0] - p[3]), np.linalg.norm(p[1] - p[2]))))
     target = np.asarray([[0, 0], [w, 0], [w, h], [0, h]], np.float64)
-    crop = image.transform((w, h), image_mod.Transform.PERSPECTIVE, _coefficients(target, p),
+    # OpenCV's warp (PaddleOCR's) puts pixel centres at whole coordinates, Pillow's at halves: both sides shift
+    crop = image.transform((w, h), image_mod.Transform.PERSPECTIVE, _coefficients(target + 0.5, p + 0.5),
                            image_mod.Resampling.BICUBIC)
     return crop.transpose(image_mod.Transpose.ROTATE_90) if h / w >= 1.5 else crop
 
