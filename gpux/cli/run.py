@@ -54,9 +54,9 @@ def run_command(req: RunRequest) -> int:
         raise UsageError(f"--save {req.save} draws the answers of image files; pass FILES (gpux run NAME FILE...)")
     ms = open_models(req.target, req.store)  # the target is told apart and opened once
     if ms.workspace is not None and req.files:
-        from gpux.errors import UsageError
+        from gpux.workspace.pages import answer_pages
 
-        raise UsageError("files are answered by one model; name its folder, not the workspace")
+        return answer_pages(ms, req)
     if ms.workspace is not None:
         return run_workspace(ms, req)
     if req.report:  # before minutes of measuring

@@ -28,6 +28,10 @@ class Step(_Strict):
     inputs: dict[str, str] = Field(
         default_factory=dict, description="Model input → where it comes from: `STEP_MODEL.OUTPUT` of an earlier "
         "step, or the name of a pipeline input. Inputs left out are taken by name (a pipeline input).")
+    crops: str | None = Field(
+        None, description="`STEP_MODEL.OUTPUT` of an earlier step whose answers are text regions (text_boxes): "
+        "this step runs once per region, on the region cut upright from the pipeline's image file, through its "
+        "own image preprocess (`gpux run WORKSPACE IMAGE`).")
 
 
 class WorkspaceRuntime(_Strict):
@@ -139,8 +143,22 @@ def pipeline_problems(config: WorkspaceConfig) -> list[tuple[tuple[Any, ...], st
             ref, dot, _ = source.partition(".")
             if dot and ref not in earlier:
                 out.append((("pipeline", i, "inputs", name), f"{source!r}: {ref!r} is not an earlier step"))
+        if step.crops is not None:
+            out += _crops_problems(step, i, earlier)
         earlier.append(step.model)
     return out
+
+
+def _crops_problems(step: Step, i: int, earlier: list[str]) -> list[tuple[tuple[Any, ...], str]]:
+    """A crops step names MODEL.OUTPUT of an earlier step, and takes nothing else: its input is the crop."""
+    ref, dot, output = (step.crops or "").partition(".")
+    if not dot or not output:
+        return [(("pipeline", i, "crops"), f"{step.crops!r}: name the regions as MODEL.OUTPUT (e.g. detector.OUTPUT)")]
+    if ref not in earlier:
+        return [(("pipeline", i, "crops"), f"{step.crops!r}: {ref!r} is not an earlier step")]
+    if step.inputs:
+        return [(("pipeline", i, "inputs"), "a crops step's input is each crop; take inputs: out of it")]
+    return []
 
 
 __all__ = ["Workspace", "WorkspaceConfig", "load_workspace", "pipeline_project"]

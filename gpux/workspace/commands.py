@@ -155,10 +155,7 @@ def run_workspace(ms: Models, req: RunAsked) -> int:
 
     if ms.workspace is None or not ms.workspace.config.pipeline:
         raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to run; run one model by its folder")
-    unsupported = [f"--{k.replace('_', '-').replace('as-csv', 'csv')}" for k in UNSUPPORTED if getattr(req, k, None)]
-    if unsupported:
-        raise UsageError(f"{', '.join(unsupported)}: not supported when running a workspace's pipeline",
-                         hint="run one model by its folder for those; a pipeline is always strict")
+    refuse_unsupported(req)
     if req.output and not req.output.endswith(".npz"):
         raise UsageError(f"--output {req.output}: outputs are written as .npz; name the file *.npz")
     choice = shared_choice(ms, req.provider)
@@ -187,6 +184,15 @@ def run_workspace(ms: Models, req: RunAsked) -> int:
            "warnings": list(choice.warnings), **doc}
     _render_run(doc, as_json)
     return 0
+
+
+def refuse_unsupported(req: Any, more: tuple[str, ...] = (), what: str = "running a workspace's pipeline") -> None:
+    """The `gpux run` options a pipeline run does not take (UNSUPPORTED, and `more`), refused in one line."""
+    names = {"as_csv": "csv", "input_json": "input", "input_file": "file"}
+    given = [f"--{names.get(k, k).replace('_', '-')}" for k in (*UNSUPPORTED, *more) if getattr(req, k, None)]
+    if given:
+        raise UsageError(f"{', '.join(given)}: not supported when {what}",
+                         hint="run one model by its folder for those; a pipeline is always strict")
 
 
 def _render_run(doc: dict[str, Any], as_json: bool) -> None:

@@ -74,6 +74,7 @@ def wire(ms: Models, io: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]])
     out come from the pipeline input of the same name."""
     ws = ms.workspace
     assert ws is not None and ws.config.pipeline
+    refuse_crops(ms)
     produced: dict[str, Tensor] = {}
     out = Wiring([], {}, {})
     for i, step in enumerate(ws.config.pipeline):
@@ -81,6 +82,7 @@ def wire(ms: Models, io: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]])
 
         def problem(loc: str, msg: str, i: int = i) -> ConfigError:
             return ConfigError([Problem(str(ws.path), 0, 0, f"pipeline.{i}.inputs{loc}", msg)])
+
 
         unknown = sorted(set(step.inputs) - set(inputs))
         if unknown:
@@ -101,8 +103,30 @@ def wire(ms: Models, io: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]])
     return out
 
 
+def refuse_crops(ms: Models) -> None:
+    """Tensors in (-i/-f, --benchmark, serve, export) take pipelines of tensor steps only: a crops step is refused."""
+    assert ms.workspace is not None
+    for i, step in enumerate(ms.workspace.config.pipeline):
+        if step.crops is not None:
+            raise ConfigError([Problem(str(ms.workspace.path), 0, 0, f"pipeline.{i}.crops", "a crops step runs on "
+                                       "image files: `gpux run WORKSPACE IMAGE...`; tensors (-i/-f, --benchmark, "
+                                       "serve, export) take pipelines of tensor steps only")])
+
+
 def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log: Any) -> Pipeline:
     """Open every step's model on the chosen provider (strict: one runtime for all) and check the wiring."""
+    refuse_crops(ms)  # before any model is opened
+    sessions = open_sessions(ms, choice, store_dir, log)
+    try:
+        plan = wire(ms, {n: (s.inputs, s.outputs) for n, s in sessions.items()})
+    except BaseException:  # whatever stops it, an interrupt too: the sessions are closed, then it goes on
+        close_all(sessions)
+        raise
+    return Pipeline([Stage(m, sessions[m], w) for m, w in plan.steps], plan.inputs)
+
+
+def open_sessions(ms: Models, choice: Choice, store_dir: str | Path | None, log: Any) -> dict[str, Session]:
+    """Each step's model opened once on the chosen provider (strict: one runtime for all)."""
     from gpux.run.session import load
 
     assert ms.workspace is not None
@@ -112,12 +136,15 @@ def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log:
             if step.model not in sessions:
                 sessions[step.model] = load(ms.models[step.model], choice.provider, strict=True,
                                             store_dir=store_dir, log=log, provider_source="workspace")
-        plan = wire(ms, {n: (s.inputs, s.outputs) for n, s in sessions.items()})
     except BaseException:  # whatever stops it, an interrupt too: the sessions opened so far are closed, then it goes on
-        for s in sessions.values():
-            s.close()
+        close_all(sessions)
         raise
-    return Pipeline([Stage(m, sessions[m], w) for m, w in plan.steps], plan.inputs)
+    return sessions
+
+
+def close_all(sessions: dict[str, Session]) -> None:
+    for s in sessions.values():
+        s.close()
 
 
 def benchmark(pipe: Pipeline, feeds: Feeds, runs: int, warmup: int) -> dict[str, Any]:
@@ -147,4 +174,4 @@ def benchmark(pipe: Pipeline, feeds: Feeds, runs: int, warmup: int) -> dict[str,
             "end_to_end": {**stats(totals), "per_s": float(len(totals) / sum(totals))}}
 
 
-__all__ = ["Pipeline", "Stage", "Wiring", "benchmark", "open_pipeline", "wire"]
+__all__ = ["Pipeline", "Stage", "Wiring", "benchmark", "close_all", "open_pipeline", "open_sessions", "wire"]

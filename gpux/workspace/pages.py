@@ -1,0 +1,169 @@
+"""`gpux run WORKSPACE IMAGE...`: a pipeline that answers image files. Its first step takes the file through its
+declared preprocess; each later step is a `crops:` step, run once per text region an earlier step answered, on
+the region cut upright from the image (gpux.answers.crops) through its own image preprocess. A file's answers are
+every step's, named MODEL.OUTPUT; a region list that steps crop gets each region's answers of those steps, in
+reading order."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpux import report
+from gpux.answers.steps import Steps
+from gpux.config.workspace import Step
+from gpux.errors import ConfigError, Problem, UsageError
+from gpux.run.session import Session
+from gpux.workspace.project import Models
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One step's model, its open session and its declared steps bound to the session's real tensors."""
+
+    step: Step
+    session: Session
+    steps: Steps
+
+
+def answer_pages(ms: Models, req: Any) -> int:
+    """Each file through the pipeline; one answer per file, printed as text or one JSON line each."""
+    from gpux.answers.steps import input_files
+    from gpux.run.inuse import holding
+    from gpux.workspace.commands import refuse_unsupported
+    from gpux.workspace.pipeline import close_all, open_sessions
+    from gpux.workspace.project import shared_choice
+
+    if ms.workspace is None or not ms.workspace.config.pipeline:
+        raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to answer files; name one model's folder")
+    refuse_unsupported(req, ("input_json", "input_file", "output", "save", "benchmark"),
+                       "answering files through a pipeline")
+    files = input_files(req.files, "image")
+    choice = shared_choice(ms, req.provider)
+    with holding(ms.place.name, ms.place.root, req.store, "gpux run"):
+        sessions = open_sessions(ms, choice, req.store, report.progress(req.as_json))
+        try:
+            bound = bind(ms, sessions)
+            if not req.as_json:
+                for w in choice.warnings:
+                    report.warn(w)
+                report.info(f"{ms.place.name}: every step on {choice.provider} ({choice.source})")
+            for file in files:
+                answers = answer_page(bound, file)
+                doc = {"file": file, "workspace": ms.place.name, "provider": choice.provider, "answers": answers}
+                print(json.dumps(doc) if req.as_json else page_lines(file, answers, bound), flush=True)
+        finally:
+            close_all(sessions)
+    return 0
+
+
+def bind(ms: Models, sessions: dict[str, Session]) -> list[Bound]:
+    """The steps bound to their models, checked: the first takes one image file, every later one crops text
+    regions an earlier step answers. A ConfigError names the step otherwise."""
+    assert ms.workspace is not None
+    path = str(ms.workspace.path)
+    out: list[Bound] = []
+    for i, step in enumerate(ms.workspace.config.pipeline):
+        s = sessions[step.model]
+        steps = Steps.of(ms.models[step.model], s.inputs, s.outputs)
+        b = Bound(step, s, steps)
+        where, why = (f"pipeline.{i}", _first_problem(b)) if i == 0 else (f"pipeline.{i}.crops", _crop_problem(b, out))
+        if why:
+            raise ConfigError([Problem(path, 0, 0, where, why)])
+        out.append(b)
+    return out
+
+
+def _first_problem(b: Bound) -> str | None:
+    if b.step.crops is not None:
+        return "the first step takes the image file; crops: reads regions of an earlier step"
+    if b.steps.kind != "image":
+        return f"{b.step.model!r} takes no image files (no preprocess: image on its one input)"
+    return None
+
+
+def _crop_problem(b: Bound, earlier: list[Bound]) -> str | None:
+    if b.step.crops is None:
+        return "a pipeline run on image files chains its later steps by crops: (MODEL.OUTPUT of text regions)"
+    if b.steps.kind != "image":
+        return f"{b.step.model!r} takes no image crops (no preprocess: image on its one input)"
+    model, _, output = b.step.crops.partition(".")
+    found = next((e for e in earlier if e.step.model == model), None)
+    kind = found.steps.kinds.get(output) if found else None
+    if kind is None or kind.key != "text_boxes":
+        return f"{b.step.crops!r} answers no text regions (an output of {model!r} with postprocess: text_boxes)"
+    return None
+
+
+def answer_page(bound: list[Bound], file: str) -> dict[str, Any]:
+    """One file's answers: the first step's on the file, then each crops step's on every region it reads."""
+    first, *later = bound
+    feeds, placement = first.steps.feeds(Path(file), file)
+    outputs = first.session.run(feeds)
+    answers: dict[str, Any] = {f"{first.step.model}.{k}": _plain(v)
+                               for k, v in first.steps.file_answers(outputs, placement).items()}
+    image = _original(file) if later else None
+    for b in later:
+        assert b.step.crops is not None
+        regions = answers[b.step.crops] = _ordered(answers[b.step.crops])
+        for j, region in enumerate(regions):
+            from gpux.answers.crops import upright_crop
+
+            crop_feeds, at = b.steps.feeds(upright_crop(image, region["box"]), f"{file} region {j}")
+            got = b.steps.answers(b.session.run(crop_feeds), at)
+            region.setdefault("answers", {}).update({f"{b.step.model}.{k}": _plain(v) for k, v in got.items()})
+    return answers
+
+
+def _ordered(regions: list[Any]) -> list[Any]:
+    from gpux.answers.crops import reading_order
+
+    return reading_order([dict(r) for r in regions])  # type: ignore[misc]  # (a region gains its answers)
+
+
+def _original(file: str) -> Any:
+    """The file's image, upright (its EXIF turn applied), in RGB: the pixels the regions' corners are in."""
+    from gpux.answers.pre import open_image
+    from gpux.errors import InputError
+    from gpux.optional import require
+
+    ops = require("PIL.ImageOps", "images")
+    try:
+        return ops.exif_transpose(open_image(file, file)).convert("RGB")
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise InputError(f"{file}: cannot decode the image: {exc}") from exc
+
+
+def _plain(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def page_lines(file: str, answers: dict[str, Any], bound: list[Bound]) -> str:
+    """`file:` then each answer as its kind writes it; a cropped region: its corners and score, then its own
+    answers indented."""
+    from gpux.config.kinds import step
+    from gpux.report.answers import value_lines
+
+    kinds = {f"{b.step.model}.{k}": v for b in bound for k, v in b.steps.kinds.items()}
+    cropped = {b.step.crops for b in bound if b.step.crops}
+
+    def written(name: str, answer: Any, indent: str = "") -> list[str]:
+        kind = kinds.get(name)
+        got = step(kind, "lines")(name, answer) if kind is not None and kind.lines else value_lines(name, answer)
+        return [indent + line for line in got]
+
+    lines = [f"{file}:"]
+    for name, answer in answers.items():
+        if name not in cropped:
+            lines += written(name, answer)
+            continue
+        lines.append(f"  {name}: {len(answer)} region{'s' if len(answer) != 1 else ''}")
+        for r in answer:
+            lines.append(f"    {r['score']:.3f} " + " ".join(f"({x:.0f},{y:.0f})" for x, y in r["box"]))
+            lines += [line for k, a in r.get("answers", {}).items() for line in written(k, a, "    ")]
+    return "\n".join(lines)
+
+
+__all__ = ["answer_page", "answer_pages", "bind"]
