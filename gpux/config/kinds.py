@@ -11,9 +11,14 @@ from functools import cache
 from pkgutil import resolve_name
 from typing import Any
 
-from gpux.config.steps import ADDED, ANSWER_KEYS
+# A plug-in kind's config type by its key under postprocess: (register adds one); the built-in
+# kinds are Postprocess's own fields.
+ADDED: dict[str, Any] = {}
+# the built-in kinds' keys
+ANSWER_KEYS = ("topk", "boxes", "ctc", "text_boxes", "embedding", "keypoints", "masks", "python")
 
-__all__ = ["ANSWER_KINDS", "AnswerKind", "Floor", "kind_of", "proposals", "record_kind", "register", "step"]
+__all__ = ["ADDED", "ANSWER_KEYS", "ANSWER_KINDS", "AnswerKind", "Floor", "kind_of", "proposals", "record_kind",
+           "register", "step"]
 
 Floor = tuple[str, str, str]  # (metric in its agreement record, threshold key under verify:, what it is in words)
 

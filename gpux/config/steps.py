@@ -25,6 +25,7 @@ from gpux.config.blocks import (
     Masks,
     TextBoxes,
 )
+from gpux.config.kinds import ADDED, ANSWER_KEYS
 from gpux.config.problems import show_value
 
 __all__ = ["ADDED", "ANSWER_KEYS", "BOX_LAYOUTS", "BoxLayout", "BoxLayoutName", "Boxes", "Ctc", "Embedding",
@@ -162,11 +163,6 @@ class ImageSteps(Strict):
         return self
 
 
-# A plug-in kind's config type by its key under postprocess: (gpux.config.kinds.register adds one); the built-in
-# kinds are Postprocess's own fields.
-ADDED: dict[str, Any] = {}
-# the built-in kinds' keys
-ANSWER_KEYS = ("topk", "boxes", "ctc", "text_boxes", "embedding", "keypoints", "masks", "python")
 
 
 class Postprocess(Strict):
