@@ -112,6 +112,14 @@ def ws(tmp_path: Path) -> Path:
     return out
 
 
+@pytest.fixture(scope="session", autouse=True)
+def built_once(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What the examples' make_model.py export for the tests is made once per session, here (tests/trained.py)."""
+    from tests import trained
+
+    trained.BUILT = tmp_path_factory.mktemp("built-once")
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep the name index and env overrides out of the user's machine."""
