@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILT: Path | None = None  # where files made once per session are kept (conftest.py's built_once); None: not kept
 
 
-def built(example: str, what: str, make: Callable[[Path], object]) -> Path:
-    """The folder `make(folder)` wrote into, made once per session per (the example's make_model.py, `what`); a
-    make that fails (a missing package) is tried again by the next caller."""
-    source = (ROOT / "examples" / example / "make_model.py").read_bytes()
+def built(example: str, what: str, make: Callable[[Path], object], script: Path | None = None) -> Path:
+    """The folder `make(folder)` wrote into, made once per session per (the script that makes it: the example's
+    make_model.py unless named, `what`); a make that fails (a missing package) is tried again by the next caller."""
+    source = (script or ROOT / "examples" / example / "make_model.py").read_bytes()
     key = f"{example}-{hashlib.sha256(source + what.encode()).hexdigest()[:16]}"
     if BUILT is None:
         import tempfile
