@@ -38,7 +38,7 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
-# Before every commit (a minute or two): the in-process modules and the rule checks (tests/conftest.py FAST).
+# Before every commit (under a minute): the in-process modules and the rule checks (tests/conftest.py FAST).
 test-fast: install
 	$(BIN)/python -m pytest -q -m fast
 
