@@ -38,8 +38,9 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
+# Before every commit (under a minute): the in-process modules and the rule checks (tests/conftest.py FAST).
 test-fast: install
-	$(BIN)/python -m pytest -q -m 'not slow and not docker'
+	$(BIN)/python -m pytest -q -m fast
 
 # The newest releases, on purpose: a venv of its own, no constraints; the test venvs take the newest too.
 test-latest:

@@ -112,6 +112,14 @@ def ws(tmp_path: Path) -> Path:
     return out
 
 
+@pytest.fixture(scope="session", autouse=True)
+def built_once(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What the examples' make_model.py export for the tests is made once per session, here (tests/trained.py)."""
+    from tests import trained
+
+    trained.BUILT = tmp_path_factory.mktemp("built-once")
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep the name index and env overrides out of the user's machine."""
@@ -144,6 +152,34 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text))
     return path
+
+
+# `make test-fast` (pytest -m fast): modules whose tests run in process in seconds, the rule checks among them; run
+# before every commit. A module joins when all of it runs in a few seconds on a quiet machine (its slow tests, if
+# any, stay out); everything else runs in `make test`.
+FAST = frozenset({
+    "test_bench", "test_config", "test_element_types", "test_lazy_imports", "test_layers", "test_legacy",
+    "test_options", "test_providers", "test_read_once", "test_registry", "test_run_hot_path",
+    "test_runtime_contract", "test_schema", "test_serve_access", "test_serve_batching", "test_serve_codec",
+    "test_serve_grpc", "test_serve_stream", "test_shapes", "test_toy_provider",
+})
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With `-m fast` alone, the other test modules are not even imported (collecting them all takes longer than
+    running the fast ones)."""
+    if config.option.markexpr == "fast" and collection_path.name.startswith("test_") \
+            and collection_path.suffix == ".py" and collection_path.stem not in FAST:
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests of the FAST modules `fast` (not those marked slow or docker)."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+        if module in FAST and not any(item.get_closest_marker(m) for m in ("slow", "docker")):
+            item.add_marker(pytest.mark.fast)
 
 
 REQUIRE_ENV = "GPUX_REQUIRE_PROVIDERS"

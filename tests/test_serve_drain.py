@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.serving import mlp_project
+from tests.serving import ServerThread, mlp_project
 from tests.test_serve_cli import Process
 
 grpc = pytest.importorskip("grpc")
@@ -89,3 +89,30 @@ def under_load(p: Process) -> Counter[str]:
     for t in threads:
         t.join(30)
     return seen
+
+
+def test_calls_waiting_in_grpc_core_when_the_drain_begins_are_answered(tmp_path: Path) -> None:
+    """gRPC calls that came in while the server's loop was busy wait in grpc core, not yet handed to the loop; the
+    drain answers each (OK, or UNAVAILABLE as it refuses new work), none is CANCELLED by the gRPC server's stop."""
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    request = service_pb2.ModelInferRequest(model_name="mlp")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, 8])
+    request.raw_input_contents.append(np.full((1, 8), 0.5, np.float32).tobytes())
+    busy, release = threading.Event(), threading.Event()
+
+    def block() -> None:  # the loop is busy elsewhere until released
+        busy.set()
+        release.wait(30)
+
+    with ServerThread([mlp_project(tmp_path / "mlp", "1.0.0", 0)]) as server, grpc.insecure_channel(server.grpc) as ch:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        stub.ModelInfer(request, timeout=30)  # connected
+        server.loop.call_soon_threadsafe(block)
+        assert busy.wait(30)
+        calls = [stub.ModelInfer.future(request, timeout=30) for _ in range(50)]
+        time.sleep(0.3)  # they reach the server, and wait there
+        server.loop.call_soon_threadsafe(server.server.stopping.set)  # SIGTERM's handler, once the loop is free
+        release.set()
+        seen = Counter(c.code().name for c in calls)
+    assert set(seen) <= {"OK", "UNAVAILABLE"}, seen

@@ -47,19 +47,29 @@ def mlp() -> Any:
 
 
 def make_mlp_project(root: Path, name: str = "torch-mlp", kind: str = "torchscript") -> Path:
+    """The MLP saved as TorchScript (model.pt) or a torch.export program (model.pt2, exported once per session)."""
+    from tests.trained import built
+
     root.mkdir(parents=True, exist_ok=True)
+    source = "model.pt" if kind == "torchscript" else "model.pt2"
+    if kind == "torchscript":
+        save_mlp(root / source, kind)
+    else:
+        made = built("torch_mlp", kind, lambda folder: save_mlp(folder / source, kind), Path(__file__))
+        shutil.copyfile(made / source, root / source)
+    (root / "gpux.yml").write_text(MLP_YML.format(name=name, source=source))
+    return root
+
+
+def save_mlp(path: Path, kind: str) -> None:
     example = torch.randn(2, 12)
     if kind == "torchscript":
         with torch.no_grad():
-            torch.jit.save(torch.jit.trace(mlp(), example), str(root / "model.pt"))
-        source = "model.pt"
-    else:
-        batch = torch.export.Dim("batch", min=1, max=256)
-        program = torch.export.export(mlp(), (example,), dynamic_shapes={"x": {0: batch}})
-        torch.export.save(program, str(root / "model.pt2"))
-        source = "model.pt2"
-    (root / "gpux.yml").write_text(MLP_YML.format(name=name, source=source))
-    return root
+            torch.jit.save(torch.jit.trace(mlp(), example), str(path))
+        return
+    batch = torch.export.Dim("batch", min=1, max=256)
+    program = torch.export.export(mlp(), (example,), dynamic_shapes={"x": {0: batch}})
+    torch.export.save(program, str(path))
 
 
 def make_cnn_project(root: Path) -> Path:

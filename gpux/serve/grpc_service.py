@@ -7,6 +7,7 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -318,12 +319,14 @@ def _log(request: Any, status: int, started: float) -> None:
                 version=request.model_version, status=status)
 
 
-def make_server(service: InferenceService, address: str, limits: Limits) -> tuple[grpc.aio.Server, int]:
-    """A grpc.aio server with the service on `address`, and the port it bound."""
+def make_server(service: InferenceService, address: str, limits: Limits,
+                wrap: Callable[[Any], Any] = lambda handler: handler) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server with the service on `address` (its generic handler passed through `wrap`), and the port it
+    bound."""
     options = [("grpc.max_receive_message_length", limits.max_body_bytes),
                ("grpc.max_send_message_length", max(limits.max_body_bytes, 64 * 2**20)),
                ("grpc.so_reuseport", 0)]
     server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers((handlers(service), Unimplemented()))
+    server.add_generic_rpc_handlers((wrap(handlers(service)), Unimplemented()))
     port = server.add_insecure_port(address)
     return server, port

@@ -93,6 +93,7 @@ class Server:
         self.grpc_port: int | None = grpc_port if request.grpc else None
         self._uvicorn: Any = None
         self._grpc: Any = None
+        self._arrivals: Any = None  # the gRPC calls counted, for the drain (gpux/serve/drain.py)
         self._tasks: list[asyncio.Task[Any]] = []
         self.stopping = asyncio.Event()
         self.offload = Offload()
@@ -110,10 +111,13 @@ class Server:
         self._uvicorn = _Uvicorn.make(app, self.request.drain_s, self.limits)
         self._tasks.append(asyncio.create_task(self._uvicorn.serve(sockets=[sock])))
         if self.grpc_port is not None:
+            from gpux.serve.drain import Arrivals
             from gpux.serve.grpc_service import InferenceService, make_server
 
             service = InferenceService(self.repo, self.metrics, self.limits, self.request.api_key, self.lifecycle)
-            self._grpc, self.grpc_port = make_server(service, _address(self.host, self.grpc_port), self.limits)
+            self._arrivals = Arrivals()
+            self._grpc, self.grpc_port = make_server(service, _address(self.host, self.grpc_port), self.limits,
+                                                     self._arrivals.around)
             await self._grpc.start()
         self._tasks.append(asyncio.create_task(self._load_all()))
 
@@ -162,7 +166,11 @@ class Server:
             self._uvicorn.should_exit = True
             tasks.append(self._tasks[0])
         if self._grpc is not None:
-            tasks.append(asyncio.ensure_future(self._grpc.stop(self.request.drain_s)))
+            from gpux.serve.drain import stop_grpc
+
+            assert self.grpc_port is not None
+            address = _address(_loopback(self.host), self.grpc_port)
+            tasks.append(asyncio.ensure_future(stop_grpc(self._grpc, self._arrivals, address, self.request.drain_s)))
         await asyncio.gather(*tasks, return_exceptions=True)
         for t in self._tasks[1:]:
             t.cancel()
@@ -189,6 +197,11 @@ class Server:
 
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _loopback(host: str) -> str:
+    """Where this machine reaches a server bound to `host` (a wildcard is reached on loopback)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
 
 
 def serve(request: ServeRequest) -> None:
