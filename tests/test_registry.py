@@ -21,6 +21,8 @@ ALLOWED = {
         "Kubernetes resource",
     ("gpux/machine.py", 'return {"cpu": cpu_model(), "machine": platform.machine()}'): "host fact",
     ("gpux/plan/lock.py", 'return {"cpu": host["cpu_model"], "machine": platform.machine(),'): "host fact",
+    ("gpux/plan/lock.py", 'said = [f"{k} (measured on {theirs.get(\'cpu\')!r}; this is {ours.get(\'cpu\')!r})" '
+                          'if k == "cpu" else k'): "host fact (a lock's fingerprint key)",
     ("gpux/optional.py", "EXTRAS = {"): "distribution names (openvino, tensorrt) -> pip extras",
 }
 

@@ -84,7 +84,10 @@ def config_of(model: Any) -> dict[str, Any]:
         if form:
             entry["format"] = form
     cfg["input"], cfg["output"] = inputs, tensor_entries(model.outputs, batched)
-    gpu = "CPU" not in model.runs_on.upper() and model.provider not in ("cpu", "openvino")
+    from gpux.providers import registry
+
+    row = registry().get(model.provider)  # a GPU instance where the provider's device is one (its GPU resource)
+    gpu = "CPU" not in model.runs_on.upper() and row is not None and row.gpu_resource is not None
     cfg["instance_group"] = [{"name": model.name, "count": settings.instances, "kind": "KIND_GPU" if gpu else
                               "KIND_CPU", **({"gpus": [0]} if gpu else {})}]
     if batched:

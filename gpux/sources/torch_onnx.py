@@ -122,7 +122,7 @@ def export_checkpoint(facts: Facts, task: str, path: Path, say: Say) -> dict[str
 
 
 def _check(torch: Any, module: Any, names: list[str], facts: Facts, path: Path, say: Say) -> dict[str, Any]:
-    ort = require("onnxruntime", "cpu")
+    ort = require("onnxruntime")
     feeds = tokenized(facts, SENTENCES, names)
     with torch.no_grad():
         want = module(*(torch.from_numpy(feeds[n]) for n in names)).numpy()
