@@ -101,9 +101,9 @@ def components(bitmap: Any) -> list[tuple[Any, Any]]:
         groups.setdefault(root(i), []).append(i)
     out = []
     for runs in groups.values():  # a region's hull is its runs' end pixels': only those are kept
-        r = np.asarray(runs)
-        out.append((int((ends[r] - starts[r]).sum()), np.concatenate([rows[r], rows[r]]),
-                    np.concatenate([starts[r], ends[r] - 1])))
+        run = np.asarray(runs)
+        out.append((int((ends[run] - starts[run]).sum()), np.concatenate([rows[run], rows[run]]),
+                    np.concatenate([starts[run], ends[run] - 1])))
     return [(ys, xs) for _, ys, xs in sorted(out, key=lambda c: -c[0])]
 
 

@@ -124,7 +124,7 @@ def onnx_io(src: Path, sizes: dict[str, int]) -> tuple[list[Tensor], list[Tensor
         sizes.update({d: n for d, n in found.items() if n != 1})
         real = real_io(src, io.inputs, None, {t.name: _sized(t, found) for t in named}) if found else None
     io = trued(io, real)[0] if real is not None else io  # what it returns, where its metadata misstates an output
-    outputs = [Labelled(n.name, n.dtype, n.shape, labels=tuple(io.labels.get(n.name, ())))
+    outputs: list[Tensor] = [Labelled(n.name, n.dtype, n.shape, labels=tuple(io.labels.get(n.name, ())))
                for n in map(_named, io.outputs)]  # with an ONNX-ML classifier's class names (gpux.model.classic)
     return [_named(t) for t in io.inputs], outputs
 

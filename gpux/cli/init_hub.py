@@ -37,7 +37,8 @@ def _source(model: str, folder: Path) -> str:
 
 
 def _name(model: str) -> str:
-    base = parse_hub(model).repo.split("/")[1] if is_hub(model) and parse_hub(model) else Path(model).resolve().name
+    ref = parse_hub(model) if is_hub(model) else None
+    base = ref.repo.split("/")[1] if ref is not None else Path(model).resolve().name
     name = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-") or "model"
     return name if name[0].isalpha() else f"model-{name}"
 

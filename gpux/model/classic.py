@@ -48,7 +48,9 @@ def read(model: Any) -> Classes:
     constants = {i.name: i for i in graph.initializer}
     constants |= {o: a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
                   for o in n.output}
-    labels, exchanged, picked = {}, {}, []
+    labels: dict[str, list[str]] = {}
+    exchanged: dict[str, str] = {}
+    picked: list[list[str]] = []
     for out in graph.output:
         node, name = _origin(out.name, made_by, constants, FOLLOWS | RESHAPES)
         names = None if node is None else class_names(node) or _picked_from(node, constants)

@@ -63,7 +63,8 @@ class Locked:
 
 def partial_of(doc: dict[str, Any]) -> str:
     """`18 of 22 candidates not measured (--budget 200 s)` for a lock of a search cut short, else ""."""
-    search = doc.get("search") if isinstance(doc.get("search"), dict) else {}
+    found = doc.get("search")
+    search: dict[str, Any] = found if isinstance(found, dict) else {}
     if not search.get("partial"):
         return ""
     return (f"{len(search.get('unmeasured') or ())} of {search.get('candidates')} candidates not measured "
