@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+import grpc as grpc_errors
 import httpx
 import numpy as np
 from kserve import InferenceGRPCClient, InferenceRESTClient, InferInput, InferRequest, RESTConfig
@@ -58,6 +59,10 @@ async def rest(http: str) -> dict[str, Any]:
                "model_ready": await client.is_model_ready(base, "simple_fp32"),
                "unknown_ready": await client.is_model_ready(base, "no_such_model"),
                "metadata": meta.model_dump()}
+        try:  # the SDK raises with the server's own `error` text when the body is JSON
+            await client.infer(base, requests(True)["fp32"], model_name="no_such_model")
+        except httpx.HTTPStatusError as exc:
+            doc["unknown_infer"] = {"status": exc.response.status_code, "message": str(exc)}
         for binary in (True, False):
             for kind, request in requests(binary).items():
                 found = await client.infer(base, request, model_name=request.model_name)
@@ -76,6 +81,12 @@ async def grpc(address: str) -> dict[str, Any]:
                "metadata": {"name": meta.name, "versions": list(meta.versions), "platform": meta.platform,
                             "inputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
                                        for t in meta.inputs]}}
+        unknown = requests(True)["fp32"]
+        unknown.model_name = "no_such_model"
+        try:
+            await client.infer(unknown)
+        except grpc_errors.RpcError as exc:
+            doc["unknown_infer"] = {"status": exc.code().name, "message": exc.details()}
         for binary in (True, False):
             for kind, request in requests(binary).items():
                 doc[f"{kind}_{'binary' if binary else 'typed'}"] = outputs(await client.infer(request))

@@ -101,3 +101,12 @@ def test_inference_answers_what_the_model_computes(answers: dict[str, Any], proj
         else:
             assert got[name]["data"] == [str(v) for v in ref.flatten()], name
 
+
+
+@pytest.mark.parametrize(("protocol", "status"), [("rest", 404), ("grpc", "NOT_FOUND")])
+def test_an_unknown_model_reaches_the_caller_as_the_servers_one_line(answers: dict[str, Any], protocol: str,
+                                                                    status: Any) -> None:
+    """The SDK raises with gpux's message: REST's HTTPStatusError reads the JSON body's `error`."""
+    failed = answers[protocol]["unknown_infer"]
+    assert failed["status"] == status
+    assert "unknown model: 'no_such_model'" in failed["message"] and "simple_fp32" in failed["message"]
