@@ -126,9 +126,16 @@ def test_a_turned_region_is_cut_upright() -> None:
 
 def test_serve_serves_its_models_and_says_the_page_pipeline_is_not(page: Path,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
     from gpux.serve.command import ServeCommand, _open
 
-    opening = _open(ServeCommand(targets=[str(page / "ppocr_page")], provider="cpu"))
+    log = logging.getLogger("gpux.serve")  # an earlier in-process `gpux serve` may have stopped it propagating
+    log.addHandler(caplog.handler)
+    try:
+        opening = _open(ServeCommand(targets=[str(page / "ppocr_page")], provider="cpu"))
+    finally:
+        log.removeHandler(caplog.handler)
     assert [p.name for p in opening.projects] == ["ppocr-detector", "ppocr-recognizer"]
     assert opening.pipelines == {}
     assert "its pipeline crops image regions (crops:)" in caplog.text
