@@ -173,3 +173,52 @@ def test_image_classification_matches_transformers_pipeline_on_photos(tasks_hub:
         assert [a["label"] for a in got] == [w["label"] for w in want], photo  # top-1 and the whole ranking
         assert np.allclose([a["score"] for a in got], [w["score"] for w in want], atol=1e-5), (photo, got, want)
     assert len({answers[p][0]["label"] for p in PHOTOS}) > 1  # the photos are told apart
+
+
+def test_predict_answers_the_entities_of_gpux_run(tasks_hub: Hub, ner: Path, monkeypatch: pytest.MonkeyPatch
+                                                  ) -> None:
+    """`session.predict` (one text, a list of texts) answers what `gpux run` answers: each text its own offsets."""
+    import gpux
+
+    for k, v in tasks_hub.env.items():
+        monkeypatch.setenv(k, v)
+    other = "where is the nearest train station"
+    want = tasks_hub.answer(str(ner), TEXT)["logits"]
+    with gpux.load(ner, provider="cpu") as session:
+        alone = session.predict(other)["logits"]
+        assert session.predict([TEXT, other]) == [{"logits": want}, {"logits": alone}]
+    assert alone != want and all(a["text"] == other[a["start"]:a["end"]] for a in alone)
+
+
+@pytest.mark.parametrize(("processor", "settings", "steps"), [
+    ("CLIPImageProcessor", {"size": {"shortest_edge": 40}, "crop_size": 32},
+     {"resize": {"shorter": 40, "filter": "bicubic"}, "crop": [32, 32]}),
+    ("ConvNextImageProcessor", {"size": {"shortest_edge": 384}},
+     {"resize": {"exact": [384, 384], "filter": "bicubic"}}),
+    ("ViTImageProcessor", {"size": {"height": 20, "width": 30}, "resample": 0, "do_normalize": False,
+                           "rescale_factor": 0.5}, {"resize": {"exact": [20, 30], "filter": "nearest"}, "scale": 0.5}),
+])
+def test_preprocessor_configs_become_image_steps(tmp_path: Path, processor: str, settings: dict[str, Any],
+                                                 steps: dict[str, Any]) -> None:
+    """The processors' own rules: a shorter side and a centre crop (CLIP's), ConvNext's square resize from 384, a
+    fixed size with PIL's nearest filter; no mean and std where do_normalize is off."""
+    import transformers
+
+    from gpux.sources.vision import image_steps
+
+    getattr(transformers, processor)(**settings).save_pretrained(str(tmp_path))
+    got = image_steps(tmp_path, str)
+    assert {k: got[k] for k in steps} == steps and got["color"] == "rgb"
+    assert ("mean" in got) == settings.get("do_normalize", True)
+
+
+def test_a_preprocessor_size_gpux_lacks_is_one_line(tmp_path: Path) -> None:
+    from transformers import ViTImageProcessor
+
+    from gpux.errors import GpuxError
+    from gpux.sources.vision import image_steps
+
+    ViTImageProcessor(size={"longest_edge": 40}).save_pretrained(str(tmp_path))
+    with pytest.raises(GpuxError, match=r"resizes to \{'longest_edge': 40\}; gpux reads height and width, or "
+                       "shortest_edge"):
+        image_steps(tmp_path, str)

@@ -15,8 +15,8 @@ class Tokens(Strict):
         "simple", description="simple: neighbouring tokens of one entity joined into one answer (a B- label starts "
         "an entity, I- and the same label continue it; its score the mean of its tokens'), as transformers' "
         "token-classification pipeline does with aggregation_strategy='simple'; none: one answer per token.")
-    ignore: list[str] = Field(["O"], description="Labels (entities' labels, without B-/I-) not answered: the "
-                              "outside-any-entity label by default.")
+    ignore: list[str] = Field(["O"], description="Labels not answered (an entity's label, without B-/I-, with "
+                              "simple; a token's with none): the outside-any-entity label by default.")
 
     @property
     def classes_axis(self) -> int:
