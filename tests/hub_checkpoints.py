@@ -16,16 +16,25 @@ ENTITIES = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}  # BIO tags,
 CLASSES = {0: "cat", 1: "astronaut", 2: "coffee", 3: "rocket", 4: "motorcycle"}
 
 
-def tokenizer(out: Path) -> int:
-    """A word-level tokenizer.json ([CLS] text [SEP], lower-cased) and the files transformers' tokenizer reads;
-    returns the vocabulary's size."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+def tokenizer(out: Path, pieces: bool = False) -> int:
+    """A word-level tokenizer.json ([CLS] text [SEP], lower-cased), or with `pieces` BERT's WordPiece of a small
+    vocabulary (words split into ## pieces), and the files transformers' tokenizer reads; returns the vocabulary's
+    size."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tok.normalizer = normalizers.Lowercase()
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"]))
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    if pieces:
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=60, special_tokens=special))
+    else:
+        tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+        tok.normalizer = normalizers.Lowercase()
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        tok.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=special))
     tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2),
                                                                                                 ("[SEP]", 3)])
     tok.enable_padding(pad_id=0, pad_token="[PAD]")
@@ -37,7 +46,8 @@ def tokenizer(out: Path) -> int:
 
 def checkpoint(out: Path, kind: str, seed: int = 0, pooling: str = "mean", normalize: bool = True) -> Path:
     """kind: `st` (a BERT sentence encoder with sentence-transformers' modules.json and 1_Pooling), `cls` (a BERT
-    text classifier, id2label), `tok` (a BERT token classifier, BIO labels), `distil` (a DistilBERT encoder, no
+    text classifier, id2label), `tok` (a BERT token classifier, BIO labels; `tok_pieces`: with a WordPiece
+    tokenizer), `distil` (a DistilBERT encoder, no
     token type ids, no modules.json)."""
     import torch
     from transformers import (
@@ -50,7 +60,8 @@ def checkpoint(out: Path, kind: str, seed: int = 0, pooling: str = "mean", norma
     )
 
     out.mkdir(parents=True, exist_ok=True)
-    vocab = tokenizer(out)
+    vocab = tokenizer(out, pieces=kind == "tok_pieces")
+    kind = "tok" if kind == "tok_pieces" else kind
     torch.manual_seed(seed)
     if kind == "distil":
         model = DistilBertModel(DistilBertConfig(vocab_size=vocab, dim=32, n_layers=2, n_heads=2, hidden_dim=37,

@@ -28,6 +28,7 @@ PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "stereo_motorcycle")
 def tasks_hub(tmp_path_factory: pytest.TempPathFactory) -> Hub:
     h = Hub(tmp_path_factory.mktemp("hub_tasks"))
     place(h.cache, "tiny/ner", checkpoint(h.root / "ner", "tok", seed=4), TOK_REV)
+    place(h.cache, "tiny/ner-pieces", checkpoint(h.root / "ner-pieces", "tok_pieces", seed=4), TOK_REV)
     place(h.cache, "tiny/vit", image_checkpoint(h.root / "vit", "vit"), VIT_REV)
     place(h.cache, "tiny/convnext", image_checkpoint(h.root / "convnext", "convnext", seed=1), CONVNEXT_REV)
     return h
@@ -66,6 +67,20 @@ def test_token_classification_init_writes_labels_and_tokens_block(ner: Path) -> 
     assert "task: token-classification" in text and "shape: [batch, tokens, 5]" in text
     assert 'labels: ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]' in text
     assert "postprocess: {softmax: true, tokens: {aggregation: simple}}" in text
+
+
+def test_entities_of_wordpiece_pieces_match_transformers_pipeline(tasks_hub: Hub) -> None:
+    """A word split into ## pieces (BERT's WordPiece, as NER checkpoints tokenize): each piece labelled, pieces
+    joined by their labels as the pipeline joins them, offsets into the text as it was written."""
+    project = tasks_hub.project("ner-pieces", "hf://tiny/ner-pieces", "token-classification")
+    text = "A man is playing a guitar on the stage in Paris, quickly!"
+    got = tasks_hub.answer(str(project), text)["logits"]
+    want = _pipeline_entities(tasks_hub.root / "ner-pieces", text, "simple")
+    assert any(w["word"].startswith("##") for w in want)  # a piece of a word answered apart from its word
+    assert [(a["label"], a["start"], a["end"]) for a in got] == [(w["entity_group"], w["start"], w["end"])
+                                                                  for w in want]
+    assert np.allclose([a["score"] for a in got], [float(w["score"]) for w in want], atol=1e-5)
+    assert [a["text"] for a in got] == [text[w["start"]:w["end"]] for w in want]
 
 
 def test_entities_match_transformers_pipeline_simple(tasks_hub: Hub, ner: Path) -> None:
