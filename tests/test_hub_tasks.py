@@ -194,6 +194,8 @@ def test_predict_answers_the_entities_of_gpux_run(tasks_hub: Hub, ner: Path, mon
                                                   ) -> None:
     """`session.predict` (one text, a list of texts) answers what `gpux run` answers: each text its own offsets."""
     import gpux
+    from gpux.sources.checkpoint import read_facts
+    from gpux.sources.torch_onnx import tokenized
 
     for k, v in tasks_hub.env.items():
         monkeypatch.setenv(k, v)
@@ -202,7 +204,11 @@ def test_predict_answers_the_entities_of_gpux_run(tasks_hub: Hub, ner: Path, mon
     with gpux.load(ner, provider="cpu") as session:
         alone = session.predict(other)["logits"]
         assert session.predict([TEXT, other]) == [{"logits": want}, {"logits": alone}]
+        tensors = tokenized(read_facts(tasks_hub.root / "ner", str), [TEXT], ["input_ids", "attention_mask",
+                                                                              "token_type_ids"])
+        [row] = session.predict(tensors)  # tensors: every token of the row, no characters to point at
     assert alone != want and all(a["text"] == other[a["start"]:a["end"]] for a in alone)
+    assert row["logits"] and all(a["start"] is None and a["text"] is None for a in row["logits"])
 
 
 @pytest.mark.parametrize(("processor", "settings", "steps"), [
