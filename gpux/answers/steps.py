@@ -17,7 +17,7 @@ from gpux.answers.audio import AUDIO_SUFFIXES, audio_tensor
 from gpux.answers.pre import IMAGE_SUFFIXES, Placement, image_tensor
 from gpux.answers.raw import bytes_tensor
 from gpux.answers.records import Answer, Answers
-from gpux.answers.text import TEXT_SUFFIXES, text_feeds, tokenizer
+from gpux.answers.text import TEXT_SUFFIXES, Spans, text_input, tokenizer
 from gpux.arrays import Feeds, Named
 from gpux.config.inputs import Preprocess, check_preprocess
 from gpux.config.kinds import AnswerKind, kind_of, step
@@ -78,10 +78,11 @@ class Steps:
         """The kind of file the preprocessed input takes (image, bytes, audio, text), None without one."""
         return next((p.kind for p, _ in self.pre.values()), None)
 
-    def feeds(self, item: Any, name: str) -> tuple[Feeds, Placement | None]:
+    def feeds(self, item: Any, name: str) -> tuple[Feeds, Any]:
         """The feeds for one item through the declared steps (an image: path, bytes, PIL image, HxWxC array; raw
         bytes: path or bytes; audio: path, bytes or a 1-D waveform; text: a str, a path or bytes), a ready tensor
-        of the input's rank, or a dict of tensors (cast to the inputs)."""
+        of the input's rank, or a dict of tensors (cast to the inputs); and where the item sits in them (an image's
+        Placement, a text's Spans, else None)."""
         from gpux.model.inputs import cast, cast_all
 
         if isinstance(item, dict):
@@ -97,9 +98,10 @@ class Steps:
         if spec.image is not None:  # a tensor that cannot fit the input is the file's, refused before any runtime
             array, placement = image_tensor(item, spec.image, tensor.dtype, name)
             return {input_name: cast(array, tensor, name)}, placement
-        if spec.text is not None:
-            feeds = text_feeds(item, spec.text, self.project.root / spec.text.tokenizer, input_name, name)
-        elif spec.bytes is not None:
+        if spec.text is not None:  # where its tokens lie in the text: the placement per-token answers read
+            feeds, spans = text_input(item, spec.text, self.project.root / spec.text.tokenizer, input_name, name)
+            return cast_all(feeds, self.inputs, name), spans
+        if spec.bytes is not None:
             feeds = {input_name: bytes_tensor(item, spec.bytes, tensor.dtype, name)}
         else:
             assert spec.audio is not None
@@ -131,7 +133,7 @@ class Steps:
                              f"{', '.join(rest)}", hint="pass a dict of tensors")
         return input_name, spec, tensor
 
-    def file_answers(self, outputs: Named, placement: Placement | None) -> Answers:
+    def file_answers(self, outputs: Named, placement: Placement | Spans | None) -> Answers:
         """A file's answers: its one row's, or for audio every window's (passthrough outputs stacked, answers in
         a list per output)."""
         if self.kind != "audio":
@@ -144,7 +146,7 @@ class Steps:
         return min((a.shape[self.post[n][0].batch_axis if n in self.post else 0] for n, a in outputs.items()
                     if getattr(a, "ndim", 0)), default=1)
 
-    def answers(self, outputs: Named, placement: Placement | None, row: int = 0,
+    def answers(self, outputs: Named, placement: Placement | Spans | None, row: int = 0,
                 only: Sequence[str] | None = None) -> Answers:
         """Each output's answer for one batch row (of those named in `only`; the rest may be read by a step), as
         its kind decodes it (gpux.config.kinds); outputs without postprocess stay arrays, those without a kind of

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +66,24 @@ def read_text(source: Any, name: str) -> str:
     raise InputError(f"{name}: text inputs take a str, a path or UTF-8 bytes, not {type(source).__name__}")
 
 
+@dataclass(frozen=True)
+class Spans:
+    """Where each token of a tokenized text came from (the text's Placement): its characters' (start, end) in the
+    text, and whether it is a special token ([CLS], [SEP]: none of the text's); positions past them are padding."""
+
+    text: str
+    offsets: tuple[tuple[int, int], ...]
+    special: tuple[bool, ...]
+
+
 def text_feeds(source: Any, steps: TextSteps, path: Path, ids_input: str, name: str) -> Feeds:
     """{ids_input: [1, tokens] ids, and the mask and type ids under the inputs named by the steps} as int64 (cast
     to the inputs' dtypes by the caller). A text over max_length is refused or truncated, as declared."""
+    return text_input(source, steps, path, ids_input, name)[0]
+
+
+def text_input(source: Any, steps: TextSteps, path: Path, ids_input: str, name: str) -> tuple[Feeds, Spans]:
+    """The text's feeds (`text_feeds`) and where its tokens lie in it."""
     import numpy as np
 
     try:
@@ -92,4 +108,5 @@ def text_feeds(source: Any, steps: TextSteps, path: Path, ids_input: str, name: 
             row = np.zeros((1, width), np.int64)
             row[0, :n] = values
             out[target] = row
-    return out
+    spans = Spans(text, tuple(tuple(o) for o in enc.offsets), tuple(bool(m) for m in enc.special_tokens_mask))
+    return out, spans

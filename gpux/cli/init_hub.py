@@ -1,6 +1,7 @@
 """`gpux init hf://ORG/NAME --task TASK` (or a save_pretrained folder with --task): the checkpoint resolved and
 exported once (gpux.sources), and a gpux.yml written from its own files: the text inputs with the tokenizer.json
-(copied beside gpux.yml) and its max length, the labels (`id2label`) and the answer. `gpux init hf://ORG/NAME/x.onnx`
+(copied beside gpux.yml) and its max length, or the image input with the preprocessor_config.json's steps, the
+labels (`id2label`) and the answer. `gpux init hf://ORG/NAME/x.onnx`
 writes the plain ONNX gpux.yml with the hub id as its source."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,13 +94,11 @@ def _checkpoint_yaml(model: str, source: str, task: str, resolved: Resolved, out
     from gpux.sources.checkpoint import read_facts
 
     assert resolved.checkpoint is not None  # an exported checkpoint names its folder
-    facts = read_facts(resolved.checkpoint, lambda message: f"{model}: {message}")
-    shutil.copyfile(facts.tokenizer, out / "tokenizer.json")
+    say = lambda message: f"{model}: {message}"  # noqa: E731
+    facts = read_facts(resolved.checkpoint, say, task)
     io = read_io(resolved.path)
     names = [t.name for t in io.inputs]
-    routes = "".join(f", {key}: {name}" for key, name in (("mask", "attention_mask"), ("type_ids", "token_type_ids"))
-                     if name in names)
-    ranges = {"input_ids": f"[0, {facts.vocab_size}]", "attention_mask": "[1, 2]", "token_type_ids": "[0, 1]"}
+    inputs, doc = _image_inputs(facts, say) if facts.images else _text_inputs(facts, names, out)
     width = io.outputs[0].shape[-1] if io.outputs[0].shape else None
     lines = [
         "# yaml-language-server: $schema=.gpux/gpux.schema.json",
@@ -109,6 +109,23 @@ def _checkpoint_yaml(model: str, source: str, task: str, resolved: Resolved, out
         f"  source: {json.dumps(source) if ' ' in source else source}",
         f"  task: {task}                  # exported to ONNX once, checked against the checkpoint in PyTorch",
         "inputs:",
+        *inputs,
+        "outputs:",
+        *_answer(task, facts, width),
+        *([] if facts.images else ["benchmark:", f"  shapes: {{tokens: {min(TOKENS, facts.max_length)}}}   # the "
+                                   "text length benchmarks and checks use"]),
+    ]
+    return "\n".join(lines) + "\n", {"task": task, "inputs": names, **doc, "labels": list(facts.labels)}
+
+
+def _text_inputs(facts: Facts, names: list[str], out: Path) -> tuple[list[str], dict[str, object]]:
+    """The text inputs, the first with the text preprocess reading the checkpoint's tokenizer.json (copied beside
+    gpux.yml)."""
+    shutil.copyfile(facts.tokenizer, out / "tokenizer.json")
+    routes = "".join(f", {key}: {name}" for key, name in (("mask", "attention_mask"), ("type_ids", "token_type_ids"))
+                     if name in names)
+    ranges = {"input_ids": f"[0, {facts.vocab_size}]", "attention_mask": "[1, 2]", "token_type_ids": "[0, 1]"}
+    lines = [
         "  input_ids:",
         "    dtype: int64",
         "    shape: [batch, tokens]",
@@ -117,14 +134,29 @@ def _checkpoint_yaml(model: str, source: str, task: str, resolved: Resolved, out
         f"      text: {{tokenizer: tokenizer.json, max_length: {facts.max_length}, padding: longest, truncation: warn"
         f"{routes}}}",
         *[f"  {n}: {{dtype: int64, shape: [batch, tokens], range: {ranges[n]}}}" for n in names if n != "input_ids"],
-        "outputs:",
-        *_answer(task, facts, width),
-        "benchmark:",
-        f"  shapes: {{tokens: {min(TOKENS, facts.max_length)}}}   # the text length benchmarks and checks use",
     ]
-    return "\n".join(lines) + "\n", {"task": task, "inputs": names, "max_length": facts.max_length,
-                                    "pooling": facts.pooling, "normalize": facts.normalize,
-                                    "labels": list(facts.labels)}
+    return lines, {"max_length": facts.max_length, "pooling": facts.pooling, "normalize": facts.normalize}
+
+
+def _image_inputs(facts: Facts, say: Callable[[str], str]) -> tuple[list[str], dict[str, object]]:
+    """`pixel_values` with the image preprocess the checkpoint's preprocessor_config.json describes."""
+    from gpux.sources.vision import image_size, image_steps
+
+    steps = image_steps(facts.folder, say)
+    h, w = image_size(steps, say)
+    return ["  pixel_values:", "    dtype: float32", f"    shape: [batch, 3, {h}, {w}]", "    preprocess:",
+            f"      image: {_flow(steps)}   # preprocessor_config.json"], {"image": steps}
+
+
+def _flow(value: object) -> str:
+    """A value as a YAML flow: {key: value, ...}, [a, b], 1/255 for that rescale factor."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    if isinstance(value, float):
+        return "1/255" if value == 1 / 255 else repr(value)
+    return str(value)
 
 
 def _answer(task: str, facts: Facts, width: int | str | None) -> list[str]:
@@ -133,6 +165,11 @@ def _answer(task: str, facts: Facts, width: int | str | None) -> list[str]:
         norm = ", normalized" if facts.normalize else ""
         return [f"  embedding: {{dtype: float32, shape: [batch, {width}]}}   # {facts.pooling} pooling{norm} ({said})"]
     labels = list(facts.labels) or [f"LABEL_{i}" for i in range(int(width or 0))]
+    if task == "token-classification":
+        return ["  logits:", "    dtype: float32", f"    shape: [batch, tokens, {width}]",
+                f"    labels: {json.dumps(labels)}   # config.json id2label",
+                "    postprocess: {softmax: true, tokens: {aggregation: simple}}   # entities, as the pipeline's "
+                "aggregation_strategy=simple"]
     score = "sigmoid" if facts.multi_label else "softmax"
     return ["  logits:", "    dtype: float32", f"    shape: [batch, {width}]",
             f"    labels: {json.dumps(labels)}   # config.json id2label",

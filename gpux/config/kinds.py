@@ -112,6 +112,11 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
         empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
         text="gpux.report.answers:mask_text", shape="gpux.answers.masks:mask_shape",
         draw="gpux.answers.draw:draw_masks", lines="gpux.report.answers:mask_lines"),
+    "tokens": AnswerKind(
+        key="tokens", record="tokens", rank=2, decode="gpux.answers.tokens:decode", judge="gpux.answers.tokens:judge",
+        compare="gpux.answers.tokens:compare", floors=(("token_match", "min_exact_match", "tokens labelled the same"),),
+        counts="gpux.answers.tokens:counts", text="gpux.answers.tokens:text", shape="gpux.answers.tokens:shape",
+        lines="gpux.answers.tokens:lines"),
     "python": AnswerKind(
         key="python", record="python", rank=0, decode="gpux.answers.kinds:decode_python",
         judge="gpux.answers.kinds:judge_python", compare="gpux.quality.agreement:exact_agreement",

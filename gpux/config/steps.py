@@ -27,6 +27,7 @@ from gpux.config.blocks import (
 )
 from gpux.config.kinds import ADDED, ANSWER_KEYS
 from gpux.config.problems import show_value
+from gpux.config.tokens import Tokens
 
 __all__ = ["ADDED", "ANSWER_KEYS", "BOX_LAYOUTS", "BoxLayout", "BoxLayoutName", "Boxes", "Ctc", "Embedding",
            "ImageSteps", "Keypoints", "Masks", "Postprocess", "Resize", "Strict", "TextBoxes", "check_image_shape",
@@ -183,6 +184,9 @@ class Postprocess(Strict):
                                         "its keypoints [[x, y, visibility], ...] in the original image's pixels.")
     masks: Masks | None = Field(None, description="Decode an instance segmenter: boxes as boxes: does, each with its "
                                 "mask (from the prototype masks of another output) in the original image's pixels.")
+    tokens: Tokens | None = Field(None, description="Per-token labels of a token classifier [batch, tokens, labels]: "
+                                  "entities {label, score, start, end, text} with the characters they span in the "
+                                  "input text (aggregation: none: one per token).")
     python: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="module:function, "
                                "imported from gpux.yml's folder: called with one batch row of the output (a numpy "
                                "array), returns a JSON-able answer (docs/answers.md, Python steps).")

@@ -1,6 +1,7 @@
 """What a transformers checkpoint's own files say (read as JSON, without transformers): its labels
-(`config.json` id2label), how long a text may be, its tokenizer.json, and sentence-transformers' pooling and
-normalisation (`modules.json`, `1_Pooling/config.json`). `gpux init` writes gpux.yml from these; the export wraps
+(`config.json` id2label), how long a text may be, its tokenizer.json (an image checkpoint: its
+preprocessor_config.json instead, read by `vision`), and sentence-transformers' pooling and normalisation
+(`modules.json`, `1_Pooling/config.json`). `gpux init` writes gpux.yml from these; the export wraps
 the pooling into the graph."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Facts:
     normalize: bool
     sentence_transformers: bool  # pooling read from modules.json (else mean, unnormalised: docs/hub.md)
     vocab_size: int
+    images: bool = False  # an image checkpoint: preprocessor_config.json, no tokenizer
 
     @property
     def tokenizer(self) -> Path:
@@ -49,11 +51,19 @@ def _json(path: Path, say: Say) -> dict[str, Any]:
     return data if isinstance(data, dict) else {"modules": data}
 
 
-def read_facts(folder: Path, say: Say) -> Facts:
+IMAGE_TASKS = ("image-classification",)  # tasks whose checkpoint takes images (its preprocessor_config.json)
+
+
+def read_facts(folder: Path, say: Say, task: str | None = None) -> Facts:
     if not (folder / "config.json").is_file():
         raise GpuxError(say(f"{folder} holds no config.json: not a transformers checkpoint (save_pretrained writes "
                             "one)"))
-    if not (folder / "tokenizer.json").is_file():
+    images = task in IMAGE_TASKS
+    if images and not (folder / "preprocessor_config.json").is_file():
+        raise GpuxError(say(f"{folder} holds no preprocessor_config.json (the image preprocess is read from it)"),
+                        hint="save the image processor beside the weights: AutoImageProcessor.from_pretrained(...)"
+                        ".save_pretrained(folder)")
+    if not images and not (folder / "tokenizer.json").is_file():
         raise GpuxError(say(f"{folder} holds no tokenizer.json (the text preprocess reads that file)"),
                         hint="save a fast tokenizer beside the weights: AutoTokenizer.from_pretrained(...)"
                         ".save_pretrained(folder)")
@@ -63,7 +73,8 @@ def read_facts(folder: Path, say: Say) -> Facts:
     pooling, normalize, st = _pooling(folder, say)
     return Facts(folder=folder, labels=labels, multi_label=config.get("problem_type") ==
                  "multi_label_classification", max_length=_max_length(folder, config), pooling=pooling,
-                 normalize=normalize, sentence_transformers=st, vocab_size=int(config.get("vocab_size") or 0))
+                 normalize=normalize, sentence_transformers=st, vocab_size=int(config.get("vocab_size") or 0),
+                 images=images)
 
 
 def _max_length(folder: Path, config: dict[str, Any]) -> int:

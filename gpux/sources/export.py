@@ -59,7 +59,7 @@ def _export_into(folder: Path, task: str, out: Path, origin: dict[str, str], say
     from gpux.sources.checkpoint import read_facts
     from gpux.sources.torch_onnx import export_checkpoint
 
-    facts = read_facts(folder, say)
+    facts = read_facts(folder, say, task)
     tmp_root = out.parent.parent / ".tmp"
     tmp_root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=tmp_root, prefix=f"source.pid{os.getpid()}."))

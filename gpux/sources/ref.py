@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HUB = "hf://"
-TASKS = ("feature-extraction", "text-classification")  # what a checkpoint is exported for (docs/hub.md)
+# what a checkpoint is exported for (docs/hub.md)
+TASKS = ("feature-extraction", "text-classification", "token-classification", "image-classification")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 _REF = re.compile(r"hf://(?P<org>[\w.-]+)/(?P<name>[\w.-]+?)(?:@(?P<rev>[^/\s]+))?(?:/(?P<path>\S+))?")
 

@@ -3,11 +3,14 @@
 real sentences tokenized by its own tokenizer.json before it is kept.
 
 feature-extraction: the graph ends in the sentence embedding (sentence-transformers' pooling over the attention
-mask, then L2 normalisation where its modules say so); text-classification: the logits."""
+mask, then L2 normalisation where its modules say so); text-classification: the logits; token-classification: the
+logits of every token; image-classification: the logits of `pixel_values` at the preprocessor's size, checked on
+seeded images (`vision`)."""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,23 @@ from gpux.sources.checkpoint import Facts
 from gpux.sources.ref import Say
 
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-OUTPUTS = {"feature-extraction": "embedding", "text-classification": "logits"}
+IMAGE_INPUT = "pixel_values"
+
+
+@dataclass(frozen=True)
+class Task:
+    """How a task is exported: transformers' Auto class, the graph's output and its dynamic axes."""
+
+    auto: str
+    output: str
+    axes: tuple[tuple[int, str], ...] = ((0, "batch"),)
+
+
+EXPORTS = {"feature-extraction": Task("AutoModel", "embedding"),
+           "text-classification": Task("AutoModelForSequenceClassification", "logits"),
+           "token-classification": Task("AutoModelForTokenClassification", "logits", ((0, "batch"), (1, "tokens"))),
+           "image-classification": Task("AutoModelForImageClassification", "logits")}
+OUTPUTS = {task: row.output for task, row in EXPORTS.items()}
 OPSET = 17
 COSINE = 0.9999  # each row of the export against PyTorch's, at fp32
 SENTENCES = ("A man is playing a guitar on the stage.", "The weather is lovely today.",
@@ -57,8 +76,7 @@ def _wrapper(torch: Any, model: Any, names: list[str], head: Any) -> Any:
 
         def forward(self, *args: Any) -> Any:
             feeds = dict(zip(names, args, strict=True))
-            out = self.model(**feeds)
-            return head(out, feeds["attention_mask"])
+            return head(self.model(**feeds), feeds)
 
     return Exported().eval()
 
@@ -69,7 +87,7 @@ def _model(facts: Facts, task: str, say: Say) -> tuple[Any, Any, list[str]]:
 
     torch = require("torch", "hf")
     transformers = require("transformers", "hf")
-    auto = transformers.AutoModel if task == "feature-extraction" else transformers.AutoModelForSequenceClassification
+    auto = getattr(transformers, EXPORTS[task].auto)
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # its bars would write over gpux's own lines
     try:
@@ -82,12 +100,12 @@ def _model(facts: Facts, task: str, say: Say) -> tuple[Any, Any, list[str]]:
         if bars:
             transformers.utils.logging.enable_progress_bar()
     takes = inspect.signature(model.forward).parameters
-    names = [n for n in TEXT_INPUTS if n in takes]
+    names = [IMAGE_INPUT] if facts.images else [n for n in TEXT_INPUTS if n in takes]
     if task == "feature-extraction":
         pool = _pooled(torch, facts.pooling, facts.normalize)
-        head = lambda out, mask: pool(out.last_hidden_state, mask)  # noqa: E731  # a one-line head
+        head = lambda out, feeds: pool(out.last_hidden_state, feeds["attention_mask"])  # noqa: E731  # one line
     else:
-        head = lambda out, mask: out.logits  # noqa: E731
+        head = lambda out, feeds: out.logits  # noqa: E731
     return torch, _wrapper(torch, model, names, head), names
 
 
@@ -103,12 +121,23 @@ def tokenized(facts: Facts, texts: tuple[str, ...] | list[str], names: list[str]
     return {n: np.asarray(arrays[n], dtype=np.int64) for n in names}
 
 
+def samples(facts: Facts, names: list[str], count: int, say: Say) -> tuple[dict[str, np.ndarray], list[str]]:
+    """`count` real inputs (sentences, or seeded images for an image checkpoint) as the feeds, and their names."""
+    if not facts.images:
+        return tokenized(facts, SENTENCES[:count], names), [repr(s) for s in SENTENCES[:count]]
+    from gpux.sources.vision import image_steps, sample_images
+
+    images = sample_images(image_steps(facts.folder, say), count, say)
+    return {IMAGE_INPUT: images}, [f"seeded image {i}" for i in range(count)]
+
+
 def export_checkpoint(facts: Facts, task: str, path: Path, say: Say) -> dict[str, Any]:
-    """Export, then check: every sentence's row from ONNX Runtime against PyTorch's (cosine ≥ COSINE); raises
+    """Export, then check: every sample's row from ONNX Runtime against PyTorch's (cosine ≥ COSINE); raises
     BuildFailed naming the worst row where it is not."""
     torch, module, names = _model(facts, task, say)
-    sample = tokenized(facts, SENTENCES[:2], names)
-    axes = {n: {0: "batch", 1: "tokens"} for n in names} | {OUTPUTS[task]: {0: "batch"}}
+    sample, _ = samples(facts, names, 2, say)
+    dims = {0: "batch"} if facts.images else {0: "batch", 1: "tokens"}
+    axes = {n: dims for n in names} | {OUTPUTS[task]: dict(EXPORTS[task].axes)}
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
@@ -118,30 +147,34 @@ def export_checkpoint(facts: Facts, task: str, path: Path, say: Say) -> dict[str
     except Exception as exc:  # the exporter raises anything (RuntimeError, its own classes) for code it cannot trace
         raise BuildFailed(say(f"torch.onnx.export cannot export the checkpoint for {task}: {first_line(exc)}")) \
             from exc
-    return _check(torch, module, names, facts, path, say)
+    return _check(torch, module, names, facts, path, say, task)
 
 
-def _check(torch: Any, module: Any, names: list[str], facts: Facts, path: Path, say: Say) -> dict[str, Any]:
+def _check(torch: Any, module: Any, names: list[str], facts: Facts, path: Path, say: Say, task: str
+           ) -> dict[str, Any]:
     ort = require("onnxruntime")
-    feeds = tokenized(facts, SENTENCES, names)
+    feeds, named = samples(facts, names, len(SENTENCES), say)
     with torch.no_grad():
         want = module(*(torch.from_numpy(feeds[n]) for n in names)).numpy()
     got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    a, b = got.reshape(len(SENTENCES), -1).astype(np.float64), want.reshape(len(SENTENCES), -1).astype(np.float64)
+    a, b = got.reshape(len(named), -1).astype(np.float64), want.reshape(len(named), -1).astype(np.float64)
     cosine = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
     worst = int(np.argmin(cosine))
     if cosine[worst] < COSINE:
         raise BuildFailed(say(f"the ONNX export disagrees with the checkpoint in PyTorch: cosine {cosine[worst]:.6f} "
-                              f"< {COSINE} on {SENTENCES[worst]!r}"))
-    _static_width(path, got.shape[1:])
-    return {"inputs": names, "output": list(got.shape[1:]), "checked": {"sentences": len(SENTENCES),
-            "min_cosine": round(float(cosine.min()), 8), "max_abs": float(np.abs(a - b).max())}}
+                              f"< {COSINE} on {named[worst]}"))
+    free = {axis for axis, _ in EXPORTS[task].axes}
+    _static_width(path, {i: n for i, n in enumerate(got.shape) if i not in free})
+    return {"inputs": names, "output": list(got.shape[1:]), "checked": {
+        "images" if facts.images else "sentences": len(named), "min_cosine": round(float(cosine.min()), 8),
+        "max_abs": float(np.abs(a - b).max())}}
 
 
-def _static_width(path: Path, dims: tuple[int, ...]) -> None:
+def _static_width(path: Path, sizes: dict[int, int]) -> None:
     """The exporter names the output's fixed dims symbolically (the hidden size, the labels): written as sizes."""
     onnx = require("onnx", "hf")
     model = onnx.load(str(path), load_external_data=False)
-    for dim, size in zip(model.graph.output[0].type.tensor_type.shape.dim[1:], dims, strict=True):
-        dim.dim_value = int(size)
+    for i, dim in enumerate(model.graph.output[0].type.tensor_type.shape.dim):
+        if i in sizes:
+            dim.dim_value = int(sizes[i])
     onnx.save(model, str(path))
