@@ -164,6 +164,37 @@ def test_save_draws_each_region_and_its_text_beside_the_page(page: Path, read: d
     assert (saved[:, w:][away] == 255).all()
 
 
+def test_save_of_a_pipeline_without_crops_draws_its_first_step_and_needs_something_to_draw(
+        page: Path, read: dict[str, Any], tmp_path: Path) -> None:
+    """One step (the detector alone): the page with its regions' polygons, no panel. A first step that declares no
+    postprocess is refused before anything opens."""
+    from PIL import Image
+
+    ws = tmp_path / "gpux.workspace.yml"
+    ws.write_text(f"name: regions\nmodels:\n  detector: {{path: {page / 'ppocr_detector'}}}\n"
+                  "pipeline:\n  - model: detector\n")
+    r = gpux("run", str(ws), str(page / "ppocr_detector" / "page.png"), "-p", "cpu", "--save", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert f"saved: {tmp_path / 'out' / 'page.png'}" in r.stdout
+    original = np.asarray(Image.open(page / "ppocr_detector" / "page.png").convert("RGB"))
+    alone = np.asarray(Image.open(tmp_path / "out" / "page.png").convert("RGB"))
+    together = np.asarray(Image.open(read["saved"]).convert("RGB"))
+    assert alone.shape == original.shape and together.shape[1] == 2 * original.shape[1]
+    drawn = (alone != original).any(axis=2)  # the same polygons as the page side of the pipeline's (colors aside:
+    assert drawn.mean() > 0.01  # its regions are not put in reading order, that only a crops step needs)
+    np.testing.assert_array_equal(drawn, (together[:, :original.shape[1]] != original).any(axis=2))
+
+    plain = shutil.copytree(page / "ppocr_detector", tmp_path / "plain", ignore=lambda *_: ["model.onnx"])
+    (plain / "model.onnx").symlink_to(page / "ppocr_detector" / "model.onnx")
+    config = yaml.safe_load((plain / "gpux.yml").read_text())
+    config["outputs"]["sigmoid_0.tmp_0"].pop("postprocess")
+    (plain / "gpux.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    ws.write_text(f"name: plain\nmodels:\n  detector: {{path: {plain}}}\npipeline:\n  - model: detector\n")
+    r = gpux("run", str(ws), str(page / "ppocr_detector" / "page.png"), "--save", str(tmp_path / "out"))
+    assert r.returncode == 2 and "the pipeline's first step, declares no postprocess" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_serve_answers_the_page_over_rest_and_grpc_as_gpux_run_does(page: Path, read: dict[str, Any]) -> None:
     httpclient = pytest.importorskip("tritonclient.http")
     grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -178,7 +209,8 @@ def test_serve_answers_the_page_over_rest_and_grpc_as_gpux_run_does(page: Path, 
     assert list(opening.pipelines) == ["ppocr-page"]
     image = (page / "ppocr_detector" / "page.png").read_bytes()
     want = read["answers"][REGIONS]
-    with ServerThread([], provider="cpu", opening=opening) as server:
+    only = opening._replace(projects=opening.projects[-1:])  # the pipeline alone (its models serve as any do)
+    with ServerThread([], provider="cpu", opening=only) as server:
         http, grpc = httpclient.InferenceServerClient(server.http), grpcclient.InferenceServerClient(server.grpc)
         meta = http.get_model_metadata("ppocr-page")
         assert meta["platform"] == "gpux_cpu"
@@ -186,6 +218,8 @@ def test_serve_answers_the_page_over_rest_and_grpc_as_gpux_run_does(page: Path, 
             == [("x", "BYTES", [-1], "image")]
         assert [(t["name"], t["datatype"], t["parameters"]["content_type"]) for t in meta["outputs"]] \
             == [(REGIONS, "BYTES", "json")]
+        status, _, reply = post(server.http, "/v2/models/ppocr-page/config", b"", method="GET")
+        assert status == 200 and json.loads(reply)["max_batch_size"] == 0, reply  # a page at a time
 
         sent = httpclient.InferInput("x", [1], "BYTES")
         sent.set_data_from_numpy(np.array([image], dtype=object))
@@ -195,13 +229,8 @@ def test_serve_answers_the_page_over_rest_and_grpc_as_gpux_run_does(page: Path, 
         rpc.set_data_from_numpy(np.array([image], dtype=object))
         (got,) = grpc.infer("ppocr-page", [rpc]).as_numpy(REGIONS)
         assert json.loads(got) == want
-        body = {"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1],
-                            "data": [base64.b64encode(image).decode()]}]}
-        status, _, reply = post(server.http, "/v2/models/ppocr-page/infer", json.dumps(body))
-        assert status == 200, reply
-        assert json.loads(json.loads(reply)["outputs"][0]["data"][0]) == want
-
-        body["inputs"][0]["data"] = [base64.b64encode(b"name,score\ncat,1\n").decode()]  # not an image
+        body = {"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1],  # JSON: the file in base64
+                            "data": [base64.b64encode(b"name,score\ncat,1\n").decode()]}]}  # not an image
         status, _, reply = post(server.http, "/v2/models/ppocr-page/infer", json.dumps(body))
         assert status == 400 and "input 'x' element 0: not an image Pillow can read" in error_of(reply), reply
         rpc.set_data_from_numpy(np.array([b"\x89PNG\r\n\x1a\n" + bytes(40)], dtype=object))  # a broken PNG

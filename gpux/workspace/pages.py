@@ -42,14 +42,12 @@ def answer_pages(ms: Models, req: Any) -> int:
         raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to answer files; name one model's folder")
     refuse_unsupported(req, ("input_json", "input_file", "output", "benchmark"), "answering files through a pipeline")
     files = input_files(req.files, "image")
-    saved = save_paths(files, req.save) if req.save else []
+    saved = save_paths(files, refuse_drawing(ms, req.save)) if req.save else []
     choice = shared_choice(ms, req.provider)
     with holding(ms.place.name, ms.place.root, req.store, "gpux run"):
         sessions = open_sessions(ms, choice, req.store, report.progress(req.as_json))
         try:
             bound = bind(ms, sessions)
-            if saved:
-                refuse_drawing(bound, req.save)
             if not req.as_json:
                 for w in choice.warnings:
                     report.warn(w)
@@ -148,12 +146,15 @@ def page_image(source: Any, name: str) -> Any:
     return image
 
 
-def refuse_drawing(bound: list[Bound], folder: str) -> None:
-    """`--save` where a pipeline answers nothing to draw: its first step declares no postprocess."""
-    if not bound[0].steps.post:
-        raise UsageError(f"--save {folder}: {bound[0].step.model!r}, the pipeline's first step, declares no "
-                         "postprocess for its outputs, so there is nothing to draw",
+def refuse_drawing(ms: Models, folder: str) -> str:
+    """`--save FOLDER`, refused where the pipeline answers nothing to draw: its first step declares no postprocess."""
+    assert ms.workspace is not None
+    first = ms.workspace.config.pipeline[0].model
+    if not any(o.postprocess for o in (ms.models[first].config.outputs or {}).values()):
+        raise UsageError(f"--save {folder}: {first!r}, the pipeline's first step, declares no postprocess for its "
+                         "outputs, so there is nothing to draw",
                          hint="declare postprocess: (boxes, topk, text_boxes; docs/answers.md)")
+    return folder
 
 
 def save_page(image: Any, answers: dict[str, Any], bound: list[Bound], path: Path) -> Path:
