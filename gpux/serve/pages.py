@@ -92,7 +92,7 @@ def _run(bound: list[Bound], steps: PageSteps) -> RunNamed:
         images = feeds[steps.input].reshape(-1)
         out = {n: np.empty(len(images), dtype=object) for n in steps.names}
         for i, image in enumerate(images):
-            answers = answer_page(bound, image, f"input '{steps.input}' image {i}")
+            answers = answer_page(bound, image, f"the image sent to '{steps.input}'")
             for n in steps.names:
                 out[n][i] = json.dumps(answers[n], separators=(",", ":")).encode()
         return out
