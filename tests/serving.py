@@ -146,8 +146,11 @@ def projects(base: Path) -> list[Path]:
 class ServerThread:
     """`gpux serve` in-process on its own event loop thread, on free loopback ports; always stopped on exit."""
 
-    def __init__(self, paths: list[Path], api_key: str | None = None, provider: str | None = None) -> None:
-        self.paths, self.api_key, self.provider = paths, api_key, provider
+    def __init__(self, paths: list[Path], api_key: str | None = None, provider: str | None = None,
+                 opening: Any = None) -> None:
+        """`opening`: what `gpux serve` read from its targets (gpux.serve.command's Opening: a workspace's models
+        and pipeline), served beside `paths`."""
+        self.paths, self.api_key, self.provider, self.opening = paths, api_key, provider, opening
         self.server: Any = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -165,8 +168,11 @@ class ServerThread:
         from gpux.serve.models import LoadRequest
         from gpux.serve.server import Server, ServeRequest
 
-        load = LoadRequest(provider=self.provider, strict=self.provider is not None)
-        self.server = Server(ServeRequest(projects=[open_project(str(p)) for p in self.paths], host="127.0.0.1",
+        o = self.opening
+        load = LoadRequest(provider=self.provider, strict=self.provider is not None,
+                           fixed=o.fixed if o else {}, pipelines=o.pipelines if o else {})
+        projects = [open_project(str(p)) for p in self.paths] + (o.projects if o else [])
+        self.server = Server(ServeRequest(projects=projects, host="127.0.0.1",
                                           http_port=0, grpc_port=0, api_key=self.api_key, load=load, drain_s=5))
         self.loop = asyncio.get_running_loop()
         await self.server.start()

@@ -1,14 +1,17 @@
 """A page read end to end (examples/ppocr_page): `gpux run WORKSPACE page.png` runs PP-OCRv4's DB detector from the
 rapidocr_onnxruntime wheel on scikit-image's photo of a printed page, cuts each text region upright and reads it
 with PP-OCRv4's recognizer (`crops:` steps); the lines of text printed on the page come back, in reading order, as
-text and as --json. The crop geometry is checked on a drawn, turned rectangle; misplaced `crops:` steps are one
-line each."""
+text and as --json, and `--save` draws them. `gpux serve WORKSPACE` serves the pipeline as one model that takes
+the page as BYTES over REST and gRPC and answers what `gpux run` answers. The crop geometry is checked on a drawn,
+turned rectangle; misplaced `crops:` steps are one line each."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,10 +52,18 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_a_page_is_read_line_by_line_in_reading_order(page: Path) -> None:
-    r = gpux("run", str(page / "ppocr_page"), str(page / "ppocr_detector" / "page.png"), "-p", "cpu", "--json")
+@pytest.fixture(scope="module")
+def read(page: Path) -> dict[str, Any]:
+    """`gpux run WORKSPACE page.png --json --save DIR`'s one line (DIR: saved/ beside the workspace)."""
+    r = gpux("run", str(page / "ppocr_page"), str(page / "ppocr_detector" / "page.png"), "-p", "cpu", "--json",
+             "--save", str(page / "saved"))
     assert r.returncode == 0, r.stderr
     [doc] = [json.loads(line) for line in r.stdout.splitlines()]
+    return dict(doc)
+
+
+def test_a_page_is_read_line_by_line_in_reading_order(page: Path, read: dict[str, Any]) -> None:
+    doc = read
     assert doc["workspace"] == "ppocr-page" and doc["provider"] == "cpu" and list(doc["answers"]) == [REGIONS]
     regions = doc["answers"][REGIONS]
     lines = [region["answers"][TEXT]["text"] for region in regions]
@@ -124,26 +135,109 @@ def test_a_turned_region_is_cut_upright() -> None:
     assert [r["box"][0] for r in got] == [[10, 0], [100, 3], [0, 40], [60, 44]]
 
 
-def test_serve_serves_its_models_and_says_the_page_pipeline_is_not(page: Path) -> None:
-    import logging
+def test_save_draws_each_region_and_its_text_beside_the_page(page: Path, read: dict[str, Any]) -> None:
+    """The page with each region's polygon in its color, and beside it a white panel where the same polygon holds
+    the region's text; the page's own pixels are untouched away from the regions."""
+    from PIL import Image
+
+    from gpux.answers.draw import PALETTE
+
+    original = np.asarray(Image.open(page / "ppocr_detector" / "page.png").convert("RGB"), np.int16)
+    assert read["saved"] == str(page / "saved" / "page.png")
+    saved = np.asarray(Image.open(read["saved"]).convert("RGB"), np.int16)
+    h, w, _ = original.shape
+    assert saved.shape == (h, 2 * w, 3)
+    away = np.ones((h, w), bool)
+    for i, region in enumerate(read["answers"][REGIONS]):
+        xs, ys = [round(x) for x, _ in region["box"]], [round(y) for _, y in region["box"]]
+        left, top, right, bottom = min(xs), min(ys), max(xs), max(ys)
+        (x0, y0), (x1, y1) = region["box"][:2]
+        for side in (0, w):  # its outline along its top edge, on the page and on the panel
+            for t in np.linspace(0.05, 0.95, 19):
+                x, y = round(side + x0 + t * (x1 - x0)), round(y0 + t * (y1 - y0))
+                near = saved[max(y - 3, 0):y + 4, x - 3:x + 4]
+                assert (np.abs(near - PALETTE[i % len(PALETTE)]).sum(axis=2) == 0).any(), (i, side, t)
+        inside = saved[top + 3:bottom - 2, w + left + 3:w + right - 3]
+        assert (inside.max(axis=2) < 100).sum() > 50, i  # its text written inside the panel's polygon
+        away[max(top - 6, 0):bottom + 6, max(left - 6, 0):right + 6] = False
+    assert (saved[:, :w][away] == original[away]).all()
+    assert (saved[:, w:][away] == 255).all()
+
+
+def test_save_of_a_pipeline_without_crops_draws_its_first_step_and_needs_something_to_draw(
+        page: Path, read: dict[str, Any], tmp_path: Path) -> None:
+    """One step (the detector alone): the page with its regions' polygons, no panel. A first step that declares no
+    postprocess is refused before anything opens."""
+    from PIL import Image
+
+    ws = tmp_path / "gpux.workspace.yml"
+    ws.write_text(f"name: regions\nmodels:\n  detector: {{path: {page / 'ppocr_detector'}}}\n"
+                  "pipeline:\n  - model: detector\n")
+    r = gpux("run", str(ws), str(page / "ppocr_detector" / "page.png"), "-p", "cpu", "--save", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert f"saved: {tmp_path / 'out' / 'page.png'}" in r.stdout
+    original = np.asarray(Image.open(page / "ppocr_detector" / "page.png").convert("RGB"))
+    alone = np.asarray(Image.open(tmp_path / "out" / "page.png").convert("RGB"))
+    together = np.asarray(Image.open(read["saved"]).convert("RGB"))
+    assert alone.shape == original.shape and together.shape[1] == 2 * original.shape[1]
+    drawn = (alone != original).any(axis=2)  # the same polygons as the page side of the pipeline's (colors aside:
+    assert drawn.mean() > 0.01  # its regions are not put in reading order, that only a crops step needs)
+    np.testing.assert_array_equal(drawn, (together[:, :original.shape[1]] != original).any(axis=2))
+
+    plain = shutil.copytree(page / "ppocr_detector", tmp_path / "plain", ignore=lambda *_: ["model.onnx"])
+    (plain / "model.onnx").symlink_to(page / "ppocr_detector" / "model.onnx")
+    config = yaml.safe_load((plain / "gpux.yml").read_text())
+    config["outputs"]["sigmoid_0.tmp_0"].pop("postprocess")
+    (plain / "gpux.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    ws.write_text(f"name: plain\nmodels:\n  detector: {{path: {plain}}}\npipeline:\n  - model: detector\n")
+    r = gpux("run", str(ws), str(page / "ppocr_detector" / "page.png"), "--save", str(tmp_path / "out"))
+    assert r.returncode == 2 and "the pipeline's first step, declares no postprocess" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_serve_answers_the_page_over_rest_and_grpc_as_gpux_run_does(page: Path, read: dict[str, Any]) -> None:
+    httpclient = pytest.importorskip("tritonclient.http")
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    from tritonclient.utils import InferenceServerException
 
     from gpux.serve.command import ServeCommand, _open
 
-    # read from gpux.serve's own logger, whatever an earlier in-process serve or library did to logging
-    # (propagation off, a level, the logger disabled by a dictConfig, logging.disable)
-    log, said = logging.getLogger("gpux.serve"), []
-    handler = logging.Handler()
-    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
-    state = (log.disabled, log.level, logging.root.manager.disable)
-    log.disabled, log.level = False, logging.INFO
-    logging.disable(logging.NOTSET)
-    log.addHandler(handler)
-    try:
-        opening = _open(ServeCommand(targets=[str(page / "ppocr_page")], provider="cpu"))
-    finally:
-        log.removeHandler(handler)
-        log.disabled, log.level = state[:2]
-        logging.disable(state[2])
-    assert [p.name for p in opening.projects] == ["ppocr-detector", "ppocr-recognizer"]
-    assert opening.pipelines == {}
-    assert any("its pipeline crops image regions (crops:)" in line for line in said), said
+    from .serving import ServerThread, error_of, post
+
+    opening = _open(ServeCommand(targets=[str(page / "ppocr_page")], provider="cpu"))
+    assert [p.name for p in opening.projects] == ["ppocr-detector", "ppocr-recognizer", "ppocr-page"]
+    assert list(opening.pipelines) == ["ppocr-page"]
+    image = (page / "ppocr_detector" / "page.png").read_bytes()
+    want = read["answers"][REGIONS]
+    only = opening._replace(projects=opening.projects[-1:])  # the pipeline alone (its models serve as any do)
+    with ServerThread([], provider="cpu", opening=only) as server:
+        http, grpc = httpclient.InferenceServerClient(server.http), grpcclient.InferenceServerClient(server.grpc)
+        meta = http.get_model_metadata("ppocr-page")
+        assert meta["platform"] == "gpux_cpu"
+        assert [(t["name"], t["datatype"], t["shape"], t["parameters"]["content_type"]) for t in meta["inputs"]] \
+            == [("x", "BYTES", [-1], "image")]
+        assert [(t["name"], t["datatype"], t["parameters"]["content_type"]) for t in meta["outputs"]] \
+            == [(REGIONS, "BYTES", "json")]
+        status, _, reply = post(server.http, "/v2/models/ppocr-page/config", b"", method="GET")
+        assert status == 200 and json.loads(reply)["max_batch_size"] == 0, reply  # a page at a time
+
+        sent = httpclient.InferInput("x", [1], "BYTES")
+        sent.set_data_from_numpy(np.array([image], dtype=object))
+        (got,) = http.infer("ppocr-page", [sent]).as_numpy(REGIONS)
+        assert json.loads(got) == want  # the regions, their boxes, scores and texts: exactly gpux run's
+        rpc = grpcclient.InferInput("x", [1], "BYTES")
+        rpc.set_data_from_numpy(np.array([image], dtype=object))
+        (got,) = grpc.infer("ppocr-page", [rpc]).as_numpy(REGIONS)
+        assert json.loads(got) == want
+        body = {"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1],  # JSON: the file in base64
+                            "data": [base64.b64encode(b"name,score\ncat,1\n").decode()]}]}  # not an image
+        status, _, reply = post(server.http, "/v2/models/ppocr-page/infer", json.dumps(body))
+        assert status == 400 and "input 'x' element 0: not an image Pillow can read" in error_of(reply), reply
+        rpc.set_data_from_numpy(np.array([b"\x89PNG\r\n\x1a\n" + bytes(40)], dtype=object))  # a broken PNG
+        with pytest.raises(InferenceServerException) as refused:
+            grpc.infer("ppocr-page", [rpc])
+        assert refused.value.status() == "StatusCode.INVALID_ARGUMENT", refused.value
+        assert "input 'x' element 0: " in refused.value.message()
+        tensor = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
+        status, _, reply = post(server.http, "/v2/models/ppocr-page/infer", json.dumps(tensor))
+        assert status == 400 and "has datatype FP32 but model 'ppocr-page' expects BYTES" in error_of(reply), reply

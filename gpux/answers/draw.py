@@ -148,10 +148,15 @@ def save_drawn(file: str, answers: Answers, path: Path, kinds: Mapping[str, Answ
 
     ops = require("PIL.ImageOps", "images")
     image = ops.exif_transpose(open_image(file, file)).convert("RGB")
+    return write_picture(drawn(image, answers, kinds, blocks), path)
+
+
+def write_picture(picture: Any, path: Path) -> Path:
+    """A drawn picture written to `path` in the format its suffix names (its folder made)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         jpeg = path.suffix.lower() in (".jpg", ".jpeg")
-        drawn(image, answers, kinds, blocks).save(path, **({"quality": 95} if jpeg else {}))
+        picture.save(path, **({"quality": 95} if jpeg else {}))
     except (OSError, ValueError) as exc:
         raise UsageError(f"--save: cannot write {path}: {exc}") from exc
     return path

@@ -103,11 +103,7 @@ def _open(cmd: ServeCommand) -> Opening:
             logging.getLogger("gpux.serve").warning(w)
         projects += [_override(p, cmd.overrides) for p in ms.models.values()]
         fixed.update({p.name: choice.provider for p in ms.models.values()})
-        if any(step.crops for step in ms.workspace.config.pipeline):  # a pipeline of image files: not served
-            logging.getLogger("gpux.serve").warning(
-                f"{ms.place.name}: its pipeline crops image regions (crops:), which `gpux run {t} IMAGE` answers; "
-                "it is not served as a model (its models are)")
-        elif ms.workspace.config.pipeline:
+        if ms.workspace.config.pipeline:  # of tensors, or of image crops (gpux.serve.pages)
             projects.append(_override(pipeline_project(ms.workspace), cmd.overrides))
             pipelines[ms.place.name] = Pipeline(ms, choice)
     seen: set[tuple[str, str]] = set()

@@ -24,8 +24,8 @@ from gpux.serve.stats import ModelStats
 from gpux.serve.steps import as_bytes, bind
 
 if TYPE_CHECKING:
-    from gpux.answers.steps import Steps
     from gpux.config.load import Project
+    from gpux.serve.steps import Answering
     from gpux.workspace.project import Choice, Models
 
 
@@ -88,7 +88,7 @@ class Model:
         return self.opened.labels
 
     @property
-    def steps(self) -> Steps | None:
+    def steps(self) -> Answering | None:
         return self.opened.steps
 
     @property
@@ -274,7 +274,7 @@ def open_served(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     feeds = opened.warmup if opened.warmup is not None else warmup_feeds(opened.inputs)
     for run in opened.runs:
         run(feeds)
-    inline = inline_elements(warm_seconds(opened.runs[0], feeds), feeds)
+    inline = 0 if opened.one_by_one else inline_elements(warm_seconds(opened.runs[0], feeds), feeds)
     model.opened = opened
     model.stats.batchable = opened.batchable
     max_batch = settings.max_batch_size if opened.batchable else 0
@@ -346,9 +346,15 @@ def warm_seconds(run: RunNamed, feeds: Feeds) -> float:
 
 
 def _open_pipeline(model: Model, served: Pipeline, store: str | None) -> Opened:
-    """A workspace's pipeline served as one model: its inputs in, its last step's outputs out."""
+    """A workspace's pipeline served as one model: its inputs in, its last step's outputs out; a pipeline of
+    `crops:` steps takes images and answers as `gpux run WORKSPACE IMAGE` does (gpux.serve.pages)."""
     from gpux.workspace.pipeline import open_pipeline
 
+    ws = served.models.workspace
+    if ws is not None and any(step.crops for step in ws.config.pipeline):
+        from gpux.serve.pages import open_pages
+
+        return open_pages(served.models, served.choice, store, model.settings.instances)
     pipes = [open_pipeline(served.models, served.choice, store, lambda _m: None)
              for _ in range(model.settings.instances)]
     first = pipes[0]

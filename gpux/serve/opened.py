@@ -17,8 +17,8 @@ from gpux.model.io import Tensor
 from gpux.serve.record import Recorded
 
 if TYPE_CHECKING:
-    from gpux.answers.steps import Steps
     from gpux.providers.row import Runner
+    from gpux.serve.steps import Answering
 
 RunNamed = Callable[[Feeds], Named]  # one instance's inference: feeds in, outputs by name out
 
@@ -34,18 +34,20 @@ class Opened:
     runs_on: str
     report: SessionReport  # the session's report, as `gpux run --json` shows it
     labels: dict[str, list[str]]  # output -> class labels from gpux.yml
-    steps: Steps | None = None  # where gpux.yml declares a preprocess or postprocess
+    steps: Answering | None = None  # where gpux.yml declares a preprocess or postprocess (or a page pipeline's)
     files: str | None = None  # the input that takes encoded files (BYTES), through its declared preprocess
     runs: tuple[RunNamed, ...] = ()
     record: Recorded | None = None  # how a later start opens it again without its gpux.yml (None: it cannot)
     from_record: bool = False  # opened from the record of an earlier start
     warmup: Feeds | None = None  # the inputs it warmed up on (None: warmup_feeds of its inputs)
+    one_by_one: bool = False  # its requests never merged nor run on the event loop (a page pipeline: pages take long)
 
     @property
     def batchable(self) -> bool:
         """Requests can be merged when every input and output starts with a variable (batch) dim."""
         tensors = [*self.inputs.values(), *self.outputs.values()]
-        return bool(tensors) and all(t.shape and not isinstance(t.shape[0], int) for t in tensors)
+        variable = all(t.shape and not isinstance(t.shape[0], int) for t in tensors)
+        return not self.one_by_one and bool(tensors) and variable
 
 
 NOT_OPENED = Opened(inputs={}, outputs={}, provider="", runs_on="", report={}, labels={})

@@ -218,7 +218,8 @@ def check_inputs(model: Model, inputs: list[InferInput]) -> dict[str, np.ndarray
             raise BadRequest(f"input '{item.name}' is given twice")
         expected = DATATYPE.get(tensor.dtype, tensor.dtype)
         if item.datatype != expected:
-            files = " (or BYTES: encoded files, one per element)" if item.name == model.files else ""
+            files = " (or BYTES: encoded files, one per element)" if item.name == model.files and expected != "BYTES" \
+                else ""
             raise BadRequest(f"input '{item.name}' has datatype {item.datatype} but model '{model.name}' "
                              f"expects {expected}{files}")
         check_dims(model, tensor.shape, item)

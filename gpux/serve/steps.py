@@ -10,8 +10,8 @@ import binascii
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -21,12 +21,30 @@ from gpux.serve.errors import BadRequest, ServeError, TooLarge, is_bug
 
 if TYPE_CHECKING:
     from gpux.answers.pre import Placement
+    from gpux.config.kinds import AnswerKind
     from gpux.config.load import Project
     from gpux.serve.memory import Budget
 
 
 ANSWERS = "answers"  # request parameter: false gives tensors for files, true gives answers for tensors
 Run = Callable[[Feeds], Awaitable[Named]]
+
+
+class Answering(Protocol):
+    """What serving files reads of a model's steps: gpux.answers.steps.Steps, or a page pipeline's
+    (gpux.serve.pages.PageSteps)."""
+
+    @property
+    def kind(self) -> str | None: ...  # the kind of file the input takes (image, bytes, text)
+    @property
+    def post(self) -> Mapping[str, Any]: ...  # answered outputs -> (their Postprocess, labels)
+    @property
+    def kinds(self) -> Mapping[str, AnswerKind]: ...
+
+    def feeds(self, item: Any, name: str) -> tuple[Feeds, Placement | None]: ...
+    def answers(self, outputs: Named, placement: Placement | None, row: int = 0,
+                only: Sequence[str] | None = None) -> Any: ...
+    def rows(self, outputs: Named) -> int: ...
 
 
 def bind(project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]) -> tuple[Any, str | None]:

@@ -2,7 +2,8 @@
 declared preprocess; each later step is a `crops:` step, run once per text region an earlier step answered, on
 the region cut upright from the image (gpux.answers.crops) through its own image preprocess. A file's answers are
 every step's, named MODEL.OUTPUT; a region list that steps crop gets each region's answers of those steps, in
-reading order."""
+reading order. `--save DIR` draws them on the page (gpux.answers.draw_regions); `gpux serve` answers the same
+(gpux.serve.pages)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class Bound:
 
 def answer_pages(ms: Models, req: Any) -> int:
     """Each file through the pipeline; one answer per file, printed as text or one JSON line each."""
+    from gpux.answers.draw import save_paths
     from gpux.answers.steps import input_files
     from gpux.run.inuse import holding
     from gpux.workspace.commands import refuse_unsupported
@@ -38,9 +40,9 @@ def answer_pages(ms: Models, req: Any) -> int:
 
     if ms.workspace is None or not ms.workspace.config.pipeline:
         raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to answer files; name one model's folder")
-    refuse_unsupported(req, ("input_json", "input_file", "output", "save", "benchmark"),
-                       "answering files through a pipeline")
+    refuse_unsupported(req, ("input_json", "input_file", "output", "benchmark"), "answering files through a pipeline")
     files = input_files(req.files, "image")
+    saved = save_paths(files, refuse_drawing(ms, req.save)) if req.save else []
     choice = shared_choice(ms, req.provider)
     with holding(ms.place.name, ms.place.root, req.store, "gpux run"):
         sessions = open_sessions(ms, choice, req.store, report.progress(req.as_json))
@@ -50,10 +52,14 @@ def answer_pages(ms: Models, req: Any) -> int:
                 for w in choice.warnings:
                     report.warn(w)
                 report.info(f"{ms.place.name}: every step on {choice.provider} ({choice.source})")
-            for file in files:
-                answers = answer_page(bound, file)
+            for i, file in enumerate(files):
+                image = page_image(file, file)
+                answers = answer_page(bound, image, file)
                 doc = {"file": file, "workspace": ms.place.name, "provider": choice.provider, "answers": answers}
-                print(json.dumps(doc) if req.as_json else page_lines(file, answers, bound), flush=True)
+                if saved:
+                    doc["saved"] = str(save_page(image, answers, bound, saved[i]))
+                shown = page_lines(file, answers, bound) + (f"\n  saved: {doc['saved']}" if saved else "")
+                print(json.dumps(doc) if req.as_json else shown, flush=True)
         finally:
             close_all(sessions)
     return 0
@@ -97,21 +103,22 @@ def _crop_problem(b: Bound, earlier: list[Bound]) -> str | None:
     return None
 
 
-def answer_page(bound: list[Bound], file: str) -> dict[str, Any]:
-    """One file's answers: the first step's on the file, then each crops step's on every region it reads."""
+def answer_page(bound: list[Bound], image: Any, name: str) -> dict[str, Any]:
+    """One image's answers (`image`: as `page_image` decodes it; `name` what messages call it): the first step's
+    on the image, then each crops step's on every region it reads."""
     first, *later = bound
-    feeds, placement = first.steps.feeds(Path(file), file)
+    feeds, placement = first.steps.feeds(image, name)
     outputs = first.session.run(feeds)
     answers: dict[str, Any] = {f"{first.step.model}.{k}": _plain(v)
                                for k, v in first.steps.file_answers(outputs, placement).items()}
-    image = _original(file) if later else None
+    rgb = image.convert("RGB") if later else None
     for b in later:
         assert b.step.crops is not None
         regions = answers[b.step.crops] = _ordered(answers[b.step.crops])
         for j, region in enumerate(regions):
             from gpux.answers.crops import upright_crop
 
-            crop_feeds, at = b.steps.feeds(upright_crop(image, region["box"]), f"{file} region {j}")
+            crop_feeds, at = b.steps.feeds(upright_crop(rgb, region["box"]), f"{name} region {j}")
             got = b.steps.answers(b.session.run(crop_feeds), at)
             region.setdefault("answers", {}).update({f"{b.step.model}.{k}": _plain(v) for k, v in got.items()})
     return answers
@@ -123,17 +130,42 @@ def _ordered(regions: list[Any]) -> list[Any]:
     return reading_order([dict(r) for r in regions])  # type: ignore[misc]  # (a region gains its answers)
 
 
-def _original(file: str) -> Any:
-    """The file's image, upright (its EXIF turn applied), in RGB: the pixels the regions' corners are in."""
+def page_image(source: Any, name: str) -> Any:
+    """The image of a file (a path or its bytes), decoded and upright (its EXIF turn applied), in its own mode:
+    what the first step's preprocess reads and the pixels the regions' corners are in. An InputError names `name`."""
     from gpux.answers.pre import open_image
     from gpux.errors import InputError
     from gpux.optional import require
 
     ops = require("PIL.ImageOps", "images")
     try:
-        return ops.exif_transpose(open_image(file, file)).convert("RGB")
+        image = ops.exif_transpose(open_image(source, name))
+        image.load()
     except (OSError, SyntaxError, ValueError) as exc:
-        raise InputError(f"{file}: cannot decode the image: {exc}") from exc
+        raise InputError(f"{name}: cannot decode the image: {exc}") from exc
+    return image
+
+
+def refuse_drawing(ms: Models, folder: str) -> str:
+    """`--save FOLDER`, refused where the pipeline answers nothing to draw: its first step declares no postprocess."""
+    assert ms.workspace is not None
+    first = ms.workspace.config.pipeline[0].model
+    if not any(o.postprocess for o in (ms.models[first].config.outputs or {}).values()):
+        raise UsageError(f"--save {folder}: {first!r}, the pipeline's first step, declares no postprocess for its "
+                         "outputs, so there is nothing to draw",
+                         hint="declare postprocess: (boxes, topk, text_boxes; docs/answers.md)")
+    return folder
+
+
+def save_page(image: Any, answers: dict[str, Any], bound: list[Bound], path: Path) -> Path:
+    """The page with every step's answers drawn (gpux.answers.draw_regions), written to `path`."""
+    from gpux.answers.draw import write_picture
+    from gpux.answers.draw_regions import drawn_page
+
+    kinds = {f"{b.step.model}.{k}": v for b in bound for k, v in b.steps.kinds.items()}
+    blocks = {f"{b.step.model}.{k}": v for b in bound for k, v in b.steps.blocks.items()}
+    cropped = {b.step.crops for b in bound if b.step.crops}
+    return write_picture(drawn_page(image.convert("RGB"), answers, cropped, kinds, blocks), path)
 
 
 def _plain(value: Any) -> Any:
@@ -166,4 +198,4 @@ def page_lines(file: str, answers: dict[str, Any], bound: list[Bound]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["answer_page", "answer_pages", "bind"]
+__all__ = ["Bound", "answer_page", "answer_pages", "bind", "page_image", "save_page"]

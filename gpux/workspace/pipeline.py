@@ -104,13 +104,13 @@ def wire(ms: Models, io: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]])
 
 
 def refuse_crops(ms: Models) -> None:
-    """Tensors in (-i/-f, --benchmark, serve, export) take pipelines of tensor steps only: a crops step is refused."""
+    """Tensors in (-i/-f, --benchmark, export) take pipelines of tensor steps only: a crops step is refused."""
     assert ms.workspace is not None
     for i, step in enumerate(ms.workspace.config.pipeline):
         if step.crops is not None:
             raise ConfigError([Problem(str(ms.workspace.path), 0, 0, f"pipeline.{i}.crops", "a crops step runs on "
-                                       "image files: `gpux run WORKSPACE IMAGE...`; tensors (-i/-f, --benchmark, "
-                                       "serve, export) take pipelines of tensor steps only")])
+                                       "image files (`gpux run WORKSPACE IMAGE...`, or images sent to `gpux serve`); "
+                                       "tensors (-i/-f, --benchmark, export) take pipelines of tensor steps only")])
 
 
 def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log: Any) -> Pipeline:
