@@ -14,9 +14,10 @@ from gpux.arrays import Feeds, Outputs
 from gpux.config.load import Project
 from gpux.documents import Generated, Judged, VerificationDoc
 from gpux.errors import BuildFailed, GpuxError, ModelError, VerificationFailed, error_lines, first_line
-from gpux.quality.evidence import CONFIDENCE, RULES, Rate, loosened, percent, shortfall, weigh
+from gpux.quality.evidence import CONFIDENCE, RULES, Rate, loosened, shortfall, weigh
 from gpux.quality.metrics import DEFAULTS, KEYS, LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
 from gpux.quality.values import tree_ensembles
+from gpux.report import percent
 
 if TYPE_CHECKING:
     from gpux.config.steps import Postprocess
@@ -102,7 +103,7 @@ def rules(project: Project, precision: str, names: Sequence[str]) -> dict[str, R
 
 
 # ---- running a verification ---------------------------------------------------------------------------
-def reference(project: Project, source: Any = None) -> tuple[list[str], Callable[[Feeds], Outputs]]:
+def reference(project: Project, source: Path | None = None) -> tuple[list[str], Callable[[Feeds], Outputs]]:
     """Output names and the FP32 reference: the source model itself (ONNX Runtime CPU, no graph
     optimization; a PyTorch source runs in PyTorch)."""
     from gpux.formats import TORCH_FORMATS, source_format
@@ -170,7 +171,7 @@ class Goal:
     min_cosine: float
     data: str
 
-    def cosine(self, got: Sequence[Sequence[Any]], samples: Sequence[int] | None = None) -> float:
+    def cosine(self, got: Sequence[Outputs], samples: Sequence[int] | None = None) -> float:
         """How verification would score `got` (the outputs on `samples` of the feeds, default all)."""
         reference = self.reference if samples is None else [self.reference[i] for i in samples]
         return pooled_cosine(reference, got)
@@ -190,7 +191,7 @@ def accuracy_goal(job: Job, target: Target) -> Goal:
     return Goal(feeds, reference_outputs(job, run, feeds, data), float(wanted or 0.0), data)
 
 
-def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any) -> VerificationDoc:
+def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Path) -> VerificationDoc:
     """Verify one built artifact at the precision it executes at, on representative data where declared. A
     lossy (int8) artifact checked on generated data only is "unverified", whatever its metrics; a candidate
     runtime that cannot run the inputs fails the build (a fallback reason)."""

@@ -6,7 +6,7 @@ import json
 import re
 import zlib
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -14,6 +14,9 @@ from gpux.serve import codec, shm
 from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, TooLarge
 from gpux.serve.protocol import InferInput, InferRequest, InferResult
+
+if TYPE_CHECKING:
+    from gpux.serve.settings import Settings
 
 JSON_TYPE = b"application/json"
 OCTET_TYPE = b"application/octet-stream"
@@ -33,7 +36,7 @@ class Limits:
     max_header_bytes: int = 64 * 2**10
 
     @classmethod
-    def of(cls, settings: Any) -> Limits:
+    def of(cls, settings: Settings) -> Limits:
         """The limits a model's Settings (gpux/serve/settings.py) set."""
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
