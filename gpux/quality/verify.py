@@ -191,15 +191,17 @@ def accuracy_goal(job: Job, target: Target) -> Goal:
     return Goal(feeds, reference_outputs(job, run, feeds, data), float(wanted or 0.0), data)
 
 
-def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Path) -> VerificationDoc:
-    """Verify one built artifact at the precision it executes at, on representative data where declared. A
-    lossy (int8) artifact checked on generated data only is "unverified", whatever its metrics; a candidate
-    runtime that cannot run the inputs fails the build (a fallback reason)."""
+def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Path,
+                     opened: Callable[[Feeds], Outputs] | None = None) -> VerificationDoc:
+    """Verify one built artifact at the precision it executes at, on representative data where declared (`opened`:
+    the artifact as its build step opened it, `runtimes.Built`). A lossy (int8) artifact checked on generated data
+    only is "unverified", whatever its metrics; a candidate runtime that cannot run the inputs fails the build (a
+    fallback reason)."""
     verify = kind.verify_step()
     if verify is None:
         return {"status": "skipped", "skipped": f"{target.kind} cannot run on this machine"}
     try:
-        runner = verify(artifact, target)
+        runner = opened or verify(artifact, target)
     except GpuxError:
         raise
     except Exception as exc:  # runtimes raise anything on an artifact they cannot open (no common base class;

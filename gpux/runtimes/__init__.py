@@ -28,6 +28,7 @@ __all__ = [
     "OPENING",
     "ArtifactKind",
     "BuildStep",
+    "Built",
     "Context",
     "Environment",
     "Goal",
@@ -70,12 +71,22 @@ class Published(Protocol):
     def info(self) -> Mapping[str, object]: ...  # what its build step returned, as manifest.json keeps it
 
 
+@dataclass(frozen=True)
+class Built:
+    """A build step's result when building opened the artifact: its info, and the opened artifact that verification
+    runs instead of opening it again (a module compiled by the build, which a second compile would only repeat)."""
+
+    info: Mapping[str, object]
+    opened: Callable[[Feeds], Outputs]
+
+
 class BuildStep(Protocol):
     """A kind's `build`: writes its artifact into `ctx.workdir` and returns its info, the runtime's own record
     (a TypedDict of JSON values, each runtime its own keys) kept as the manifest's "info"; its "main" names the
-    artifact's main file, relative to the folder."""
+    artifact's main file, relative to the folder. A step that opened what it built returns it with its info
+    (`Built`)."""
 
-    def __call__(self, ctx: Context) -> Mapping[str, object]: ...
+    def __call__(self, ctx: Context) -> Mapping[str, object] | Built: ...
 
 
 class VerifyStep(Protocol):
