@@ -42,7 +42,7 @@ class AccessLog:
         """Whether answered requests are logged (callers skip gathering a line's fields when not)."""
         return self.writer is not None or LOG.isEnabledFor(logging.INFO)
 
-    def line(self, started: float, **fields: Any) -> None:
+    def line(self, started: float, **fields: object) -> None:
         """Log one answered request (`started`: its perf_counter at arrival) when the access log is on."""
         if not self.on():
             return
