@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from gpux.arrays import Feeds, Outputs
 from gpux.config.load import Project
-from gpux.documents import Generated, Judged, VerificationDoc
+from gpux.documents import Generated, Judged, RateDoc, VerificationDoc
 from gpux.errors import BuildFailed, GpuxError, ModelError, VerificationFailed, error_lines, first_line
-from gpux.quality.evidence import CONFIDENCE, RULES, Rate, loosened, shortfall, weigh
+from gpux.quality.evidence import CONFIDENCE, RULES, loosened, shortfall, weigh
 from gpux.quality.metrics import DEFAULTS, KEYS, LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
 from gpux.quality.values import tree_ensembles
 from gpux.report import percent
@@ -281,7 +281,7 @@ def verdict(job: Job, target: Target, result: Verification, data: Data,
     confidence = job.project.config.verify.confidence
     weighed = weigh(result.outputs, {n: r.tol for n, r in (judged or {}).items()}, confidence) \
         if data.representative else []
-    result.extra["evidence"] = {"confidence": confidence, "bound": "wilson", "rates": [w.to_dict() for w in weighed]}
+    result.extra["evidence"] = {"confidence": confidence, "bound": "wilson", "rates": list(weighed)}
     result.extra["loosened"] = loosened(({k: r.tol.get(k) for k in r.user} for r in (judged or {}).values()),
                                         DEFAULTS.get(result.precision, DEFAULTS["fp32"]), confidence)
     trees = tree_ensembles(job.source) if result.precision != "fp32" else []
@@ -304,11 +304,11 @@ def verdict(job: Job, target: Target, result: Verification, data: Data,
     return result.to_dict()
 
 
-def shown_lines(weighed: list[Rate], confidence: float) -> list[str]:
+def shown_lines(weighed: list[RateDoc], confidence: float) -> list[str]:
     """What the judged rows show of each rate that missed its floor: the bound beside the observed rate."""
-    return [f"{w.output}: {w.label} {w.agree} of {w.rows} rows ({percent(w.observed)}): the rows show at most "
-            f"{percent(w.bound)} ({confidence:.0%} one-sided), floor {percent(w.floor)}"
-            for w in weighed if w.observed < w.floor]
+    return [f"{w['output']}: {w['label']} {w['agree']} of {w['rows']} rows ({percent(w['observed'])}): the rows show "
+            f"at most {percent(w['bound'])} ({confidence:.0%} one-sided), floor {percent(w['floor'])}"
+            for w in weighed if w["observed"] < w["floor"]]
 
 
 MIN_ROWS = 10  # real rows a lossy verdict needs where no rate is counted (dense outputs, judged by cosine)
@@ -322,7 +322,7 @@ def lossy(precision: str, trees: Sequence[str] = ()) -> bool:
     return precision in LOSSY or (bool(trees) and precision != "fp32")
 
 
-def unverified_why(result: Verification, data: Data, weighed: Sequence[Rate] = (),
+def unverified_why(result: Verification, data: Data, weighed: Sequence[RateDoc] = (),
                    confidence: float = CONFIDENCE, trees: Sequence[str] = ()) -> str:
     """Why an artifact cannot be called verified on this data ("" when it can): lossy (int8, best, a tree
     ensemble below fp32) on generated or calibration data, or on real rows too few to show a floor its answers
@@ -330,7 +330,7 @@ def unverified_why(result: Verification, data: Data, weighed: Sequence[Rate] = (
     from gpux.quality.values import continuous, why_unverified
 
     if not lossy(result.precision, trees):
-        values = [w for w in weighed if w.metric == "rows_within"]
+        values = [w for w in weighed if w["metric"] == "rows_within"]
         return why_unverified(result.precision, continuous(result.outputs), (), data.representative) or \
             shortfall(values, confidence)
     if not data.representative and data.source == "generated" and trees and result.precision not in LOSSY:
