@@ -135,7 +135,9 @@ class OutputMetrics(TypedDict, total=False):
 
 
 class RateDoc(TypedDict):
-    """One counted rate as the record keeps it (`evidence.Rate.to_dict`)."""
+    """One counted rate of one output as the judged rows show it (`quality.evidence.weigh`), as records keep it:
+    `agree` of `rows` (the `observed` rate), its one-sided lower `bound`, the `floor` it is held to, whether the rows
+    show it, and the rows that would (None: none can)."""
 
     output: str
     metric: str

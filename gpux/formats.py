@@ -4,7 +4,10 @@ Protocol, Triton's model config, numpy)."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from gpux.views import ProjectView
 
 
 class ElementType(NamedTuple):
@@ -45,7 +48,7 @@ SUFFIX_FORMATS = {".onnx": "onnx", ".pt2": "torch_export", ".pt": "torchscript",
 TORCH_FORMATS = ("torchscript", "torch_export")
 
 
-def source_format(project: Any) -> str:
+def source_format(project: ProjectView) -> str:
     """onnx | torchscript | torch_export: stated in model.format, else from the suffix, else sniffed."""
     if project.config.model.format:
         return project.config.model.format

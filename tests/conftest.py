@@ -158,10 +158,10 @@ def write(path: Path, text: str) -> Path:
 # before every commit. A module joins when all of it runs in a few seconds on a quiet machine (its slow tests, if
 # any, stay out); everything else runs in `make test`.
 FAST = frozenset({
-    "test_bench", "test_config", "test_element_types", "test_lazy_imports", "test_layers", "test_legacy",
-    "test_options", "test_providers", "test_read_once", "test_registry", "test_run_hot_path",
+    "test_bench", "test_config", "test_contracts", "test_element_types", "test_lazy_imports", "test_layers",
+    "test_legacy", "test_options", "test_providers", "test_read_once", "test_registry", "test_run_hot_path",
     "test_runtime_contract", "test_schema", "test_serve_access", "test_serve_batching", "test_serve_codec",
-    "test_serve_grpc", "test_serve_stream", "test_shapes", "test_toy_provider",
+    "test_serve_grpc", "test_serve_stream", "test_shapes", "test_state", "test_toy_provider",
 })
 
 

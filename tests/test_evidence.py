@@ -34,11 +34,11 @@ def record(agree: int, rows: int, confident: int | None = None) -> dict:
 def test_too_few_rows_say_what_they_show_and_how_many_more_are_needed() -> None:
     floors = {"logits": {"min_top1_confident": 0.99, "min_top5": 0.99}}
     weighed = weigh(record(45, 77, 45), floors)
-    assert {w.metric for w in weighed} == {"top1_confident", "top5"}
+    assert {w["metric"] for w in weighed} == {"top1_confident", "top5"}
     assert shortfall(weighed) == ("45 judged rows (logits: confident top-1) show at most 94.3 %; about 223 more are "
                                   "needed for the 99 % floor")
     shown = weigh(record(300, 300), floors)  # no miss in 300 rows: at least 99.1 %
-    assert all(w.shown for w in shown) and min(w.bound for w in shown) >= 0.99 and shortfall(shown) == ""
+    assert all(w["shown"] for w in shown) and min(w["bound"] for w in shown) >= 0.99 and shortfall(shown) == ""
     # a rate below its floor is a failure, not a shortfall
     assert "confident top-1" not in shortfall(weigh(record(40, 45), floors))
     # answers are weighed only where judged (real data)

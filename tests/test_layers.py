@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1] / "gpux"
 # Bottom to top; rooms on one line may import each other (never in a cycle), never a room above them.
 ROOMS = [
     # the ground floor: no gpux imports but these
-    ("version", "errors", "optional", "files", "machine", "formats", "arrays", "documents"),
+    ("version", "errors", "optional", "files", "machine", "formats", "arrays", "documents", "views"),
     ("providers",),  # the registry: one row per provider, option models, probes
     ("sources",),  # where a model comes from: hub ids, transformers checkpoints exported to ONNX
     ("config",),  # gpux.yml → Project

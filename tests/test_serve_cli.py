@@ -382,7 +382,8 @@ def test_a_record_opens_only_through_its_artifact_kinds_runtime(tmp_path: Path, 
 
     project = mlp_project(tmp_path / "mlp", "1.0.0", 0)
     with gpux.load(project, provider="cpu") as session:
-        recipe = record.Recipe.of(session.runner.recipe)
+        recipe = session.runner.recipe
+    assert recipe is not None
     assert record.opener(recipe).__name__ == "open_session_runner"
     for named in ("os:system", "gpux.runtimes.onnxruntime:build_onnx", "gpux.runtimes.openvino:open_compiled_runner"):
         with pytest.raises(ValueError, match="is not how a"):

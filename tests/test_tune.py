@@ -111,13 +111,13 @@ def test_a_candidate_whose_rows_do_not_show_its_floor_is_not_ranked() -> None:
 
     fast, slow = outcome("bf16", 0.001), outcome("fp32", 0.004)
     record, floors = {"logits": {"top1_confident": 1.0, "confident_rows": 45}}, {"logits": {"min_top1_confident": 0.99}}
-    fast.row["accuracy"] = {"evidence": [w.to_dict() for w in weigh(record, floors)]}  # as a benchmark row keeps it
+    fast.row["accuracy"] = {"evidence": weigh(record, floors)}  # as a benchmark row keeps it
     assert pick_best([fast, slow], "latency") is slow
     assert fast.status == "unverified" and fast.why.startswith("unverified: 45 judged rows (logits: confident top-1) "
                                                                "show at most 94.3 %; about 223 more"), fast.why
     shown = outcome("bf16", 0.001)
     record = {"logits": {"top1_confident": 1.0, "confident_rows": 300}}
-    shown.row["accuracy"] = {"evidence": [w.to_dict() for w in weigh(record, floors)]}
+    shown.row["accuracy"] = {"evidence": weigh(record, floors)}
     assert pick_best([shown, outcome("fp32", 0.004)], "latency") is shown
 
 

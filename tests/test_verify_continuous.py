@@ -235,7 +235,7 @@ def test_tune_does_not_rank_a_candidate_whose_rows_do_not_show_the_floor() -> No
         rates = weigh(record, {"y": {"min_rows_within": 0.99}})  # type: ignore[dict-item]
         return Outcome(provider="cpu", precision=precision, options={}, status="ok",
                        row={"stats": {"p50": p50, "throughput": 1 / p50}, "verification_status": "verified",
-                            "accuracy": {"evidence": [w.to_dict() for w in rates]}})
+                            "accuracy": {"evidence": rates}})
 
     few, fp32 = outcome("fp16", 0.001, 133), outcome("fp32", 0.004, 133)
     fp32.row["accuracy"] = {"evidence": []}

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpux.arrays import Feeds, Outputs
 from gpux.artifacts import store
 from gpux.artifacts.plan import FP32, BuildPlan, Planned, as_fp32, digest_of, plan_build
 from gpux.config.load import Project
@@ -15,7 +17,7 @@ from gpux.documents import BuildDoc, BuiltDoc, SpeedDoc
 from gpux.errors import BuildFailed, VerificationFailed, model_step
 from gpux.files import locked
 from gpux.plan.targets import Target
-from gpux.runtimes import KIND_HINTS, ArtifactKind, Context, Job, Log, NothingConverted
+from gpux.runtimes import KIND_HINTS, ArtifactKind, Built, Context, Job, Log, NothingConverted
 
 
 @dataclass(kw_only=True)
@@ -238,7 +240,8 @@ def _usable_source(project: Project, checked: Any, root: Path, log: Log) -> Path
     return usable_source(project.source, checked.compat.lower_ir_to, checked.io.exchanged, root / ".lowered")
 
 
-def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path) -> SpeedDoc | None:
+def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path,
+           opened: Callable[[Feeds], Outputs] | None) -> SpeedDoc | None:
     """A lossy artifact's speed beside a plain fp32 session of the source (quality.speed), said where slower."""
     from gpux.quality.speed import LOSSY, versus_plain
     from gpux.report import slower_note
@@ -246,7 +249,7 @@ def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path) -> SpeedDoc
     verify = kind.verify_step()
     if target.precision not in LOSSY or verify is None:
         return None
-    runner = verify(main, target)
+    runner = opened or verify(main, target)
     measured = versus_plain(job, target, None if isinstance(runner, str) else runner)
     speed = measured.to_dict() if measured is not None else None
     note = slower_note(speed)
@@ -268,7 +271,7 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
                       log=log, calibration=lambda: calibrate.feeds(project, target, inputs, shapes, log),
                       strict=job.strict, goal=lambda: accuracy_goal(job, target))
         started = time.perf_counter()
-        info = _run_step(ctx, step)
+        info, opened = _run_step(ctx, step)
         main = str(info.pop("main"))
         manifest: store.Manifest = {
             "schema": store.MANIFEST_SCHEMA, "name": project.name, "version": project.config.version,
@@ -281,11 +284,11 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
             from gpux.quality.verify import run_verification
 
             try:
-                manifest["verification"] = run_verification(job, step, target, workdir / main)
+                manifest["verification"] = run_verification(job, step, target, workdir / main, opened)
             except VerificationFailed as exc:
                 exc.info = info
                 raise
-            info["vs_plain"] = _speed(job, step, target, workdir / main)
+            info["vs_plain"] = _speed(job, step, target, workdir / main, opened)
         else:
             manifest["verification"] = {"status": "skipped",
                                         "skipped": "--no-verify" if not job.verify else "verify.enabled: false"}
@@ -295,14 +298,16 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
             store.discard_tmp(workdir)
 
 
-def _run_step(ctx: Context, kind: ArtifactKind) -> dict[str, object]:
-    """The kind's build step run in its scratch folder; its info. What fails on the model is a BuildFailed that
-    is its conversion's failure (remembered); a gpux bug and the machine's errors propagate as they are."""
+def _run_step(ctx: Context, kind: ArtifactKind) -> tuple[dict[str, object], Callable[[Feeds], Outputs] | None]:
+    """The kind's build step run in its scratch folder; its info, and what it opened of the artifact (`Built`). What
+    fails on the model is a BuildFailed that is its conversion's failure (remembered); a gpux bug and the machine's
+    errors propagate as they are."""
     target = ctx.target
     hint = KIND_HINTS.get(target.kind, KIND_HINTS[""])
     try:
         with store.scratch(ctx.workdir), model_step(target.id, hint=hint, reason=_short, conversion=True):
-            return dict(kind.build_step()(ctx))
+            done = kind.build_step()(ctx)
+            return (dict(done.info), done.opened) if isinstance(done, Built) else (dict(done), None)
     except BuildFailed as exc:
         if exc.conversion is None:  # the step's own failure on the model, unless it said otherwise
             exc.conversion = True

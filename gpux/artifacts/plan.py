@@ -10,20 +10,24 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux.artifacts import store, unchanged
 from gpux.config.load import Project
 from gpux.documents import AttemptDoc, PlanDoc, PlannedDoc
 from gpux.errors import BuildFailed, GpuxError, ProviderUnavailable, VerificationFailed
 from gpux.files import digest_data, digest_files, store_root
-from gpux.model.io import Checked, Tensor, check_model
+from gpux.model.io import Checked, check_model
+from gpux.model.tensor import Tensor
 from gpux.plan.targets import Target, resolve_shapes
 from gpux.providers import Availability
 from gpux.quality.verify import judged
 from gpux.report import attempt_line, probe_attempt
 from gpux.runtimes import ArtifactKind, kind_of, targets
 from gpux.version import __version__
+
+if TYPE_CHECKING:
+    from gpux.plan.select import Selection
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,7 +149,7 @@ class Walk:
     failed: Mapping[str, AttemptDoc] = field(default_factory=dict)
 
 
-def choose(project: Project, selection: Any, checked: Checked, walk: Walk) -> Choice:
+def choose(project: Project, selection: Selection, checked: Checked, walk: Walk) -> Choice:
     """Walk the selection's chain as `run` does: a provider absent here is passed over at its probe; one whose build
     fails on this model (`walk.failed`, or remembered by the store unless retried) at its build; the first left is
     planned. An explicitly asked first provider absent here is planned for a dry run (what it would build), and for a
@@ -178,7 +182,7 @@ def choose(project: Project, selection: Any, checked: Checked, walk: Walk) -> Ch
     return Choice(plan=None, attempts=attempts)
 
 
-def builds_without_device(project: Project, avail: Any) -> bool:
+def builds_without_device(project: Project, avail: Availability) -> bool:
     """Whether a provider whose device is not here still builds its artifacts (a Core ML package)."""
     return avail.status == "no device" and \
         not any(kind_of(t.kind).needs_device for t in targets(project, avail.provider))
@@ -205,9 +209,9 @@ def falls_back(exc: BaseException) -> bool:
     return isinstance(exc, BuildFailed) and not isinstance(exc, VerificationFailed) and exc.conversion is True
 
 
-def plan_selected(project: Project, selection: Any, walk: Walk | None = None, *, checked: Checked | None = None,
+def plan_selected(project: Project, selection: Selection, walk: Walk | None = None, *, checked: Checked | None = None,
                   taken: bool = False) -> BuildPlan:
-    """The plan for what a selection (gpux.plan.select.Selection) builds on (`choose`); raises when nothing may build
+    """The plan for what a selection builds on (`choose`); raises when nothing may build
     here: ProviderUnavailable (fallback off, or every provider passed over), or the one provider's own build failure
     (BuildFailed) when it was the only one there was to build on. `taken`: the plan holds what the build reads
     (`reads`), taken before anything is hashed, for the record of an unchanged build."""

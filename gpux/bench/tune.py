@@ -198,14 +198,14 @@ def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = 
     default (role "default") is the floor: the pick replaces it only when clearly faster (gpux.bench.floor)."""
     from gpux.bench import rounds
     from gpux.bench.floor import DEFAULT, floor_pick
-    from gpux.quality.evidence import Rate, shortfall
+    from gpux.quality.evidence import shortfall
 
     for o in outcomes:
         if o.status != "ok" or allow_unverified or o.role == DEFAULT:  # the default runs without a lock anyway
             continue
         acc: Accuracy = o.row.get("accuracy") or {}
         # lossy: unverified by its build; any precision: its rows must show each floor to rank (the bound's words)
-        said = acc.get("unverified") or shortfall([Rate.from_dict(w) for w in acc.get("evidence") or []])
+        said = acc.get("unverified") or shortfall(acc.get("evidence") or [])
         if o.row.get("verification_status") == "unverified" or said:
             o.status, o.why = "unverified", f"unverified: {said}" if said else UNVERIFIED
     ok = [o for o in outcomes if o.status == "ok"]

@@ -41,7 +41,18 @@ COMMON = [
 ]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Invoked(click.Group):
+    """The group whose commands run with their command line's Invocation in force (`report.invoked`): the one
+    `main` hands click as the context's object, or one of its own (click's CliRunner)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from gpux.report import Invocation, invoked
+
+        with invoked(ctx.ensure_object(Invocation)):
+            return super().invoke(ctx)
+
+
+@click.group(cls=_Invoked, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", "-V", prog_name="gpux")
 def cli() -> None:
     """gpux: declare a model in gpux.yml, build optimized artifacts per provider, run them anywhere.

@@ -6,7 +6,7 @@ a session is opened (gpux.answers)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -124,7 +124,7 @@ class Preprocess(Strict):
         return self
 
 
-def check_preprocess(pre: Preprocess, shape: tuple[Any, ...] | None,
+def check_preprocess(pre: Preprocess, shape: tuple[int | str | None, ...] | None,
                      dtype: str) -> tuple[str, tuple[str, ...]] | None:
     """Why the steps do not fit the input's declared shape or dtype, and where under preprocess (None: they fit)."""
     if pre.python is not None:  # the function's contract: whatever it returns is checked when it runs
@@ -153,7 +153,7 @@ def check_preprocess(pre: Preprocess, shape: tuple[Any, ...] | None,
     return _row(shape, text.max_length if text.padding == "max_length" else None, "text", "max_length")
 
 
-def _row(shape: tuple[Any, ...] | None, size: int | None, kind: str,
+def _row(shape: tuple[int | str | None, ...] | None, size: int | None, kind: str,
          what: str) -> tuple[str, tuple[str, ...]] | None:
     """A [batch, size] input: rows of `size` values (None: any length)."""
     if not shape:
@@ -182,5 +182,5 @@ def check_routes(inputs: dict[str, tuple[Preprocess | None, str]]) -> tuple[str,
     return None
 
 
-def _show(shape: tuple[Any, ...]) -> str:
+def _show(shape: tuple[int | str | None, ...]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"

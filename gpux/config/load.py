@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 
@@ -33,13 +33,16 @@ class Derived:
     derived under (the model file's stamp, `gpux.files.stamp`, and the declared I/O) and derived again when that
     changes, or when `still_true` says the kept value no longer holds (the model's external data files changed)."""
 
-    values: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    values: dict[str, tuple[object, object]] = field(default_factory=dict)  # name -> (key, value)
     labels: dict[str, list[str]] = field(default_factory=dict)  # output -> the class names the checked model carries
 
-    def get(self, name: str, key: Any, derive: Callable[[], T], still_true: Callable[[T], bool] | None = None) -> T:
+    def get(self, name: str, key: object, derive: Callable[[], T], still_true: Callable[[T], bool] | None = None
+            ) -> T:
         kept = self.values.get(name)
-        if kept is not None and kept[0] == key and (still_true is None or still_true(kept[1])):
-            return kept[1]
+        if kept is not None and kept[0] == key:
+            held = cast(T, kept[1])  # what `derive` gave under this name
+            if still_true is None or still_true(held):
+                return held
         value = derive()
         self.values[name] = (key, value)
         return value

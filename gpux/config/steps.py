@@ -286,7 +286,7 @@ def check_labels(labels: Any, shape: tuple[int | str, ...] | None, post: Postpro
     return (f"{wrong} (shape {list(shape)})", at) if wrong else None
 
 
-def check_image_shape(image: ImageSteps, shape: tuple[int | str, ...]) -> tuple[str, tuple[str, ...]] | None:
+def check_image_shape(image: ImageSteps, shape: tuple[int | str | None, ...]) -> tuple[str, tuple[str, ...]] | None:
     """Why the image steps do not fit the input's declared shape, and where under preprocess (None: they fit)."""
     if len(shape) != 4:
         return f"an image input is [batch, C, H, W] or [batch, H, W, C]; shape has {len(shape)} dims", ()

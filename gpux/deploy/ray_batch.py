@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux import report
 from gpux.errors import GpuxError, UsageError
 from gpux.optional import require
+
+if TYPE_CHECKING:
+    from gpux.config.load import Project
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,7 +103,7 @@ def _uri_files(uri: str, kind: str | None) -> list[str]:
     return files
 
 
-def actor_resources(project: Any, provider: str, req: BatchRequest) -> dict[str, float]:
+def actor_resources(project: Project, provider: str, req: BatchRequest) -> dict[str, float]:
     """CPUs and GPUs per actor: the command line, else deploy.ray.batch, else the provider's row (a GPU provider
     asks for a GPU)."""
     from gpux.providers import registry
@@ -114,7 +117,7 @@ def actor_resources(project: Any, provider: str, req: BatchRequest) -> dict[str,
     return {"num_cpus": 1.0 if cpus is None else cpus, "num_gpus": gpus}
 
 
-def concurrency(project: Any, req: BatchRequest, resources: dict[str, float], cluster: dict[str, float]) -> int:
+def concurrency(project: Project, req: BatchRequest, resources: dict[str, float], cluster: dict[str, float]) -> int:
     """Actors: the command line, else deploy.ray.batch, else as many as the cluster's CPUs (GPUs) hold."""
     asked = req.concurrency or project.config.deploy.ray.batch.concurrency
     if asked:
@@ -124,7 +127,7 @@ def concurrency(project: Any, req: BatchRequest, resources: dict[str, float], cl
     return max(1, int(min(fits))) if fits else 1
 
 
-def answer_on_ray(project: Any, req: BatchRequest) -> int:
+def answer_on_ray(project: Project, req: BatchRequest) -> int:
     """List, build once, answer on Ray Data, write in input order; a summary line at the end. Exit 0, or 1 where
     any file was recorded with an error."""
     from gpux.answers.steps import Steps, file_kind
@@ -161,7 +164,7 @@ def ray_modules() -> tuple[Any, Any]:
     return ray, require("ray.data", extra="ray")
 
 
-def _run(project: Any, req: BatchRequest, address: str | None, todo: list[tuple[int, str]], out: Any) -> None:
+def _run(project: Project, req: BatchRequest, address: str | None, todo: list[tuple[int, str]], out: Any) -> None:
     from gpux.artifacts.build import build
     from gpux.deploy.ray_answer import ActorSpec, FileAnswerer
     from gpux.plan.select import select

@@ -17,6 +17,7 @@ NONTENSOR = "onnx-type-nontensor"  # a sequence, map or optional, as the wire re
 if TYPE_CHECKING:
     from gpux.config.load import Project
     from gpux.config.schema import TensorSpec
+    from gpux.model.compat import Compat
 
 
 def _tensor(value_info: Any) -> Tensor:
@@ -205,7 +206,7 @@ def declared_io(project: Project) -> ModelIO:
     return ModelIO(inputs=tensors(cfg.inputs), outputs=tensors(cfg.outputs), producer=source_format(project))
 
 
-def compat_check(io: ModelIO, store: Path | None = None) -> Any:
+def compat_check(io: ModelIO, store: Path | None = None) -> Compat:
     """The model's IR version and opsets against the installed ONNX Runtime (gpux.model.compat.Compat); what that
     runtime reads is kept in the store (`store`: its root), so opening a checked model does not probe again."""
     from gpux.model.compat import Compat, check
@@ -223,7 +224,7 @@ class Checked:
     io: ModelIO
     inputs: dict[str, Tensor]
     outputs: dict[str, Tensor]
-    compat: Any
+    compat: Compat
     stamp: tuple[int, ...] = ()  # the model file's stamp (gpux.files.stamp) when it was read
     beside: tuple[list[int] | None, ...] = ()  # its external data files' stamps then (None: missing)
     files: tuple[Path, ...] = ()  # the files the model is made of: the source and its external data
@@ -315,7 +316,7 @@ def sample_inputs(project: Project, io: ModelIO) -> dict[str, Tensor]:
     return inputs
 
 
-def _kept(project: Project, io: ModelIO, compat: Any, stamp: tuple[int, ...]) -> Checked:
+def _kept(project: Project, io: ModelIO, compat: Compat, stamp: tuple[int, ...]) -> Checked:
     inputs, outputs = effective_io(project, io)
     return Checked(io=io, inputs=inputs, outputs=outputs, compat=compat, stamp=stamp,
                    beside=_beside(project.source, io), files=tuple(source_files(project, io)))

@@ -43,9 +43,9 @@ class Selection:
 
     def available(self, provider: str) -> Availability:
         """Is `provider` usable here for this project (its runtime's own probe)?"""
-        from gpux.providers import probe_for
+        from gpux.providers import probe, probe_for
 
-        return probe_for(self.project, provider)
+        return probe(provider) if self.project is None else probe_for(self.project, provider)
 
 
 def last_resort() -> str:

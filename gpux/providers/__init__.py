@@ -7,11 +7,14 @@ import os
 import sys
 from functools import cache
 from pkgutil import resolve_name
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux.optional import install_hint, installed_ort_distributions, is_installed
 from gpux.providers.builtin import BUILTIN_ROWS
 from gpux.providers.row import Availability, Flavor, ImageRow, Provider, Runner, Status, TorchDevice
+
+if TYPE_CHECKING:
+    from gpux.views import ProjectView
 
 ENTRY_POINT_GROUP = "gpux.providers"
 __all__ = [
@@ -96,7 +99,8 @@ def probe(name: str) -> Availability:
             return Availability(name, "no device", f"{name} needs {p.hardware} on {where}; this is "
                                 f"{PLATFORM_NAMES.get(sys.platform, sys.platform)}", f"run on {where}")
         if p.probe_with:
-            return resolve_name(p.probe_with)(name)
+            own: Availability = resolve_name(p.probe_with)(name)
+            return own
         if p.runtime == "torch":
             return probe_torch(name)
         avail = _probe_openvino(p) if p.runtime == "openvino" else _probe_ort(p)
@@ -164,14 +168,14 @@ def registry() -> dict[str, Provider]:
     return {**BUILTIN_ROWS, **plugin_providers()}
 
 
-def runtime_of(project: Any, name: str) -> str:
+def runtime_of(project: ProjectView, name: str) -> str:
     """The runtime the project's config picks for provider `name` (its block's `runtime`, else the row's)."""
     block = getattr(project.config.providers, name, None)
     row = registry().get(name)
     return str(getattr(block, "runtime", None) or (row.runtime if row else "onnxruntime"))
 
 
-def probe_for(project: Any, name: str) -> Availability:
+def probe_for(project: ProjectView, name: str) -> Availability:
     """`probe(name)`, or PyTorch's own probe where the project runs provider `name` with runtime torch."""
     if runtime_of(project, name) != "torch":
         return probe(name)

@@ -4,8 +4,9 @@ artifact is (`Runner`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from pkgutil import resolve_name
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -13,7 +14,7 @@ from gpux.documents import AvailabilityDoc
 
 if TYPE_CHECKING:
     from gpux.arrays import Feeds, Outputs
-    from gpux.providers.options import OptionFields
+    from gpux.providers.options import OptionFields, Options
 
 Status = Literal["ok", "not installed", "import failed", "no device"]
 # `gpux tune`'s rows of a provider: (precision label, option fields); and its int8 refinements: (the fields that mark
@@ -37,6 +38,25 @@ class Availability:
         return {"provider": self.provider, "status": self.status, "reason": self.reason, "fix": self.fix}
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """How a runtime opens a session again without the project (`Runner.recipe`, kept in gpux serve's record): its
+    opening function, and the plain values it is called with."""
+
+    runtime: str  # module:function, called only where it is how the artifact's own kind opens (serve.record.opener)
+    arguments: dict[str, Any]  # its keyword arguments, plain values as JSON keeps them
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any]) -> Recipe:
+        """The recipe as a record on disk holds it."""
+        return cls(str(doc["runtime"]), dict(doc["arguments"]))
+
+    @property
+    def artifact(self) -> Path:
+        """The folder of the artifact it opens."""
+        return Path(self.arguments["model"]).parent
+
+
 @dataclass(kw_only=True)
 class Runner:
     """An opened artifact: `run(feeds)` returns outputs in `output_names` order."""
@@ -47,11 +67,10 @@ class Runner:
     dropped: str | None = None  # why the runtime did not take the requested device (None: it did)
     details: dict[str, Any] = field(default_factory=dict)
     close: Callable[[], None] = lambda: None
-    native: Any = None  # the runtime's own session / compiled model
+    native: object = None  # the runtime's own session / compiled model (gpux itself never reads it)
     binder: Callable[[Feeds, int], list[Callable[[], object]]] | None = None
     fast: Callable[[Feeds], Outputs] | None = None  # run() without the runtime's Python-side checks
-    # how to open it again without the project: {"runtime": "module:function", "arguments": {plain values}}
-    recipe: dict[str, Any] | None = None
+    recipe: Recipe | None = None  # how to open it again without the project
     # the runtime's error types for inputs it rejects (the feeds do not fit the model): an InputError, no fallback
     rejects: tuple[type[BaseException], ...] = ()
 
@@ -128,7 +147,8 @@ class Provider:
     precisions: tuple[str, ...] = ("fp32",)  # what `run --benchmark -p all` measures
     targets: str = "gpux.runtimes.onnxruntime_plan:onnx_targets"  # (project, provider, inputs) -> artifacts it needs
     torch_targets: str = ""  # (project, provider, source format) -> its own targets from a PyTorch source
-    kinds: tuple[tuple[str, Any], ...] = ()  # kinds of artifact its runtime adds: (name, runtimes.ArtifactKind)
+    # kinds of artifact its runtime adds: (name, a gpux.runtimes.ArtifactKind: a room above, which checks it)
+    kinds: tuple[tuple[str, object], ...] = ()
     probe_with: str = ""  # its own probe (name -> Availability) where gpux has none for its runtime
     gpu_resource: str | None = None  # the Kubernetes extended resource of its device
     title: str = ""  # what its gpux.yml block is (the schema's description of providers.<name>)
@@ -141,8 +161,14 @@ class Provider:
     refine: Refinements | None = field(default=None, compare=False)
 
     @property
-    def option_model(self) -> Any:
-        return resolve_name(self.options if ":" in self.options else f"gpux.providers.options:{self.options}")
+    def option_model(self) -> type[Options]:
+        """Its block's option model, the class `options` names."""
+        from gpux.providers.options import Options
+
+        model = resolve_name(self.options if ":" in self.options else f"gpux.providers.options:{self.options}")
+        if not (isinstance(model, type) and issubclass(model, Options)):
+            raise TypeError(f"provider {self.name}: options {self.options!r} is not a gpux.providers.options.Options")
+        return model
 
     def image_for(self, runtime: str) -> ImageRow | None:
         """Its image when it runs with `runtime`: PyTorch's own for runtime torch where the row has one."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from typing import cast
 
 from gpux.documents import OutputMetrics, RateDoc, number
@@ -61,34 +60,8 @@ def rows_needed(floor: float, misses: int = 0, confidence: float = CONFIDENCE) -
     return high
 
 
-@dataclass(frozen=True, kw_only=True)
-class Rate:
-    """One counted rate of one output as the judged rows show it: `agree` of `rows` (the `observed` rate), its
-    one-sided lower `bound`, the `floor` it is held to, whether the rows show it, and the rows that would (None:
-    none can)."""
-
-    output: str
-    metric: str  # the rate's key in the output's record
-    label: str  # what it is, in words
-    rows: int
-    agree: int
-    observed: float
-    bound: float
-    floor: float
-    shown: bool
-    needed: int | None
-
-    def to_dict(self) -> RateDoc:
-        return cast("RateDoc", asdict(self))  # every field, as RateDoc declares them
-
-    @classmethod
-    def from_dict(cls, doc: RateDoc) -> Rate:
-        """A rate as a record kept it (a manifest's evidence, a benchmark row's)."""
-        return cls(**doc)
-
-
 def weigh(outputs: Mapping[str, OutputMetrics], floors: Mapping[str, Mapping[str, float | None]],
-          confidence: float = CONFIDENCE) -> list[Rate]:
+          confidence: float = CONFIDENCE) -> list[RateDoc]:
     """Each judged rate of each output with its rows, bound and floor (`floors`: each output's thresholds)."""
     out = []
     for name, record in outputs.items():
@@ -103,23 +76,25 @@ def weigh(outputs: Mapping[str, OutputMetrics], floors: Mapping[str, Mapping[str
             agree = round(float(observed) * rows)
             bound = lower_bound(agree, rows, confidence)
             shown = bound >= floor if floor < 1 else agree == rows  # no rows show 100 %: only no miss meets it
-            out.append(Rate(output=name, metric=rate, label=label, rows=rows, agree=agree, observed=float(observed),
-                            bound=bound, floor=floor, shown=shown, needed=rows_needed(floor, rows - agree, confidence)))
+            out.append(RateDoc(output=name, metric=rate, label=label, rows=rows, agree=agree, observed=float(observed),
+                               bound=bound, floor=floor, shown=shown,
+                               needed=rows_needed(floor, rows - agree, confidence)))
     return out
 
 
-def shortfall(weighed: Sequence[Rate], confidence: float = CONFIDENCE) -> str:
+def shortfall(weighed: Sequence[RateDoc], confidence: float = CONFIDENCE) -> str:
     """Why the rows cannot show a floor they meet ("" when every one is shown): the first rate not shown, e.g.
     `45 judged rows (logits: confident top-1) show at most 93.9 %; about 223 more are needed for the 99 % floor`."""
-    short = [w for w in weighed if not w.shown and w.observed >= w.floor]
+    short = [w for w in weighed if not w["shown"] and w["observed"] >= w["floor"]]
     if not short:
         return ""
-    w = min(short, key=lambda w: w.bound - w.floor)
+    w = min(short, key=lambda w: w["bound"] - w["floor"])
     level = f" ({confidence:.0%} confidence)" if confidence != CONFIDENCE else ""
-    more = "no number of rows can show a floor of 100 %" if w.needed is None else \
-        f"about {w.needed - w.rows} more {'are' if w.needed - w.rows != 1 else 'is'} needed for the " \
-        f"{percent(w.floor)} floor"
-    return f"{w.rows} judged rows ({w.output}: {w.label}) show at most {percent(w.bound)}{level}; {more}"
+    needed, rows = w["needed"], w["rows"]
+    more = "no number of rows can show a floor of 100 %" if needed is None else \
+        f"about {needed - rows} more {'are' if needed - rows != 1 else 'is'} needed for the " \
+        f"{percent(w['floor'])} floor"
+    return f"{rows} judged rows ({w['output']}: {w['label']}) show at most {percent(w['bound'])}{level}; {more}"
 
 
 LOOSER_HIGHER = ("atol", "rtol", "row_tolerance")  # tolerances: a higher value is looser, as for every max_

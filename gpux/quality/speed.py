@@ -9,10 +9,14 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux.arrays import Feeds, Outputs
 from gpux.documents import SpeedDoc
+
+if TYPE_CHECKING:
+    from gpux.plan.targets import Target
+    from gpux.runtimes import Job
 
 ROUNDS = 5
 ROUND_S = 0.06  # seconds per side per round
@@ -33,7 +37,7 @@ class Speed:
         return {"speedup": self.speedup, "low": self.low, "high": self.high, "against": self.against}
 
 
-def versus_plain(job: Any, target: Any, runner: Callable[[Feeds], Outputs] | None) -> Speed | None:
+def versus_plain(job: Job, target: Target, runner: Callable[[Feeds], Outputs] | None) -> Speed | None:
     """The speed of a lossy target beside a plain session of its source, where that is an ONNX model a plain
     session opens here; None otherwise (or where either side fails to run)."""
     from gpux.formats import TORCH_FORMATS, source_format
@@ -52,7 +56,8 @@ def versus_plain(job: Any, target: Any, runner: Callable[[Feeds], Outputs] | Non
     try:
         with quiet_stderr():
             plain = ort.InferenceSession(str(job.project.source), providers=["CPUExecutionProvider"])
-            sides = {"plain": lambda: plain.run(None, feeds), "artifact": lambda: runner(feeds)}
+            sides: dict[str, Callable[[], object]] = {"plain": lambda: plain.run(None, feeds),
+                                                      "artifact": lambda: runner(feeds)}
             for call in sides.values():
                 call()
             times = _rounds(sides)

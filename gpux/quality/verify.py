@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpux.arrays import Feeds, Outputs
 from gpux.config.load import Project
-from gpux.documents import Generated, Judged, VerificationDoc
+from gpux.documents import Generated, Judged, RateDoc, VerificationDoc
 from gpux.errors import BuildFailed, GpuxError, ModelError, VerificationFailed, error_lines, first_line
-from gpux.quality.evidence import CONFIDENCE, RULES, Rate, loosened, percent, shortfall, weigh
+from gpux.quality.evidence import CONFIDENCE, RULES, loosened, shortfall, weigh
 from gpux.quality.metrics import DEFAULTS, KEYS, LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
 from gpux.quality.values import tree_ensembles
+from gpux.report import percent
 
 if TYPE_CHECKING:
     from gpux.config.steps import Postprocess
@@ -102,7 +103,7 @@ def rules(project: Project, precision: str, names: Sequence[str]) -> dict[str, R
 
 
 # ---- running a verification ---------------------------------------------------------------------------
-def reference(project: Project, source: Any = None) -> tuple[list[str], Callable[[Feeds], Outputs]]:
+def reference(project: Project, source: Path | None = None) -> tuple[list[str], Callable[[Feeds], Outputs]]:
     """Output names and the FP32 reference: the source model itself (ONNX Runtime CPU, no graph
     optimization; a PyTorch source runs in PyTorch)."""
     from gpux.formats import TORCH_FORMATS, source_format
@@ -170,7 +171,7 @@ class Goal:
     min_cosine: float
     data: str
 
-    def cosine(self, got: Sequence[Sequence[Any]], samples: Sequence[int] | None = None) -> float:
+    def cosine(self, got: Sequence[Outputs], samples: Sequence[int] | None = None) -> float:
         """How verification would score `got` (the outputs on `samples` of the feeds, default all)."""
         reference = self.reference if samples is None else [self.reference[i] for i in samples]
         return pooled_cosine(reference, got)
@@ -190,15 +191,17 @@ def accuracy_goal(job: Job, target: Target) -> Goal:
     return Goal(feeds, reference_outputs(job, run, feeds, data), float(wanted or 0.0), data)
 
 
-def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Any) -> VerificationDoc:
-    """Verify one built artifact at the precision it executes at, on representative data where declared. A
-    lossy (int8) artifact checked on generated data only is "unverified", whatever its metrics; a candidate
-    runtime that cannot run the inputs fails the build (a fallback reason)."""
+def run_verification(job: Job, kind: ArtifactKind, target: Target, artifact: Path,
+                     opened: Callable[[Feeds], Outputs] | None = None) -> VerificationDoc:
+    """Verify one built artifact at the precision it executes at, on representative data where declared (`opened`:
+    the artifact as its build step opened it, `runtimes.Built`). A lossy (int8) artifact checked on generated data
+    only is "unverified", whatever its metrics; a candidate runtime that cannot run the inputs fails the build (a
+    fallback reason)."""
     verify = kind.verify_step()
     if verify is None:
         return {"status": "skipped", "skipped": f"{target.kind} cannot run on this machine"}
     try:
-        runner = verify(artifact, target)
+        runner = opened or verify(artifact, target)
     except GpuxError:
         raise
     except Exception as exc:  # runtimes raise anything on an artifact they cannot open (no common base class;
@@ -278,7 +281,7 @@ def verdict(job: Job, target: Target, result: Verification, data: Data,
     confidence = job.project.config.verify.confidence
     weighed = weigh(result.outputs, {n: r.tol for n, r in (judged or {}).items()}, confidence) \
         if data.representative else []
-    result.extra["evidence"] = {"confidence": confidence, "bound": "wilson", "rates": [w.to_dict() for w in weighed]}
+    result.extra["evidence"] = {"confidence": confidence, "bound": "wilson", "rates": list(weighed)}
     result.extra["loosened"] = loosened(({k: r.tol.get(k) for k in r.user} for r in (judged or {}).values()),
                                         DEFAULTS.get(result.precision, DEFAULTS["fp32"]), confidence)
     trees = tree_ensembles(job.source) if result.precision != "fp32" else []
@@ -301,11 +304,11 @@ def verdict(job: Job, target: Target, result: Verification, data: Data,
     return result.to_dict()
 
 
-def shown_lines(weighed: list[Rate], confidence: float) -> list[str]:
+def shown_lines(weighed: list[RateDoc], confidence: float) -> list[str]:
     """What the judged rows show of each rate that missed its floor: the bound beside the observed rate."""
-    return [f"{w.output}: {w.label} {w.agree} of {w.rows} rows ({percent(w.observed)}): the rows show at most "
-            f"{percent(w.bound)} ({confidence:.0%} one-sided), floor {percent(w.floor)}"
-            for w in weighed if w.observed < w.floor]
+    return [f"{w['output']}: {w['label']} {w['agree']} of {w['rows']} rows ({percent(w['observed'])}): the rows show "
+            f"at most {percent(w['bound'])} ({confidence:.0%} one-sided), floor {percent(w['floor'])}"
+            for w in weighed if w["observed"] < w["floor"]]
 
 
 MIN_ROWS = 10  # real rows a lossy verdict needs where no rate is counted (dense outputs, judged by cosine)
@@ -319,7 +322,7 @@ def lossy(precision: str, trees: Sequence[str] = ()) -> bool:
     return precision in LOSSY or (bool(trees) and precision != "fp32")
 
 
-def unverified_why(result: Verification, data: Data, weighed: Sequence[Rate] = (),
+def unverified_why(result: Verification, data: Data, weighed: Sequence[RateDoc] = (),
                    confidence: float = CONFIDENCE, trees: Sequence[str] = ()) -> str:
     """Why an artifact cannot be called verified on this data ("" when it can): lossy (int8, best, a tree
     ensemble below fp32) on generated or calibration data, or on real rows too few to show a floor its answers
@@ -327,7 +330,7 @@ def unverified_why(result: Verification, data: Data, weighed: Sequence[Rate] = (
     from gpux.quality.values import continuous, why_unverified
 
     if not lossy(result.precision, trees):
-        values = [w for w in weighed if w.metric == "rows_within"]
+        values = [w for w in weighed if w["metric"] == "rows_within"]
         return why_unverified(result.precision, continuous(result.outputs), (), data.representative) or \
             shortfall(values, confidence)
     if not data.representative and data.source == "generated" and trees and result.precision not in LOSSY:

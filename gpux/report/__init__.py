@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -31,19 +33,30 @@ if TYPE_CHECKING:
 
 @dataclass
 class Invocation:
-    """One command line's rendering state, held by its click context (no module state outlives a call)."""
+    """One command line's rendering state: made by `gpux.cli.main`, in force while its command runs (`invoked`)."""
 
     args: list[str] | None = None  # its words, as a --report page shows them (None: sys.argv)
     verbose: bool = False  # -v
     emitted: bool = False  # its JSON document is out: a failure after it adds none
 
 
-def invocation() -> Invocation:
-    """The current command line's Invocation; outside a command (the Python API), a fresh one."""
-    import click
+# the Invocation of the command running in this thread or task; set and reset by `invoked`, nothing outlives it
+_INVOKED: ContextVar[Invocation | None] = ContextVar("gpux_invocation", default=None)
 
-    found = ctx.find_object(Invocation) if (ctx := click.get_current_context(silent=True)) is not None else None
-    return found or Invocation()
+
+@contextmanager
+def invoked(inv: Invocation) -> Iterator[Invocation]:
+    """`inv` is the command line's Invocation while the block runs (the CLI's commands run inside one)."""
+    token = _INVOKED.set(inv)
+    try:
+        yield inv
+    finally:
+        _INVOKED.reset(token)
+
+
+def invocation() -> Invocation:
+    """The running command line's Invocation; outside a command (the Python API), a fresh one."""
+    return _INVOKED.get() or Invocation()
 
 
 def verbose() -> bool:  # -v on any command: every progress line, every provider absent from this machine

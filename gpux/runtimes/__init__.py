@@ -5,11 +5,11 @@ one is built. (The pre- and post-processing steps a gpux.yml declares are anothe
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from pkgutil import resolve_name as resolve
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 from gpux.errors import BuildFailed
 
@@ -28,8 +28,10 @@ __all__ = [
     "OPENING",
     "ArtifactKind",
     "BuildStep",
+    "Built",
     "Context",
     "Environment",
+    "Goal",
     "Job",
     "Log",
     "NothingConverted",
@@ -69,12 +71,22 @@ class Published(Protocol):
     def info(self) -> Mapping[str, object]: ...  # what its build step returned, as manifest.json keeps it
 
 
+@dataclass(frozen=True)
+class Built:
+    """A build step's result when building opened the artifact: its info, and the opened artifact that verification
+    runs instead of opening it again (a module compiled by the build, which a second compile would only repeat)."""
+
+    info: Mapping[str, object]
+    opened: Callable[[Feeds], Outputs]
+
+
 class BuildStep(Protocol):
     """A kind's `build`: writes its artifact into `ctx.workdir` and returns its info, the runtime's own record
     (a TypedDict of JSON values, each runtime its own keys) kept as the manifest's "info"; its "main" names the
-    artifact's main file, relative to the folder."""
+    artifact's main file, relative to the folder. A step that opened what it built returns it with its info
+    (`Built`)."""
 
-    def __call__(self, ctx: Context) -> Mapping[str, object]: ...
+    def __call__(self, ctx: Context) -> Mapping[str, object] | Built: ...
 
 
 class VerifyStep(Protocol):
@@ -82,6 +94,22 @@ class VerifyStep(Protocol):
     checks against the FP32 reference; a string says why it cannot run here (verification skipped)."""
 
     def __call__(self, artifact: Path, target: Target) -> Callable[[Feeds], Outputs] | str: ...
+
+
+class Goal(Protocol):
+    """What verification will hold a build to (`gpux.quality.verify.Goal`), as a build step that aims at it reads
+    it: the inputs, the cosine asked for, what the inputs are, and how verification scores outputs on them."""
+
+    @property
+    def feeds(self) -> list[Feeds]: ...
+
+    @property
+    def min_cosine(self) -> float: ...
+
+    @property
+    def data(self) -> str: ...
+
+    def cosine(self, got: Sequence[Outputs], samples: Sequence[int] | None = None) -> float: ...
 
 
 class OpenStep(Protocol):
@@ -162,7 +190,10 @@ def kind_of(name: str) -> ArtifactKind:
     from gpux.providers import registry
 
     added = {n: kind for row in registry().values() for n, kind in row.kinds}
-    return added[name]
+    kind = added[name]
+    if not isinstance(kind, ArtifactKind):
+        raise TypeError(f"the kind of artifact {name!r} a provider row adds is not a gpux.runtimes.ArtifactKind")
+    return kind
 
 
 # runtime -> how its sessions open an artifact on this machine, (project, provider) -> settings; what `gpux inspect`
@@ -264,7 +295,7 @@ class Context:
     log: Log
     calibration: Callable[[], list[Feeds]]
     strict: bool = False  # precision that did nothing fails instead of warning
-    goal: Callable[[], Any] | None = None  # verification inputs, FP32 outputs and min cosine (accuracy-aware)
+    goal: Callable[[], Goal] | None = None  # verification inputs, FP32 outputs and min cosine (accuracy-aware)
 
 
 @dataclass(kw_only=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
@@ -221,7 +221,7 @@ def open_runner(provider: str, project: Project, artifact: Published) -> Runner:
         cache.mkdir(parents=True, exist_ok=True)
     settings = dict(o.SESSION_SETTINGS.get(provider, {}))
     level = opening(project, provider)["graph_optimization"]
-    device = ("cuda", int(opts.device_id)) if getattr(opts, "io_binding", False) else None
+    device = ("cuda", int(getattr(opts, "device_id", 0))) if getattr(opts, "io_binding", False) else None
     threads = project.config.runtime.threads
     return open_session_runner(artifact.main, ep, ep_opts, intra_op=threads.intra_op, inter_op=threads.inter_op,
                                settings=settings, level=level, device=device)
@@ -249,15 +249,15 @@ def opening(project: Project, provider: str) -> Opening:
 
 def open_session_runner(  # noqa: PLR0913  # a recipe: each keyword a plain value the serve record replays
         model: Path | str, ep: str, ep_opts: dict[str, str], *, intra_op: int = 0, inter_op: int = 0,
-        settings: dict[str, Any] | None = None, level: str = ONLINE_LEVEL,
-        device: tuple[str, int] | list[Any] | None = None) -> Any:
+        settings: dict[str, bool | str] | None = None, level: str = ONLINE_LEVEL,
+        device: Sequence[str | int] | None = None) -> Runner:
     """`device` ("cuda", id): benchmark inputs and outputs stay in device memory (IO binding). The runner's
     `recipe` is these arguments, plain values: this call again opens the same session (gpux/serve/record.py)."""
-    from gpux.providers.row import Runner
+    from gpux.providers.row import Recipe, Runner
 
     recipe = {"model": str(model), "ep": ep, "ep_opts": ep_opts, "intra_op": intra_op, "inter_op": inter_op,
               "settings": settings, "level": level, "device": list(device) if device else None}
-    device = (str(device[0]), int(device[1])) if device else None
+    on = (str(device[0]), int(device[1])) if device else None
     sess = create_session(Path(model), ep, ep_opts, intra_op=intra_op, inter_op=inter_op, settings=settings,
                           level=level)
     used = sess.used[0] if sess.used else "none"
@@ -273,9 +273,8 @@ def open_session_runner(  # noqa: PLR0913  # a recipe: each keyword a plain valu
                   details={"ep": ep, "ep_options": ep_opts, "session_providers": sess.used, "opened": opened},
                   close=sess.close,
                   native=sess.session,
-                  binder=lambda feeds, n: bind_device(sess, feeds, n, device) if device else bind(sess, feeds, n),
-                  fast=native_run(sess), recipe={"runtime": "gpux.runtimes.onnxruntime:open_session_runner",
-                                                 "arguments": recipe})
+                  binder=lambda feeds, n: bind_device(sess, feeds, n, on) if on else bind(sess, feeds, n),
+                  fast=native_run(sess), recipe=Recipe("gpux.runtimes.onnxruntime:open_session_runner", recipe))
 
 
 def native_run(sess: OrtSession) -> Callable[[Feeds], Outputs]:

@@ -321,7 +321,7 @@ def open_compiled_runner(model: Path | str, device: str, properties: dict[str, s
     where the block sets none (it applies when the CPU plugin alone compiles); `cache`: a runtime cache beside the
     artifact; `names`: the outputs in order; `label`: the artifact's id, for errors. The runner's `recipe` is
     these arguments, plain values: this call again opens the same compiled model (gpux/serve/record.py)."""
-    from gpux.providers.row import Runner
+    from gpux.providers.row import Recipe, Runner
 
     recipe = {"model": str(model), "device": device, "properties": dict(properties), "threads": threads,
               "cache": cache, "names": names, "label": label}
@@ -356,7 +356,7 @@ def open_compiled_runner(model: Path | str, device: str, properties: dict[str, s
     return Runner(run=requests.run, output_names=names, used="OpenVINO " + ",".join(execution),
                   dropped=dropped(device, execution), details=details, close=requests.close, native=compiled,
                   binder=lambda feeds, n: bound_requests(compiled, feeds, n),
-                  recipe={"runtime": "gpux.runtimes.openvino:open_compiled_runner", "arguments": recipe})
+                  recipe=Recipe("gpux.runtimes.openvino:open_compiled_runner", recipe))
 
 
 def bound_requests(compiled: Any, feeds: Feeds, n: int) -> list[Callable[[], object]]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from gpux.optional import require
+from gpux.runtimes import Built
 
 if TYPE_CHECKING:
     from gpux.arrays import Feeds, Outputs
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 CACHE = "inductor"
 MAIN = {"torchscript": "model.pt", "torch_export": "model.pt2"}
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-_BUILT: dict[str, Opened] = {}  # artifact main (in its build folder) -> the module compiled there, for verify
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,9 +303,10 @@ def _first_call(run: Callable[[Feeds], Outputs], feeds: Feeds,
 
 
 # ---- build, verify, open ------------------------------------------------------------------------------
-def build_module(ctx: Context) -> ModuleInfo:
+def build_module(ctx: Context) -> Built:
     """The torch artifact: the source copied in; compiled setups also keep the Inductor cache of the compile
-    done here (at the resolved input sizes), so `run` starts warm."""
+    done here (at the resolved input sizes), so `run` starts warm. The module compiled here is what verification
+    runs (`Built`)."""
     from gpux.runtimes.torch_export import system_temp
 
     torch = _torch()
@@ -316,33 +317,31 @@ def build_module(ctx: Context) -> ModuleInfo:
     with system_temp():  # Inductor's process-wide folders must outlive this step's scratch folder
         opened = open_module(main, setup, ctx.project, cache, ctx.log)
     info: ModuleInfo = {"main": main.name, "torch": torch.__version__, "runs_on": _runs_on(setup, opened)}
-    _BUILT.clear()  # one build at a time: what an unverified build left is not kept alive
-    _BUILT[str(main)] = opened
     if setup.compile == "off":
-        return info
+        return Built(info, opened.run)
     if "compile_failed" in opened.details:  # runs eager, as verified; `run` does not try again
         info["compile_failed"] = opened.details["compile_failed"]
         shutil.rmtree(cache, ignore_errors=True)
-        return info
+        return Built(info, opened.run)
     files = [p for p in cache.rglob("*") if p.is_file()]
     for lock in (p for p in files if p.suffix == ".lock"):
         lock.unlink(missing_ok=True)
     info |= {"compile_seconds": opened.details["compile_s"], "compile_cache": opened.details["compile_cache"],
              "cache_files": sum(1 for p in cache.rglob("*") if p.is_file())}
-    return info
+    return Built(info, opened.run)
 
 
 def verify_runner(artifact: Path, target: Target) -> Callable[[Feeds], Outputs] | str:
-    """What verification runs: the module compiled by the build (or the eager one); a reason where the
-    device is not here."""
+    """What verification runs where the build did not hand it the module it compiled (`Built`, what
+    `build_module` always returns): the module is not compiled a second time; a reason where the device is not
+    here."""
     from gpux.providers import probe_torch
 
     setup = Setup.of(target.options)
     avail = probe_torch(setup.device, setup.device_id)
     if not avail.ok:
         return f"PyTorch cannot run on {setup.device} here: {avail.reason}"
-    opened = _BUILT.pop(str(artifact), None)
-    return opened.run if opened is not None else "the module was not opened by this build"
+    return f"the module of {artifact.name} is verified as its build opened it"
 
 
 def open_runner(provider: str, project: Project, artifact: Published) -> Runner:

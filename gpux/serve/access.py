@@ -1,6 +1,7 @@
 """The access log: one JSON line per answered request on logger `gpux.serve.access`. The event loop only keeps
 the record; `gpux serve` formats and writes what came every FLUSH_S from a thread, one write per batch (a line
-formatted and written on the loop cost ~45 µs a request; a thread woken per line, more)."""
+formatted and written on the loop cost ~45 µs a request; a thread woken per line, more). A server logs through the
+`AccessLog` it is handed (`writing` gives the one `gpux serve` writes)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import orjson
 LOG = logging.getLogger("gpux.serve.access")
 FLUSH_S = 0.05
 KEPT = 100_000  # lines waiting for the writer, at most
-WRITER: Batched | None = None  # the writer `gpux serve` installed, if any
 
 
 class Line(dict[str, Any]):
@@ -31,21 +31,26 @@ class Line(dict[str, Any]):
             return json.dumps(self, separators=(",", ":"))
 
 
-def on() -> bool:
-    """Whether answered requests are logged (callers skip gathering a line's fields when not)."""
-    return WRITER is not None or LOG.isEnabledFor(logging.INFO)
+class AccessLog:
+    """Where one server logs its answered requests: straight to the writer `gpux serve` opened (`writing`), without
+    a LogRecord; without one, to logger `gpux.serve.access` at INFO."""
 
+    def __init__(self, writer: Batched | None = None) -> None:
+        self.writer = writer
 
-def line(started: float, **fields: Any) -> None:
-    """Log one answered request (`started`: its perf_counter at arrival) when the access log is on. While `gpux
-    serve` writes the log (`writing`), the line goes straight to its writer, without a LogRecord."""
-    if not on():
-        return
-    entry = Line(ts=round(time.time(), 3), **fields, ms=round((time.perf_counter() - started) * 1000, 3))
-    if WRITER is not None:
-        WRITER.kept.append(entry)
-    else:
-        LOG.info(entry)
+    def on(self) -> bool:
+        """Whether answered requests are logged (callers skip gathering a line's fields when not)."""
+        return self.writer is not None or LOG.isEnabledFor(logging.INFO)
+
+    def line(self, started: float, **fields: object) -> None:
+        """Log one answered request (`started`: its perf_counter at arrival) when the access log is on."""
+        if not self.on():
+            return
+        entry = Line(ts=round(time.time(), 3), **fields, ms=round((time.perf_counter() - started) * 1000, 3))
+        if self.writer is not None:
+            self.writer.kept.append(entry)
+        else:
+            LOG.info(entry)
 
 
 class Batched(logging.Handler):
@@ -93,27 +98,24 @@ class Batched(logging.Handler):
 
 
 @contextmanager
-def writing(stream: TextIO, on: bool) -> Iterator[None]:
-    """While open, access lines go to `stream` from a thread (every line written by the time it closes); none when
-    not `on`."""
+def writing(stream: TextIO, on: bool) -> Iterator[AccessLog]:
+    """While open, the access log it gives writes its lines to `stream` from a thread (every line written by the time
+    it closes); none when not `on`."""
     level = LOG.level
     LOG.setLevel(logging.INFO if on else logging.WARNING)
     if not on:
         try:
-            yield
+            yield AccessLog()
         finally:
             LOG.setLevel(level)
         return
-    global WRITER
     handler = Batched(stream)
     handler.setFormatter(logging.Formatter("%(message)s"))
     LOG.addHandler(handler)
     LOG.propagate = False
-    WRITER = handler
     try:
-        yield
+        yield AccessLog(handler)
     finally:
-        WRITER = None
         LOG.removeHandler(handler)
         LOG.propagate = True
         LOG.setLevel(level)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import orjson
 
@@ -15,6 +16,11 @@ from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, TooLarge
 from gpux.serve.protocol import InferInput, InferRequest, InferResult
 
+if TYPE_CHECKING:
+    from gpux.serve.settings import Settings
+
+K = TypeVar("K")
+V = TypeVar("V")
 JSON_TYPE = b"application/json"
 OCTET_TYPE = b"application/octet-stream"
 NESTING = 500  # where a body too deep for the JSON parser is reported (tensor data nests as deep as its shape)
@@ -33,7 +39,7 @@ class Limits:
     max_header_bytes: int = 64 * 2**10
 
     @classmethod
-    def of(cls, settings: Any) -> Limits:
+    def of(cls, settings: Settings) -> Limits:
         """The limits a model's Settings (gpux/serve/settings.py) set."""
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
@@ -93,7 +99,7 @@ def parse_infer(name: str, version: str, body: bytes, header_length: bytes | Non
         if plan is None:
             plan = _plan(load_json(head), limits)
             if key is not None and plan.reusable:
-                _keep(PLANS, key, plan)
+                PLANS.keep(key, plan)
         inputs = _arrays(plan.inputs, tail)
     except BadRequest:
         if LONG_NUMBER.search(head) is None:
@@ -138,16 +144,33 @@ class Spec:
     data: Any = None
 
 
+class Kept(Generic[K, V]):
+    """A bounded cache of what a pure function gave for a key: at most `size` entries, emptied in one step when
+    full (safe beside a thread reading it; the next few requests fill it again)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._memo: dict[K, V] = {}
+
+    def get(self, key: K) -> V | None:
+        return self._memo.get(key)
+
+    def keep(self, key: K, value: V) -> None:
+        if len(self._memo) >= self.size:
+            self._memo.clear()
+        self._memo[key] = value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._memo
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(list(self._memo))
+
+
 KEPT = 256  # headers read, and reply headers written, kept at most (a client sends the same few)
 PLAN_BYTES = 4096  # headers kept (read or written) are at most this long (a few hundred bytes name a few tensors)
-PLANS: dict[tuple[bytes, Limits], Plan] = {}
-HEADS: dict[tuple[Any, ...], bytes] = {}
-
-
-def _keep(memo: dict[Any, Any], key: Any, value: Any) -> None:
-    if len(memo) >= KEPT:
-        memo.clear()  # one step, safe beside a thread reading it; refilled by the next few requests
-    memo[key] = value
+PLANS: Kept[tuple[bytes, Limits], Plan] = Kept(KEPT)  # an infer header, read (its reading depends on it alone)
+HEADS: Kept[tuple[Any, ...], bytes] = Kept(KEPT)  # a reply's JSON header, written (the same for the same key)
 
 
 def _plan(doc: Any, limits: Limits) -> Plan:
@@ -329,7 +352,7 @@ def render_infer(result: InferResult, request: InferRequest, binary: dict[str, b
     if head is None:
         reply = _render(result, request, binary)
         if key is not None and reply.header_length is not None and reply.header_length <= PLAN_BYTES:
-            _keep(HEADS, key, reply.body[:reply.header_length])
+            HEADS.keep(key, reply.body[:reply.header_length])
         return reply
     return Reply(status=200, body=b"".join([head, *(codec.to_bytes(a) for _, a in result.outputs)]),
                  content_type=OCTET_TYPE, header_length=len(head))

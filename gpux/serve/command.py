@@ -65,7 +65,7 @@ def serve_command(cmd: ServeCommand) -> int:
     from gpux.serve.server import ServeRequest, serve
 
     with contextlib.ExitStack() as held:  # `gpux use` is refused for what is being served
-        held.enter_context(writing(sys.stderr, cmd.access_log))
+        access = held.enter_context(writing(sys.stderr, cmd.access_log))
         for name, root in places:
             held.enter_context(holding(name, root, cmd.store, "gpux serve"))
         load = LoadRequest(cmd.provider, cmd.strict, cmd.store, fixed, pipelines)
@@ -79,7 +79,7 @@ def serve_command(cmd: ServeCommand) -> int:
 
         served: list[Project | Recorded] = [*opening.projects, *(recorded or [])]
         serve(ServeRequest(projects=served, host=cmd.host, http_port=cmd.port, grpc_port=cmd.grpc_port, grpc=cmd.grpc,
-                           api_key=cmd.api_key or None, load=load, on_ready=ready))
+                           api_key=cmd.api_key or None, load=load, on_ready=ready, access=access))
     return 0
 
 

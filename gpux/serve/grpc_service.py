@@ -13,7 +13,8 @@ from typing import Any
 import grpc
 import numpy as np
 
-from gpux.serve import access, codec, shm
+from gpux.serve import codec, shm
+from gpux.serve.access import AccessLog
 from gpux.serve.classify import class_count
 from gpux.serve.errors import BadRequest, NotServed, ServeError, Unauthorized
 from gpux.serve.grpc_messages import Malformed, Unimplemented, handlers
@@ -41,9 +42,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     """Health, metadata and ModelInfer over the shared model repository."""
 
     def __init__(self, repo: Repository, metrics: Metrics, limits: Limits, api_key: str | None = None,
-                 lifecycle: Lifecycle | None = None) -> None:
+                 lifecycle: Lifecycle | None = None, *, access: AccessLog | None = None) -> None:
         self.repo, self.metrics, self.limits, self.lifecycle = repo, metrics, limits, lifecycle
         self.api_key = api_key
+        self.access = access or AccessLog()
 
     async def _guard(self, context: grpc.aio.ServicerContext, error: ServeError) -> None:
         await context.abort(getattr(grpc.StatusCode, error.grpc_code), error.message)
@@ -238,7 +240,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                               status, seconds if labels else None)
         if status != 200:
             self.repo.refused(request.model_name, request.model_version, seconds)
-        _log(request, status, started)
+        self.access.line(started, protocol="grpc", method="ModelInfer", model=request.model_name,
+                         version=request.model_version, status=status)
 
 
 def decode(request: Any, limits: Limits) -> InferRequest:
@@ -312,11 +315,6 @@ def encode(name: str, version: str, req_id: str, outputs: list[tuple[str, np.nda
             where = {k: pb.InferParameter(**{PARAMETER[type(v)]: v}) for k, v in params.items()}
             response.outputs.add(name=out_name, datatype=codec.datatype_of(array), shape=array.shape, parameters=where)
     return response
-
-
-def _log(request: Any, status: int, started: float) -> None:
-    access.line(started, protocol="grpc", method="ModelInfer", model=request.model_name,
-                version=request.model_version, status=status)
 
 
 def make_server(service: InferenceService, address: str, limits: Limits,

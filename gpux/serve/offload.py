@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from gpux.serve.errors import ServeError
 
+T = TypeVar("T")
 PROCESSES = 2  # at most; large JSON bodies beyond that wait their turn
 
 
-async def on_thread(large: bool, fn: Callable[..., Any], *args: Any) -> Any:
+async def on_thread(large: bool, fn: Callable[..., T], *args: object) -> T:
     """fn(*args) here when small, on a thread of the default executor when large. A caller cancelled meanwhile (a
     client that went away) waits for the thread to end before it goes on: what it lent the thread (a shared memory
     region's file, a buffer) must not be released under it."""
@@ -36,7 +37,7 @@ class Offload:
     def __init__(self) -> None:
         self._pool: Any = None
 
-    async def in_process(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def in_process(self, fn: Callable[..., T], *args: object) -> T:
         """fn(*args) in a worker process: `fn` and its arguments travel by pickle, so do its result and errors."""
         from concurrent.futures.process import BrokenProcessPool
 

@@ -25,7 +25,8 @@ from gpux.config import CONFIG_NAMES
 from gpux.documents import SessionReport
 from gpux.files import atomic_write_text, sha256_file
 from gpux.machine import installed_state
-from gpux.model.io import Tensor
+from gpux.model.tensor import Tensor
+from gpux.providers.row import Recipe
 from gpux.serve.settings import Settings
 
 if TYPE_CHECKING:
@@ -45,24 +46,6 @@ class Command:
     strict: bool
     store: str | None
     overrides: dict[str, float]  # serve: settings given on the command line
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How a runtime opens a session again without the project (`providers.row.Runner.recipe`): its opening
-    function, and the plain values it is called with."""
-
-    runtime: str  # module:function, called only where it is how the artifact's own kind opens (`opener`)
-    arguments: dict[str, Any]  # its keyword arguments, as JSON keeps them
-
-    @classmethod
-    def of(cls, doc: dict[str, Any]) -> Recipe:
-        return cls(str(doc["runtime"]), dict(doc["arguments"]))
-
-    @property
-    def artifact(self) -> Path:
-        """The folder of the artifact it opens."""
-        return Path(self.arguments["model"]).parent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +109,8 @@ def opener(recipe: Recipe) -> Callable[..., Runner]:
     where, _, function = recipe.runtime.partition(":")
     if where != module or not function.startswith("open_"):
         raise ValueError(f"{recipe.runtime} is not how a {artifact.kind} artifact opens (a {module} function)")
-    return resolve(recipe.runtime)
+    opens: Callable[..., Runner] = resolve(recipe.runtime)
+    return opens
 
 
 def open_runner(recipe: Recipe) -> Runner:
@@ -230,7 +214,7 @@ def recordable(project: Project, runner: Runner, declares_steps: bool) -> Recipe
     no gpux.yml of its own)."""
     if runner.recipe is None or declares_steps or project.path.name not in CONFIG_NAMES:
         return None
-    return Recipe.of(runner.recipe)
+    return runner.recipe
 
 
 def _depends_on(project: Project, store: str | None) -> list[Path]:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gpux.serve import access
+from gpux.serve.access import AccessLog
 from gpux.serve.body import Limits, Reply, decompress, json_reply, parse_infer, render_infer
 from gpux.serve.errors import BadRequest, NotServed, RequestTimeout, ServeError, TooLarge, Unauthorized, Unavailable
 from gpux.serve.lifecycle import Lifecycle
@@ -119,10 +119,12 @@ class RestApp:
     """ASGI app; `repo` holds the models, `api_key` (when set) guards everything but the health routes."""
 
     def __init__(self, repo: Repository, metrics: Metrics, limits: Limits, api_key: str | None = None,
-                 offload: Offload | None = None, lifecycle: Lifecycle | None = None) -> None:
+                 offload: Offload | None = None, lifecycle: Lifecycle | None = None, *,
+                 access: AccessLog | None = None) -> None:
         self.repo, self.metrics, self.limits, self.lifecycle = repo, metrics, limits, lifecycle
         self.api_key = api_key.encode() if api_key else None
         self.offload = offload or Offload()
+        self.access = access or AccessLog()
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -278,10 +280,9 @@ class RestApp:
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
         await send({"type": "http.response.body", "body": reply.body})
 
-    @staticmethod
-    def _log(scope: dict[str, Any], reply: Reply, started: float) -> None:
-        if access.on():
+    def _log(self, scope: dict[str, Any], reply: Reply, started: float) -> None:
+        if self.access.on():
             client = scope.get("client") or ("", 0)
-            access.line(started, protocol="http", client=f"{client[0]}:{client[1]}", method=scope["method"],
-                        path=scope["path"], status=reply.status, bytes=len(reply.body))
+            self.access.line(started, protocol="http", client=f"{client[0]}:{client[1]}", method=scope["method"],
+                             path=scope["path"], status=reply.status, bytes=len(reply.body))
 

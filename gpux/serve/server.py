@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpux.serve.access import AccessLog
 from gpux.serve.errors import is_bug
 from gpux.serve.lifecycle import Lifecycle, one_line
 from gpux.serve.metrics import Metrics
@@ -39,6 +40,7 @@ class ServeRequest:
     load: LoadRequest = field(default_factory=LoadRequest)
     drain_s: float = 30.0
     on_ready: Callable[[Server], None] | None = None
+    access: AccessLog = field(default_factory=AccessLog)  # where answered requests are logged (access.writing)
 
 
 class _Uvicorn:
@@ -107,14 +109,16 @@ class Server:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # answers go out at once (accepted sockets inherit)
         sock.bind((self.host, self.http_port))
         self.http_port = sock.getsockname()[1]
-        app = RestApp(self.repo, self.metrics, self.limits, self.request.api_key, self.offload, self.lifecycle)
+        app = RestApp(self.repo, self.metrics, self.limits, self.request.api_key, self.offload, self.lifecycle,
+                      access=self.request.access)
         self._uvicorn = _Uvicorn.make(app, self.request.drain_s, self.limits)
         self._tasks.append(asyncio.create_task(self._uvicorn.serve(sockets=[sock])))
         if self.grpc_port is not None:
             from gpux.serve.drain import Arrivals
             from gpux.serve.grpc_service import InferenceService, make_server
 
-            service = InferenceService(self.repo, self.metrics, self.limits, self.request.api_key, self.lifecycle)
+            service = InferenceService(self.repo, self.metrics, self.limits, self.request.api_key, self.lifecycle,
+                                       access=self.request.access)
             self._arrivals = Arrivals()
             self._grpc, self.grpc_port = make_server(service, _address(self.host, self.grpc_port), self.limits,
                                                      self._arrivals.around)

@@ -233,7 +233,7 @@ async def read_inputs(held: dict[str, Region], inputs: list[Any]) -> None:
         if ref is not None:
             where = f"input '{item.name}'"
             raw = await on_thread(ref.byte_size > LARGE, held[ref.region].read, ref, where)
-            item.array = codec.from_bytes(item.name, item.datatype, ref.shape, raw)
+            item.array = codec.from_bytes(item.name, item.datatype, ref.shape, memoryview(raw))
 
 
 async def write_outputs(held: dict[str, Region], outputs: list[tuple[str, Any]],

@@ -186,7 +186,7 @@ def run_workspace(ms: Models, req: RunAsked) -> int:
     return 0
 
 
-def refuse_unsupported(req: Any, more: tuple[str, ...] = (), what: str = "running a workspace's pipeline") -> None:
+def refuse_unsupported(req: object, more: tuple[str, ...] = (), what: str = "running a workspace's pipeline") -> None:
     """The `gpux run` options a pipeline run does not take (UNSUPPORTED, and `more`), refused in one line."""
     names = {"as_csv": "csv", "input_json": "input", "input_file": "file"}
     given = [f"--{names.get(k, k).replace('_', '-')}" for k in (*UNSUPPORTED, *more) if getattr(req, k, None)]

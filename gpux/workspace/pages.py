@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gpux import report
 from gpux.answers.steps import Steps
@@ -18,6 +18,22 @@ from gpux.config.workspace import Step
 from gpux.errors import ConfigError, Problem, UsageError
 from gpux.run.session import Session
 from gpux.workspace.project import Models
+
+
+class PagesAsked(Protocol):
+    """What `gpux run WORKSPACE FILE...` was asked for that a pipeline of pages reads (gpux.cli.run.RunRequest has
+    it all); the options it does not take are read by name (`refuse_unsupported`)."""
+
+    @property
+    def files(self) -> tuple[str, ...]: ...
+    @property
+    def provider(self) -> str | None: ...
+    @property
+    def store(self) -> str | None: ...
+    @property
+    def as_json(self) -> bool: ...
+    @property
+    def save(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -29,7 +45,7 @@ class Bound:
     steps: Steps
 
 
-def answer_pages(ms: Models, req: Any) -> int:
+def answer_pages(ms: Models, req: PagesAsked) -> int:
     """Each file through the pipeline; one answer per file, printed as text or one JSON line each."""
     from gpux.answers.draw import save_paths
     from gpux.answers.steps import input_files
@@ -198,4 +214,4 @@ def page_lines(file: str, answers: dict[str, Any], bound: list[Bound]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Bound", "answer_page", "answer_pages", "bind", "page_image", "save_page"]
+__all__ = ["Bound", "PagesAsked", "answer_page", "answer_pages", "bind", "page_image", "save_page"]

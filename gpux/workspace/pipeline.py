@@ -4,13 +4,14 @@ one provider, timed per step and end to end."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpux.arrays import Feeds, Named
 from gpux.errors import ConfigError, Problem
-from gpux.model.io import Tensor
+from gpux.model.tensor import Tensor
 from gpux.run.session import Session
 from gpux.workspace.project import Choice, Models
 
@@ -113,7 +114,8 @@ def refuse_crops(ms: Models) -> None:
                                        "tensors (-i/-f, --benchmark, export) take pipelines of tensor steps only")])
 
 
-def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log: Any) -> Pipeline:
+def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None,
+                  log: Callable[[str], None] | None) -> Pipeline:
     """Open every step's model on the chosen provider (strict: one runtime for all) and check the wiring."""
     refuse_crops(ms)  # before any model is opened
     sessions = open_sessions(ms, choice, store_dir, log)
@@ -125,7 +127,8 @@ def open_pipeline(ms: Models, choice: Choice, store_dir: str | Path | None, log:
     return Pipeline([Stage(m, sessions[m], w) for m, w in plan.steps], plan.inputs)
 
 
-def open_sessions(ms: Models, choice: Choice, store_dir: str | Path | None, log: Any) -> dict[str, Session]:
+def open_sessions(ms: Models, choice: Choice, store_dir: str | Path | None,
+                  log: Callable[[str], None] | None) -> dict[str, Session]:
     """Each step's model opened once on the chosen provider (strict: one runtime for all)."""
     from gpux.run.session import load
 
