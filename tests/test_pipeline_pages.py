@@ -241,3 +241,42 @@ def test_serve_answers_the_page_over_rest_and_grpc_as_gpux_run_does(page: Path, 
         tensor = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
         status, _, reply = post(server.http, "/v2/models/ppocr-page/infer", json.dumps(tensor))
         assert status == 400 and "has datatype FP32 but model 'ppocr-page' expects BYTES" in error_of(reply), reply
+
+
+def test_serve_loads_the_page_again_from_its_workspace_and_unload_closes_its_sessions(
+        page: Path, read: dict[str, Any]) -> None:
+    """A load reads the workspace again and serves the page as before; max_batch_size is refused for what the model
+    is (one file at a time); an unload closes the sessions of both steps."""
+    import weakref
+
+    from gpux.serve.command import ServeCommand, _open
+
+    from .serving import ServerThread, error_of, post
+    from .test_serve_pipeline_repo import live_sessions
+
+    opening = _open(ServeCommand(targets=[str(page / "ppocr_page")], provider="cpu"))
+    image = (page / "ppocr_detector" / "page.png").read_bytes()
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1],
+                                   "data": [base64.b64encode(image).decode()]}]})
+    before = {id(s) for s in live_sessions()}
+    with ServerThread([], provider="cpu", opening=opening._replace(projects=opening.projects[-1:])) as server:
+        started = [weakref.ref(s) for s in live_sessions() if id(s) not in before]
+        assert len(started) == 2  # the detector's and the recognizer's
+        override = json.dumps({"parameters": {"config": json.dumps({"max_batch_size": 4})}})
+        status, _, reply = post(server.http, "/v2/repository/models/ppocr-page/load", override)
+        assert status == 400 and error_of(reply) == (
+            "failed to load 'ppocr-page': config override: max_batch_size 4 for a model that answers one file at a "
+            "time (a page pipeline: each image runs through all its steps on its own, requests are never merged); "
+            "0 serves it"), reply
+        status, _, reply = post(server.http, "/v2/repository/models/ppocr-page/load", "")
+        assert status == 200, reply
+        assert all(r() is None for r in started)  # the replaced version's sessions: closed
+        status, _, reply = post(server.http, "/v2/models/ppocr-page/infer", body)
+        assert status == 200, reply
+        (out,) = json.loads(reply)["outputs"]
+        assert json.loads(out["data"][0]) == read["answers"][REGIONS]
+        serving = [weakref.ref(s) for s in live_sessions() if id(s) not in before]
+        assert len(serving) == 2
+        status, _, reply = post(server.http, "/v2/repository/models/ppocr-page/unload", "")
+        assert status == 200, reply
+        assert [r() for r in serving if r() is not None] == [], "the unloaded pipeline's sessions are still open"

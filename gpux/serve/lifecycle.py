@@ -1,5 +1,6 @@
 """Bringing served models up and down while the server runs (Triton's model repository extension): the index,
-load (reopen a model from its gpux.yml, swapped in once ready) and unload (no new requests, in-flight ones finish)."""
+load (reopen a model from its gpux.yml, a workspace's pipeline from its gpux.workspace.yml, swapped in once ready)
+and unload (no new requests, in-flight ones finish, then its sessions are closed)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from gpux.serve.errors import BadRequest, NotServed, ServeError, is_bug
 from gpux.serve.metrics import Metrics
 from gpux.serve.model_config import overridden
-from gpux.serve.models import LoadRequest, Model, Repository, open_served
+from gpux.serve.models import LoadRequest, Model, Pipeline, Repository, open_served
 
 log = logging.getLogger("gpux.serve")
 
@@ -47,9 +49,10 @@ class Lifecycle:
                 out.append({"name": name, "version": version, "state": state, **({"reason": reason} if reason else {})})
         return out
 
-    async def open(self, model: Model) -> None:
+    async def open(self, model: Model, request: LoadRequest | None = None) -> None:
         """Open and warm up the model off the event loop and start its worker (not ready yet); errors propagate."""
-        await asyncio.get_running_loop().run_in_executor(None, open_served, model, self.request, self.metrics)
+        request = request or self.request
+        await asyncio.get_running_loop().run_in_executor(None, open_served, model, request, self.metrics)
         assert model.worker is not None
         model.worker.start()
 
@@ -61,7 +64,8 @@ class Lifecycle:
 
     async def load(self, name: str, override: str | None = None) -> None:
         """Reopen every version of `name` from its gpux.yml (a new model file, a new build, a new version number),
-        then swap it in and retire the old one; on failure the old one keeps serving and the error is a 400.
+        a workspace's pipeline from its gpux.workspace.yml, then swap it in and retire the old one; on failure the
+        old one keeps serving and the error is a 400.
         `override`: a config override (Triton's ModelConfig as JSON), applied to the fields gpux serves by, else
         refused (gpux/serve/model_config.py)."""
         self._known(name, "failed to load")
@@ -69,13 +73,14 @@ class Lifecycle:
             old = list(self.repo.models[name].values())
             if override is not None:  # checked against what serves now, before anything is reopened
                 settings = {m.version: overridden(m, override) for m in old}
-            reopened = await asyncio.get_running_loop().run_in_executor(None, reopen, name, old)
+            reopened, request = await asyncio.get_running_loop().run_in_executor(None, reopen, name, old,
+                                                                                 self.request)
             fresh = [Model.of(p) for p in reopened]
             for model in fresh if override is not None else ():  # on the settings its gpux.yml gives now
                 model.settings = replace(model.settings, **settings.get(model.version, settings[old[-1].version]))
             try:
                 for model in fresh:
-                    await self.open(model)
+                    await self.open(model, request)
             # whatever fails, the old versions keep serving: the new ones are retired first; a bug goes on to the
             # transport (a 500, logged), a model or config that does not open is a 400
             except Exception as exc:
@@ -88,6 +93,7 @@ class Lifecycle:
                 if model.version not in {m.version for m in fresh}:
                     self.metrics.child(self.metrics.ready, model.name, model.version).set(0)
             self.repo.replace(name, fresh)
+            self.request = request  # a pipeline's workspace as read now: what its next load starts from
             for model in fresh:
                 self.serve(model)
             await retire(old, self.drain_s)
@@ -114,12 +120,16 @@ class Lifecycle:
         self.metrics.child(self.metrics.ready, model.name, model.version).set(0)
 
 
-def reopen(name: str, old: list[Model]) -> list[Any]:
-    """The projects of `name` read again from their files; a file that no longer reads, or names another model or
-    the same version twice, is a 400 naming it."""
+def reopen(name: str, old: list[Model], request: LoadRequest) -> tuple[list[Any], LoadRequest]:
+    """The projects of `name` read again from their files, with the request that opens them (a pipeline's: its
+    workspace read again); a file that no longer reads, or names another model or the same version twice, is a
+    400 naming it."""
     from gpux.config.locate import open_project
     from gpux.errors import GpuxError
 
+    if name in request.pipelines:
+        project, pipeline = reread_pipeline(name, old[-1].path, request)
+        return [project], replace(request, pipelines={**request.pipelines, name: pipeline})
     projects = []
     for model in old:
         try:
@@ -134,17 +144,45 @@ def reopen(name: str, old: list[Model]) -> list[Any]:
     twice = sorted({v for v in versions if versions.count(v) > 1})
     if twice:
         raise BadRequest(f"failed to load model '{name}': version {twice[0]} is declared by two of its gpux.yml files")
-    return projects
+    return projects, request
+
+
+def reread_pipeline(name: str, path: str, request: LoadRequest) -> tuple[Any, Pipeline]:
+    """The workspace file of pipeline `name` read again as a start reads it: its models, the one provider they
+    run on (the command's --provider first) and the stand-in project of its pipeline; a file that no longer reads,
+    names another workspace or declares no pipeline is a 400 naming it."""
+    from gpux.config.workspace import pipeline_project
+    from gpux.errors import GpuxError
+    from gpux.workspace.project import open_models, shared_choice
+
+    failed = f"failed to load model '{name}'"
+    if not Path(path).is_file():
+        raise BadRequest(f"{failed}: its workspace file {path} is gone; put it back and load again")
+    try:
+        ms = open_models(path, request.store)
+        choice = shared_choice(ms, request.provider)
+    except GpuxError as exc:
+        raise BadRequest(f"{failed}: {one_line(exc)}") from exc
+    if ms.workspace is None or ms.place.name != name:
+        raise BadRequest(f"{failed}: {path} now names workspace '{ms.place.name}'; a load reopens the same model "
+                         "(restart to serve another)")
+    if not ms.workspace.config.pipeline:
+        raise BadRequest(f"{failed}: {path} declares no pipeline now; declare it again, or unload '{name}'")
+    for warning in choice.warnings:
+        log.warning(warning)
+    return pipeline_project(ms.workspace), Pipeline(ms, choice)
 
 
 async def retire(models: list[Model], drain_s: float) -> None:
-    """Wait (up to drain_s) for the models' requests in flight to finish, then close their workers."""
+    """Wait (up to drain_s) for the models' requests in flight to finish, then close their workers and release
+    what they opened (their sessions; a pipeline's, each step's)."""
     deadline = time.monotonic() + drain_s
     while any(m.active for m in models) and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     for model in models:
         if model.worker is not None:
             await model.worker.close()
+        model.opened.close()
 
 
 def one_line(exc: BaseException) -> str:

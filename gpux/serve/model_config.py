@@ -138,11 +138,25 @@ def overridden(model: Any, text: str) -> dict[str, Any]:
     if given.instance_group:
         update["instances"] = max(1, sum(g.count or 1 for g in given.instance_group))
     if "max_batch_size" in doc:
-        if given.max_batch_size < 0 or (given.max_batch_size and not model.batchable):
-            raise BadRequest(f"{where}: max_batch_size {given.max_batch_size} for a model whose tensors share no "
-                             f"variable leading (batch) dim; 0 serves it unbatched")
+        refused = unbatchable(model, given.max_batch_size)
+        if refused:
+            raise BadRequest(f"{where}: max_batch_size {given.max_batch_size} {refused}")
         update["max_batch_size"] = given.max_batch_size
     return update
+
+
+def unbatchable(model: Any, size: int) -> str:
+    """Why `size` cannot be the model's max_batch_size (empty: it can)."""
+    if size < 0:
+        return "is negative; 0 serves the model unbatched, N > 0 merges requests up to N rows"
+    if not size:
+        return ""
+    if model.opened.one_by_one:
+        return ("for a model that answers one file at a time (a page pipeline: each image runs through all its "
+                "steps on its own, requests are never merged); 0 serves it")
+    if not model.batchable:
+        return "for a model whose tensors share no variable leading (batch) dim; 0 serves it unbatched"
+    return ""
 
 
 def one_line(exc: BaseException) -> str:

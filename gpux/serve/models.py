@@ -16,7 +16,7 @@ from gpux.serve.codec import DATATYPE
 from gpux.serve.errors import NotServed, Unavailable
 from gpux.serve.memory import Budget
 from gpux.serve.metrics import Metrics
-from gpux.serve.opened import NOT_OPENED, Opened, RunNamed, declared_data, open_recorded, warmup_feeds
+from gpux.serve.opened import NOT_OPENED, Opened, RunNamed, closing, declared_data, open_recorded, warmup_feeds
 from gpux.serve.record import Recorded
 from gpux.serve.settings import Settings
 from gpux.serve.shm import Regions
@@ -26,6 +26,7 @@ from gpux.serve.steps import as_bytes, bind
 if TYPE_CHECKING:
     from gpux.config.load import Project
     from gpux.serve.steps import Answering
+    from gpux.workspace.pipeline import Pipeline as OpenPipeline
     from gpux.workspace.project import Choice, Models
 
 
@@ -271,10 +272,14 @@ def open_served(model: Model, request: LoadRequest, metrics: Metrics) -> None:
     """Open the model's sessions (one per instance) and warm each up; blocking, run it off the event loop."""
     settings = model.settings
     opened = _open(model, request)
-    feeds = opened.warmup if opened.warmup is not None else warmup_feeds(opened.inputs)
-    for run in opened.runs:
-        run(feeds)
-    inline = 0 if opened.one_by_one else inline_elements(warm_seconds(opened.runs[0], feeds), feeds)
+    try:
+        feeds = opened.warmup if opened.warmup is not None else warmup_feeds(opened.inputs)
+        for run in opened.runs:
+            run(feeds)
+        inline = 0 if opened.one_by_one else inline_elements(warm_seconds(opened.runs[0], feeds), feeds)
+    except BaseException:  # whatever stops the warm-up, an interrupt too: its sessions are closed, then it goes on
+        opened.close()
+        raise
     model.opened = opened
     model.stats.batchable = opened.batchable
     max_batch = settings.max_batch_size if opened.batchable else 0
@@ -323,7 +328,7 @@ def _open_project(model: Model, project: Project, request: LoadRequest) -> Opene
         recipe=recipe)
     return Opened(inputs=inputs, outputs=outputs, provider=first.provider, runs_on=first.used, report=report,
                   labels=labels, steps=steps, files=files, runs=tuple(s.run for s in sessions), record=record,
-                  warmup=feeds)
+                  warmup=feeds, close=closing(s.close for s in sessions))
 
 
 def inline_elements(seconds: float, feeds: Feeds) -> int:
@@ -355,12 +360,19 @@ def _open_pipeline(model: Model, served: Pipeline, store: str | None) -> Opened:
         from gpux.serve.pages import open_pages
 
         return open_pages(served.models, served.choice, store, model.settings.instances)
-    pipes = [open_pipeline(served.models, served.choice, store, lambda _m: None)
-             for _ in range(model.settings.instances)]
+    pipes: list[OpenPipeline] = []
+    try:
+        for _ in range(model.settings.instances):
+            pipes.append(open_pipeline(served.models, served.choice, store, lambda _m: None))
+    except BaseException:  # whatever stops it, an interrupt too: the instances opened are closed, then it goes on
+        for p in pipes:
+            p.close()
+        raise
     first = pipes[0]
     provider = served.choice.provider
     return Opened(inputs=dict(first.inputs), outputs=first.outputs, provider=provider,
                   runs_on=first.stages[0].session.used, labels={}, runs=tuple(p.run_last for p in pipes),
-                  report={"pipeline": [st.model for st in first.stages], "provider": provider})
+                  report={"pipeline": [st.model for st in first.stages], "provider": provider},
+                  close=closing(p.close for p in pipes))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ class Opened:
     from_record: bool = False  # opened from the record of an earlier start
     warmup: Feeds | None = None  # the inputs it warmed up on (None: warmup_feeds of its inputs)
     one_by_one: bool = False  # its requests never merged nor run on the event loop (a page pipeline: pages take long)
+    close: Callable[[], None] = lambda: None  # releases its sessions (idempotent): an unload, a replaced version
 
     @property
     def batchable(self) -> bool:
@@ -87,7 +88,20 @@ def open_recorded(rec: Recorded, instances: int) -> Opened | None:
 
     return Opened(inputs=rec.inputs, outputs=rec.outputs, provider=rec.provider, runs_on=rec.runs_on,
                   report=rec.report, labels=rec.labels, from_record=True,
-                  runs=tuple(named(r.fast or r.run) for r in runners))  # inputs checked here; the runtime checks again
+                  runs=tuple(named(r.fast or r.run) for r in runners),  # inputs checked here; the runtime checks again
+                  close=closing(r.close for r in runners))
+
+
+def closing(closes: Iterable[Callable[[], object]]) -> Callable[[], None]:
+    """One call that closes each of them (each close is idempotent: a version unloaded, then replaced, is closed
+    twice)."""
+    kept = tuple(closes)
+
+    def close() -> None:
+        for c in kept:
+            c()
+
+    return close
 
 
 def _settled(used: str) -> str:

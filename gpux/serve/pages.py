@@ -7,7 +7,7 @@ text region's box in the image's pixels and score, with its regions' own answers
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +15,12 @@ import numpy as np
 
 from gpux.arrays import Feeds, Named
 from gpux.model.io import Tensor
-from gpux.serve.opened import Opened, RunNamed
+from gpux.serve.opened import Opened, RunNamed, closing
 
 if TYPE_CHECKING:
     from gpux.answers.pre import Placement
     from gpux.config.kinds import AnswerKind
+    from gpux.run.session import Session
     from gpux.workspace.pages import Bound
     from gpux.workspace.project import Choice, Models
 
@@ -61,16 +62,24 @@ def open_pages(ms: Models, choice: Choice, store: str | None, instances: int) ->
     """The pipeline's sessions opened `instances` times on the workspace's provider and bound as `gpux run` binds
     them (a misplaced step is the ConfigError it is there); one run per instance."""
     from gpux.workspace.pages import bind
-    from gpux.workspace.pipeline import close_all, open_sessions
+    from gpux.workspace.pipeline import open_sessions
 
     opened: list[list[Bound]] = []
-    for _ in range(instances):
-        sessions = open_sessions(ms, choice, store, lambda _m: None)
-        try:
+    every: list[Session] = []  # each instance's sessions, closed together
+    try:
+        for _ in range(instances):
+            sessions = open_sessions(ms, choice, store, lambda _m: None)
+            every += sessions.values()
             opened.append(bind(ms, sessions))
-        except BaseException:  # whatever stops it, an interrupt too: these sessions are closed, then it goes on
-            close_all(sessions)
-            raise
+        return _served(ms, choice, opened, closing(s.close for s in every))
+    except BaseException:  # whatever stops it, an interrupt too: the sessions opened are closed, then it goes on
+        for s in every:
+            s.close()
+        raise
+
+
+def _served(ms: Models, choice: Choice, opened: list[list[Bound]], close: Callable[[], None]) -> Opened:
+    """The bound instances as one served model: the first step's file input in, its outputs answered as JSON."""
     first = opened[0][0]
     input_name, _, _ = first.steps.file_input(f"{ms.place.name}: its first step {first.step.model!r}")
     names = [f"{first.step.model}.{n}" for n in first.session.output_names]
@@ -81,7 +90,7 @@ def open_pages(ms: Models, choice: Choice, store: str | None, instances: int) ->
                   runs_on=first.session.used, labels={}, steps=steps, files=input_name,
                   runs=tuple(_run(bound, steps) for bound in opened), one_by_one=True,
                   report={"pipeline": [b.step.model for b in opened[0]], "provider": provider},
-                  warmup=steps.feeds(_warmup_png(), "the warm-up image")[0])
+                  warmup=steps.feeds(_warmup_png(), "the warm-up image")[0], close=close)
 
 
 def _run(bound: list[Bound], steps: PageSteps) -> RunNamed:
