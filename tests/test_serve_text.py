@@ -238,3 +238,13 @@ def test_bytes_that_are_not_utf8_are_400_over_binary_and_grpc(served: Any) -> No
         with pytest.raises(InferenceServerException) as caught:
             module.InferenceServerClient(address).infer(names["cls"], [item])
         assert "input 'input_ids' element 1: not UTF-8 text" in caught.value.message(), caught.value.message()
+
+
+def test_raw_outputs_of_texts_of_different_lengths_say_so(served: Any) -> None:
+    """`answers: false` gives the tensors, which texts of one token count make, and others cannot."""
+    server, names = served
+    status, reply = infer_json(server, names["ner"], json_body(SAME_LENGTH, parameters={"answers": False}))
+    assert status == 200, reply
+    assert output(reply, "logits")["datatype"] == "FP32" and output(reply, "logits")["shape"][0] == 3
+    status, reply = infer_json(server, names["ner"], json_body(TEXTS, parameters={"answers": False}))
+    assert status == 400 and "for the texts sent (texts of different token counts)" in reply["error"], reply

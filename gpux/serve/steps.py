@@ -137,14 +137,16 @@ def joined(model: Any, parts: list[Named], names: list[str]) -> Named:
     """The named outputs of every file as one tensor each; files whose outputs differ in shape cannot be one (a 400
     that says to ask for answers or send those files apart)."""
     out = {}
+    sent, apart = ("texts", "texts of different token counts") if model.steps.kind == "text" else \
+        ("files", "files of different sizes")
     for n in names:
         arrays = [p[n] for p in parts]
         axis = _batch_axis(model, n)
         shapes = {a.shape[:axis] + a.shape[axis + 1:] for a in arrays}
         if len(shapes) > 1:
             raise BadRequest(f"output '{n}' has shapes {', '.join(str(list(s)) for s in sorted(shapes))} for the "
-                             f"files sent (files of different sizes), which make no one tensor; ask for its answers "
-                             f"(parameters.{ANSWERS}), or send those files in separate requests")
+                             f"{sent} sent ({apart}), which make no one tensor; ask for its answers "
+                             f"(parameters.{ANSWERS}), or send those {sent} in separate requests")
         out[n] = np.concatenate(arrays, axis=axis)
     return out
 
