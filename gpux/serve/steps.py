@@ -82,8 +82,6 @@ def as_bytes(entry: dict[str, Any], content_type: str, fills: Sequence[str] = ()
     return {"name": entry["name"], "datatype": "BYTES", "shape": [-1], "parameters": params}
 
 
-
-
 def wants_answers(parameters: dict[str, Any], files: bool) -> bool:
     """Answers by default for files, tensors for tensors; `parameters.answers` says otherwise."""
     value = parameters.get(ANSWERS, files)
@@ -99,8 +97,8 @@ async def run_files(model: Any, item: Any, run: Run, budget: Budget) -> tuple[li
     count = item.array.size
     limit = model.settings.max_batch_size
     if count == 0:
-        one = "one text" if model.steps.kind == "text" else "one encoded file"
-        raise BadRequest(f"input '{item.name}' holds no {one.split()[-1]}s; send {one} per element")
+        sent, one = ("texts", "one text") if model.steps.kind == "text" else ("files", "one encoded file")
+        raise BadRequest(f"input '{item.name}' holds no {sent}; send {one} per element")
     if count > model.settings.max_files:
         raise TooLarge(f"input '{item.name}' has {count} files, above the limit of {model.settings.max_files} "
                        "(serve.max_files)")
