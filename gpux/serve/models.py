@@ -21,7 +21,7 @@ from gpux.serve.record import Recorded
 from gpux.serve.settings import Settings
 from gpux.serve.shm import Regions
 from gpux.serve.stats import ModelStats
-from gpux.serve.steps import as_bytes, bind
+from gpux.serve.steps import as_bytes, bind, filled
 
 if TYPE_CHECKING:
     from gpux.config.load import Project
@@ -111,13 +111,14 @@ class Model:
                  "shape": [d if isinstance(d, int) else -1 for d in (t.shape or ())]} for t in tensors.values()]
 
     def metadata(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Inputs and outputs as clients see them: where the model takes encoded files, its file input and its
-        answered outputs are BYTES [-1], their tensor form in `parameters` (still accepted, docs/serve.md)."""
+        """Inputs and outputs as clients see them: where the model takes encoded files (or texts), its file input
+        alone (the inputs its preprocess fills named in its `fills`) and its answered outputs are BYTES [-1], their
+        tensor form in `parameters` (still accepted, docs/serve.md)."""
         inputs, outputs = self.tensor_metadata(self.inputs), self.tensor_metadata(self.outputs)
-        steps = self.steps
-        if self.files is None or steps is None or steps.kind is None:  # a file input has its preprocess's kind
+        steps, files = self.steps, self.files
+        if files is None or steps is None or steps.kind is None:  # a file input has its preprocess's kind
             return inputs, outputs
-        return ([as_bytes(e, steps.kind) if e["name"] == self.files else e for e in inputs],
+        return ([as_bytes(e, steps.kind, filled(steps, files)) for e in inputs if e["name"] == files],
                 [as_bytes(e, "json") if e["name"] in steps.post and not _tensor_answers(steps, e["name"]) else e
                  for e in outputs])
 

@@ -175,11 +175,19 @@ def file_item(model: Model, inputs: list[InferInput]) -> InferInput | None:
     if model.files is None or not any(i.name == model.files and i.datatype == "BYTES" for i in inputs):
         return None
     for i in inputs:
+        if i.name in model.inputs and i.name != model.files:  # a text's mask, filled from the text itself
+            raise BadRequest(f"input '{i.name}' is filled from the {_sent(model)}s sent to '{model.files}'; send "
+                             f"'{model.files}' alone, or every input as tensors")
         if i.name != model.files:
             raise BadRequest(f"model '{model.name}' has no input '{i.name}'; inputs: {model.files}")
     if len(inputs) > 1:
         raise BadRequest(f"input '{model.files}' is given twice")
     return inputs[0]
+
+
+def _sent(model: Model) -> str:
+    """What a model's file input takes, as messages name it: text, or encoded file."""
+    return "text" if model.steps is not None and model.steps.kind == "text" else "encoded file"
 
 
 def _runtime_error(exc: Exception) -> ServeError:
@@ -218,8 +226,8 @@ def check_inputs(model: Model, inputs: list[InferInput]) -> dict[str, np.ndarray
             raise BadRequest(f"input '{item.name}' is given twice")
         expected = DATATYPE.get(tensor.dtype, tensor.dtype)
         if item.datatype != expected:
-            files = " (or BYTES: encoded files, one per element)" if item.name == model.files and expected != "BYTES" \
-                else ""
+            files = f" (or BYTES: {_sent(model)}s, one per element)" if item.name == model.files and \
+                expected != "BYTES" else ""
             raise BadRequest(f"input '{item.name}' has datatype {item.datatype} but model '{model.name}' "
                              f"expects {expected}{files}")
         check_dims(model, tensor.shape, item)

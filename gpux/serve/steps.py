@@ -49,22 +49,37 @@ class Answering(Protocol):
 
 def bind(project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]) -> tuple[Any, str | None]:
     """The model's declared steps (None without any preprocess or postprocess) and the input that takes encoded
-    files: the model's only input, when it declares a preprocess of one row per file (not audio, whose file becomes
-    several windows). A misdeclared step stops the load (ConfigError)."""
+    files: the one input that declares a preprocess of one row per file (not audio, whose file becomes several
+    windows), where that preprocess fills every input of the model (a text's ids, mask and type ids; a python
+    step's tensors). A misdeclared step stops the load (ConfigError)."""
     from gpux.answers.steps import Steps
+    from gpux.errors import InputError
 
     steps = Steps.of(project, inputs, outputs)
     if not steps.pre and not steps.post:
         return None, None
-    one_row = len(steps.pre) == 1 and len(inputs) == 1 and steps.kind != "audio"
-    return steps, next(iter(steps.pre)) if one_row else None
+    if steps.kind == "audio":
+        return steps, None
+    try:
+        name, _, _ = steps.file_input(project.name)
+    except InputError:  # no preprocess, or inputs that a file does not fill: tensors only
+        return steps, None
+    return steps, name
 
 
-def as_bytes(entry: dict[str, Any], content_type: str) -> dict[str, Any]:
-    """Tensor metadata as the file side sees it: BYTES [-1], the tensor form kept in its parameters."""
-    return {"name": entry["name"], "datatype": "BYTES", "shape": [-1],
-            "parameters": {"content_type": content_type, "tensor_datatype": entry["datatype"],
-                           "tensor_shape": entry["shape"]}}
+def filled(steps: Any, name: str) -> list[str]:
+    """The model's inputs other than `name` that a file sent to `name` fills (a text's mask and type ids)."""
+    return [n for n in getattr(steps, "inputs", {}) if n != name]
+
+
+def as_bytes(entry: dict[str, Any], content_type: str, fills: Sequence[str] = ()) -> dict[str, Any]:
+    """Tensor metadata as the file side sees it: BYTES [-1], the tensor form kept in its parameters, and the other
+    inputs it fills (`fills`, where there are any)."""
+    params: dict[str, Any] = {"content_type": content_type, "tensor_datatype": entry["datatype"],
+                              "tensor_shape": entry["shape"]}
+    if fills:
+        params["fills"] = list(fills)
+    return {"name": entry["name"], "datatype": "BYTES", "shape": [-1], "parameters": params}
 
 
 def wants_answers(parameters: dict[str, Any], files: bool) -> bool:
@@ -82,7 +97,8 @@ async def run_files(model: Any, item: Any, run: Run, budget: Budget) -> tuple[li
     count = item.array.size
     limit = model.settings.max_batch_size
     if count == 0:
-        raise BadRequest(f"input '{item.name}' holds no files; send one encoded file per element")
+        sent, one = ("texts", "one text") if model.steps.kind == "text" else ("files", "one encoded file")
+        raise BadRequest(f"input '{item.name}' holds no {sent}; send {one} per element")
     if count > model.settings.max_files:
         raise TooLarge(f"input '{item.name}' has {count} files, above the limit of {model.settings.max_files} "
                        "(serve.max_files)")
@@ -119,14 +135,16 @@ def joined(model: Any, parts: list[Named], names: list[str]) -> Named:
     """The named outputs of every file as one tensor each; files whose outputs differ in shape cannot be one (a 400
     that says to ask for answers or send those files apart)."""
     out = {}
+    sent, apart = ("texts", "texts of different token counts") if model.steps.kind == "text" else \
+        ("files", "files of different sizes")
     for n in names:
         arrays = [p[n] for p in parts]
         axis = _batch_axis(model, n)
         shapes = {a.shape[:axis] + a.shape[axis + 1:] for a in arrays}
         if len(shapes) > 1:
             raise BadRequest(f"output '{n}' has shapes {', '.join(str(list(s)) for s in sorted(shapes))} for the "
-                             f"files sent (files of different sizes), which make no one tensor; ask for its answers "
-                             f"(parameters.{ANSWERS}), or send those files in separate requests")
+                             f"{sent} sent ({apart}), which make no one tensor; ask for its answers "
+                             f"(parameters.{ANSWERS}), or send those {sent} in separate requests")
         out[n] = np.concatenate(arrays, axis=axis)
     return out
 
@@ -138,7 +156,8 @@ def prepare(model: Any, item: Any, budget: Budget) -> list[tuple[Feeds, Placemen
     from gpux.serve import memory
 
     files = [(f"input '{item.name}' element {i}", v) for i, v in enumerate(item.array.reshape(-1))]
-    named = [(name, element_bytes(value, name)) for name, value in files]
+    text = model.steps.kind == "text"
+    named = [(name, element_text(value, name) if text else element_bytes(value, name)) for name, value in files]
     s = model.settings
     sizes = [memory.image_bytes(data, name, s.max_image_pixels) for name, data in named] \
         if model.steps.kind == "image" else []
@@ -198,6 +217,21 @@ def element_bytes(value: Any, name: str) -> bytes:
             raise BadRequest(f"{name}: a JSON string of a file is the file in base64, and this one is not ({exc}); "
                              "or send the file's bytes with the binary tensor extension") from exc
     raise BadRequest(f"{name}: expected an encoded file (bytes, or base64 text in JSON), got {type(value).__name__}")
+
+
+def element_text(value: Any, name: str) -> bytes:
+    """An element as a text's UTF-8 bytes: binary and gRPC elements as sent, JSON strings as the text itself (a
+    text is UTF-8, so Triton's rule holds: a BYTES string is its own bytes); an empty text is refused."""
+    if isinstance(value, str):
+        try:
+            value = value.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate, escaped in the JSON
+            raise BadRequest(f"{name}: not UTF-8 text (character {exc.start}: {exc.reason})") from exc
+    if not isinstance(value, bytes):
+        raise BadRequest(f"{name}: expected a text (a JSON string, or UTF-8 bytes), got {type(value).__name__}")
+    if not value:
+        raise BadRequest(f"{name}: an empty text; send at least one character per element")
+    return value
 
 
 def answer(model: Any, outputs: Named | list[Named], placements: list[Placement | None] | None,
