@@ -209,3 +209,27 @@ def test_init_proposes_segmentation_and_heatmaps_only_where_the_shape_tells(tmp_
     assert any("layout: heatmap" in p for p in proposals(("batch", 17, 64, 48), person))
     assert not any("heatmap" in p for p in proposals(("batch", 32, 64, 48), person))
     assert not any("heatmap" in p for p in proposals(("batch", 17, 32, 24), person))
+
+
+def test_a_foreground_map_through_a_centre_crop() -> None:
+    """One channel of probabilities, cut at the threshold, through a resize and centre crop: the pixels the crop cut
+    away take the nearest cells' class."""
+    from gpux.answers.kinds import Decoding
+    from gpux.answers.pre import Placement
+    from gpux.answers.segmentation import decode, original_map
+    from gpux.config.steps import Postprocess
+
+    spec = Postprocess.model_validate({"segmentation": {"threshold": 0.6, "labels": ["background", "object"]}})
+    prob = np.zeros((1, 8, 8), np.float32)
+    prob[0, 2:6, 1:4] = 0.9  # an object left of centre, touching nothing
+    prob[0, :, 7] = 0.7  # and a strip down the right edge
+    # a 40 x 40 photo resized to 32 x 32, its centre 24 x 24 cropped (4 pixels cut away on every side), maps of 3 px
+    p = Placement(scale_x=0.8, scale_y=0.8, offset_x=-4, offset_y=-4, width=40, height=40, canvas=(24, 24))
+    got = original_map(prob, Decoding(spec=spec, placement=p))
+    ys, xs = np.mgrid[0:40, 0:40] + 0.5
+    want = sample(prob[0], (xs * 0.8 - 4) * 8 / 24, (ys * 0.8 - 4) * 8 / 24) >= 0.6
+    assert got.shape == (40, 40) and (got == want).all() and 0 < got.sum() < 40 * 40
+    assert got[:, -1].all() and not got[:, 0].any()  # the cut-away edges: the strip's class on the right
+    answer = decode(prob, Decoding(spec=spec, placement=p, labels=["background", "object"]))
+    assert [c["label"] for c in answer["classes"]] == ["background", "object"]
+    assert answer["classes"][1]["pixels"] == int(want.sum())
