@@ -180,14 +180,16 @@ def _stacked(windows: list[Answer]) -> Answer:
 
 
 def _texts(project: Project, name: str, spec: Postprocess) -> list[str] | None:
-    """The text per class index of a kind that reads it from a charset (ctc: with the blank and the space)."""
+    """The text per class index of a kind that names its classes in its own block: a charset (ctc: with the blank
+    and the space), a segmentation's labels."""
     key, block = spec.answer or ("", object())
-    charset = getattr(block, "charset", None)
-    if charset is None or not hasattr(block, "texts"):
+    own = getattr(block, "classes_field", "charset")
+    entries = getattr(block, own, None)
+    if entries is None:
         return None
-    if isinstance(charset, str):
-        charset = project.read_lines(("outputs", name, "postprocess", key, "charset"), charset, exact=True)
-    texts: list[str] = block.texts(charset)
+    if isinstance(entries, str):
+        entries = project.read_lines(("outputs", name, "postprocess", key, own), entries, exact=own == "charset")
+    texts: list[str] = block.texts(entries) if hasattr(block, "texts") else [str(e) for e in entries]
     return texts
 
 

@@ -5,7 +5,7 @@ output a block tells before the model is read (its class axis, how labels fit it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
@@ -171,10 +171,12 @@ class Embedding(Strict):
 
 
 class Keypoints(Strict):
-    layout: Literal["yolov8_pose"] = Field("yolov8_pose", description="yolov8_pose: [batch, 4 + classes + points x "
-                                           "dims, anchors] (ultralytics' pose export: cx, cy, w, h, class scores, "
-                                           "then each point's x, y (input pixels) and visibility, sigmoid inside "
-                                           "the model).")
+    layout: Literal["yolov8_pose", "heatmap"] = Field(
+        "yolov8_pose", description="yolov8_pose: [batch, 4 + classes + points x dims, anchors] (ultralytics' pose "
+        "export: cx, cy, w, h, class scores, then each point's x, y (input pixels) and visibility, sigmoid inside "
+        "the model); heatmap: a top-down model's one confidence map per keypoint, [batch, points, height, width] "
+        "(HRNet, ViTPose, SLEAP): each map's peak, a quarter cell towards the higher neighbour (mmpose's rule), "
+        "scored by the peak's value.")
     points: int = Field(17, ge=1, description="Keypoints per detection (17: COCO's person).")
     dims: Literal[2, 3] = Field(3, description="Values per keypoint: x, y, and a visibility where 3.")
     score: float = Field(0.25, ge=0, le=1, description="Least score a detection is kept at.")
@@ -197,6 +199,8 @@ class Keypoints(Strict):
         return 4 + self.points * self.dims
 
     def class_misfit(self, size: int, entries: int) -> str | None:
+        if self.layout == "heatmap":  # one map per point, named by names:; no classes
+            return None
         classes = size - self.extra
         return None if entries == classes else f"{entries} labels for {classes} classes"
 
@@ -236,3 +240,37 @@ class Masks(Strict):
     def reads(self) -> tuple[str, ...]:
         """The other outputs this step reads."""
         return (self.protos,)
+
+
+class Segmentation(Strict):
+    layout: Literal["scores", "classes"] = Field(
+        "scores", description="scores: [batch, classes, height, width], a score (logit or probability) per class and "
+        "pixel, resized bilinearly to the original image before the best class is taken (one channel: the "
+        "foreground where it reaches threshold); classes: [batch, height, width] (or [batch, 1, height, width]) "
+        "class indexes, the best class taken inside the model, resized nearest.")
+    labels: list[str] | str | None = Field(None, description="The classes' names in index order: a list, or a "
+                                           "file (relative to gpux.yml) with one per line; or the output's labels:. "
+                                           "A one-channel map's are two: background, foreground.")
+    threshold: float = Field(0.5, description="A one-channel map: the foreground where its value (after sigmoid: "
+                             "where declared) reaches this.")
+    image: str | None = Field(None, description="The image input the class map is mapped back through (default: the "
+                              "only image input).")
+
+    classes_field: ClassVar[str] = "labels"  # where the block names its classes (gpux.config.steps.check_labels)
+
+    @property
+    def classes_axis(self) -> int:
+        return 1
+
+    @property
+    def files(self) -> list[str]:
+        return [self.labels] if isinstance(self.labels, str) else []
+
+    @property
+    def inline_classes(self) -> list[str] | None:
+        return self.labels if isinstance(self.labels, list) else None
+
+    def class_misfit(self, size: int, entries: int) -> str | None:
+        """A score map's classes are its channels (a one-channel map's two); a class map's are not told."""
+        classes = (2 if size == 1 else size) if self.layout == "scores" else entries
+        return None if entries == classes else f"{entries} labels for {classes} classes"

@@ -32,6 +32,7 @@ FIELDS = (  # every field of gpux.yml that names a file, relative to gpux.yml
     Field(("inputs", "*", "labels"), "labels file not found: {path}"),
     Field(("outputs", "*", "labels"), "labels file not found: {path}"),
     Field(("outputs", "*", "postprocess", "ctc", "charset")),
+    Field(("outputs", "*", "postprocess", "segmentation", "labels"), "labels file not found: {path}"),
     Field(("inputs", "*", "preprocess", "text", "tokenizer")),
     Field(("inputs", "*", "preprocess", "python"), module=True),  # may be an installed module: never missing
     Field(("outputs", "*", "postprocess", "python"), module=True),

@@ -36,7 +36,10 @@ class AnswerKind:
     - `draw(canvas, name, answer)`: the answer drawn on a `--save` picture (gpux.answers.draw.Canvas);
     - `lines(name, answer)`: the terminal's lines of the answer;
     - `encode(answers)`: the server's tensor of a batch's answers (default: one JSON text per row, as BYTES);
-    - `propose(shape, inputs)`: what `gpux init` proposes for an output of that shape (None: nothing)."""
+    - `propose(shape, inputs)`: what `gpux init` proposes for an output of that shape (None: nothing).
+
+    A row with a `layout` answers that layout of its key's block alone (`keypoints.heatmap`), picked over the key's
+    own row."""
 
     key: str  # under postprocess:
     record: str  # the kind its agreement record names ("text" for ctc)
@@ -55,6 +58,12 @@ class AnswerKind:
     encode: str | None = None
     propose: str | None = None
     config: Any = None  # a plug-in kind's config type (the built-in kinds' are Postprocess fields)
+    layout: str | None = None  # a row for one layout of its key's block (kind_of picks it over the key's own row)
+
+    @property
+    def name(self) -> str:
+        """Its key in ANSWER_KINDS: the key, with the layout where the row answers one layout."""
+        return f"{self.key}.{self.layout}" if self.layout else self.key
 
 
 BOX_FLOORS: tuple[Floor, ...] = (
@@ -117,13 +126,30 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
         compare="gpux.answers.tokens:compare", floors=(("token_match", "min_exact_match", "tokens labelled the same"),),
         counts="gpux.answers.tokens:counts", text="gpux.answers.tokens:text", shape="gpux.answers.tokens:shape",
         lines="gpux.answers.tokens:lines"),
+    "keypoints.heatmap": AnswerKind(
+        key="keypoints", layout="heatmap", record="heatmap_keypoints", rank=3, decode="gpux.answers.heatmaps:decode",
+        judge="gpux.answers.heatmaps:judge", compare="gpux.answers.heatmaps:compare",
+        floors=(("points_close", "min_exact_match", "confident points within a map cell of the reference's"),
+                ("mean_oks", "min_box_iou", "mean keypoint similarity (OKS) of the rows")),
+        counts="gpux.answers.heatmaps:counts", text="gpux.answers.heatmaps:text",
+        shape="gpux.answers.heatmaps:shape", draw="gpux.answers.heatmaps:draw", lines="gpux.answers.heatmaps:lines",
+        propose="gpux.answers.heatmaps:propose"),
+    "segmentation": AnswerKind(
+        key="segmentation", record="segmentation", rank=0, decode="gpux.answers.segmentation:decode",
+        judge="gpux.answers.segmentation:judge", compare="gpux.answers.segmentation:compare",
+        floors=(("rows_agree", "min_exact_match", "rows whose class maps agree on 99 % of pixels or more"),
+                ("mean_iou", "min_box_iou", "mean IoU of the classes")),
+        counts="gpux.answers.segmentation:counts", text="gpux.answers.segmentation:text",
+        shape="gpux.answers.segmentation:shape", draw="gpux.answers.segmentation:draw",
+        lines="gpux.answers.segmentation:lines", propose="gpux.answers.segmentation:propose"),
     "python": AnswerKind(
         key="python", record="python", rank=0, decode="gpux.answers.kinds:decode_python",
         judge="gpux.answers.kinds:judge_python", compare="gpux.quality.agreement:exact_agreement",
         floors=(("exact_match", "min_exact_match", "exact answers"),), counts="gpux.quality.agreement:rows_counts",
         text="gpux.report.answers:python_text", shape="gpux.answers.shapes:as_it_is"),
 }
-ANSWER_KEYS = tuple(ANSWER_KINDS)  # the built-in kinds' keys, in the table's order (taken before any register)
+ANSWER_KEYS = tuple(dict.fromkeys(k.key for k in ANSWER_KINDS.values()))  # the built-in kinds' keys, in the
+# table's order (taken before any register)
 
 
 def register(kind: AnswerKind) -> AnswerKind:
@@ -131,7 +157,7 @@ def register(kind: AnswerKind) -> AnswerKind:
     gpux.yml read after this call)."""
     if kind.key in ANSWER_KEYS or kind.config is None:
         raise ValueError(f"{kind.key!r}: a plug-in kind needs a key of its own and a config type")
-    ANSWER_KINDS[kind.key] = kind
+    ANSWER_KINDS[kind.name] = kind
     ADDED[kind.key] = kind.config
     return kind
 
@@ -139,7 +165,9 @@ def register(kind: AnswerKind) -> AnswerKind:
 def kind_of(post: Any) -> AnswerKind | None:
     """The row of the kind an output's Postprocess declares (None: values only)."""
     answer = post.answer if post is not None else None
-    return ANSWER_KINDS[answer[0]] if answer else None
+    if not answer:
+        return None
+    return ANSWER_KINDS.get(f"{answer[0]}.{getattr(answer[1], 'layout', None)}") or ANSWER_KINDS[answer[0]]
 
 
 def proposals(shape: Any, inputs: Any) -> list[str]:

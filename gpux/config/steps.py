@@ -23,6 +23,7 @@ from gpux.config.blocks import (
     Embedding,
     Keypoints,
     Masks,
+    Segmentation,
     TextBoxes,
 )
 from gpux.config.kinds import ADDED, ANSWER_KEYS
@@ -30,8 +31,8 @@ from gpux.config.problems import show_value
 from gpux.config.tokens import Tokens
 
 __all__ = ["ADDED", "ANSWER_KEYS", "BOX_LAYOUTS", "BoxLayout", "BoxLayoutName", "Boxes", "Ctc", "Embedding",
-           "ImageSteps", "Keypoints", "Masks", "Postprocess", "Resize", "Strict", "TextBoxes", "check_image_shape",
-           "check_labels", "class_misfit", "classes_axis", "declared_steps"]
+           "ImageSteps", "Keypoints", "Masks", "Postprocess", "Resize", "Segmentation", "Strict", "TextBoxes",
+           "check_image_shape", "check_labels", "class_misfit", "classes_axis", "declared_steps"]
 
 FRACTION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*/\s*(\d+(?:\.\d*)?)\s*$")
 
@@ -187,6 +188,9 @@ class Postprocess(Strict):
     tokens: Tokens | None = Field(None, description="Per-token labels of a token classifier [batch, tokens, labels]: "
                                   "entities {label, score, start, end, text} with the characters they span in the "
                                   "input text (aggregation: none: one per token).")
+    segmentation: Segmentation | None = Field(None, description="A semantic segmenter's map [batch, classes, H, W] "
+                                              "(or its class indexes [batch, H, W]): the class of every pixel of the "
+                                              "original image, {size, classes: [{label, index, pixels}], png}.")
     python: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="module:function, "
                                "imported from gpux.yml's folder: called with one batch row of the output (a numpy "
                                "array), returns a JSON-able answer (docs/answers.md, Python steps).")
@@ -274,10 +278,10 @@ def check_labels(labels: Any, shape: tuple[int | str, ...] | None, post: Postpro
     """Why inline labels (or an inline ctc charset) do not fit the declared shape, and which field says so (None
     when they fit or it cannot be told)."""
     key, block = post.answer if post is not None and post.answer else ("", None)
-    charset = getattr(block, "inline_classes", None)
-    if getattr(block, "charset", None) is not None and labels is not None:
-        return f"{key} reads its classes' text from postprocess.{key}.charset; drop labels", ("labels",)
-    entries, at = (charset, ("postprocess", key, "charset")) if charset is not None else (labels, ("labels",))
+    charset, own = getattr(block, "inline_classes", None), getattr(block, "classes_field", "charset")
+    if getattr(block, own, None) is not None and labels is not None:
+        return f"{key} reads its classes' text from postprocess.{key}.{own}; drop labels", ("labels",)
+    entries, at = (charset, ("postprocess", key, own)) if charset is not None else (labels, ("labels",))
     axis = classes_axis(post)
     least = 3 if axis > 0 or charset is not None else 1
     if not isinstance(entries, list) or not shape or len(shape) < least:

@@ -26,6 +26,9 @@ RATES: tuple[tuple[str, str, str, str, str], ...] = (
     ("answers", "precision_confident", "confident_artifact_boxes", "min_box_precision",
      "confident boxes the reference has"),
     ("values", "rows_within", "rows", "min_rows_within", "values within tolerance"),
+    ("answers", "rows_agree", "rows", "min_exact_match", "class maps that agree"),
+    ("answers", "points_close", "confident_points", "min_exact_match", "confident points where the reference puts "
+     "them"),
 )
 
 
