@@ -13,7 +13,7 @@ from gpux.documents import OutputMetrics, RateDoc, number
 from gpux.report import percent
 
 CONFIDENCE = 0.95  # one-sided: the rate is at least the bound with this probability
-RULES = "wilson-one-sided-2"  # part of a verdict's cache key: a new rule, a new verdict
+RULES = "wilson-one-sided-3"  # part of a verdict's cache key: a new rule, a new verdict
 
 # (where in an output's record ("": the record itself), rate, count of rows it is over, floor key, what it is):
 # the rates of answers that are counted one by one, so a bound says what they show. Means (CER, IoU, overlap) and
@@ -26,6 +26,7 @@ RATES: tuple[tuple[str, str, str, str, str], ...] = (
     ("answers", "recall_confident", "confident_reference_boxes", "min_box_recall", "confident boxes found"),
     ("answers", "precision_confident", "confident_artifact_boxes", "min_box_precision",
      "confident boxes the reference has"),
+    ("answers", "close", "rows", "min_rows_close", "vectors keeping their direction"),
     ("values", "rows_within", "rows", "min_rows_within", "values within tolerance"),
 )
 
