@@ -52,23 +52,26 @@ def levels(row: Any, how: Any, names: Sequence[str]) -> list[Any]:
 
 
 def picodet(scores: Sequence[Any], distributions: Sequence[Any], strides: Sequence[int],
-            size: tuple[int, int] | None, activation: tuple[bool, bool]) -> tuple[Any, Any]:
-    """Every cell's box (x1, y1, x2, y2 [cells, 4], input pixels) and class scores [cells, classes], the levels in
-    turn."""
+            size: tuple[int, int] | None, activation: tuple[bool, bool], threshold: float) -> tuple[Any, Any, Any]:
+    """The candidates, the levels in turn: every (cell, class) whose score is at `threshold` or over, with the cell's
+    box (x1, y1, x2, y2, input pixels; decoded for those cells only): (boxes [N, 4], scores [N], classes [N])."""
     import numpy as np
 
     size = size or grid_size([len(s) for s in scores], strides)
-    boxes = []
-    for d, stride in zip(distributions, strides, strict=True):
+    boxes, kept, classes = [], [], []
+    for s, d, stride in zip(scores, distributions, strides, strict=True):
         bins = d.shape[-1] // 4
-        if len(d) != math.prod(cells(size, stride)) or bins * 4 != d.shape[-1]:
+        if len(d) != math.prod(cells(size, stride)) or bins * 4 != d.shape[-1] or len(s) != len(d):
             raise ValueError(f"a {size[1]}x{size[0]} input at stride {stride} makes {math.prod(cells(size, stride))} "
                              f"cells of 4 x bins, not {list(d.shape)}")
-        sides = (post.softmax(d.reshape(-1, 4, bins), axis=-1) @ np.arange(bins, dtype=np.float32)) * stride
-        c = centres(size, stride)
+        probabilities = post.activate(s, *activation)
+        cell, label = np.nonzero(probabilities >= threshold)  # every class over the threshold (multiclass NMS)
+        sides = (post.softmax(d[cell].reshape(-1, 4, bins), axis=-1) @ np.arange(bins, dtype=np.float32)) * stride
+        c = centres(size, stride)[cell]
         boxes.append(np.concatenate([c - sides[:, :2], c + sides[:, 2:]], axis=1))
-    classes = np.concatenate([post.activate(s, *activation) for s in scores])
-    return np.concatenate(boxes), classes
+        kept.append(probabilities[cell, label])
+        classes.append(label)
+    return np.concatenate(boxes), np.concatenate(kept), np.concatenate(classes)
 
 
 def yolov5(heads: Sequence[Any], strides: Sequence[int], anchors: Sequence[Sequence[float]]) -> tuple[Any, Any]:
@@ -95,9 +98,8 @@ def detections(row: Any, how: Any, size: tuple[int, int] | None) -> tuple[Any, A
     block = how.block
     heads = levels(row, how, block.heads)
     if block.layout == "picodet":
-        boxes, scores = picodet(heads, levels(row, how, block.distributions), block.strides, size, how.activation)
-        anchor, classes = np.nonzero(scores >= block.score)  # every class over the threshold: a candidate
-        boxes, scores = boxes[anchor], scores[anchor, classes]
+        boxes, scores, classes = picodet(heads, levels(row, how, block.distributions), block.strides, size,
+                                         how.activation, block.score)
     else:
         boxes, every = yolov5(heads, block.strides, block.levels_anchors)
         classes = every.argmax(axis=1)
