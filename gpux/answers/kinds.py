@@ -63,7 +63,7 @@ def decode_boxes(row: Any, how: Decoding) -> list[Box]:
     if layout.angle or layout.heads:  # oriented boxes; one output per stride
         from gpux.answers import heads, obb
 
-        return (obb if layout.angle else heads).decode(row, how)  # type: ignore[return-value]
+        return (obb if layout.angle else heads).decode(row, how)
     boxes, scores, classes = post.decode_boxes(row, how.block, how.activation, how.canvas)
     boxes = how.placement.to_original(boxes) if how.placement is not None else boxes
     return post.box_answers(boxes, scores, classes, how.labels)
