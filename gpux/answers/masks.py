@@ -89,7 +89,8 @@ def judge(row: Any, how: Decoding) -> tuple[Any, ...]:
     return boxes, scores, classes, max(0.5, how.block.score + 0.1), masks  # confident as a box is
 
 
-def mask_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
+def mask_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor,
+               outputs: Any = None) -> list[Any]:
     shape = real.shape
     if shape is None or len(shape) == 3:
         return []

@@ -11,6 +11,7 @@ and the rows whose maps agree on AGREE_AT of their pixels or more (counted, so t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gpux.answers import post
@@ -238,7 +239,7 @@ def shape(project: Project, name: str, spec: Postprocess, labels: list[str] | No
     return []
 
 
-def propose(dims: tuple[Any, ...], inputs: list[Any]) -> str | None:
+def propose(dims: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any] = ()) -> str | None:
     """[batch, classes, H, W] at exactly an image input's H, W (fixed, or named alike), with more than one channel
     and other than the input's (an image-to-image model gives those): a semantic segmenter."""
     if len(dims) != 4 or not isinstance(dims[1], int) or dims[1] < 2 or dims[1] == 3:

@@ -4,6 +4,7 @@ problems a session refuses to open with, at the line that declares them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gpux.config.load import Project
@@ -40,14 +41,39 @@ def _rank3(project: Project, name: str, key: str, said: str, least: int, axis: i
     return []
 
 
-def box_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
+def box_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor,
+              outputs: Mapping[str, Tensor] | None = None) -> list[Any]:
     assert spec.boxes is not None
     layout = BOX_LAYOUTS[spec.boxes.layout]
+    if layout.heads:
+        return heads_shape(project, name, spec, labels, outputs or {name: real})
     wrong = _rank3(project, name, "boxes", f"{spec.boxes.layout} boxes come as {layout.shape}", layout.others + 1,
                    layout.channels_axis, real)
     less = ", less 4 box coordinates" + (" and the objectness," if layout.objectness else " and the angle,"
                                          if layout.angle else ",")
     return wrong or label_problems(project, name, spec, labels, real, less)
+
+
+def heads_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None,
+                outputs: Mapping[str, Tensor]) -> list[Any]:
+    """The outputs a per-stride layout reads against their shapes (a missing one is Steps.of's to say), and the
+    labels against the classes of its first head."""
+    from gpux.model.heads import head_misfit
+
+    block = spec.boxes
+    assert block is not None
+    at = ("outputs", name, "postprocess", "boxes")
+    if spec.softmax or (spec.sigmoid and block.layout == "yolov5_heads"):
+        said = "the Detect layer's sigmoid is the layout's own" if block.layout == "yolov5_heads" else \
+            "each side's bins get their softmax from the layout (sigmoid: true for class scores that are logits)"
+        return [project.problem(at, f"{block.layout}: {said}; drop {'softmax' if spec.softmax else 'sigmoid'}")]
+    if any(n not in outputs for n in block.reads):
+        return []
+    wrong = head_misfit(block, name, {n: t.shape for n, t in outputs.items()}, None)
+    if wrong:
+        return [project.problem((*at, wrong[0]), wrong[1])]
+    less = ", less 4 box coordinates and the objectness," if block.layout == "yolov5_heads" else ""
+    return label_problems(project, name, spec, labels, outputs[name], less)
 
 
 def ctc_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:

@@ -46,10 +46,11 @@ class Steps:
                if s.preprocess is not None and n in inputs}
         post = {n: (s.postprocess, _texts(project, n, s.postprocess) or project.labels_of(n))
                 for n, s in (cfg.outputs or {}).items() if s.postprocess is not None and n in outputs}
-        problems = [p for n, (spec, labels) in post.items() for p in _misfits(project, n, spec, labels, outputs[n])]
-        problems += [project.problem(("outputs", n, "postprocess", spec.answer[0], "protos"), f"{other!r} is not an "
-                                     f"output of the model (outputs: {', '.join(outputs)})")
-                     for n, (spec, _) in post.items() for other in getattr(spec.block, "reads", ())
+        problems = [p for n, (spec, labels) in post.items()
+                    for p in _misfits(project, n, spec, labels, outputs[n], outputs)]
+        problems += [project.problem(("outputs", n, "postprocess", spec.answer[0], _read_field(spec.block, other)),
+                                     f"{other!r} is not an output of the model (outputs: {', '.join(outputs)})")
+                     for n, (spec, _) in post.items() for other in dict.fromkeys(getattr(spec.block, "reads", ()))
                      if other not in outputs and spec.answer]
         problems += [p for n, (spec, real) in pre.items() for p in _pre_misfits(project, n, spec, real, inputs)]
         code = _functions(project, {("inputs", n): s.python for n, (s, _) in pre.items()} |
@@ -63,6 +64,18 @@ class Steps:
         """The inputs with preprocess: image."""
         return {n: (p.image, t) for n, (p, t) in self.pre.items() if p.image is not None}
 
+    def fixed_size(self, block: Any) -> tuple[int, int] | None:
+        """(height, width) of the image input a block maps back through (its `image`, else the first), where its
+        declared shape fixes them: the size tensors given without a file were made at."""
+        images = self.images
+        name = getattr(block, "image", None) or next(iter(images), None)
+        if name not in images:
+            return None
+        steps, tensor = images[name]
+        shape = tensor.shape or ()
+        hw = tuple(shape[2:4] if steps.layout == "nchw" else shape[1:3]) if len(shape) == 4 else ()
+        return (hw[0], hw[1]) if len(hw) == 2 and all(isinstance(d, int) for d in hw) else None  # type: ignore[return-value]
+
     @property
     def kinds(self) -> dict[str, AnswerKind]:
         """Each output's kind of answer (gpux.config.kinds), for those that declare one."""
@@ -72,6 +85,12 @@ class Steps:
     def blocks(self) -> dict[str, Any]:
         """Each output's kind block (its settings under postprocess:), for those that declare a kind."""
         return {n: spec.block for n, (spec, _) in self.post.items() if spec.block is not None}
+
+    @property
+    def read(self) -> frozenset[str]:
+        """The outputs only a step reads: named by another output's block, with no postprocess of their own."""
+        return frozenset(n for spec, _ in self.post.values() for n in getattr(spec.block, "reads", ())
+                         if n not in self.post)
 
     @property
     def kind(self) -> str | None:
@@ -139,7 +158,7 @@ class Steps:
         if self.kind != "audio":
             return self.answers(outputs, placement)
         rows = [self.answers(outputs, None, r) for r in range(self.rows(outputs))]
-        return {k: _stacked([r[k] for r in rows]) for k in outputs}
+        return {k: _stacked([r[k] for r in rows]) for k in (rows[0] if rows else {})}
 
     def rows(self, outputs: Named) -> int:
         """The batch rows the outputs hold (a time-major ctc output's batch is its axis 1)."""
@@ -148,15 +167,16 @@ class Steps:
 
     def answers(self, outputs: Named, placement: Placement | Spans | None, row: int = 0,
                 only: Sequence[str] | None = None) -> Answers:
-        """Each output's answer for one batch row (of those named in `only`; the rest may be read by a step), as
-        its kind decodes it (gpux.config.kinds); outputs without postprocess stay arrays, those without a kind of
-        answer their activated values."""
+        """Each output's answer for one batch row (of those named in `only`, else all but those a step reads that
+        declare no postprocess of their own: masks' prototypes, a detector's heads), as its kind decodes it
+        (gpux.config.kinds); outputs without postprocess stay arrays, those without a kind of answer their
+        activated values."""
         from gpux.answers.kinds import Decoding
         from gpux.answers.post import activate
 
         out: Answers = {}
         for name, arr in outputs.items():
-            if only is not None and name not in only:
+            if (only is not None and name not in only) or (only is None and name in self.read):
                 continue
             spec, labels = self.post.get(name, (None, None))
             kind = kind_of(spec)
@@ -165,9 +185,14 @@ class Steps:
                 continue
             others = {n: outputs[n][row] for n in getattr(spec.block, "reads", ()) if n in outputs}
             how = Decoding(spec=spec, labels=labels, placement=placement, function=self.code.get(("outputs", name)),
-                           root=self.project.root, others=others)
+                           root=self.project.root, others=others, size=self.fixed_size(spec.block))
             out[name] = step(kind, "decode")(arr[:, row] if spec.batch_axis else arr[row], how)
         return out
+
+
+def _read_field(block: Any, name: str) -> str:
+    """The field of a block that names an output its step reads."""
+    return block.read_field(name) if hasattr(block, "read_field") else "reads"
 
 
 def _stacked(windows: list[Answer]) -> Answer:
@@ -232,13 +257,17 @@ def _pre_misfits(project: Project, name: str, spec: Preprocess, real: Tensor,
     return []
 
 
-def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
+def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor,
+             outputs: dict[str, Tensor]) -> list[Any]:
     """Problems of an output's postprocess against its real shape, as its kind checks them (a python step reads
-    the row as it is), else of its labels against the class axis."""
+    the row as it is; a step that reads other outputs is given them all as `outputs`), else of its labels against
+    the class axis."""
     from gpux.answers.shapes import label_problems
 
     kind = kind_of(spec)
     check = step(kind, "shape") if kind is not None else None
+    if check is not None and tuple(getattr(spec.block, "reads", ())):  # a step that reads others sees them too
+        return check(project, name, spec, labels, real, outputs=outputs)
     if check is not None:
         return check(project, name, spec, labels, real)
     return label_problems(project, name, spec, labels, real)

@@ -294,11 +294,12 @@ def _tensor_line(t: Tensor) -> str:
     return f"  {_yaml_name(t.name)}: {{dtype: {t.dtype}{shape}{labels}}}"
 
 
-def _proposed(t: Tensor, inputs: list[Tensor]) -> list[str]:
+def _proposed(t: Tensor, inputs: list[Tensor], outputs: list[Tensor]) -> list[str]:
     """A comment per kind of answer the output's shape matches (gpux.config.kinds), saying which and why."""
     from gpux.config.kinds import proposals
 
-    return [f"  #   {p} (docs/answers.md)" for p in proposals(t.shape, inputs)] if t.shape is not None else []
+    return [f"  #   {p} (docs/answers.md)" for p in proposals(t.shape, inputs, outputs)] if t.shape is not None \
+        else []
 
 
 def _note(line: str, comment: str) -> str:
@@ -323,7 +324,7 @@ def render(src: Path, inputs: list[Tensor], outputs: list[Tensor], fmt: str, sym
         *[_tensor_line(t) for t in inputs],
         "  # an image input can take photos: preprocess: {image: {...}} (docs/answers.md)",
         "outputs:",
-        *[line for t in outputs for line in (_tensor_line(t), *_proposed(t, inputs))],
+        *[line for t in outputs for line in (_tensor_line(t), *_proposed(t, inputs, outputs))],
         "  # class scores can answer labels: labels: FILE, postprocess: {softmax: true, topk: 5} (docs/answers.md)",
         *([_note("shapes:", "sizes of symbolic dims: verification, calibration and benchmark data use them"),
             *[f"  {d}: {n}" for d, n in sizes.items()]] if sizes else []),

@@ -4,7 +4,7 @@ output a block tells before the model is read (its class axis, how labels fit it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
@@ -20,14 +20,17 @@ class BoxLayout:
 
     channels_axis: int
     objectness: bool
+    _: KW_ONLY
     shape: str  # as docs and messages write it
     grid: bool = False  # cx, cy, w, h are a raw anchor grid's: xy offsets in cells, log w/h in strides (YOLOX's)
     angle: bool = False  # a rotation (radians) follows the class scores: oriented boxes (gpux.answers.obb)
+    heads: bool = False  # one output per stride, named by the block's `heads:` (gpux.answers.heads)
+    before: int | None = None  # channels before the class scores, where not cx, cy, w, h (and the objectness)
 
     @property
     def coords(self) -> int:
         """Channels before the class scores."""
-        return 5 if self.objectness else 4
+        return self.before if self.before is not None else 5 if self.objectness else 4
 
     @property
     def others(self) -> int:
@@ -35,17 +38,25 @@ class BoxLayout:
         return self.coords + self.angle
 
 
-BoxLayoutName = Literal["yolov8", "yolov5", "yolox", "yolox_grid", "yolov8_obb"]
+BoxLayoutName = Literal["yolov8", "yolov5", "yolox", "yolox_grid", "yolov8_obb", "picodet", "yolov5_heads"]
 BOX_LAYOUTS = {
-    "yolov8": BoxLayout(1, False, "[batch, 4 + classes, anchors]"),  # ultralytics YOLOv8/v11 export
-    "yolov5": BoxLayout(2, True, "[batch, anchors, 5 + classes]"),  # YOLOv5 export.py (sigmoid in the model)
-    "yolox": BoxLayout(2, True, "[batch, anchors, 5 + classes]"),  # YOLOX export_onnx.py --decode_in_inference
+    "yolov8": BoxLayout(1, False, shape="[batch, 4 + classes, anchors]"),  # ultralytics YOLOv8/v11 export
+    "yolov5": BoxLayout(2, True, shape="[batch, anchors, 5 + classes]"),  # YOLOv5 export.py (sigmoid in the model)
+    "yolox": BoxLayout(2, True, shape="[batch, anchors, 5 + classes]"),  # YOLOX export_onnx.py --decode_in_inference
     # YOLOX export_onnx.py without --decode_in_inference: per anchor of each stride's grid (row-major, strides in
     # order) x, y offsets in cells, log w, h in strides, objectness and class scores (sigmoid in the model)
-    "yolox_grid": BoxLayout(2, True, "[batch, anchors, 5 + classes], anchors the cells of each stride's grid", True),
+    "yolox_grid": BoxLayout(2, True, shape="[batch, anchors, 5 + classes], anchors the cells of each stride's grid",
+                            grid=True),
     # ultralytics' OBB export: cx, cy, w, h, class scores, then the box's rotation in radians
-    "yolov8_obb": BoxLayout(1, False, "[batch, 4 + classes + 1, anchors]", angle=True),
+    "yolov8_obb": BoxLayout(1, False, shape="[batch, 4 + classes + 1, anchors]", angle=True),
+    # PP-PicoDet's export without its NMS: per stride, class scores [batch, cells, classes] (the `heads`) and the
+    # box distributions [batch, cells, 4 x (reg_max + 1)] (the `distributions`), cells row-major
+    "picodet": BoxLayout(2, False, shape="[batch, cells, classes] per stride", heads=True, before=0),
+    # YOLOv5's Detect layer before its decoding: per stride [batch, anchors, height, width, 5 + classes], logits
+    "yolov5_heads": BoxLayout(4, True, shape="[batch, anchors, height, width, 5 + classes] per stride", heads=True),
 }
+STRIDES = {"picodet": [8, 16, 32, 64]}  # a layout's default strides where not [8, 16, 32]
+ANCHORS = [[10, 13, 16, 30, 33, 23], [30, 61, 62, 45, 59, 119], [116, 90, 156, 198, 373, 326]]  # YOLOv5's P3-P5
 
 
 class Boxes(Strict):
@@ -56,7 +67,11 @@ class Boxes(Strict):
                                   "yolox_grid: YOLOX's raw grid (exported without --decode_in_inference), decoded "
                                   "from strides: cx, cy = (offset + cell) x stride, w, h = exp(value) x stride; "
                                   "yolov8_obb: oriented boxes [batch, 4 + classes + 1, anchors], the rotation in "
-                                  "radians last (rotated NMS by probabilistic IoU, as ultralytics does).")
+                                  "radians last (rotated NMS by probabilistic IoU, as ultralytics does); picodet: "
+                                  "PP-PicoDet's per-stride outputs, class scores [batch, cells, classes] (heads) and "
+                                  "box distributions [batch, cells, 4 x (reg_max + 1)] (distributions); "
+                                  "yolov5_heads: YOLOv5's Detect layer undecoded, [batch, 3, height, width, 5 + "
+                                  "classes] logits per stride (heads), decoded with its anchors.")
     score: float = Field(0.25, ge=0, le=1, description="Least score a box is kept at.")
     iou: float = Field(0.45, ge=0, le=1, description="Boxes of one class overlapping more than this (IoU) are "
                        "suppressed, the best kept.")
@@ -65,7 +80,72 @@ class Boxes(Strict):
                               "through (default: the only image input).")
     strides: list[Annotated[int, Field(ge=1)]] = Field(
         [8, 16, 32], min_length=1, description="yolox_grid: the strides of the grids, in the order the anchors come "
-        "(each grid: the input's height and width over its stride, rounded up, cells row-major).")
+        "(each grid: the input's height and width over its stride, rounded up, cells row-major); picodet and "
+        "yolov5_heads: the stride of each of the heads, in order (default: picodet [8, 16, 32, 64], else [8, 16, "
+        "32]).")
+    heads: list[str] | None = Field(None, min_length=1, description="picodet and yolov5_heads: the outputs of the "
+                                    "heads, one per stride in the order of strides (picodet: its class scores), the "
+                                    "output that declares this step among them; the step reads them all.")
+    distributions: list[str] | None = Field(None, min_length=1, description="picodet: the outputs of the box "
+                                            "distributions, one per stride in the order of strides (each box side "
+                                            "the expectation of a softmax over reg_max + 1 bins, in strides).")
+    anchors: list[list[Annotated[float, Field(gt=0)]]] | None = Field(
+        None, description="yolov5_heads: per stride, its anchors' widths and heights in input pixels, [w, h, w, h, "
+        "...] as YOLOv5's model files write them (default: YOLOv5's P3-P5, [[10, 13, 16, 30, 33, 23], [30, 61, 62, "
+        "45, 59, 119], [116, 90, 156, 198, 373, 326]]).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _layout_strides(cls, data: Any) -> Any:
+        """A layout's own default strides (picodet's four)."""
+        if isinstance(data, dict) and "strides" not in data and data.get("layout") in STRIDES:
+            return {**data, "strides": STRIDES[data["layout"]]}
+        return data
+
+    @model_validator(mode="after")
+    def _heads(self) -> Boxes:
+        layout = BOX_LAYOUTS[self.layout]
+        named = [k for k in ("heads", "distributions", "anchors") if getattr(self, k) is not None]
+        wants = {"heads", "distributions"} if self.layout == "picodet" else {"heads", "anchors"} if layout.heads \
+            else set()
+        extra = [k for k in named if k not in wants]
+        if extra:
+            raise fail(f"layout {self.layout} reads no {extra[0]}" + (
+                "; picodet and yolov5_heads read one output per stride" if not layout.heads else ""), extra[0])
+        if not layout.heads:
+            return self
+        for key in ("heads", "distributions") if self.layout == "picodet" else ("heads",):
+            if getattr(self, key) is None:
+                raise fail(f"layout {self.layout} reads one output per stride: name them under {key}", key)
+            if len(getattr(self, key)) != len(self.strides):
+                raise fail(f"{len(getattr(self, key))} outputs for {len(self.strides)} strides {self.strides}", key)
+        if self.layout == "yolov5_heads":
+            anchors = self.levels_anchors
+            if len(anchors) != len(self.strides):
+                raise fail(f"{len(anchors)} levels of anchors for {len(self.strides)} strides"
+                           + ("" if self.anchors else " (YOLOv5's defaults are P3-P5's three)"), "anchors")
+            if any(len(a) % 2 or not a for a in anchors):
+                raise fail("each level's anchors are pairs of width, height", "anchors")
+        return self
+
+    @property
+    def levels_anchors(self) -> list[list[float]]:
+        """yolov5_heads: each stride's anchors, [w, h, ...] in input pixels."""
+        return self.anchors if self.anchors is not None else [list(map(float, a)) for a in ANCHORS]
+
+    @property
+    def row_rank(self) -> int:
+        """The rank of one batch row of the declaring output: yolov5_heads' [anchors, height, width, channels]."""
+        return 4 if self.layout == "yolov5_heads" else 2
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The outputs this step reads (its heads, their distributions)."""
+        return (*(self.heads or ()), *(self.distributions or ()))
+
+    def read_field(self, name: str) -> str:
+        """The field that names an output this step reads."""
+        return "heads" if name in (self.heads or ()) else "distributions"
 
     @property
     def classes_axis(self) -> int:

@@ -28,15 +28,19 @@ class AnswerKind:
     - `decode(row, how)`: one batch row (of rank `rank`) → its answer, in the original input's pixels where
       `how.placement` (gpux.answers.kinds.Decoding) maps them back;
     - `judge(row, how)`: one row → what `compare` compares (in the model's input pixels, `how.size`);
-    - `compare(reference, got)`: the agreement record (gpux.documents) of every row's judged answers;
+    - `compare(reference, got)`: the agreement record (gpux.documents) of every row's judged answers (given the
+      thresholds named in `settings` as keywords);
     - `empty(judged)`: why the reference's answers over every sample say nothing (None: they say something);
     - `counts(record)` and `text(record)`: what a record was measured on, and its agreement, in a few words;
-    - `fit(project, name, post, real)`: why the output's real values (gpux.model.probe.Real) cannot be this kind;
+    - `fit(project, name, post, real)`: why the output's real values (gpux.model.probe.Real) cannot be this kind
+      (or the field under the block, and why);
     - `shape(project, name, post, labels, real)`: problems of the block against the output's real shape (a list);
+      a block that `reads` other outputs is given every output's too, as `outputs=`;
     - `draw(canvas, name, answer)`: the answer drawn on a `--save` picture (gpux.answers.draw.Canvas);
     - `lines(name, answer)`: the terminal's lines of the answer;
     - `encode(answers)`: the server's tensor of a batch's answers (default: one JSON text per row, as BYTES);
-    - `propose(shape, inputs)`: what `gpux init` proposes for an output of that shape (None: nothing).
+    - `propose(shape, inputs, outputs)`: what `gpux init` proposes for an output of that shape, given the model's
+      inputs and outputs (None: nothing).
 
     A row with a `layout` answers that layout of its key's block alone (`keypoints.heatmap`), picked over the key's
     own row."""
@@ -58,6 +62,7 @@ class AnswerKind:
     encode: str | None = None
     propose: str | None = None
     config: Any = None  # a plug-in kind's config type (the built-in kinds' are Postprocess fields)
+    settings: tuple[str, ...] = ()  # threshold keys (verify:) `compare` takes as keyword arguments, where set
     layout: str | None = None  # a row for one layout of its key's block (kind_of picks it over the key's own row)
 
     @property
@@ -103,8 +108,8 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
     "embedding": AnswerKind(
         key="embedding", record="embedding", rank=1, decode="gpux.answers.kinds:decode_embedding",
         judge="gpux.answers.kinds:judge_embedding", compare="gpux.quality.agreement:vector_agreement",
-        floors=(("close", "min_exact_match", "rows whose vector keeps its direction (cosine >= 0.99)"),),
-        counts="gpux.quality.agreement:rows_counts", text="gpux.report.answers:embedding_text",
+        floors=(("close", "min_rows_close", "rows whose vector keeps its direction"),), settings=("row_cosine",),
+        counts="gpux.quality.agreement:close_counts", text="gpux.report.answers:embedding_text",
         lines="gpux.report.answers:vector_lines", encode="gpux.answers.kinds:encode_vectors"),
     "keypoints": AnswerKind(
         key="keypoints", record="keypoints", rank=2, decode="gpux.answers.keypoints:decode",
@@ -170,9 +175,10 @@ def kind_of(post: Any) -> AnswerKind | None:
     return ANSWER_KINDS.get(f"{answer[0]}.{getattr(answer[1], 'layout', None)}") or ANSWER_KINDS[answer[0]]
 
 
-def proposals(shape: Any, inputs: Any) -> list[str]:
-    """What each kind proposes for an output of `shape` (gpux init), given the model's inputs."""
-    found = [step(k, "propose")(tuple(shape), list(inputs)) for k in ANSWER_KINDS.values() if k.propose]
+def proposals(shape: Any, inputs: Any, outputs: Any = ()) -> list[str]:
+    """What each kind proposes for an output of `shape` (gpux init), given the model's inputs and outputs."""
+    found = [step(k, "propose")(tuple(shape), list(inputs), list(outputs)) for k in ANSWER_KINDS.values()
+             if k.propose]
     return [p for p in found if p]
 
 

@@ -67,6 +67,15 @@ class Thresholds(Strict):
         None, ge=0, le=1, description="Answers of postprocess boxes: least fraction of the artifact's confident "
         "boxes that match a reference box (1 - the rate of false boxes added)."
     )
+    row_cosine: float | None = Field(
+        None, ge=-1, le=1, description="Answers of postprocess embedding: the least cosine of a row's vector with "
+        "the reference's for the row to keep its direction (counted for min_rows_close); default 0.99."
+    )
+    min_rows_close: float | None = Field(
+        None, ge=0, le=1, description="Answers of postprocess embedding: least fraction of rows whose vector keeps "
+        "its direction (cosine with the reference's >= row_cosine), shown by the judged real rows' one-sided bound; "
+        "default 0.99."
+    )
     row_tolerance: float | None = Field(
         None, ge=0, description="Continuous outputs (values no postprocess decodes: regression values, scores, "
         "embeddings, maps): how far a row's values may move, as a fraction of the output's scale (the distance "

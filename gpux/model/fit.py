@@ -75,9 +75,10 @@ def step_problems(project: Project, real: Real) -> list[Problem]:
         check = step(kind, "fit") if kind is not None else None
         if post is None or kind is None or check is None or name not in real.outputs:
             continue
-        wrong = check(project, name, post, real)
+        wrong = check(project, name, post, real)  # why, or (the field under the kind's block, why)
         if wrong:
-            out.append(project.problem(("outputs", name, "postprocess", kind.key), wrong))
+            field, why = wrong if isinstance(wrong, tuple) else (None, wrong)
+            out.append(project.problem(("outputs", name, "postprocess", kind.key, *([field] if field else [])), why))
     return out
 
 
@@ -100,14 +101,20 @@ def ctc_misfit(project: Project, name: str, post: Postprocess, real: Real) -> st
     return f"ctc reads {name} as {layout}, but {where}; {fix}"
 
 
-def box_misfit(project: Project, name: str, post: Postprocess, real: Real) -> str | None:
+def box_misfit(project: Project, name: str, post: Postprocess, real: Real) -> str | tuple[str, str] | None:
     """Why an output's values cannot be boxes of the declared layout, on the first sample: widths or heights
     under 0 or none above, centres that do not spread over the input, scores outside [0, 1] where no activation
-    is declared."""
+    is declared; for a layout of one output per stride, (the field, why) where a named output is missing or is
+    not of its shape on the sample's grids."""
     from gpux.config.steps import BOX_LAYOUTS
 
     assert post.boxes is not None
     layout = BOX_LAYOUTS[post.boxes.layout]
+    if layout.heads:  # one output per stride: each named one's real shape, on the sample input's grids
+        from gpux.model.heads import head_misfit
+
+        return head_misfit(post.boxes, name, {n: tuple(s) for n, s in real.outputs.items()},
+                           _input_size(project, post, real))
     stats = real.stats.get(name, {}).get(str(layout.channels_axis))
     if stats is None or len(real.outputs[name]) != 3:
         return None

@@ -71,10 +71,10 @@ def judge_boxes(row: Any, how: Decoding) -> tuple[Any, Any, Any, float]:
     layout = post.BOX_LAYOUTS[how.block.layout]
     if row.shape[layout.channels_axis - 1] < layout.others + 1:
         raise ValueError("fewer than 4 box coordinates and one class")
-    if layout.angle:  # oriented boxes: their corners, matched by rotated IoU (compare_boxes)
-        from gpux.answers import obb
+    if layout.angle or layout.heads:  # oriented boxes (corners, matched by rotated IoU); one output per stride
+        from gpux.answers import heads, obb
 
-        return (*obb.judge(row, how), confident_score(how.block.score))
+        return (*(obb if layout.angle else heads).judge(row, how), confident_score(how.block.score))
     return (*post.decode_boxes(row, how.block, how.activation, how.size), confident_score(how.block.score))
 
 
@@ -240,12 +240,13 @@ def _decoded(kind: AnswerKind, how: Decoding, arrays: Sequence[Any], sizes: Sequ
     import dataclasses
 
     judge = step(kind, "judge")
+    rank = getattr(how.block, "row_rank", None) or kind.rank  # a block may read rows of another rank (YOLOv5's heads)
     sized = sizes if sizes is not None and len(sizes) == len(arrays) else [None] * len(arrays)
     out = []
     for i, (a, size) in enumerate(zip(arrays, sized, strict=True)):
         read = {n: rows_of([o], o.ndim - 1) for n, o in (others[i] if others else {}).items()}
         out += [judge(x, dataclasses.replace(how, size=size, others={n: r[k] for n, r in read.items()}))
-                for k, x in enumerate(rows_of([a], kind.rank or a.ndim - 1))]
+                for k, x in enumerate(rows_of([a], rank or a.ndim - 1))]
     return out
 
 
@@ -279,9 +280,11 @@ def add_answers(result: Verification, posts: Mapping[str, Postprocess], runs: Ru
         reads = [n for n in getattr(spec.block, "reads", ()) if n in names]
         ref_others = [{n: _batch_first(r[names.index(n)], 0) for n in reads} for r in reference]
         got_others = [{n: _batch_first(g[names.index(n)], 0) for n in reads} for g in got]
+        tol = rules[name].tol if name in rules else result.tolerances
+        settings = {k: tol[k] for k in kind.settings if tol.get(k) is not None}
         try:
             answers = _decoded(kind, how, ref, sizes, ref_others)
-            metrics = step(kind, "compare")(answers, _decoded(kind, how, out, sizes, got_others))
+            metrics = step(kind, "compare")(answers, _decoded(kind, how, out, sizes, got_others), **settings)
         except ValueError as exc:  # a raw grid whose size is not told (tensors given, no image input)
             result.outputs[name]["answers"] = {"kind": kind.record, "skipped": str(exc)}
             continue
@@ -353,9 +356,13 @@ def rows_counts(record: AnswersRecord) -> str:
     return f"{record['rows']} rows"
 
 
-def vector_agreement(reference: Sequence[Any], got: Sequence[Any]) -> VectorAgreement:
-    """Per row, the cosine of the artifact's vector with the reference's: the share at CLOSE or more (counted, so
-    its bound says what the rows show), the least and the mean."""
+def close_counts(record: AnswersRecord) -> str:
+    return f"{record['rows']} rows at cosine >= {record['close_at']:g}"
+
+
+def vector_agreement(reference: Sequence[Any], got: Sequence[Any], row_cosine: float = CLOSE) -> VectorAgreement:
+    """Per row, the cosine of the artifact's vector with the reference's: the share at `row_cosine` or more
+    (counted, so its one-sided bound says what the rows show: evidence.RATES), the least and the mean."""
     import numpy as np
 
     cos = []
@@ -363,5 +370,6 @@ def vector_agreement(reference: Sequence[Any], got: Sequence[Any]) -> VectorAgre
         r64, g64 = np.asarray(r, np.float64), np.asarray(g, np.float64)
         n = float(np.linalg.norm(r64) * np.linalg.norm(g64))
         cos.append(float(r64 @ g64 / n) if n > 0 else float(np.array_equal(r64, g64)))
-    return {"rows": len(cos), "close": sum(c >= CLOSE for c in cos) / len(cos) if cos else 1.0, "close_at": CLOSE,
+    return {"rows": len(cos), "close": sum(c >= row_cosine for c in cos) / len(cos) if cos else 1.0,
+            "close_at": row_cosine,
             "least_cosine": min(cos, default=1.0), "mean_cosine": sum(cos) / len(cos) if cos else 1.0}

@@ -1,6 +1,7 @@
 """Whether judged rows show a floor: the one-sided lower confidence bound (Wilson score) of each agreement rate
-that counts answers (labels, confident texts, confident boxes, rows of continuous values within tolerance), the
-rows a floor needs, and the verdict's words when the data cannot show it (docs/verification.md)."""
+that counts answers (labels, confident texts, confident boxes, embedding rows keeping their direction, rows of
+continuous values within tolerance), the rows a floor needs, and the verdict's words when the data cannot show it
+(docs/verification.md)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from gpux.documents import OutputMetrics, RateDoc, number
 from gpux.report import percent
 
 CONFIDENCE = 0.95  # one-sided: the rate is at least the bound with this probability
-RULES = "wilson-one-sided-2"  # part of a verdict's cache key: a new rule, a new verdict
+RULES = "wilson-one-sided-3"  # part of a verdict's cache key: a new rule, a new verdict
 
 # (where in an output's record ("": the record itself), rate, count of rows it is over, floor key, what it is):
-# the rates of answers that are counted one by one, so a bound says what they show. Means (CER, IoU, overlap) and
-# cosines are not counts.
+# the rates of answers that are counted one by one, so a bound says what they show. Means (CER, IoU, overlap, the
+# mean cosine) are not counts.
 RATES: tuple[tuple[str, str, str, str, str], ...] = (
     ("", "top1_confident", "confident_rows", "min_top1_confident", "confident top-1"),
     ("", "top5", "rows", "min_top5", "top-5"),
@@ -25,6 +26,7 @@ RATES: tuple[tuple[str, str, str, str, str], ...] = (
     ("answers", "recall_confident", "confident_reference_boxes", "min_box_recall", "confident boxes found"),
     ("answers", "precision_confident", "confident_artifact_boxes", "min_box_precision",
      "confident boxes the reference has"),
+    ("answers", "close", "rows", "min_rows_close", "vectors keeping their direction"),
     ("values", "rows_within", "rows", "min_rows_within", "values within tolerance"),
     ("answers", "rows_agree", "rows", "min_exact_match", "class maps that agree"),
     ("answers", "points_close", "confident_points", "min_exact_match", "confident points where the reference puts "

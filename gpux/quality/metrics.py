@@ -21,14 +21,18 @@ from gpux.documents import Extra, OutputMetrics, VerificationDoc, number
 TENSOR_KEYS = ("atol", "rtol", "min_within", "min_cosine", "min_slice_cosine", "min_top1", "min_top5",
                "min_top1_confident", "max_sum_error")
 ANSWER_KEYS = ("min_topk_overlap", "min_box_f1", "min_box_iou", "min_exact_match", "max_cer", "min_box_recall",
-               "min_box_precision")
+               "min_box_precision", "row_cosine", "min_rows_close")
 ROW_KEYS = ("row_tolerance", "min_rows_within")  # continuous outputs (quality.values), judged on real rows only
 KEYS = TENSOR_KEYS + ANSWER_KEYS + ROW_KEYS
 _ROWS: dict[str, tuple[tuple[float | None, ...], tuple[float | None, ...]]] = {  # TENSOR_KEYS, ANSWER_KEYS
-    "fp32": ((1e-4, 1e-3, 0.999, 0.9999, None, 1.0, 1.0, 1.0, 1e-3), (0.98, 0.98, 0.99, 0.99, 0.005, 0.99, 0.99)),
-    "fp16": ((None, None, None, 0.999, 0.99, None, 0.99, 0.99, 5e-3), (0.9, 0.95, 0.9, 0.99, 0.01, 0.99, 0.99)),
-    "bf16": ((None, None, None, 0.995, 0.98, None, 0.99, 0.99, 0.02), (0.8, 0.9, 0.85, 0.99, 0.01, 0.99, 0.99)),
-    "int8": ((None, None, None, 0.98, 0.9, None, 0.99, 0.99, 0.05), (0.7, 0.9, 0.8, 0.99, 0.01, 0.99, 0.99)),
+    "fp32": ((1e-4, 1e-3, 0.999, 0.9999, None, 1.0, 1.0, 1.0, 1e-3),
+             (0.98, 0.98, 0.99, 0.99, 0.005, 0.99, 0.99, 0.99, 0.99)),
+    "fp16": ((None, None, None, 0.999, 0.99, None, 0.99, 0.99, 5e-3),
+             (0.9, 0.95, 0.9, 0.99, 0.01, 0.99, 0.99, 0.99, 0.99)),
+    "bf16": ((None, None, None, 0.995, 0.98, None, 0.99, 0.99, 0.02),
+             (0.8, 0.9, 0.85, 0.99, 0.01, 0.99, 0.99, 0.99, 0.99)),
+    "int8": ((None, None, None, 0.98, 0.9, None, 0.99, 0.99, 0.05),
+             (0.7, 0.9, 0.8, 0.99, 0.01, 0.99, 0.99, 0.99, 0.99)),
 }
 _ROW_DEFAULTS: dict[str, tuple[float | None, ...]] = {"fp32": (0.01, None), "fp16": (0.01, 0.99),
                                                      "bf16": (0.02, 0.99), "int8": (0.02, 0.99)}  # ROW_KEYS
