@@ -129,8 +129,8 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
 
 
 def gpux(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-         timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI in a subprocess."""
+         timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess (the timeout guards against a hang, not a speed: a busy machine is slow)."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "gpux", *args], cwd=cwd, env=full_env, text=True,
                           capture_output=True, timeout=timeout)
