@@ -221,7 +221,7 @@ def test_actors_that_cannot_open_the_model_stop_the_job_in_one_line(cluster: dic
     import ray
 
     from gpux.config.load import load_config
-    from gpux.deploy.ray_batch import BatchRequest, RayJobFailed, answer_on_ray
+    from gpux.run.ray_batch import BatchRequest, RayJobFailed, answer_on_ray
 
     root = tmp_path / "copy"
     shutil.copytree(cluster["root"], root, ignore=shutil.ignore_patterns(".gpux"))

@@ -52,7 +52,7 @@ def test_globs_and_list_files_name_files_in_order(tmp_path: Path) -> None:
 
 def test_actors_and_their_resources_come_from_the_flags_the_batch_block_or_the_provider(mlp_project: Path) -> None:
     from gpux.config.load import load_config
-    from gpux.deploy.ray_batch import BatchRequest, actor_resources, concurrency
+    from gpux.run.ray_batch import BatchRequest, actor_resources, concurrency
 
     plain = load_config(mlp_project)
     asked = BatchRequest(sources=("x",))

@@ -96,9 +96,10 @@ def test_the_precedence_and_the_saved_choice_are_read_in_one_module() -> None:
     and plan.choice.keep write the saved choice; the commands that pick a provider probe nothing themselves."""
     env = re.compile(r"environ(\.get\(|\[)\s*(ENV_PROVIDER|[\"']GPUX_PROVIDER)")
     readers = re.compile(r"\b(saved_choice|apply_lock|ladder|read_lock)\(")
-    askers = ("cli/build.py", "cli/inspect.py", "run/session.py", "deploy/image.py", "deploy/ray.py",
+    askers = ("artifacts/project.py", "cli/inspect.py", "run/session.py", "deploy/image.py", "deploy/ray.py",
               "workspace/project.py")
-    no_probes = ("cli/build.py", "cli/run.py", "run/fallback.py", "run/session.py", "deploy/image.py",
+    no_probes = ("artifacts/project.py", "cli/build.py", "cli/run.py", "workspace/targets.py", "run/command.py",
+                 "run/files.py", "run/fallback.py", "run/session.py", "deploy/image.py",
                  "deploy/ray.py", "workspace/project.py")
     # defined; the lock shown; the lock in force measured beside the untuned default (gpux tune)
     allowed = {"plan/lock.py": {"apply_lock", "read_lock"}, "cli/inspect.py": {"read_lock"},

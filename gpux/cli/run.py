@@ -2,143 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any
-
-from gpux import report
-from gpux.arrays import Named
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunRequest:
-    """What `gpux run` was asked for (the click options, by name); the benchmark's own ones included."""
-
-    target: str = "."
-    files: tuple[str, ...] = ()
-    input_json: str | None = None
-    input_file: str | None = None
-    output: str | None = None
-    provider: str | None = None
-    strict: bool = False
-    store: str | None = None
-    as_json: bool = False
-    placement: bool = False
-    save: str | None = None
-    benchmark: bool = False
-    runs: int | None = None
-    warmup: int | None = None
-    duration: float | None = None
-    batch: int | None = None
-    shapes: tuple[str, ...] = ()
-    concurrency: int | None = None
-    as_csv: bool = False
-    baseline: str | None = None
-    max_regression: float = 10.0
-    report: str | None = None  # an HTML page of the benchmark
-    command_line: str = ""  # as typed, for the page
-    on: str = "local"  # where FILES are answered: local, or ray[://ADDRESS]
-    resume: bool = False
-    actor_cpus: float | None = None
-    actor_gpus: float | None = None
+from gpux.run.command import RunRequest
 
 
 def run_command(req: RunRequest) -> int:
-    from gpux.run.inuse import holding
-    from gpux.workspace.commands import run_workspace
-    from gpux.workspace.project import open_models
+    """The run (`workspace.targets.run_target`): it renders as it goes (answers print as they come)."""
+    from gpux.workspace.targets import run_target
 
-    if req.save and not req.files:
-        from gpux.errors import UsageError
-
-        raise UsageError(f"--save {req.save} draws the answers of image files; pass FILES (gpux run NAME FILE...)")
-    ms = open_models(req.target, req.store)  # the target is told apart and opened once
-    if ms.workspace is not None and req.files:
-        from gpux.workspace.pages import answer_pages
-
-        return answer_pages(ms, req)
-    if ms.workspace is not None:
-        return run_workspace(ms, req)
-    if req.report:  # before minutes of measuring
-        from gpux.bench.report_html import check_report_path
-        from gpux.errors import UsageError
-
-        if not req.benchmark:
-            raise UsageError(f"--report {req.report} draws a benchmark; add --benchmark (or use gpux tune --report)")
-        check_report_path(req.report)
-    project = ms.project
-    if req.on == "local" and (req.resume or req.actor_cpus is not None or req.actor_gpus is not None):
-        from gpux.errors import UsageError
-
-        raise UsageError("--resume, --actor-cpus and --actor-gpus go with --on ray")
-    if req.on != "local":
-        from gpux.cli.answer import answer_elsewhere
-
-        return answer_elsewhere(project, req)
-    if req.files and not req.benchmark:
-        from gpux.cli.answer import answer_files
-
-        return answer_files(project, req)
-    if req.benchmark:
-        from gpux.bench.command import BenchmarkRequest, benchmark_command
-
-        asked = BenchmarkRequest(**{f.name: getattr(req, f.name) for f in dataclasses.fields(BenchmarkRequest)})
-        with holding(project.name, project.root, req.store, "gpux run --benchmark"):
-            return benchmark_command(project, asked)
-    return run_once(project, req)
-
-
-def run_once(project: Any, req: RunRequest) -> int:
-    """One inference on the inputs of --input or --file: outputs printed, or written to --output."""
-    from gpux.errors import InputError
-    from gpux.model.inputs import load_file, parse_json
-    from gpux.model.io import interface
-    from gpux.run.inuse import holding
-    from gpux.run.session import load
-
-    if req.input_json is None and req.input_file is None:
-        raise InputError("no inputs given", hint="pass --input '{\"name\": [...]}' or --file inputs.npz "
-                         "(or --benchmark for seeded random inputs)")
-    if req.input_json is not None and req.input_file is not None:
-        raise InputError("--input and --file both given; pass one")
-    if req.output and not req.output.endswith(".npz"):
-        raise InputError(f"--output {req.output}: outputs are written as .npz; name the file *.npz")
-    inputs, _ = interface(project, req.store)
-    # inputs are read and checked before anything is built or loaded
-    feeds = parse_json(req.input_json, inputs) if req.input_json is not None else \
-        load_file(req.input_file or "", inputs)
-    with holding(project.name, project.root, req.store, "gpux run"), \
-            load(project, req.provider, strict=req.strict, store_dir=req.store, log=report.progress(req.as_json),
-                 placement=req.placement, provider_source="--provider") as session:
-        values = session.run_feeds(feeds)
-        outputs = dict(zip(session.output_names, values, strict=True))
-        info = session.report()
-        if req.output:
-            write_outputs(req.output, outputs)
-        doc = report.output_doc(session.project, outputs, written=req.output if req.as_json else None)
-        if req.as_json:
-            report.emit_json({"name": session.project.name, **info, "outputs": doc})
-            return 0
-        for w in session.warnings:
-            report.warn(w)
-        for line in report.provider_lines(info):
-            (report.warn if line.startswith("skipped ") else report.info)(line)
-        print(report.format_outputs(doc))
-        if req.output:
-            report.info(f"wrote {req.output}")
-    return 0
-
-
-def write_outputs(path: str, outputs: Named) -> None:
-    """The outputs as one .npz file (--output)."""
-    import numpy as np
-
-    from gpux.errors import InputError
-
-    try:
-        np.savez(path, **outputs)  # type: ignore[arg-type]  # numpy types **kwds as its allow_pickle: bool
-    except OSError as exc:
-        raise InputError(f"--output {path}: cannot write: {exc.strerror or exc}") from exc
+    return run_target(req)
 
 
 __all__ = ["RunRequest", "run_command"]

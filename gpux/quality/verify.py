@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gpux.arrays import Feeds, Outputs
 from gpux.config.load import Project
 from gpux.documents import Generated, Judged, RateDoc, VerificationDoc
-from gpux.errors import BuildFailed, GpuxError, ModelError, VerificationFailed, error_lines, first_line
+from gpux.errors import BuildFailed, GpuxError, ModelError, VerificationFailed
 from gpux.quality.evidence import CONFIDENCE, RULES, loosened, shortfall, weigh
 from gpux.quality.metrics import DEFAULTS, KEYS, LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
 from gpux.quality.values import tree_ensembles
@@ -120,20 +120,10 @@ def reference(project: Project, source: Path | None = None) -> tuple[list[str], 
 
 
 def short(exc: BaseException) -> str:
-    """One line of a runtime's error: ONNX Runtime's status message without its source location."""
-    import re
+    """One line of a runtime's error, read as its runtime writes them (`gpux.runtimes.MESSAGES`)."""
+    from gpux.runtimes import error_line
 
-    lines = error_lines(exc)
-    if lines and lines[0].startswith("Exception from"):  # OpenVINO: source locations first, the reason last
-        from gpux.runtimes.openvino import reason
-
-        return first_line(exc, reason(exc))
-    text = lines[0] if lines else ""
-    text = text.split("Status Message:")[-1]
-    text = re.sub(r"Load model from \S+ failed:", "", text)
-    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
-    text = re.sub(r"/onnxruntime_src/\S+:\d+ (\S+\([^)]*\)( \[with [^\]]*\])? )?", "", text)
-    return first_line(exc, text.strip())
+    return error_line(exc)
 
 
 def reference_outputs(job: Job, run: Callable[[Feeds], Outputs], feeds: list[Feeds], data: str) -> list[Outputs]:
@@ -379,11 +369,9 @@ def shape_problem(declared: list[Any], got: tuple[int, ...], sizes: dict[str, in
 
 
 def execution_precision(target: Target) -> str:
-    """The precision the artifact computes at: OpenVINO's execution precision where it is below fp32."""
-    if target.kind != "openvino-ir" or target.precision == "int8":
-        return target.precision
-    from gpux.providers.options import OpenVINOOptions
-    from gpux.runtimes.openvino_options import openvino_execution_precision
+    """The precision the artifact computes at: where its kind's runtime says (`ArtifactKind.precision`: OpenVINO's
+    execution precision where it is below fp32), else the target's."""
+    from gpux.runtimes import kind_of, resolve
 
-    hint = openvino_execution_precision(OpenVINOOptions.model_validate(target.options))
-    return {"bf16": "bf16", "f16": "fp16"}.get(hint, target.precision)
+    step = kind_of(target.kind).precision
+    return target.precision if step is None else str(resolve(step)(target))

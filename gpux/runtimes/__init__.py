@@ -11,7 +11,7 @@ from pathlib import Path
 from pkgutil import resolve_name as resolve
 from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
-from gpux.errors import BuildFailed
+from gpux.errors import BuildFailed, error_lines, first_line
 
 if TYPE_CHECKING:
     from gpux.arrays import Feeds, Outputs
@@ -24,6 +24,7 @@ Log = Callable[[str], None]
 __all__ = [
     "ARTIFACT_KINDS",
     "KIND_HINTS",
+    "MESSAGES",
     "NOTHING_QUANTIZED",
     "OPENING",
     "ArtifactKind",
@@ -38,6 +39,7 @@ __all__ = [
     "OpenStep",
     "Published",
     "VerifyStep",
+    "error_line",
     "int8_did_nothing",
     "kind_of",
     "opening",
@@ -134,6 +136,9 @@ class ArtifactKind:
     on_run: bool = True  # cheap enough to build silently on `run`? (False: say it may take minutes)
     needs_device: bool = False  # can only be built on the device it runs on
     shapes: bool = False  # the resolved sizes of symbolic dims shape the artifact (key them)
+    # 'module:function', (target) -> the precision an artifact of this kind computes at where its runtime says
+    # (OpenVINO's execution precision hint); None: the target's precision
+    precision: str | None = None
 
     def build_step(self) -> BuildStep:
         return cast("BuildStep", resolve(self.build))
@@ -171,7 +176,7 @@ ARTIFACT_KINDS: dict[str, ArtifactKind] = {
     "openvino-ir": ArtifactKind(
         build="gpux.runtimes.openvino:build_ir", verify="gpux.runtimes.openvino:verify_runner",
         packages=("openvino", "nncf", "onnxruntime"), device="cpu", open="gpux.runtimes.openvino:open_runner",
-        shapes=True),
+        shapes=True, precision="gpux.runtimes.openvino_options:execution_precision"),
     "torch-module": ArtifactKind(
         build="gpux.runtimes.torch_module:build_module", verify="gpux.runtimes.torch_module:verify_runner",
         packages=("torch",), device="torch", open="gpux.runtimes.torch_module:open_runner", needs_device=True,
@@ -181,6 +186,22 @@ ARTIFACT_KINDS: dict[str, ArtifactKind] = {
         packages=("tensorrt", "onnxruntime"), device="gpu", open="gpux.runtimes.tensorrt:open_runner", on_run=False,
         needs_device=True),
 }
+
+
+# A runtime's error in one line: (how the first line of its message opens, its reader 'module:function',
+# (exc) -> text); the first row whose opening matches reads it (the last, ONNX Runtime's, matches any).
+MESSAGES: tuple[tuple[str, str], ...] = (
+    ("Exception from", "gpux.runtimes.openvino:reason"),  # OpenVINO: source locations first, the reason last
+    ("", "gpux.runtimes.onnxruntime:status_message"),
+)
+
+
+def error_line(exc: BaseException) -> str:
+    """A runtime's error as one line (`Type: reason`), read as the runtime that raised it writes its messages."""
+    lines = error_lines(exc)
+    opening = lines[0] if lines else ""
+    reader = next(r for opens, r in MESSAGES if opening.startswith(opens))
+    return first_line(exc, str(resolve(reader)(exc)))
 
 
 def kind_of(name: str) -> ArtifactKind:

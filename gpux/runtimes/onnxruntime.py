@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from gpux.documents import PlacementDoc
-from gpux.errors import debugging
+from gpux.errors import debugging, error_lines
 from gpux.optional import require
 
 if TYPE_CHECKING:
@@ -346,3 +346,16 @@ def placement_summary(order: list[str], ep: str) -> PlacementDoc:
     total = len(order)
     coverage = (counts.get(ep, 0) / total) if total else 0.0
     return {"ep": ep, "nodes": counts, "total": total, "partitions": partitions, "coverage": round(coverage, 4)}
+
+
+def status_message(exc: BaseException) -> str:
+    """ONNX Runtime's error as its status message, without the source location (gpux.runtimes.MESSAGES)."""
+    import re
+
+    lines = error_lines(exc)
+    text = lines[0] if lines else ""
+    text = text.split("Status Message:")[-1]
+    text = re.sub(r"Load model from \S+ failed:", "", text)
+    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    text = re.sub(r"/onnxruntime_src/\S+:\d+ (\S+\([^)]*\)( \[with [^\]]*\])? )?", "", text)
+    return text.strip()

@@ -79,6 +79,17 @@ def openvino_execution_precision(opts: OpenVINOOptions) -> str:
     return "bf16" if opts.precision == "bf16" else "f32"
 
 
+def execution_precision(target: Target) -> str:
+    """The precision an OpenVINO IR computes at (the kind's `precision` step): its execution precision hint where
+    below fp32; an int8 IR's is int8."""
+    if target.precision == "int8":
+        return target.precision
+    from gpux.providers.options import OpenVINOOptions
+
+    hint = openvino_execution_precision(OpenVINOOptions.model_validate(target.options))
+    return {"bf16": "bf16", "f16": "fp16"}.get(hint, target.precision)
+
+
 def openvino_properties(opts: OpenVINOOptions, cache_dir: str | None = None) -> dict[str, str]:
     """OpenVINO properties for `Core.compile_model(model, opts.device, properties)`.
 

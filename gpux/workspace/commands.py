@@ -122,7 +122,7 @@ def _show_built(names: list[str], provider: str, source: str) -> None:
 
 
 class RunAsked(Protocol):
-    """What `gpux run` was asked for that a pipeline reads (gpux.cli.run.RunRequest has it all); the options a
+    """What `gpux run` was asked for that a pipeline reads (gpux.run.command.RunRequest has it all); the options a
     pipeline does not support are read by name (UNSUPPORTED)."""
 
     @property

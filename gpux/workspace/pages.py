@@ -21,7 +21,7 @@ from gpux.workspace.project import Models
 
 
 class PagesAsked(Protocol):
-    """What `gpux run WORKSPACE FILE...` was asked for that a pipeline of pages reads (gpux.cli.run.RunRequest has
+    """What `gpux run WORKSPACE FILE...` was asked for that a pipeline of pages reads (gpux.run.command.RunRequest has
     it all); the options it does not take are read by name (`refuse_unsupported`)."""
 
     @property

@@ -1,5 +1,5 @@
 """`gpux run NAME SOURCE --on ray`: batch inference on Ray Data. The files are listed here (a folder, a glob, an
-@list file, a URI prefix), the artifact is built here once, and a pool of actors (gpux.deploy.ray_answer) each opens
+@list file, a URI prefix), the artifact is built here once, and a pool of actors (gpux.run.ray_answer) each opens
 it and answers batches of files; the answers come back in input order and are written once, here."""
 
 from __future__ import annotations
@@ -131,9 +131,9 @@ def answer_on_ray(project: Project, req: BatchRequest) -> int:
     """List, build once, answer on Ray Data, write in input order; a summary line at the end. Exit 0, or 1 where
     any file was recorded with an error."""
     from gpux.answers.steps import Steps, file_kind
-    from gpux.deploy.ray_output import Answers, check_output
     from gpux.model.io import interface
     from gpux.run.inuse import holding
+    from gpux.run.ray_output import Answers, check_output
 
     address = ray_address(req.on)
     check_output(req.output, req.resume)
@@ -166,8 +166,8 @@ def ray_modules() -> tuple[Any, Any]:
 
 def _run(project: Project, req: BatchRequest, address: str | None, todo: list[tuple[int, str]], out: Any) -> None:
     from gpux.artifacts.build import build
-    from gpux.deploy.ray_answer import ActorSpec, FileAnswerer
     from gpux.plan.select import select
+    from gpux.run.ray_answer import ActorSpec, FileAnswerer
 
     ray, data = ray_modules()
     selection = select(project, req.provider, req.strict, store_dir=req.store)

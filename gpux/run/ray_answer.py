@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpux.serve.errors import is_bug
+from gpux.errors import Failure, classify
 
 if TYPE_CHECKING:
     import numpy as np
@@ -70,7 +70,7 @@ class FileAnswerer:
             source: Any = read_uri(file) if "://" in file else Path(file)
             return self.steps.feeds(source, file)
         except Exception as exc:  # a file that fails is recorded, the others go on; a gpux bug stops the run
-            if is_bug(exc):
+            if classify(exc) is Failure.BUG:
                 raise
             return error_text(exc)
 
@@ -95,7 +95,7 @@ class FileAnswerer:
             lines[unread.index] = json.dumps({"file": files[unread.index], "error": unread.text})
             return unread.index + 1
         except Exception as exc:  # an inference failed: each file alone, so only those that fail are recorded
-            if is_bug(exc):
+            if classify(exc) is Failure.BUG:
                 raise
             for i in picked:
                 lines[i] = lines[i] or self._alone(files[i], pending[i].result())
@@ -108,7 +108,7 @@ class FileAnswerer:
             outputs = dict(zip(self.session.output_names, self.session.run_feeds(decoded[0]), strict=True))
             return self._line(file, self.steps.file_answers(outputs, decoded[1]))
         except Exception as exc:  # this file's inference fails: recorded as its error (a gpux bug stops the run)
-            if is_bug(exc):
+            if classify(exc) is Failure.BUG:
                 raise
             return json.dumps({"file": file, "error": error_text(exc)})
 

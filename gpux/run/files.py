@@ -6,13 +6,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux import report
 from gpux.arrays import Feeds
 
+if TYPE_CHECKING:
+    from gpux.config.load import Project
+    from gpux.run.command import RunRequest
 
-def answer_files(project: Any, req: Any) -> int:
+
+def answer_files(project: Project, req: RunRequest) -> int:
     """Files are found before anything is built or loaded; a file that cannot be read stops the run (exit 2)."""
     import time
 
@@ -64,8 +68,8 @@ def answer_files(project: Any, req: Any) -> int:
     return 0
 
 
-def answer_elsewhere(project: Any, req: Any) -> int:
-    """`--on ray[...]`: the files answered on Ray Data (gpux.deploy.ray_batch); options that mean nothing there
+def answer_elsewhere(project: Project, req: RunRequest) -> int:
+    """`--on ray[...]`: the files answered on Ray Data (gpux.run.ray_batch); options that mean nothing there
     are refused."""
     from gpux.errors import UsageError
 
@@ -75,7 +79,7 @@ def answer_elsewhere(project: Any, req: Any) -> int:
                                    ("benchmark", req.benchmark), ("placement", req.placement)) if v]
     if given:
         raise UsageError(f"{', '.join(given)} cannot go with --on {req.on}; it answers files")
-    from gpux.deploy.ray_batch import BatchRequest, answer_on_ray
+    from gpux.run.ray_batch import BatchRequest, answer_on_ray
 
     return answer_on_ray(project, BatchRequest(
         sources=tuple(req.files), on=req.on, output=req.output, resume=req.resume, provider=req.provider,
