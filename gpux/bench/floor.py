@@ -110,20 +110,22 @@ def kept_out(outcomes: list[Outcome], budget_s: float) -> dict[str, Any]:
             "unmeasured": [label_of(o) for o in cut]}
 
 
-def floor_pick(outcomes: list[Outcome], best: Outcome | None, objective: str) -> Outcome | None:
-    """`best`, unless the untuned default ran and `best` is not clearly faster than it, measured side by side in
-    the same rounds (gpux.bench.rounds.clearly_faster): then the default. A default that only its data cannot
+def floor_pick(outcomes: list[Outcome], ranked: list[Outcome], objective: str) -> Outcome | None:
+    """The first of `ranked` (the candidates within noise of the fastest, preferred first) that is the untuned
+    default or clearly faster than it, measured side by side in the same rounds (gpux.bench.rounds.clearly_faster);
+    none: the default. Where the default did not run, the first of `ranked`. A default that only its data cannot
     judge (unverified) is still the floor: it is what runs without a lock."""
     from gpux.bench import rounds
 
     floor = next((o for o in outcomes if o.role == DEFAULT and o.status in ("ok", "unverified")
                   and o.row.get("stats")), None)
-    if floor is None or best is floor:
-        return best
-    if best is not None:
-        ours, theirs = best.row.get("round_scores"), floor.row.get("round_scores")
-        if ours and theirs and rounds.clearly_faster(ours, theirs, objective):
-            return best
+    if floor is None:
+        return ranked[0] if ranked else None
+    theirs = floor.row.get("round_scores")
+    for o in ranked:
+        ours = o.row.get("round_scores")
+        if o is floor or (ours and theirs and rounds.clearly_faster(ours, theirs, objective)):
+            return o
     floor.status = "ok"
     return floor
 

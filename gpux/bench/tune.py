@@ -226,8 +226,8 @@ def pick_best(outcomes: list[Outcome], objective: str, allow_unverified: bool = 
 
     fastest = max(ok, key=speed)
     tied = [o for o in ok if not beats(fastest, o)]
-    best = min(tied, key=lambda o: (PRECISION_RANK.get(o.precision, 0), outcomes.index(o)))
-    best = floor_pick(ok, best, objective) or best
+    ranked = sorted(tied, key=lambda o: (PRECISION_RANK.get(o.precision, 0), outcomes.index(o)))
+    best = floor_pick(outcomes, ranked, objective) or ranked[0]  # the preferred one that clears the floor
     for o in ok:
         o.why = _why(o, best, fastest, objective, beats(best, o), speed)
     return best

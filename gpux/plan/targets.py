@@ -54,8 +54,10 @@ def with_options(project: Project, provider: str, **update: Any) -> Project:
 
 def fitted_options(project: Project, provider: str, options: OptionFields) -> OptionFields:
     """`options` plus, at their defaults, the declared fields of `providers.<provider>` its option model rejects
-    beside them (calibration beside precision fp32: the int8-only fields), found by validating each declared
-    field with `options`, not from a list; what `gpux tune` builds each candidate with and the lock is run with."""
+    beside them (calibration beside precision fp32: the int8-only fields), found by validating the declared fields
+    with `options`, not from a list: each one kept that validates beside `options` and the declared ones kept so
+    far, until none more is (so `{}` keeps the whole declared block, its int8 calibration beside its declared int8
+    precision); what `gpux tune` builds each candidate with and the lock is run with."""
     from pydantic import ValidationError
 
     block = getattr(project.config.providers, provider, None)
@@ -63,15 +65,22 @@ def fitted_options(project: Project, provider: str, options: OptionFields) -> Op
         return dict(options)
     cls = type(block)
     flat = {k: v for k, v in options.items() if not isinstance(v, dict)}
-    reset: OptionFields = {}
-    for name, f in cls.model_fields.items():
-        value, default = getattr(block, name), f.get_default(call_default_factory=True)
-        if name in options or value == default:
-            continue
-        try:
-            cls.model_validate({**flat, name: value})
-        except ValidationError:
-            reset[name] = default
+    declared = {name: getattr(block, name) for name, f in cls.model_fields.items()
+                if name not in options and getattr(block, name) != f.get_default(call_default_factory=True)}
+    kept: OptionFields = {}
+    grew = True
+    while grew:  # a declared field may need another declared one beside it (calibration needs precision: int8)
+        grew = False
+        for name, value in declared.items():
+            if name in kept:
+                continue
+            try:
+                cls.model_validate({**flat, **kept, name: value})
+            except ValidationError:
+                continue
+            kept[name], grew = value, True
+    reset = {name: cls.model_fields[name].get_default(call_default_factory=True) for name in declared
+             if name not in kept}
     return {**options, **reset}
 
 
