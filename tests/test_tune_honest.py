@@ -106,7 +106,8 @@ def test_tune_measures_a_plain_ort_baseline_and_the_lock_holds_figures_and_accur
     assert len(ok) == 3
     for c in ok:
         vs = c["vs_plain_ort"]
-        assert vs["low"] <= vs["speedup"] <= vs["high"] and vs["rounds"] == rounds.ROUNDS
+        # the median round ratio lies in the rounds' spread (the pooled medians' ratio need not: a busy round moves it)
+        assert vs["low"] <= vs["paired"] <= vs["high"] and vs["rounds"] == rounds.ROUNDS
         assert abs(vs["speedup"] - base["p50_ms"] / c["p50_ms"]) < 1e-3 * vs["speedup"]
         acc = c["accuracy"]
         assert {"min_cosine", "max_abs", "top1", "top5", "top1_confident", "slice_cosine", "status", "data",
