@@ -145,8 +145,12 @@ def checks_text(c: dict[str, Any], args: argparse.Namespace) -> list[str]:
              f"table's rounds it runs at **{_num(c['floor'], '.2f')}×** the untuned default {c['default']} (at least "
              f"{FLOOR_AT_LEAST}: {verdict})")
     verdict = "-" if c["pick_ratio"] is None else "kept" if c["pick_ratio"] >= PICK_AT_LEAST else "**missed**"
-    b = (f"(b) the table's pick ({c['pick']}, `--budget {args.budget:g}`) runs at **{_num(c['pick_ratio'], '.2f')}×** "
-         f"the fastest verified row ({c['fastest']}) (at least {PICK_AT_LEAST}: {verdict})")
+    if c["fastest"] is None:
+        b = f"(b) no row is ✅ (verified), so the table's pick ({c['pick']}) has no fastest verified row to be held to"
+    else:
+        b = (f"(b) the table's pick ({c['pick']}, `--budget {args.budget:g}`) runs at "
+             f"**{_num(c['pick_ratio'], '.2f')}×** the fastest verified row ({c['fastest']}) (at least "
+             f"{PICK_AT_LEAST}: {verdict})")
     return [a, b]
 
 
