@@ -34,8 +34,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ("mobilenet_v2", "yolov8_detector", "ppocr_recognizer", "silero_vad", "magika_filetype", "classic_ml")
 BEGIN, END = "<!-- tune-table:begin (benchmarks/tune_table.py writes this part) -->", "<!-- tune-table:end -->"
-FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "avx_vnni",
-         "avx2", "fma")  # those ONNX Runtime's and OpenVINO's kernels choose between
 COLUMNS = ["", "provider", "precision", "options", "batch", "size", "vs fp32", "bound (95 %)", "rows", "p50 ms",
            "per s", "vs plain", "locks", "why"]
 OUT_POSITIONAL = ("classic_ml",)  # its make_model.py takes the folder as an argument, not --out
@@ -43,18 +41,10 @@ FLOOR_AT_LEAST, PICK_AT_LEAST = 0.95, 0.93  # the short search's lock / the defa
 
 
 def machine() -> dict[str, Any]:
-    """The CPU model and the flags of FLAGS it has (Linux /proc/cpuinfo), cores and load."""
-    model, flags = "unknown", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    return {"cpu": model, "flags": [f for f in FLAGS if f in flags], "cores": len(os.sched_getaffinity(0)),
+    """The CPU model and the flags its kernels choose between (gpux.machine), cores and load."""
+    from gpux.machine import cpu_flags, cpu_model
+
+    return {"cpu": cpu_model(), "flags": list(cpu_flags()), "cores": len(os.sched_getaffinity(0)),
             "load": os.getloadavg()}
 
 
@@ -231,7 +221,7 @@ def main() -> None:
 
     host = machine()
     command = "python benchmarks/tune_table.py " + " ".join(sys.argv[1:])
-    header = ["", f"**Machine: {host['cpu']}**, flags {' '.join(host['flags']) or 'none of ' + ', '.join(FLAGS)}; "
+    header = ["", f"**Machine: {host['cpu']}**, flags {' '.join(host['flags']) or 'none of ' + ', '.join(CPU_FLAGS)}; "
               f"{host['cores']} cores; gpux {__version__}, onnxruntime {version_of('onnxruntime')}, openvino "
               f"{version_of('openvino')}. Each section says when, by which command and at which load average it was "
               "measured. Figures from another CPU (an AMX Xeon runs OpenVINO's fp32 IR at bf16, an AVX-512 EPYC "

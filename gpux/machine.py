@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 CUDA_LIBRARIES = ("libcuda.so.1", "libcuda.so", "nvcuda.dll")
+CPU_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "avx_vnni",
+             "avx2", "fma", "asimd", "asimddp", "sve")  # the instruction sets ONNX Runtime's and OpenVINO's kernels choose
 
 
 @cache
@@ -24,6 +26,22 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+@cache
+def cpu_flags() -> tuple[str, ...]:
+    """The flags of CPU_FLAGS this CPU has (/proc/cpuinfo's `flags`, or `Features` on ARM), in CPU_FLAGS' order:
+    one CPU model name can cover parts with and without AMX or AVX-512 enabled, and the kernels follow the flags."""
+    have: set[str] = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("flags", "Features"):
+                have = set(value.split())
+                break
+    except OSError:
+        pass
+    return tuple(f for f in CPU_FLAGS if f in have)
 
 
 def cpu_identity() -> dict[str, str]:

@@ -20,9 +20,10 @@ ALLOWED = {
     ("gpux/deploy/kserve.py", 'return {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}'):
         "Kubernetes resource",
     ("gpux/machine.py", 'return {"cpu": cpu_model(), "machine": platform.machine()}'): "host fact",
-    ("gpux/plan/lock.py", 'return {"cpu": host["cpu_model"], "machine": platform.machine(),'): "host fact",
-    ("gpux/plan/lock.py", 'said = [f"{k} (measured on {theirs.get(\'cpu\')!r}; this is {ours.get(\'cpu\')!r})" '
-                          'if k == "cpu" else k'): "host fact (a lock's fingerprint key)",
+    ("gpux/plan/lock.py", 'return {"cpu": host["cpu_model"], "cpu_flags": list(cpu_flags()), '
+                          '"machine": platform.machine(),'): "host fact",
+    ("gpux/plan/lock.py", 'named = {"cpu": f"cpu (measured on {theirs.get(\'cpu\')!r}; this is {ours.get(\'cpu\')!r})",'):
+        "host fact (a lock's fingerprint key)",
     ("gpux/optional.py", "EXTRAS = {"): "distribution names (openvino, tensorrt) -> pip extras",
 }
 

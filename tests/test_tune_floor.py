@@ -16,6 +16,7 @@ from gpux.bench import rounds
 from gpux.bench.floor import DEFAULT, LOCK, ordered, said
 from gpux.bench.table import FAILED, KEPT_NOT, VERIFIED, TableRow, to_csv
 from gpux.bench.tune import Outcome, pick_best
+from gpux.machine import cpu_model
 from gpux.plan.lock import LOCK_NAME
 
 from .conftest import gpux as cli
@@ -137,6 +138,17 @@ def test_a_search_cut_short_never_locks_below_the_default_and_says_what_it_left_
     assert run["request_source"] == "auto"
     assert any("measured on 'Some Other CPU @ 5GHz'" in w and "not trusted" in w for w in run["warnings"])
     assert json.loads(cli("inspect", str(mlp_project), "--json").stdout)["lock"] is None
+    # this CPU's model, other instruction sets (AMX or AVX-512 on or off): not trusted either, the flags named
+    doc["fingerprint"]["cpu"] = cpu_model()
+    doc["fingerprint"]["cpu_flags"] = ["amx_tile", "no_such_flag"]
+    (mlp_project / LOCK_NAME).write_text(json.dumps(doc))
+    run = json.loads(cli("run", str(mlp_project), "--input", X, "--json").stdout)
+    assert run["request_source"] == "auto"
+    assert any("cpu flags (measured with amx_tile no_such_flag;" in w for w in run["warnings"]), run["warnings"]
+    # a lock written before the flags were recorded is judged on the rest
+    del doc["fingerprint"]["cpu_flags"]
+    (mlp_project / LOCK_NAME).write_text(json.dumps(doc))
+    assert json.loads(cli("run", str(mlp_project), "--input", X, "--json").stdout)["request_source"] == LOCK_NAME
 
 
 def test_the_table_marks_each_row_and_the_one_tune_would_lock(mlp_project: Path) -> None:

@@ -19,6 +19,7 @@ class Fingerprint(TypedDict):
     and the model."""
 
     cpu: str
+    cpu_flags: list[str]
     machine: str
     os: str
     cores: int | None
@@ -28,20 +29,22 @@ class Fingerprint(TypedDict):
     model_sha256: str
 
 LOCK_NAME = "gpux.lock.json"
+COMPARED = ("cpu", "cpu_flags", "machine", "os", "cores", "runtimes", "config_sha256", "model_sha256")
+OPTIONAL = ("cpu_flags",)  # locks written before it was recorded are judged on the rest
 SCHEMA = 1
 
 
 def fingerprint(project: Project) -> Fingerprint:
     """What the figures depend on: this machine, the runtimes, gpux, the config and the model."""
     from gpux.files import digest_files, store_root
-    from gpux.machine import environment_facts
+    from gpux.machine import cpu_flags, environment_facts
     from gpux.model.io import load_checked, source_files
     from gpux.optional import version_of
 
     files = source_files(project, load_checked(project))
     host = environment_facts()
     memo = store_root(project.root) / ".hashes.json"  # the build's memo: a large model is not read again
-    return {"cpu": host["cpu_model"], "machine": platform.machine(),
+    return {"cpu": host["cpu_model"], "cpu_flags": list(cpu_flags()), "machine": platform.machine(),
             "os": platform.system(), "cores": host["available_cpus"],
             "gpux": __version__,
             "runtimes": {p: version_of(p) for p in ("onnxruntime", "openvino", "nncf", "torch", "tensorrt")},
@@ -72,10 +75,13 @@ def partial_of(doc: dict[str, Any]) -> str:
 
 
 def differs_text(theirs: Fingerprint, ours: Fingerprint, differs: list[str]) -> str:
-    """`another cpu (measured on X; this is Y), runtimes`: what differs, the CPUs named."""
-    said = [f"{k} (measured on {theirs.get('cpu')!r}; this is {ours.get('cpu')!r})" if k == "cpu" else k
-            for k in differs]
-    return ", ".join(said)
+    """`cpu (measured on X; this is Y), runtimes`: what differs, the CPUs and their flags named."""
+    def flags(fp: Fingerprint) -> str:
+        return " ".join(fp.get("cpu_flags") or []) or "none"
+
+    named = {"cpu": f"cpu (measured on {theirs.get('cpu')!r}; this is {ours.get('cpu')!r})",
+             "cpu_flags": f"cpu flags (measured with {flags(theirs)}; this has {flags(ours)})"}
+    return ", ".join(named.get(k, k) for k in differs)
 
 
 def read_lock(project: Project) -> tuple[Locked | None, str | None]:
@@ -90,8 +96,7 @@ def read_lock(project: Project) -> tuple[Locked | None, str | None]:
     except (OSError, ValueError, KeyError, TypeError):
         return None, f"{path}: not a gpux lock; ignored (run `gpux tune` to write one)"
     ours = fingerprint(project)
-    differs = [k for k in ("cpu", "machine", "os", "cores", "runtimes", "config_sha256", "model_sha256")
-               if theirs.get(k) != ours.get(k)]
+    differs = [k for k in COMPARED if theirs.get(k) != ours.get(k) and (k in theirs or k not in OPTIONAL)]
     if differs:
         return None, (f"{LOCK_NAME} was measured with another {differs_text(theirs, ours, differs)}; not trusted "
                       f"here, selecting as usual (run `gpux tune` here to measure this one)")
