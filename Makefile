@@ -35,8 +35,10 @@ demo: install
 	$(BIN)/python examples/mobilenet_v2/make_model.py   # a trained MobileNetV2 and real photo crops, from installed wheels
 	$(BIN)/gpux run examples/mobilenet_v2 "$$($(BIN)/python -c 'import skimage, pathlib; print(pathlib.Path(skimage.__file__).parent / "data" / "chelsea.png")')"
 
+# Two pytest-xdist workers, a module (or the modules sharing Ray or Docker) each at a time: tests/conftest.py SHARED.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Before every commit (under a minute): the in-process modules and the rule checks (tests/conftest.py FAST).
 test-fast: install

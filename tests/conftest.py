@@ -117,7 +117,11 @@ def built_once(tmp_path_factory: pytest.TempPathFactory) -> None:
     """What the examples' make_model.py export for the tests is made once per session, here (tests/trained.py)."""
     from tests import trained
 
-    trained.BUILT = tmp_path_factory.mktemp("built-once")
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the run's workers share one folder (their base temps' parent)
+        trained.BUILT = tmp_path_factory.getbasetemp().parent / "built-once"
+        trained.BUILT.mkdir(exist_ok=True)
+    else:
+        trained.BUILT = tmp_path_factory.mktemp("built-once")
 
 
 @pytest.fixture(autouse=True)
@@ -174,12 +178,20 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
+# `make test` runs on two pytest-xdist workers (`-n 2 --dist loadgroup`): each module is one unit of work (its module
+# fixtures built once), and modules that share a machine-wide resource are one unit together (one Ray cluster, one
+# Docker daemon at a time).
+SHARED = {"test_deploy_ray": "ray", "test_ray_batch": "ray", "test_package": "docker", "test_serve_package": "docker"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests of the FAST modules `fast` (not those marked slow or docker)."""
+    """Mark the tests of the FAST modules `fast` (not those marked slow or docker); group each module's tests."""
     for item in items:
         module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
         if module in FAST and not any(item.get_closest_marker(m) for m in ("slow", "docker")):
             item.add_marker(pytest.mark.fast)
+        item.add_marker(pytest.mark.xdist_group(SHARED.get(module, module)))
 
 
 REQUIRE_ENV = "GPUX_REQUIRE_PROVIDERS"

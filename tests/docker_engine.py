@@ -12,7 +12,6 @@ network_mode="host", containers that need no network use "none".
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import shlex
@@ -26,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .ort_gpu_env import locked
 
 CACHE = Path(os.environ.get("GPUX_TEST_CACHE") or Path.home() / ".cache" / "gpux-test")
 SUITE = "bookworm"
@@ -102,19 +103,11 @@ def ensure_tools() -> None:
                                + "\n".join((r.stdout + r.stderr).splitlines()[-20:]))
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        yield
-
-
 def base_tarball() -> Path:
     """A debootstrap'ed Debian rootfs with Python as a .tar.gz, built once and cached (about 90 MB, ~2 min)."""
     tag = hashlib.sha256(f"{SUITE} {','.join(INCLUDE)}".encode()).hexdigest()[:10]
     out = CACHE / f"debian-{SUITE}-minbase-python-{tag}.tar.gz"
-    with _locked(CACHE / ".base.lock"):
+    with locked(CACHE / ".base.lock"):
         if out.is_file():
             return out
         rootfs = Path(tempfile.mkdtemp(prefix="rootfs-", dir=CACHE))

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .ort_gpu_env import cache_dir
+from .ort_gpu_env import cache_dir, locked
 
 KSERVE = "kserve==0.21.0"  # not in constraints.txt: its psutil<6 and python-dateutil<3 conflict with the lock
 
@@ -23,15 +23,17 @@ def kserve_python() -> Path:
     the package index, CalledProcessError where it can and the install still fails."""
     venv = cache_dir() / f"venv-{KSERVE.replace('==', '-')}"
     python, stamp = venv / "bin" / "python", venv / ".ready"
-    if stamp.is_file():
-        return python
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
-    found = subprocess.run([*pip, "download", "-q", "--no-deps", "-d", str(venv / "probe"), KSERVE],
-                           capture_output=True, text=True)
-    if found.returncode != 0:
-        lines = found.stderr.strip().splitlines()
-        raise Unavailable(f"{KSERVE} cannot be fetched from the package index: {lines[-1] if lines else 'no reason'}")
-    subprocess.run([*pip, "install", "-q", KSERVE], check=True)
-    stamp.write_text(KSERVE)
+    with locked(venv.with_name(venv.name + ".lock")):
+        if stamp.is_file():
+            return python
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+        found = subprocess.run([*pip, "download", "-q", "--no-deps", "-d", str(venv / "probe"), KSERVE],
+                               capture_output=True, text=True)
+        if found.returncode != 0:
+            lines = found.stderr.strip().splitlines()
+            raise Unavailable(f"{KSERVE} cannot be fetched from the package index: "
+                              f"{lines[-1] if lines else 'no reason'}")
+        subprocess.run([*pip, "install", "-q", KSERVE], check=True)
+        stamp.write_text(KSERVE)
     return python

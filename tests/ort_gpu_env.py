@@ -4,11 +4,14 @@ constraints.txt (the locked set), or the newest releases under GPUX_TEST_LATEST=
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -29,6 +32,15 @@ DEPS = core_dependencies()
 def cache_dir() -> Path:
     base = os.environ.get("GPUX_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "gpux-test")
     return Path(base)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created): one test process at a time makes a cached thing (xdist runs two)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        yield
 
 
 def latest() -> bool:
@@ -57,12 +69,13 @@ def distribution_python(dist: str, version: str | None = None) -> Path:
     venv = cache_dir() / f"venv-{dist}-{version or 'latest'}-{'latest' if latest() else lock}"
     python = venv / "bin" / "python"
     stamp = venv / ".ready"
-    if not stamp.is_file():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        lock = [] if latest() else ["-c", str(CONSTRAINTS)]
-        subprocess.run([*pip, *lock, f"{dist}=={version}" if version else dist, *DEPS], check=True)
-        stamp.write_text(version or "latest")
+    with locked(venv.with_name(venv.name + ".lock")):
+        if not stamp.is_file():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+            lock = [] if latest() else ["-c", str(CONSTRAINTS)]
+            subprocess.run([*pip, *lock, f"{dist}=={version}" if version else dist, *DEPS], check=True)
+            stamp.write_text(version or "latest")
     return python
 
 

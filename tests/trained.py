@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from .ort_gpu_env import locked
+
 ROOT = Path(__file__).resolve().parents[1]
 BUILT: Path | None = None  # where files made once per session are kept (conftest.py's built_once); None: not kept
 
@@ -35,12 +37,13 @@ def built(example: str, what: str, make: Callable[[Path], object], script: Path 
         make(folder)
         return folder
     folder = BUILT / key
-    if not folder.is_dir():
-        part = BUILT / f"{key}.part"
-        shutil.rmtree(part, ignore_errors=True)
-        part.mkdir(parents=True)
-        make(part)
-        part.rename(folder)
+    with locked(BUILT / f"{key}.lock"):  # another xdist worker making the same waits, then copies
+        if not folder.is_dir():
+            part = BUILT / f"{key}.part"
+            shutil.rmtree(part, ignore_errors=True)
+            part.mkdir(parents=True)
+            make(part)
+            part.rename(folder)
     return folder
 
 
