@@ -42,9 +42,9 @@ FLOOR_AT_LEAST, PICK_AT_LEAST = 0.95, 0.93  # the short search's lock / the defa
 
 def machine() -> dict[str, Any]:
     """The CPU model and the flags its kernels choose between (gpux.machine), cores and load."""
-    from gpux.machine import cpu_flags, cpu_model
+    from gpux.machine import CPU_FLAGS, cpu_flags, cpu_model
 
-    return {"cpu": cpu_model(), "flags": list(cpu_flags()), "cores": len(os.sched_getaffinity(0)),
+    return {"cpu": cpu_model(), "flags": list(cpu_flags()), "known": CPU_FLAGS, "cores": len(os.sched_getaffinity(0)),
             "load": os.getloadavg()}
 
 
@@ -221,7 +221,8 @@ def main() -> None:
 
     host = machine()
     command = "python benchmarks/tune_table.py " + " ".join(sys.argv[1:])
-    header = ["", f"**Machine: {host['cpu']}**, flags {' '.join(host['flags']) or 'none of ' + ', '.join(CPU_FLAGS)}; "
+    flags = " ".join(host["flags"]) or "none of " + ", ".join(host["known"])
+    header = ["", f"**Machine: {host['cpu']}**, flags {flags}; "
               f"{host['cores']} cores; gpux {__version__}, onnxruntime {version_of('onnxruntime')}, openvino "
               f"{version_of('openvino')}. Each section says when, by which command and at which load average it was "
               "measured. Figures from another CPU (an AMX Xeon runs OpenVINO's fp32 IR at bf16, an AVX-512 EPYC "

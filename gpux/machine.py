@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 CUDA_LIBRARIES = ("libcuda.so.1", "libcuda.so", "nvcuda.dll")
+# The instruction sets ONNX Runtime's and OpenVINO's kernels choose between (x86 flags, then ARM features).
 CPU_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "avx_vnni",
-             "avx2", "fma", "asimd", "asimddp", "sve")  # the instruction sets ONNX Runtime's and OpenVINO's kernels choose
+             "avx2", "fma", "asimd", "asimddp", "sve")
 
 
 @cache

@@ -22,7 +22,8 @@ ALLOWED = {
     ("gpux/machine.py", 'return {"cpu": cpu_model(), "machine": platform.machine()}'): "host fact",
     ("gpux/plan/lock.py", 'return {"cpu": host["cpu_model"], "cpu_flags": list(cpu_flags()), '
                           '"machine": platform.machine(),'): "host fact",
-    ("gpux/plan/lock.py", 'named = {"cpu": f"cpu (measured on {theirs.get(\'cpu\')!r}; this is {ours.get(\'cpu\')!r})",'):
+    ("gpux/plan/lock.py",
+     'named = {"cpu": f"cpu (measured on {theirs.get(\'cpu\')!r}; this is {ours.get(\'cpu\')!r})",'):
         "host fact (a lock's fingerprint key)",
     ("gpux/optional.py", "EXTRAS = {"): "distribution names (openvino, tensorrt) -> pip extras",
 }
