@@ -182,16 +182,27 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 # fixtures built once), and modules that share a machine-wide resource are one unit together (one Ray cluster, one
 # Docker daemon at a time).
 SHARED = {"test_deploy_ray": "ray", "test_ray_batch": "ray", "test_package": "docker", "test_serve_package": "docker"}
+# The longest units go out first (a unit started last on one worker is what the other waits for): the minutes
+# each took in a whole run (docs/benchmarks.md, the suite's time).
+FIRST = ("test_answers_outputs", "ray", "docker", "test_tune_mixed", "test_serve_answers", "test_serve_kserve_sdk",
+         "test_tune", "test_readme", "test_torch_runtime", "test_answers", "test_answer_agreement")
+
+
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests of the FAST modules `fast` (not those marked slow or docker); group each module's tests."""
+    """Mark the tests of the FAST modules `fast` (not those marked slow or docker); group each module's tests, the
+    longest groups first (each module's tests keep their order)."""
     for item in items:
-        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+        module = module_of(item)
         if module in FAST and not any(item.get_closest_marker(m) for m in ("slow", "docker")):
             item.add_marker(pytest.mark.fast)
         item.add_marker(pytest.mark.xdist_group(SHARED.get(module, module)))
+    rank = {unit: i for i, unit in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(SHARED.get(module_of(item), module_of(item)), len(FIRST)))
 
 
 REQUIRE_ENV = "GPUX_REQUIRE_PROVIDERS"

@@ -41,6 +41,7 @@ DECLARED = {
     "gpux.runtimes.coreml.ct": PROCESS_FACT,
     "gpux.runtimes.openvino.core": "one OpenVINO Core per process: plugins load once, compiled models share it",
     "gpux.machine.cpu_model": PROCESS_FACT,
+    "gpux.machine.cpu_flags": PROCESS_FACT,
     "gpux.machine.cuda_driver": PROCESS_FACT,
     "gpux.machine.gpu_identity": PROCESS_FACT,
     "gpux.optional.is_installed": PROCESS_FACT,
