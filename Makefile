@@ -38,7 +38,7 @@ demo: install
 # Two pytest-xdist workers, a module (or the modules sharing Ray or Docker) each at a time: tests/conftest.py SHARED.
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # Before every commit (under a minute): the in-process modules and the rule checks (tests/conftest.py FAST).
 test-fast: install

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,9 +179,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-# `make test` runs on two pytest-xdist workers (`-n 2 --dist loadgroup`): each module is one unit of work (its module
-# fixtures built once), and modules that share a machine-wide resource are one unit together (one Ray cluster, one
-# Docker daemon at a time).
+# `make test` runs on two pytest-xdist workers (`-n 2`), scheduled by module (pytest_xdist_make_scheduler below):
+# each module is one unit of work (its module fixtures built once), and modules that share a machine-wide resource
+# are one unit together (one Ray cluster, one Docker daemon at a time).
 SHARED = {"test_deploy_ray": "ray", "test_ray_batch": "ray", "test_package": "docker", "test_serve_package": "docker"}
 # The longest units go out first (a unit started last on one worker is what the other waits for): the minutes
 # each took in a whole run (docs/benchmarks.md, the suite's time).
@@ -188,21 +189,33 @@ FIRST = ("test_answers_outputs", "ray", "docker", "test_tune_mixed", "test_serve
          "test_tune", "test_readme", "test_torch_runtime", "test_answers", "test_answer_agreement")
 
 
-def module_of(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module's name, or the SHARED group it is in."""
+    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return SHARED.get(module, module)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduling with unit_of as the scope (its own `--dist loadgroup` cannot rename node ids on
+    pytest 9)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return ByUnit(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests of the FAST modules `fast` (not those marked slow or docker); group each module's tests, the
-    longest groups first (each module's tests keep their order)."""
+    """Mark the tests of the FAST modules `fast` (not those marked slow or docker); the longest units first (each
+    module's tests keep their order)."""
     for item in items:
-        module = module_of(item)
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
         if module in FAST and not any(item.get_closest_marker(m) for m in ("slow", "docker")):
             item.add_marker(pytest.mark.fast)
-        item.add_marker(pytest.mark.xdist_group(SHARED.get(module, module)))
     rank = {unit: i for i, unit in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(SHARED.get(module_of(item), module_of(item)), len(FIRST)))
+    items.sort(key=lambda item: rank.get(unit_of(item.nodeid), len(FIRST)))
 
 
 REQUIRE_ENV = "GPUX_REQUIRE_PROVIDERS"

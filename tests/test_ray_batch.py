@@ -147,11 +147,9 @@ def test_an_actor_killed_mid_run_loses_and_doubles_nothing(cluster: dict[str, An
             assert time.monotonic() < deadline, "no answers came back"
             time.sleep(0.2)
         assert proc.poll() is None, "the run ended before an actor could be killed"
-        # this job's two actors, and perhaps one an earlier job was still starting when `before` was read (a busy
-        # machine): the newest process is this job's
-        victims = sorted(p for p in actor_pids() if p not in before)
-        assert len(victims) >= 2, victims
-        os.kill(victims[-1], signal.SIGKILL)
+        victims = [p for p in actor_pids() if p not in before]
+        assert len(victims) == 2, victims
+        os.kill(victims[0], signal.SIGKILL)
         _, err = proc.communicate(timeout=900)
     finally:
         if proc.poll() is None:
