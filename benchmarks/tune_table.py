@@ -118,6 +118,10 @@ def checks(doc: dict[str, Any]) -> dict[str, Any]:
     verified = [r for r in rows if r["status"] == "verified" and _speed(r)]
     fastest = max(verified, key=lambda r: _speed(r) or 0.0, default=None)
 
+    def quotient(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
+        sa, sb = (_speed(a), _speed(b)) if a and b else (None, None)
+        return round(sa / sb, 3) if sa and sb else None
+
     def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
         """How many times faster a ran than b: the median of the rounds' own ratios (each round's load divided out,
         what tune ranks by), else the quotient of their `vs plain`."""
@@ -125,14 +129,7 @@ def checks(doc: dict[str, Any]) -> dict[str, Any]:
             return 1.0
         per_round = rounds.ratios(scores.get(id(b), []), scores.get(id(a), []), doc.get("objective") or "latency") \
             if a and b else []
-        if per_round:
-            return round(statistics.median(per_round), 3)
-        sa, sb = (_speed(a), _speed(b)) if a and b else (None, None)
-        return round(sa / sb, 3) if sa and sb else None
-
-    def quotient(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
-        sa, sb = (_speed(a), _speed(b)) if a and b else (None, None)
-        return round(sa / sb, 3) if sa and sb else None
+        return round(statistics.median(per_round), 3) if per_round else quotient(a, b)
 
     return {"floor": ratio(lock, default), "lock": _label(lock) if lock else None, "kept_default": kept_default,
             "default": _label(default) if default else None, "short_error": short.get("error"),

@@ -18,30 +18,32 @@ CPU_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512f", "avx512_bf16", "avx5
 
 
 @cache
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux, else what the platform module says)."""
+def cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (Linux; {} elsewhere), read once."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, sep, value = line.partition(":")
+            if not sep:
+                if fields:
+                    break  # the first processor's block ended
+                continue
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return fields
 
 
-@cache
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, else what the platform module says)."""
+    return cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
 def cpu_flags() -> tuple[str, ...]:
     """The flags of CPU_FLAGS this CPU has (/proc/cpuinfo's `flags`, or `Features` on ARM), in CPU_FLAGS' order:
     one CPU model name can cover parts with and without AMX or AVX-512 enabled, and the kernels follow the flags."""
-    have: set[str] = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("flags", "Features"):
-                have = set(value.split())
-                break
-    except OSError:
-        pass
+    info = cpuinfo()
+    have = set((info.get("flags") or info.get("Features") or "").split())
     return tuple(f for f in CPU_FLAGS if f in have)
 
 

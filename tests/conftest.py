@@ -183,15 +183,19 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 # each module is one unit of work (its module fixtures built once), and modules that share a machine-wide resource
 # are one unit together (one Ray cluster, one Docker daemon at a time).
 SHARED = {"test_deploy_ray": "ray", "test_ray_batch": "ray", "test_package": "docker", "test_serve_package": "docker"}
-# The longest units go out first (a unit started last on one worker is what the other waits for): the minutes
-# each took in a whole run (docs/benchmarks.md, the suite's time).
+# The longest units go out first (a unit started last on one worker is what the other waits for), as a whole run's
+# `--durations` ranked them.
 FIRST = ("test_answers_outputs", "ray", "docker", "test_tune_mixed", "test_serve_answers", "test_serve_kserve_sdk",
          "test_tune", "test_readme", "test_torch_runtime", "test_answers", "test_answer_agreement")
 
 
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+
 def unit_of(nodeid: str) -> str:
     """The unit of work a test belongs to: its module's name, or the SHARED group it is in."""
-    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    module = module_of(nodeid)
     return SHARED.get(module, module)
 
 
@@ -211,8 +215,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests of the FAST modules `fast` (not those marked slow or docker); the longest units first (each
     module's tests keep their order)."""
     for item in items:
-        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-        if module in FAST and not any(item.get_closest_marker(m) for m in ("slow", "docker")):
+        if module_of(item.nodeid) in FAST and not any(item.get_closest_marker(m) for m in ("slow", "docker")):
             item.add_marker(pytest.mark.fast)
     rank = {unit: i for i, unit in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(unit_of(item.nodeid), len(FIRST)))
