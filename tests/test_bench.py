@@ -19,7 +19,6 @@ from gpux.bench.protocol import (
     SCHEMA_VERSION,
     Phases,
     Protocol,
-    Stats,
     compare_baseline,
     make_document,
     measure,
@@ -27,6 +26,7 @@ from gpux.bench.protocol import (
     summarize,
     to_csv,
 )
+from gpux.bench.records import Figures
 from gpux.machine import environment_facts
 from gpux.report.tables import results_table
 
@@ -127,30 +127,30 @@ QS = [0, 1, 10, 25, 50, 75, 90, 95, 99, 99.9, 100]
 def test_summary_percentiles_and_p99_9_presence(n: int) -> None:
     lat = np.random.default_rng(7).gamma(4.0, 0.001, n).tolist()
     s = summarize(lat, wall_s=sum(lat))
-    assert s.count == n
-    assert s.percentile_method == "linear (type 7)"
+    assert s["count"] == n
+    assert s["percentile_method"] == "linear (type 7)"
     for name, q in [("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99)]:
-        assert getattr(s, name) == pytest.approx(float(np.percentile(lat, q)), rel=1e-12)
+        assert s[name] == pytest.approx(float(np.percentile(lat, q)), rel=1e-12)
     if n >= 1000:
-        assert s.p99_9 == pytest.approx(float(np.percentile(lat, 99.9)), rel=1e-12)
+        assert s["p99_9"] == pytest.approx(float(np.percentile(lat, 99.9)), rel=1e-12)
     else:
-        assert s.p99_9 is None
-    assert (s.min, s.max) == (min(lat), max(lat))
+        assert s["p99_9"] is None
+    assert (s["min"], s["max"]) == (min(lat), max(lat))
 
 
 def test_std_is_sample_std_and_cv_is_relative() -> None:
     lat = [0.001, 0.002, 0.003, 0.004, 0.005]
     s = summarize(lat, wall_s=0.015)
-    assert s.mean == pytest.approx(0.003)
-    assert s.std == pytest.approx(float(np.std(lat, ddof=1)))
-    assert s.cv_pct == pytest.approx(float(np.std(lat, ddof=1)) / 0.003 * 100)
-    assert summarize([0.002], wall_s=0.002).std == 0.0
+    assert s["mean"] == pytest.approx(0.003)
+    assert s["std"] == pytest.approx(float(np.std(lat, ddof=1)))
+    assert s["cv_pct"] == pytest.approx(float(np.std(lat, ddof=1)) / 0.003 * 100)
+    assert summarize([0.002], wall_s=0.002)["std"] == 0.0
 
 
 def test_throughput_uses_wall_window_and_batch_not_mean() -> None:
     s = summarize([0.01] * 10, wall_s=0.05, batch=4, concurrency=2)
-    assert s.throughput == pytest.approx(10 * 4 / 0.05)  # 800/s; 1/mean x batch would say 400/s
-    assert (s.batch, s.concurrency) == (4, 2)
+    assert s["throughput"] == pytest.approx(10 * 4 / 0.05)  # 800/s; 1/mean x batch would say 400/s
+    assert (s["batch"], s["concurrency"]) == (4, 2)
     with pytest.raises(ValueError):
         summarize([0.01], wall_s=0)
     with pytest.raises(ValueError):
@@ -173,33 +173,33 @@ def test_a_noisy_machine_with_a_precise_median_is_not_warned() -> None:
     rng = np.random.default_rng(1)
     lat = list(1e-3 * rng.lognormal(0, 1.0, 20000))  # CV well over 100 %: spread, not uncertainty
     s = summarize(lat, wall_s=40)
-    assert s.cv_pct > 100 and s.stable and s.warnings == []
-    lo, hi = s.median_ci
-    assert lo < s.p50 < hi and (hi - lo) / 2 / s.p50 < 0.05
-    assert s.mad == pytest.approx(1.4826 * float(np.median(np.abs(np.array(lat) - np.median(lat)))))
-    assert s.iqr == pytest.approx(float(np.percentile(lat, 75) - np.percentile(lat, 25)))
+    assert s["cv_pct"] > 100 and s["stable"] and s["warnings"] == []
+    lo, hi = s["median_ci"]
+    assert lo < s["p50"] < hi and (hi - lo) / 2 / s["p50"] < 0.05
+    assert s["mad"] == pytest.approx(1.4826 * float(np.median(np.abs(np.array(lat) - np.median(lat)))))
+    assert s["iqr"] == pytest.approx(float(np.percentile(lat, 75) - np.percentile(lat, 25)))
 
 
 def test_drift_within_a_run_widens_the_interval() -> None:
     lat = [1e-3 + 1e-6 * (i % 5) for i in range(500)] + [1.2e-3 + 1e-6 * (i % 5) for i in range(500)]
     s = summarize(lat, wall_s=1.1)
-    lo, hi = s.median_ci
+    lo, hi = s["median_ci"]
     assert lo <= 1.0e-3 + 4e-6 and hi >= 1.2e-3, "both halves' medians are inside"
-    assert not s.stable and any("measure longer" in w for w in s.warnings)
+    assert not s["stable"] and any("measure longer" in w for w in s["warnings"])
 
 
 def test_an_uncertain_median_says_measure_longer() -> None:
     s = summarize([1e-3, 3e-3, 1.5e-3, 2.5e-3, 1e-3, 4e-3, 2e-3, 1.2e-3], wall_s=0.02)
-    assert not s.stable
-    assert any("measure longer" in w for w in s.warnings)
+    assert not s["stable"]
+    assert any("measure longer" in w for w in s["warnings"])
 
 
 @pytest.mark.parametrize("stalled,said", [(30, False), (100, True)])
 def test_stalls_are_counted_apart_from_spread(stalled: int, said: bool) -> None:
     lat = [1e-3 * (1 + 0.01 * (i % 7)) for i in range(1000)] + [50e-3] * stalled
     s = summarize(lat, wall_s=2)
-    assert s.stalls == stalled and s.p50 == pytest.approx(1.03e-3, rel=0.01)
-    assert any("stalled" in w for w in s.warnings) is said
+    assert s["stalls"] == stalled and s["p50"] == pytest.approx(1.03e-3, rel=0.01)
+    assert any("stalled" in w for w in s["warnings"]) is said
 
 
 def test_phases_time_to_ready() -> None:
@@ -264,18 +264,18 @@ def test_concurrency_checks_callable_count_and_propagates_errors() -> None:
 # --- documents, baselines, rendering ---------------------------------------------------------------
 
 
-def _stats(p50_ms: float, p99_ms: float, throughput: float, ci_pct: float = 1.0) -> Stats:
+def _stats(p50_ms: float, p99_ms: float, throughput: float, ci_pct: float = 1.0) -> Figures:
     p50 = p50_ms / 1e3
-    return Stats(count=100, min=p50_ms / 2e3, max=p99_ms / 1e3, mean=p50, std=0.0, cv_pct=0.0,
-                 p50=p50, p90=p99_ms / 1e3, p95=p99_ms / 1e3, p99=p99_ms / 1e3, p99_9=None,
-                 throughput=throughput, stable=True, median_ci=(p50 * (1 - ci_pct / 100), p50 * (1 + ci_pct / 100)))
+    return {"count": 100, "min": p50_ms / 2e3, "max": p99_ms / 1e3, "mean": p50, "std": 0.0, "cv_pct": 0.0,
+            "p50": p50, "p90": p99_ms / 1e3, "p95": p99_ms / 1e3, "p99": p99_ms / 1e3, "p99_9": None,
+            "throughput": throughput, "stable": True, "median_ci": [p50 * (1 - ci_pct / 100), p50 * (1 + ci_pct / 100)]}
 
 
-def _doc(*rows: tuple[str, str, Stats | None, str]) -> dict:
+def _doc(*rows: tuple[str, str, Figures | None, str]) -> dict:
     return make_document([result_row(p, prec, s, Phases(), status=st) for p, prec, s, st in rows])
 
 
-def _pair(cpu: Stats, cuda: Stats) -> dict:
+def _pair(cpu: Figures, cuda: Figures) -> dict:
     return _doc(("cpu", "fp32", cpu, "ok"), ("cuda", "fp16", cuda, "ok"))
 
 

@@ -305,17 +305,3 @@ def test_no_any_between_rooms_but_the_edge_documents() -> None:
         + "\n".join(f"{name}: {why}" for name, why in sorted(new.items()))
     stale = sorted(set(EDGES) - set(found)) + sorted(set(UNTYPED) - set(found))
     assert not stale, f"typed now, or gone: take them off the lists in {__file__}: {stale}"
-
-
-# a dataclass and the TypedDict its `to_dict` writes, still defined twice: their keys may not drift apart
-TWINS = [("gpux.bench.protocol:Stats", "gpux.bench.records:Figures")]
-
-
-def test_a_dataclass_and_the_document_it_writes_keep_the_same_keys() -> None:
-    import dataclasses
-    from pkgutil import resolve_name
-
-    for made, written in TWINS:
-        fields = {f.name for f in dataclasses.fields(resolve_name(made))}
-        keys = set(resolve_name(written).__annotations__)
-        assert fields == keys, f"{made} vs {written}: {sorted(fields ^ keys)} in one only"

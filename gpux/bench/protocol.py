@@ -18,8 +18,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -81,38 +81,6 @@ class Phases:
 
     def to_dict(self) -> dict[str, float | None]:
         return {**asdict(self), "time_to_ready_s": self.time_to_ready_s}
-
-
-@dataclass(kw_only=True)
-class Stats:
-    """Summary of per-call latencies (seconds) and throughput (samples per second)."""
-
-    count: int
-    min: float
-    max: float
-    mean: float
-    std: float
-    cv_pct: float
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    p99_9: float | None
-    throughput: float
-    batch: int = 1
-    concurrency: int = 1
-    percentile_method: str = PERCENTILE_METHOD
-    warnings: list[str] = field(default_factory=list)
-    stable: bool = False  # the median is known to within ±PRECISE_PCT % at CI_LEVEL
-    mad: float = 0.0  # median absolute deviation, scaled to a normal's sigma
-    iqr: float = 0.0
-    median_ci: tuple[float, float] = (0.0, 0.0)  # CI_LEVEL interval of the median (p50), widened by drift
-    ci_level: float = CI_LEVEL
-    stalls: int = 0  # calls slower than stall_threshold
-    stall_threshold: float = 0.0
-
-    def to_dict(self) -> Figures:
-        return cast("Figures", {**asdict(self), "median_ci": list(self.median_ci)})  # every field, as declared
 
 
 @dataclass
@@ -227,8 +195,9 @@ def drift_ci(latencies_s: Sequence[float]) -> tuple[float, float] | None:
     return medians[1], medians[-2]
 
 
-def summarize(latencies_s: Sequence[float], wall_s: float, *, batch: int = 1, concurrency: int = 1) -> Stats:
-    """Statistics of per-call latencies; throughput = len(latencies) * batch / wall_s."""
+def summarize(latencies_s: Sequence[float], wall_s: float, *, batch: int = 1, concurrency: int = 1) -> Figures:
+    """Statistics of per-call latencies (gpux.bench.records.Figures: every key); throughput = len(latencies) *
+    batch / wall_s."""
     if not latencies_s:
         raise ValueError("no latencies to summarize")
     if wall_s <= 0:
@@ -254,21 +223,22 @@ def summarize(latencies_s: Sequence[float], wall_s: float, *, batch: int = 1, co
     if stalls * 100 > STALL_NOTE_PCT * n:
         warnings.append(f"{stalls} of {n} calls stalled (slower than {threshold * 1e3:.3f} ms); the tail "
                         f"(p99, max) reflects them, the median does not")
-    return Stats(
-        count=n, min=xs[0], max=xs[-1], mean=mean, std=std, cv_pct=std / mean * 100 if mean > 0 else 0.0,
-        p50=p50, p90=p90, p95=p95, p99=p99, p99_9=p999 if n >= 1000 else None,
-        throughput=n * batch / wall_s, batch=batch, concurrency=concurrency, warnings=warnings,
-        stable=half_pct <= PRECISE_PCT, mad=MAD_TO_SIGMA * statistics.median(abs(x - p50) for x in xs),
-        iqr=q3 - q1, median_ci=ci, stalls=stalls, stall_threshold=threshold,
-    )
+    return {
+        "count": n, "min": xs[0], "max": xs[-1], "mean": mean, "std": std,
+        "cv_pct": std / mean * 100 if mean > 0 else 0.0, "p50": p50, "p90": p90, "p95": p95, "p99": p99,
+        "p99_9": p999 if n >= 1000 else None, "throughput": n * batch / wall_s, "batch": batch,
+        "concurrency": concurrency, "percentile_method": PERCENTILE_METHOD, "warnings": warnings,
+        "stable": half_pct <= PRECISE_PCT, "mad": MAD_TO_SIGMA * statistics.median(abs(x - p50) for x in xs),
+        "iqr": q3 - q1, "median_ci": list(ci), "ci_level": CI_LEVEL, "stalls": stalls, "stall_threshold": threshold,
+    }
 
 
-def result_row(provider: str, precision: str, stats: Stats | None, phases: Phases, *, status: str = "ok",
+def result_row(provider: str, precision: str, stats: Figures | None, phases: Phases, *, status: str = "ok",
                latencies_s: Sequence[float] = (), **facts: Unpack[RowFacts]) -> Row:
     """One entry of a benchmark document's ``results``; its ``facts`` (e.g. ``error``) are kept as given."""
     return {
         "provider": provider, "precision": precision, "status": status,
-        "stats": None if stats is None else stats.to_dict(), "phases": phases.to_dict(),
+        "stats": stats, "phases": phases.to_dict(),
         "latencies_ms": [round(x * 1e3, 6) for x in latencies_s], **facts,
     }
 

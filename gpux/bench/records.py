@@ -11,8 +11,8 @@ from gpux.documents import AttemptDoc, OutputMetrics, RateDoc
 
 
 class Figures(TypedDict, total=False):
-    """gpux.bench.protocol.Stats as a document writes it (every key; a baseline document read back may lack some):
-    latencies in seconds, throughput per second."""
+    """A row's statistics as `gpux.bench.protocol.summarize` makes them (every key; a baseline document read back
+    may lack some): latencies in seconds, throughput per second."""
 
     count: int
     min: float

@@ -172,7 +172,7 @@ class Split:
             if not xs:
                 stages[stage] = None
                 continue
-            stats = bench.summarize(xs, m.wall_s).to_dict()
+            stats = bench.summarize(xs, m.wall_s)
             stats["throughput"] = None  # a stage alone has no measured window; end to end has
             stages[stage] = stats
             raw[stage] = [round(x * 1e3, 6) for x in xs]

@@ -166,8 +166,10 @@ def baseline_figures(entry: Any, concurrency: int, objective: str) -> Baseline:
     from gpux.bench import rounds
 
     s = bench.summarize(entry.latencies_s, entry.wall_s, concurrency=concurrency)
-    return {"p50": s.p50, "throughput": s.throughput, "p50_ms": ms(s.p50), "p99_ms": ms(s.p99),
-            "median_ci_ms": [ms(s.median_ci[0]), ms(s.median_ci[1])],
+    throughput = s["throughput"]
+    assert throughput is not None  # summarize's figures span a measured window
+    return {"p50": s["p50"], "throughput": throughput, "p50_ms": ms(s["p50"]), "p99_ms": ms(s["p99"]),
+            "median_ci_ms": [ms(s["median_ci"][0]), ms(s["median_ci"][1])],
             "round_spread": rounds.spread(entry.scores, objective)}
 
 
