@@ -112,6 +112,11 @@ def test_a_requested_provider_falls_back_unless_strict_and_its_failure_is_rememb
     strict = gpux("build", ".", "-p", "openvino", "--strict", cwd=folder)
     assert strict.returncode == 1 and "OpenVINO cannot convert" in strict.stderr, strict.stderr
     assert "Traceback" not in strict.stderr
+    import gpux as api
+    from gpux.errors import ProviderUnavailable
+
+    with pytest.raises(ProviderUnavailable, match=r"^openvino could not build the model: OpenVINO cannot convert"):
+        api.load(folder, provider="openvino", strict=True)  # OpenVINO is here: the model is what it cannot take
 
     planned = json_of(gpux("build", ".", "--dry-run", "--json", cwd=folder))
     assert planned["provider"] == "cpu", "a dry run plans what the build builds on"

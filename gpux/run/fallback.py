@@ -85,7 +85,8 @@ class Fallback:
         if self.selection.strict and (self.selection.source != "auto" or stage != "probe"):
             if isinstance(cause, VerificationFailed):  # an accuracy gate, not a missing provider
                 raise cause
-            raise ProviderUnavailable(f"{provider} unavailable ({stage}): {reason} — fallback is off "
+            what = "could not build the model" if stage == "build" else f"unavailable ({stage})"  # build: it is here
+            raise ProviderUnavailable(f"{provider} {what}: {reason} — fallback is off "
                                       f"(--strict or runtime.fallback: false)", hint=fix)
 
     def next(self) -> Opened:
