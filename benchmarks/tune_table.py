@@ -148,9 +148,12 @@ def checks_text(c: dict[str, Any], args: argparse.Namespace) -> list[str]:
         kept = "the untuned default itself" if c["kept_default"] else c["lock"] or \
             f"nothing (it exited {c['short_exit']}: no candidate measured passed verification)"
         verdict = "-" if c["floor"] is None else "kept" if c["floor"] >= FLOOR_AT_LEAST else "**missed**"
+        rest = (c["candidates"] or 0) - (c["measured"] or 0) - c["unmeasured"]
+        cut = f"{c['unmeasured']} cut short by the budget, each named in its summary and --json" if c["partial"] \
+            else "not cut short"
         a = (f"(a) `gpux tune --budget {args.small_budget:g}` measured {c['measured']} of {c['candidates']} "
-             f"candidates ({c['unmeasured']} left unmeasured, each named in its summary and --json"
-             f"{'' if c['partial'] else '; not cut short: the budget covered them all'}) and locked {kept}; in the "
+             f"candidates ({cut}{f'; {rest} ended before measuring, its --json says why' if rest > 0 else ''}) and "
+             f"locked {kept}; in the "
              f"table's rounds it runs at **{_num(c['floor'], '.2f')}×** the untuned default {c['default']} (at least "
              f"{FLOOR_AT_LEAST}: {verdict})")
     verdict = "-" if c["pick_ratio"] is None else "kept" if c["pick_ratio"] >= PICK_AT_LEAST else "**missed**"
