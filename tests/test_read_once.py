@@ -79,9 +79,10 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     import importlib
 
     calls: Counter[str] = Counter()
-    for label, places in STEPS.items():
+    owners = {module: importlib.import_module(module) for places in STEPS.values() for module, _ in places}
+    for label, places in STEPS.items():  # every module imported first: none binds another's patched function
         for module, name in places:
-            owner = importlib.import_module(module)
+            owner = owners[module]
             real = getattr(owner, name)
             monkeypatch.setattr(owner, name, lambda *a, _real=real, _label=label, **k: (calls.update([_label]),
                                                                                         _real(*a, **k))[1])
