@@ -81,3 +81,7 @@ def test_a_pipeline_loads_from_its_workspace_and_unload_closes_its_sessions(ws: 
         grpcclient.InferenceServerClient(server.grpc).load_model(NAME)  # gRPC's RepositoryModelLoad: the same
         assert index(server.http) == [{"name": NAME, "version": "1", "state": "READY"}]
         np.testing.assert_allclose(infer(server.http), first, rtol=1e-6)
+        reloaded = [weakref.ref(s) for s in live_sessions() if id(s) not in before]
+    gc.collect()
+    assert len(reloaded) == 2 and [r() for r in reloaded if r() is not None] == [], \
+        "a stopped server's sessions are still open"

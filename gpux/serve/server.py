@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpux.serve.access import AccessLog
 from gpux.serve.errors import is_bug
-from gpux.serve.lifecycle import Lifecycle, one_line
+from gpux.serve.lifecycle import Lifecycle, one_line, retire
 from gpux.serve.metrics import Metrics
 from gpux.serve.models import LoadRequest, Repository
 from gpux.serve.offload import Offload
@@ -163,7 +163,7 @@ class Server:
             model.ready = False
 
     async def stop(self) -> None:
-        """Stop taking requests, let accepted ones finish (up to drain_s), then close the models."""
+        """Stop taking requests, let accepted ones finish (up to drain_s), then close the models and their sessions."""
         self.refuse_new()
         tasks = []
         if self._uvicorn is not None:
@@ -178,9 +178,7 @@ class Server:
         await asyncio.gather(*tasks, return_exceptions=True)
         for t in self._tasks[1:]:
             t.cancel()
-        for model in self.repo.all():
-            if model.worker is not None:
-                await model.worker.close()
+        await retire(self.repo.all(), 0.0)  # drained: each model's worker closed, its sessions released
         self.repo.shm.unregister()
         self.offload.close()
 
