@@ -27,6 +27,7 @@ DECLARED = {
     "gpux.serve.body.HEADS": "a reply's JSON header, by what it is written from: at most KEPT, then emptied",
     "gpux.answers.text._load": "tokenizers by file, stamp and length: at most 8 (lru_cache)",
     "gpux.config.kinds.step": "the function a kind names for a role (resolved once per kind and role)",
+    "gpux.answers.kinds.decoder": "the decode step a kind names (resolved once per kind)",
     # context variables, set for a block and reset after it
     "gpux.report._INVOKED": "the running command's Invocation (report.invoked); reset when the command ends",
     "gpux.files._READING": "memos read but not written within files.reading_only; reset after it",

@@ -10,6 +10,7 @@ import os
 import re
 from typing import Any
 
+from gpux.arrays import Array
 from gpux.config.inputs import AudioSteps
 from gpux.errors import InputError
 from gpux.optional import require
@@ -21,7 +22,7 @@ PCM = {"int16": 2**15, "int32": 2**31}  # integer inputs: full scale of a sample
 SHORT_DATA = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
 
 
-def decode(source: Any, name: str) -> tuple[Any, int]:
+def decode(source: Any, name: str) -> tuple[Array, int]:
     """float32 [frames, channels] samples and the sample rate of a path or encoded bytes; one-line errors."""
     sf = require("soundfile", "audio")
     if isinstance(source, bytes | bytearray | memoryview):
@@ -48,7 +49,7 @@ def decode(source: Any, name: str) -> tuple[Any, int]:
         raise InputError(f"{name}: cannot read the sound file: {exc}") from exc
 
 
-def mono(source: Any, steps: AudioSteps, name: str) -> Any:
+def mono(source: Any, steps: AudioSteps, name: str) -> Array:
     """1-D float32 samples at the declared rate: a file decoded, its channels averaged, resampled with soxr (or
     refused where resample is off); a 1-D float array is taken as samples at the declared rate already."""
     import numpy as np
@@ -82,7 +83,7 @@ def windows(count: int, steps: AudioSteps) -> int:
     return (math.ceil(over / hop) if steps.last == "pad" else over // hop) + 1
 
 
-def audio_tensor(source: Any, steps: AudioSteps, dtype: str, name: str) -> Any:
+def audio_tensor(source: Any, steps: AudioSteps, dtype: str, name: str) -> Array:
     """[windows, window] of `dtype` (the whole clip as one row without a window): each window `hop` samples after
     the one before, the first `lead` zeros before the clip, the last padded with zeros (or dropped)."""
     import numpy as np

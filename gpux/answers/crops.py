@@ -1,15 +1,38 @@
 """Text regions cut out of their image: each quadrilateral warped to an upright crop (as PaddleOCR's
-get_rotate_crop_image does), and regions put in reading order (top to bottom, left to right)."""
+get_rotate_crop_image does), and regions put in reading order (top to bottom, left to right). A page's answers
+(gpux.workspace.pages) keep each region with the answers of the steps that read its crop (`Region`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NotRequired, TypeAlias, TypeVar, cast
 
-from gpux.answers.records import TextBox
+from gpux.answers.records import Answer, TextBox
 from gpux.optional import require
 
+if TYPE_CHECKING:
+    from PIL import Image
 
-def upright_crop(image: Any, box: list[list[float]]) -> Any:
+
+class Region(TextBox):
+    """A text region of a page (its corners and score in the page's pixels), with the answers of the steps that
+    read its upright crop, by MODEL.OUTPUT (arrays as lists)."""
+
+    answers: NotRequired[dict[str, Answer]]
+
+
+PageAnswer: TypeAlias = "Answer | list[Region]"
+PageAnswers: TypeAlias = "dict[str, PageAnswer]"  # by MODEL.OUTPUT; the region lists steps crop hold their answers
+R = TypeVar("R", bound=TextBox)
+
+
+def regions_of(answers: Mapping[str, PageAnswer], name: str) -> list[Region]:
+    """The regions a page's answers hold under `name`: a text_boxes output that later steps crop (the pipeline's
+    bind checks its kind), whose regions gain those steps' answers."""
+    return cast("list[Region]", answers[name])  # which output holds regions is the pipeline's, not its type's
+
+
+def upright_crop(image: Image.Image, box: list[list[float]]) -> Image.Image:
     """The region's 4 corners (clockwise from the top left, in the image's pixels) warped onto an upright
     rectangle as wide as its longer top/bottom side and as high as its longer left/right side; a crop at least
     1.5 times higher than wide is turned a quarter left (vertical text read as a line)."""
@@ -38,7 +61,7 @@ def _coefficients(target: Any, source: Any) -> tuple[float, ...]:
     return tuple(float(c) for c in np.linalg.solve(np.asarray(rows), source.reshape(8)))
 
 
-def reading_order(regions: list[TextBox]) -> list[TextBox]:
+def reading_order(regions: list[R]) -> list[R]:
     """Top to bottom by the top-left corner, then left to right within a line: two regions whose tops differ by
     less than half the lower one's height are on one line (PaddleOCR's sorted_boxes, with its fixed 10 px made
     relative to the text's size)."""
@@ -61,4 +84,4 @@ def _height(r: TextBox) -> float:
     return float(abs(y3 - y0))
 
 
-__all__ = ["reading_order", "upright_crop"]
+__all__ = ["PageAnswer", "PageAnswers", "Region", "reading_order", "regions_of", "upright_crop"]

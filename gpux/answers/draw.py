@@ -9,12 +9,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpux.answers.records import Answers, Box, Text, TextBox, Top
 from gpux.config.kinds import AnswerKind, step
 from gpux.errors import UsageError
 from gpux.optional import require
+
+if TYPE_CHECKING:
+    from PIL import Image, ImageDraw, ImageFont
+
+    from gpux.answers.keypoints import Pose
+    from gpux.answers.masks import Instance
+    from gpux.config.steps import Block
 
 # distinct colors, one per class index (cycled)
 PALETTE = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240),
@@ -42,10 +49,10 @@ class Canvas:
     """A `--save` picture being drawn: the pen on the image, its font and line width, and the caption lines a kind
     adds to the band below it."""
 
-    pen: Any
-    font: Any
+    pen: ImageDraw.ImageDraw
+    font: ImageFont.ImageFont | ImageFont.FreeTypeFont  # ImageFont.load_default's
     width: int
-    blocks: Mapping[str, Any] = field(default_factory=dict)  # each output's kind block (gpux.config.steps)
+    blocks: Mapping[str, Block] = field(default_factory=dict)  # each output's kind block (gpux.config.steps)
     lines: list[str] = field(default_factory=list)
 
 
@@ -68,7 +75,7 @@ def _tag(canvas: Canvas, at: tuple[float, float], tag: str, color: tuple[int, in
     pen.text((left, top), tag, fill=(255, 255, 255), font=font, anchor="lt")
 
 
-def draw_boxes(canvas: Canvas, name: str, answer: list[Box]) -> None:
+def draw_boxes(canvas: Canvas, name: str, answer: Sequence[Box]) -> None:
     for a in answer:
         color = PALETTE[a["index"] % len(PALETTE)]
         x1, y1, x2, y2 = a["box"]
@@ -76,7 +83,7 @@ def draw_boxes(canvas: Canvas, name: str, answer: list[Box]) -> None:
         _tag(canvas, (x1, y1), f"{a['label']} {a['score']:.2f}", color)
 
 
-def draw_keypoints(canvas: Canvas, name: str, answer: list[Any]) -> None:
+def draw_keypoints(canvas: Canvas, name: str, answer: list[Pose]) -> None:
     """Each detection's box, its keypoints (those seen: visibility >= 0.5) as dots, joined as the block's skeleton
     says."""
     draw_boxes(canvas, name, answer)
@@ -94,7 +101,7 @@ def draw_keypoints(canvas: Canvas, name: str, answer: list[Any]) -> None:
                 canvas.pen.ellipse((k[0] - r, k[1] - r, k[0] + r, k[1] + r), fill=color)
 
 
-def draw_masks(canvas: Canvas, name: str, answer: list[Any]) -> None:
+def draw_masks(canvas: Canvas, name: str, answer: list[Instance]) -> None:
     """Each detection's box, and its mask filled over the picture."""
     import numpy as np
     from PIL import Image
@@ -113,8 +120,8 @@ def draw_polygons(canvas: Canvas, name: str, answer: list[TextBox]) -> None:
         canvas.pen.polygon(corners, outline=PALETTE[i % len(PALETTE)], width=canvas.width)
 
 
-def drawn(image: Any, answers: Answers, kinds: Mapping[str, AnswerKind], blocks: Mapping[str, Any] | None = None
-          ) -> Any:
+def drawn(image: Image.Image, answers: Mapping[str, object], kinds: Mapping[str, AnswerKind],
+          blocks: Mapping[str, Block] | None = None) -> Image.Image:
     """A copy of the upright RGB `image` with each output's answer drawn as its kind draws it (gpux.config.kinds):
     shapes on it, captions in a band below (widened where a caption is longer than the image is wide)."""
     image_mod = require("PIL.Image", "images")
@@ -127,8 +134,8 @@ def drawn(image: Any, answers: Answers, kinds: Mapping[str, AnswerKind], blocks:
     canvas = Canvas(draw_mod.Draw(picture), font, max(2, round(max(w, h) / 300)), blocks or {})
     for name, answer in answers.items():
         kind = kinds.get(name)
-        if kind is not None and kind.draw:
-            step(kind, "draw")(canvas, name, answer)
+        if kind is not None and kind.draw and (draw := step(kind, "draw")) is not None:
+            draw(canvas, name, answer)
     lines = canvas.lines
     band = len(lines) * (size + 4) + 4 if lines else 0
     wide = max([w, *(round(font.getlength(line)) + 8 for line in lines)])
@@ -141,7 +148,7 @@ def drawn(image: Any, answers: Answers, kinds: Mapping[str, AnswerKind], blocks:
 
 
 def save_drawn(file: str, answers: Answers, path: Path, kinds: Mapping[str, AnswerKind],
-               blocks: Mapping[str, Any] | None = None) -> Path:
+               blocks: Mapping[str, Block] | None = None) -> Path:
     """`file` (upright, as preprocess saw it) with its answers drawn, written to `path` in the format its suffix
     names."""
     from gpux.answers.pre import open_image
@@ -151,12 +158,14 @@ def save_drawn(file: str, answers: Answers, path: Path, kinds: Mapping[str, Answ
     return write_picture(drawn(image, answers, kinds, blocks), path)
 
 
-def write_picture(picture: Any, path: Path) -> Path:
+def write_picture(picture: Image.Image, path: Path) -> Path:
     """A drawn picture written to `path` in the format its suffix names (its folder made)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        jpeg = path.suffix.lower() in (".jpg", ".jpeg")
-        picture.save(path, **({"quality": 95} if jpeg else {}))
+        if path.suffix.lower() in (".jpg", ".jpeg"):
+            picture.save(path, quality=95)
+        else:
+            picture.save(path)
     except (OSError, ValueError) as exc:
         raise UsageError(f"--save: cannot write {path}: {exc}") from exc
     return path

@@ -6,20 +6,27 @@ captions their kinds write: a text, the best label), as PaddleOCR's draw_ocr_box
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
+from gpux.answers.crops import PageAnswer, regions_of
 from gpux.answers.draw import PALETTE, Canvas, drawn
+from gpux.answers.records import Answer
 from gpux.config.kinds import AnswerKind, step
 from gpux.optional import require
 
+if TYPE_CHECKING:
+    from PIL import Image, ImageDraw
 
-def drawn_page(image: Any, answers: Mapping[str, Any], cropped: set[str], kinds: Mapping[str, AnswerKind],
-               blocks: Mapping[str, Any]) -> Any:
+    from gpux.config.steps import Block
+
+
+def drawn_page(image: Image.Image, answers: Mapping[str, PageAnswer], cropped: set[str],
+               kinds: Mapping[str, AnswerKind], blocks: Mapping[str, Block]) -> Image.Image:
     """The upright RGB `image` with the answers drawn; the panel only where a cropped region has a caption.
     `cropped`: the answers that are region lists whose regions hold their own `answers`."""
     picture = drawn(image, dict(answers), kinds, blocks)
     written = [(i, r["box"], " ".join(captions(r.get("answers", {}), kinds, blocks)))
-               for name in answers if name in cropped for i, r in enumerate(answers[name])]
+               for name in answers if name in cropped for i, r in enumerate(regions_of(answers, name))]
     if not any(text for _, _, text in written):
         return picture
     image_mod = require("PIL.Image", "images")
@@ -37,7 +44,7 @@ def drawn_page(image: Any, answers: Mapping[str, Any], cropped: set[str], kinds:
     return out
 
 
-def captions(answers: Mapping[str, Any], kinds: Mapping[str, AnswerKind], blocks: Mapping[str, Any]) -> list[str]:
+def captions(answers: Mapping[str, Answer], kinds: Mapping[str, AnswerKind], blocks: Mapping[str, Block]) -> list[str]:
     """What each answer's kind writes below a picture (gpux.answers.draw), without the output's name: its text, its
     best label. Shapes a kind draws are drawn on a scratch image (in the crop's pixels, they have no place here)."""
     image_mod = require("PIL.Image", "images")
@@ -47,15 +54,15 @@ def captions(answers: Mapping[str, Any], kinds: Mapping[str, AnswerKind], blocks
     out: list[str] = []
     for name, answer in answers.items():
         kind = kinds.get(name)
-        if kind is None or not kind.draw:
+        if kind is None or not kind.draw or (draw := step(kind, "draw")) is None:
             continue
-        step(kind, "draw")(canvas, name, answer)
+        draw(canvas, name, answer)
         out += [line.removeprefix(f"{name}: ") for line in canvas.lines]
         canvas.lines.clear()
     return out
 
 
-def _write_inside(pen: Any, corners: list[tuple[float, float]], text: str) -> None:
+def _write_inside(pen: ImageDraw.ImageDraw, corners: list[tuple[float, float]], text: str) -> None:
     """`text` in black from the region's left, centred on its height, its font as high as the region allows and
     narrowed to fit the region's width."""
     import math

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpux.answers import post
 from gpux.answers.records import Box
+from gpux.arrays import Array
 from gpux.model.heads import cells
 
 
@@ -34,7 +35,7 @@ def grid_size(counts: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
     return min(fit, key=lambda hw: abs(math.log(hw[0] / hw[1])))
 
 
-def centres(size: tuple[int, int], stride: int) -> Any:
+def centres(size: tuple[int, int], stride: int) -> Array:
     """[cells, 2]: each cell's centre x, y in input pixels, row-major."""
     import numpy as np
 
@@ -43,7 +44,7 @@ def centres(size: tuple[int, int], stride: int) -> Any:
     return (np.stack([xs.ravel(), ys.ravel()], axis=1).astype(np.float32) + 0.5) * stride
 
 
-def levels(row: Any, how: Any, names: Sequence[str]) -> list[Any]:
+def levels(row: Array, how: Any, names: Sequence[str]) -> list[Array]:
     """The row of each named output (the declaring output's is `row`, the others come in `how.others`: `how` is
     a gpux.answers.kinds.Decoding)."""
     import numpy as np
@@ -51,8 +52,9 @@ def levels(row: Any, how: Any, names: Sequence[str]) -> list[Any]:
     return [np.asarray(how.others.get(n, row), np.float32) for n in names]
 
 
-def picodet(scores: Sequence[Any], distributions: Sequence[Any], strides: Sequence[int],
-            size: tuple[int, int] | None, activation: tuple[bool, bool], threshold: float) -> tuple[Any, Any, Any]:
+def picodet(scores: Sequence[Array], distributions: Sequence[Array], strides: Sequence[int],
+            size: tuple[int, int] | None, activation: tuple[bool, bool], threshold: float
+            ) -> tuple[Array, Array, Array]:
     """The candidates, the levels in turn: every (cell, class) whose score is at `threshold` or over, with the cell's
     box (x1, y1, x2, y2, input pixels; decoded for those cells only): (boxes [N, 4], scores [N], classes [N])."""
     import numpy as np
@@ -74,7 +76,7 @@ def picodet(scores: Sequence[Any], distributions: Sequence[Any], strides: Sequen
     return np.concatenate(boxes), np.concatenate(kept), np.concatenate(classes)
 
 
-def yolov5(heads: Sequence[Any], strides: Sequence[int], anchors: Sequence[Sequence[float]]) -> tuple[Any, Any]:
+def yolov5(heads: Sequence[Array], strides: Sequence[int], anchors: Sequence[Sequence[float]]) -> tuple[Array, Array]:
     """Every anchor's box (x1, y1, x2, y2 [N, 4], input pixels) and its scores, objectness x class [N, classes]."""
     import numpy as np
 
@@ -91,7 +93,7 @@ def yolov5(heads: Sequence[Any], strides: Sequence[int], anchors: Sequence[Seque
     return np.concatenate(boxes), np.concatenate(scores)
 
 
-def detections(row: Any, how: Any, size: tuple[int, int] | None) -> tuple[Any, Any, Any]:
+def detections(row: Array, how: Any, size: tuple[int, int] | None) -> tuple[Array, Array, Array]:
     """(boxes [N, 4], scores, classes) in input pixels after the threshold and class-aware NMS, best first."""
     import numpy as np
 
@@ -110,11 +112,11 @@ def detections(row: Any, how: Any, size: tuple[int, int] | None) -> tuple[Any, A
     return boxes[kept], scores[kept], classes[kept]
 
 
-def decode(row: Any, how: Any) -> list[Box]:
+def decode(row: Array, how: Any) -> list[Box]:
     boxes, scores, classes = detections(row, how, how.canvas)
     boxes = how.placement.to_original(boxes) if how.placement is not None else boxes
     return post.box_answers(boxes, scores, classes, how.labels)
 
 
-def judge(row: Any, how: Any) -> tuple[Any, Any, Any]:
+def judge(row: Array, how: Any) -> tuple[Array, Array, Array]:
     return detections(row, how, how.size)

@@ -15,20 +15,50 @@ bound applies)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypeAlias, TypedDict
 
 from gpux.answers import post
 from gpux.answers.kinds import Decoding
+from gpux.arrays import Array
+from gpux.config.blocks import Keypoints
 from gpux.config.load import Project
 from gpux.config.steps import Postprocess
-from gpux.model.tensor import Tensor
+from gpux.errors import Problem
+from gpux.model.tensor import Dim, Tensor
+
+if TYPE_CHECKING:
+    from gpux.answers.draw import Canvas
 
 CONFIDENT = 0.5  # a reference point whose peak reaches this is judged (occluded points' maps are flat)
 K = 0.1  # a point's spread as a share of the object's scale, as gpux.quality.pose's OKS
 QUARTER = 0.25
 
 
-def peaks(row: Any, activation: tuple[bool, bool]) -> Any:
+class HeatmapKeypoints(TypedDict):
+    """A heatmap model's points (`decode`): each [x, y, score] in the original's pixels, in the block's order, and
+    their names where the block declares them."""
+
+    keypoints: list[list[float]]
+    names: NotRequired[list[str]]
+
+
+class HeatmapAgreement(TypedDict):
+    """The artifact's points against the reference's (`compare`), over every row: the mean OKS, and over the
+    reference's confident points the share within a map cell (None: none is confident) and the mean distance."""
+
+    rows: int
+    points: int
+    confident_points: int
+    points_close: float | None
+    mean_oks: float
+    mean_distance: float | None
+
+
+# One row as `compare` takes it (`judge`): its points in the input's pixels, the input's area, one cell's size.
+Judged: TypeAlias = "tuple[Array, float, float]"
+
+
+def peaks(row: Array, activation: tuple[bool, bool]) -> Array:
     """[points, 3]: each map's peak x, y in map cells, refined by a quarter cell (mmpose's rule), and its value."""
     import numpy as np
 
@@ -45,7 +75,7 @@ def peaks(row: Any, activation: tuple[bool, bool]) -> Any:
     return np.stack([x + QUARTER * np.sign(dx), y + QUARTER * np.sign(dy), flat[points, best]], axis=1)
 
 
-def in_input(row: Any, how: Decoding, size: tuple[int, int] | None) -> Any:
+def in_input(row: Array, how: Decoding, size: tuple[int, int] | None) -> Array:
     """The peaks in the input's pixels ((height, width) `size`; None: the map's own cells)."""
     import numpy as np
 
@@ -57,26 +87,26 @@ def in_input(row: Any, how: Decoding, size: tuple[int, int] | None) -> Any:
     return found
 
 
-def decode(row: Any, how: Decoding) -> dict[str, Any]:
-    found, p = in_input(row, how, how.canvas), how.placement
+def decode(row: Array, how: Decoding) -> HeatmapKeypoints:
+    found, p, block = in_input(row, how, how.canvas), how.image, how.block_as(Keypoints)
     if p is not None:
         found[:, 0] = ((found[:, 0] - p.offset_x) / p.scale_x).clip(0, p.width)
         found[:, 1] = ((found[:, 1] - p.offset_y) / p.scale_y).clip(0, p.height)
-    answer: dict[str, Any] = {"keypoints": [[round(float(x), 2), round(float(y), 2), round(float(s), 4)]
-                                            for x, y, s in found]}
-    if how.block.names is not None:
-        answer["names"] = list(how.block.names)
+    answer: HeatmapKeypoints = {"keypoints": [[round(float(x), 2), round(float(y), 2), round(float(s), 4)]
+                                              for x, y, s in found]}
+    if block.names is not None:
+        answer["names"] = list(block.names)
     return answer
 
 
-def judge(row: Any, how: Decoding) -> tuple[Any, float, float]:
+def judge(row: Array, how: Decoding) -> Judged:
     """The points in the input's pixels, the input's area and one map cell's size (its longer side), in pixels."""
     h, w = row.shape[-2:]
     height, width = how.size or (h, w)
     return in_input(row, how, how.size), float(height * width), max(height / h, width / w)
 
 
-def similarity(reference: Any, got: Any, area: float) -> float:
+def similarity(reference: Array, got: Array, area: float) -> float:
     """COCO's OKS of two [points, 3] arrays over the reference's confident points (all, where none is)."""
     import numpy as np
 
@@ -86,7 +116,7 @@ def similarity(reference: Any, got: Any, area: float) -> float:
     return float(np.exp(-d2 / (2 * max(area, 1.0) * K * K))[seen].mean())
 
 
-def compare(reference: list[Any], got: list[Any]) -> dict[str, Any]:
+def compare(reference: list[Judged], got: list[Judged]) -> HeatmapAgreement:
     """Per row the OKS; over the reference's confident points, the share the artifact puts within a cell."""
     import numpy as np
 
@@ -102,24 +132,24 @@ def compare(reference: list[Any], got: list[Any]) -> dict[str, Any]:
             "mean_distance": float(np.mean(distances)) if distances else None}
 
 
-def counts(record: dict[str, Any]) -> str:
+def counts(record: HeatmapAgreement) -> str:
     return (f"{record['rows']} rows, {record['confident_points']} of {record['points']} points with a peak >= "
             f"{CONFIDENT:g}")
 
 
-def text(record: dict[str, Any]) -> str:
+def text(record: HeatmapAgreement) -> str:
     close = record.get("points_close")
     return f"keypoint OKS {record['mean_oks']:.3f}" + (f", confident points within a cell {close:.1%} of "
                                                        f"{record['confident_points']}" if close is not None else "")
 
 
-def lines(name: str, answer: dict[str, Any]) -> list[str]:
+def lines(name: str, answer: HeatmapKeypoints) -> list[str]:
     names = answer.get("names") or [str(i) for i in range(len(answer["keypoints"]))]
     return [f"  {name}: {len(answer['keypoints'])} points"] + \
         [f"    {n} ({x:.1f}, {y:.1f}) {s:.3f}" for n, (x, y, s) in zip(names, answer["keypoints"], strict=True)]
 
 
-def draw(canvas: Any, name: str, answer: dict[str, Any]) -> None:
+def draw(canvas: Canvas, name: str, answer: HeatmapKeypoints) -> None:
     """The points whose peak reaches the block's score as dots, joined as its skeleton says."""
     from gpux.answers.draw import PALETTE
 
@@ -136,9 +166,10 @@ def draw(canvas: Any, name: str, answer: dict[str, Any]) -> None:
             canvas.pen.ellipse((x - r, y - r, x + r, y + r), fill=PALETTE[(k + 1) % len(PALETTE)])
 
 
-def shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
+def shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Problem]:
     """[batch, points, height, width], one map per declared point."""
-    dims, points = real.shape, spec.block.points
+    assert spec.keypoints is not None
+    dims, points = real.shape, spec.keypoints.points
     if dims is None or (len(dims) == 4 and (dims[1] == points or not isinstance(dims[1], int))):
         return []
     return [project.problem(("outputs", name, "postprocess", "keypoints"), f"heatmap keypoints come as [batch, "
@@ -149,12 +180,14 @@ COCO_POINTS = 17
 STRIDE = 4  # HRNet's, SimpleBaseline's and ViTPose's maps are a quarter of the input's size
 
 
-def propose(dims: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any] = ()) -> str | None:
+def propose(dims: tuple[Dim, ...], inputs: list[Tensor], outputs: Sequence[Tensor] = ()) -> str | None:
     """[batch, 17, H / 4, W / 4] of a fixed-size image input: COCO's keypoints as the top-down models give them."""
-    if len(dims) != 4 or dims[1] != COCO_POINTS or not all(isinstance(d, int) for d in dims[2:]):
+    if len(dims) != 4 or dims[1] != COCO_POINTS:
         return None
-    if not any(t.shape is not None and len(t.shape) == 4 and tuple(t.shape[2:]) == (dims[2] * STRIDE,
-                                                                                     dims[3] * STRIDE)
+    h, w = dims[2:]
+    if not isinstance(h, int) or not isinstance(w, int):
+        return None
+    if not any(t.shape is not None and len(t.shape) == 4 and tuple(t.shape[2:]) == (h * STRIDE, w * STRIDE)
                for t in inputs):
         return None
     return (f"postprocess: {{keypoints: {{layout: heatmap, points: {COCO_POINTS}}}}}: {COCO_POINTS} maps a quarter "

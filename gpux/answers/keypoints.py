@@ -4,16 +4,33 @@ detection with its keypoints [x, y(, visibility)], mapped back with the box to t
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpux.answers import post
 from gpux.answers.kinds import Decoding
+from gpux.answers.records import Box
+from gpux.arrays import Array
+from gpux.config.blocks import Keypoints
 from gpux.config.load import Project
 from gpux.config.steps import Postprocess
+from gpux.documents import BoxAgreement
+from gpux.errors import Problem
 from gpux.model.tensor import Tensor
 
 
-def detections(row: Any, block: Any, activation: tuple[bool, bool]) -> tuple[Any, Any, Any, Any]:
+class Pose(Box):
+    """One pose detection (`decode`): its box as boxes are answered, and its keypoints, each [x, y] or [x, y,
+    visibility], in the original's pixels."""
+
+    keypoints: list[list[float]]
+
+
+class PoseAgreement(BoxAgreement):
+    """The boxes' agreement (`gpux.quality.pose.keypoint_agreement`), and the mean OKS of the keypoints of the
+    matched detections (None: none matched)."""
+
+    mean_oks: float | None
+
+
+def detections(row: Array, block: Keypoints, activation: tuple[bool, bool]) -> tuple[Array, Array, Array, Array]:
     """(boxes x1 y1 x2 y2 [N, 4], scores [N], classes [N], keypoints [N, points, dims]) after NMS, best first."""
     import numpy as np
 
@@ -31,27 +48,28 @@ def detections(row: Any, block: Any, activation: tuple[bool, bool]) -> tuple[Any
     return boxes[kept], scores[kept], classes[kept], points[kept]
 
 
-def decode(row: Any, how: Decoding) -> list[dict[str, Any]]:
+def decode(row: Array, how: Decoding) -> list[Pose]:
     import numpy as np
 
-    boxes, scores, classes, points = detections(row, how.block, how.activation)
-    if how.placement is not None:
-        p = how.placement
+    boxes, scores, classes, points = detections(row, how.block_as(Keypoints), how.activation)
+    p = how.image
+    if p is not None:
         boxes = p.to_original(boxes)
         points = points.astype(np.float64)
         points[..., 0] = ((points[..., 0] - p.offset_x) / p.scale_x).clip(0, p.width)
         points[..., 1] = ((points[..., 1] - p.offset_y) / p.scale_y).clip(0, p.height)
     answers = post.box_answers(boxes, scores, classes, how.labels)
-    for a, kp in zip(answers, points, strict=True):
-        a["keypoints"] = [[round(float(v), 2 if i < 2 else 4) for i, v in enumerate(k)] for k in kp]  # type: ignore
-    return answers  # type: ignore[return-value]
+    return [{**a, "keypoints": [[round(float(v), 2 if i < 2 else 4) for i, v in enumerate(k)] for k in kp]}
+            for a, kp in zip(answers, points, strict=True)]
 
 
-def pose_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
+def pose_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor
+               ) -> list[Problem]:
     """[batch, 4 + classes + points x dims, anchors], with at least one class; labels against the classes."""
     from gpux.answers.shapes import label_problems
 
-    block, shape = spec.block, real.shape
+    block, shape = spec.keypoints, real.shape
+    assert block is not None
     if shape is None:
         return []
     channels = shape[1] if len(shape) == 3 else None

@@ -3,14 +3,26 @@ gpux.config.kinds: top-k classes, detector boxes, CTC text, an embedding's vecto
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar
 
 from gpux.answers import post
+from gpux.answers.pre import Placement
 from gpux.answers.records import Answer, Box, Text, Top, Vector
-from gpux.config.steps import Postprocess
+from gpux.arrays import Array
+from gpux.config.kinds import AnswerKind
+from gpux.config.steps import Block, Boxes, Ctc, Embedding, Postprocess
+
+if TYPE_CHECKING:
+    from gpux.answers.text import Spans
+
+B = TypeVar("B")
+
+# Where a file's item sits in its feeds (gpux.answers.steps.Steps.feeds): an image's Placement, a text's Spans
+Where: TypeAlias = "Placement | Spans"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,24 +34,52 @@ class Decoding:
 
     spec: Postprocess
     labels: list[str] | None = None
-    placement: Any = None
+    placement: Where | None = None
     size: tuple[int, int] | None = None
-    function: Any = None
+    function: Callable[..., object] | None = None
     root: Path | None = None
-    others: Mapping[str, Any] = field(default_factory=dict)  # the same row of each other output the step reads
+    others: Mapping[str, Array] = field(default_factory=dict)  # the same row of each other output the step reads
 
     @property
-    def block(self) -> Any:
+    def block(self) -> Block | None:
         return self.spec.block
+
+    def block_as(self, kind: type[B]) -> B:
+        """The kind's own block as the config type its steps read (a row decoded by another kind's step: a bug)."""
+        block = self.spec.block
+        if not isinstance(block, kind):
+            raise TypeError(f"{type(block).__name__} block decoded as {kind.__name__}")
+        return block
 
     @property
     def activation(self) -> tuple[bool, bool]:
         return self.spec.softmax, self.spec.sigmoid
 
     @property
+    def image(self) -> Placement | None:
+        """Where the original image sits in the input (None: answers stay in the input's pixels, or the input is
+        not an image: a text's Spans)."""
+        return self.placement if isinstance(self.placement, Placement) else None
+
+    @property
     def canvas(self) -> tuple[int, int] | None:
-        """(height, width) of the input the row answers: the placement's canvas, else the judged size."""
-        return self.placement.canvas if self.placement is not None else self.size
+        """(height, width) of the input the row answers: the image placement's canvas, else the judged size."""
+        return self.image.canvas if self.image is not None else self.size
+
+
+class Decode(Protocol):
+    """A kind's decode step (gpux.config.kinds.AnswerKind.decode): one batch row → its answer."""
+
+    def __call__(self, row: Array, how: Decoding, /) -> Answer: ...
+
+
+@cache
+def decoder(kind: AnswerKind) -> Decode:
+    """The decode step the kind's row names, as the answers room calls it (resolved once per kind)."""
+    from pkgutil import resolve_name
+
+    found: Decode = resolve_name(kind.decode)  # the row's promise: a function of Decode's shape
+    return found
 
 
 def decoding(spec: Postprocess, root: Path | None) -> Decoding | None:
@@ -54,59 +94,61 @@ def decoding(spec: Postprocess, root: Path | None) -> Decoding | None:
     return Decoding(spec=spec, function=resolve(root, spec.python), root=root)
 
 
-def decode_topk(row: Any, how: Decoding) -> list[Top]:
-    return post.topk(post.activate(row, *how.activation), how.block, how.labels)
+def decode_topk(row: Array, how: Decoding) -> list[Top]:
+    return post.topk(post.activate(row, *how.activation), how.block_as(int), how.labels)
 
 
-def decode_boxes(row: Any, how: Decoding) -> list[Box]:
-    layout = post.BOX_LAYOUTS[how.block.layout]
+def decode_boxes(row: Array, how: Decoding) -> list[Box]:
+    block = how.block_as(Boxes)
+    layout = post.BOX_LAYOUTS[block.layout]
     if layout.angle or layout.heads:  # oriented boxes; one output per stride
         from gpux.answers import heads, obb
 
         return (obb if layout.angle else heads).decode(row, how)
-    boxes, scores, classes = post.decode_boxes(row, how.block, how.activation, how.canvas)
-    boxes = how.placement.to_original(boxes) if how.placement is not None else boxes
+    boxes, scores, classes = post.decode_boxes(row, block, how.activation, how.canvas)
+    boxes = how.image.to_original(boxes) if how.image is not None else boxes
     return post.box_answers(boxes, scores, classes, how.labels)
 
 
-def decode_ctc(row: Any, how: Decoding) -> Text:
-    return post.ctc_greedy(row, how.labels or [], how.block.blank, how.block.axis, how.activation)
+def decode_ctc(row: Array, how: Decoding) -> Text:
+    block = how.block_as(Ctc)
+    return post.ctc_greedy(row, how.labels or [], block.blank, block.axis, how.activation)
 
 
-def vector(row: Any, how: Decoding) -> Any:
+def vector(row: Array, how: Decoding) -> Array:
     """The row flattened to one float32 vector, of unit length where the block normalizes (a zero vector stays)."""
     import numpy as np
 
     v = post.activate(row, *how.activation).reshape(-1).astype(np.float32)
-    if how.block.normalize:
+    if how.block_as(Embedding).normalize:
         n = float(np.linalg.norm(v.astype(np.float64)))
         v = v / n if n > 0 else v
     return v
 
 
-def decode_embedding(row: Any, how: Decoding) -> Vector:
+def decode_embedding(row: Array, how: Decoding) -> Vector:
     return {"vector": [float(x) for x in vector(row, how)]}
 
 
-def judge_embedding(row: Any, how: Decoding) -> Any:
+def judge_embedding(row: Array, how: Decoding) -> Array:
     return vector(row, how)
 
 
-def encode_vectors(answers: list[Any]) -> Any:
+def encode_vectors(answers: Sequence[Vector]) -> Array:
     """A batch's embeddings as one FP32 tensor [rows, dims]."""
     import numpy as np
 
     return np.asarray([a["vector"] for a in answers], np.float32)
 
 
-def decode_python(row: Any, how: Decoding) -> Answer:
+def decode_python(row: Array, how: Decoding) -> Answer:
     from gpux.answers.python import call
 
-    assert how.spec.python is not None and how.root is not None
+    assert how.spec.python is not None and how.root is not None and how.function is not None
     return call(how.function, how.spec.python, how.root, row)
 
 
-def judge_python(row: Any, how: Decoding) -> str:
+def judge_python(row: Array, how: Decoding) -> str:
     """A python step's answer as text compared exactly (floats to 4 digits)."""
     from gpux.answers.python import canonical
 

@@ -6,18 +6,54 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from gpux.answers.records import Answers
-from gpux.arrays import Feeds
+from gpux.arrays import Array, Feeds, Named
 
 if TYPE_CHECKING:
-    from gpux.answers.pre import Placement
+    from numpy.typing import ArrayLike
+
+    from gpux.answers.kinds import Where
+    from gpux.answers.pre import ImageSource
+    from gpux.model.tensor import Tensor
+
+# One item a file input is given (gpux.answers.steps.Steps.feeds): an image (a path, bytes, a PIL image, an HxWxC
+# array), raw bytes (a path or bytes), audio (a path, bytes, a 1-D waveform), text (a str, a path or bytes), a
+# ready tensor of the input's rank; or a dict of tensors by input name
+Item: TypeAlias = "ImageSource | dict[str, ArrayLike]"
 
 BATCH = 8  # files per inference where the model's batch dimension is free: what a hand-written loop would use
+
+
+class Infers(Protocol):
+    """What answers are run on (a gpux Session): its output names, and one inference of feeds, the outputs in
+    that order."""
+
+    @property
+    def output_names(self) -> Sequence[str]: ...
+
+    def run_feeds(self, feeds: Feeds) -> Sequence[Array]: ...
+
+
+class Answering(Protocol):
+    """What many files are answered through (gpux.answers.steps.Steps): the kind of file its input takes, the
+    model's inputs, and the answers of outputs (a batch row's, or a file's)."""
+
+    @property
+    def kind(self) -> str | None: ...
+
+    @property
+    def inputs(self) -> Mapping[str, Tensor]: ...
+
+    def rows(self, outputs: Named) -> int: ...
+
+    def answers(self, outputs: Named, placement: Where | None, row: int = 0) -> Answers: ...
+
+    def file_answers(self, outputs: Named, placement: Where | None) -> Answers: ...
 
 
 @dataclass(frozen=True)
@@ -26,10 +62,10 @@ class Decoded:
 
     index: int
     feeds: Feeds
-    placement: Placement | None
+    placement: Where | None
 
 
-def batch_size(steps: Any, asked: int | None) -> int:
+def batch_size(steps: Answering, asked: int | None) -> int:
     """Files per inference: `asked`, else BATCH where every input's first dimension is symbolic and a file is one
     row (an image or raw bytes), else 1."""
     if asked is not None:
@@ -39,8 +75,9 @@ def batch_size(steps: Any, asked: int | None) -> int:
     return BATCH if rows_of_one and free else 1
 
 
-def answer_many(session: Any, steps: Any, items: Sequence[Any], decode: Callable[[int], tuple[Feeds, Placement | None]],
-                *, batch: int = 1, workers: int | None = None) -> Iterator[tuple[int, Answers]]:
+def answer_many(session: Infers, steps: Answering, items: Sequence[object],
+                decode: Callable[[int], tuple[Feeds, Where | None]], *, batch: int = 1, workers: int | None = None
+                ) -> Iterator[tuple[int, Answers]]:
     """(index, answers) for every item, in order. `decode(i)` is item i's (feeds, placement); it runs in `workers`
     threads (None: one per core; 0: in the calling thread, one item at a time) at most a few batches ahead.
     Consecutive items of one shape are run as one batch of up to `batch` rows; a decoding error is raised where
@@ -83,7 +120,7 @@ class _Inline:
     def __exit__(self, *_exc: object) -> None:
         return None
 
-    def submit(self, fn: Callable[..., Decoded], *args: Any) -> Future[Decoded]:
+    def submit(self, fn: Callable[..., Decoded], *args: object) -> Future[Decoded]:
         done: Future[Decoded] = Future()
         try:
             done.set_result(fn(*args))
@@ -92,16 +129,16 @@ class _Inline:
         return done
 
 
-def _decoded(decode: Callable[[int], tuple[Feeds, Placement | None]], index: int) -> Decoded:
+def _decoded(decode: Callable[[int], tuple[Feeds, Where | None]], index: int) -> Decoded:
     feeds, placement = decode(index)
     return Decoded(index, feeds, placement)
 
 
-def _shapes(item: Decoded) -> tuple[Any, ...]:
+def _shapes(item: Decoded) -> tuple[tuple[str, object, object], ...]:
     return tuple((k, getattr(v, "shape", None), getattr(v, "dtype", None)) for k, v in item.feeds.items())
 
 
-def _run(session: Any, steps: Any, group: list[Decoded]) -> Iterator[tuple[int, Answers]]:
+def _run(session: Infers, steps: Answering, group: list[Decoded]) -> Iterator[tuple[int, Answers]]:
     """One inference for the group (rows stacked), each item's answers from its row; where an output does not
     have one row per item, or an item is not one row, each item is run on its own."""
     import numpy as np

@@ -7,16 +7,44 @@ Answered with the mask as COCO's uncompressed run lengths (column-major, startin
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict
 
 from gpux.answers import post
 from gpux.answers.kinds import Decoding
+from gpux.answers.records import Box
+from gpux.arrays import Array
+from gpux.config.blocks import Masks
 from gpux.config.load import Project
 from gpux.config.steps import Postprocess
+from gpux.documents import BoxAgreement
+from gpux.errors import Problem
 from gpux.model.tensor import Tensor
 
 
-def detections(row: Any, protos: Any, block: Any, activation: tuple[bool, bool], size: Any) -> tuple[Any, ...]:
+class RunLengths(TypedDict):
+    """COCO's uncompressed RLE of a mask (`run_lengths`): its [height, width] and the lengths of its runs,
+    column-major, starting with a run of zeros."""
+
+    size: list[int]
+    counts: list[int]
+
+
+class Instance(Box):
+    """One detected instance (`decode`): its box as boxes are answered, and its mask in the original's pixels."""
+
+    mask: RunLengths
+
+
+class MaskAgreement(BoxAgreement):
+    """The boxes' agreement (`gpux.quality.pose.mask_agreement`), and the mean IoU of the masks of the matched
+    detections (None: none matched)."""
+
+    mean_mask_iou: float | None
+
+
+def detections(row: Array, protos: Array, block: Masks, activation: tuple[bool, bool],
+               size: tuple[int, int] | None) -> tuple[Array, Array, Array, Array]:
     """(boxes [N, 4], scores, classes, masks [N, H, W] bool at `size` (height, width; None: the prototypes'))."""
     import numpy as np
     from PIL import Image
@@ -43,7 +71,7 @@ def detections(row: Any, protos: Any, block: Any, activation: tuple[bool, bool],
     return boxes, scores, classes, masks
 
 
-def run_lengths(mask: Any) -> dict[str, Any]:
+def run_lengths(mask: Array) -> RunLengths:
     """COCO's uncompressed RLE of a bool mask: its size [h, w] and the lengths of its runs, column-major, zeros
     first."""
     import numpy as np
@@ -54,7 +82,7 @@ def run_lengths(mask: Any) -> dict[str, Any]:
     return {"size": list(mask.shape), "counts": [int(c) for c in counts]}
 
 
-def from_run_lengths(rle: dict[str, Any]) -> Any:
+def from_run_lengths(rle: RunLengths) -> Array:
     """The bool mask of an uncompressed RLE."""
     import numpy as np
 
@@ -63,34 +91,33 @@ def from_run_lengths(rle: dict[str, Any]) -> Any:
     return values[:h * w].reshape((h, w), order="F")
 
 
-def decode(row: Any, how: Decoding) -> list[dict[str, Any]]:
+def decode(row: Array, how: Decoding) -> list[Instance]:
     import numpy as np
     from PIL import Image
 
-    boxes, scores, classes, masks = detections(row, how.others[how.block.protos], how.block, how.activation,
-                                               how.canvas)
-    p = how.placement
+    block = how.block_as(Masks)
+    boxes, scores, classes, found = detections(row, how.others[block.protos], block, how.activation, how.canvas)
+    masks: Array | list[Array] = found  # [N, H, W] at the input's size, or each mask in the original's
+    p = how.image
     if p is not None:
         boxes = p.to_original(boxes)
         left, top = round(p.offset_x), round(p.offset_y)
         cut = (left, top, left + round(p.width * p.scale_x), top + round(p.height * p.scale_y))
         masks = [np.asarray(Image.fromarray(m).crop(cut).resize((p.width, p.height), Image.Resampling.NEAREST))
-                 for m in masks]
+                 for m in found]
     answers = post.box_answers(boxes, scores, classes, how.labels)
-    for a, m in zip(answers, masks, strict=True):
-        a["mask"] = run_lengths(m)  # type: ignore[typeddict-unknown-key]
-    return answers  # type: ignore[return-value]
+    return [{**a, "mask": run_lengths(m)} for a, m in zip(answers, masks, strict=True)]
 
 
-def judge(row: Any, how: Decoding) -> tuple[Any, ...]:
+def judge(row: Array, how: Decoding) -> tuple[Array, Array, Array, float, Array]:
     """(boxes, scores, classes, the confident score, masks at the input's size) for mask_agreement."""
-    boxes, scores, classes, masks = detections(row, how.others[how.block.protos], how.block, how.activation,
-                                               how.size)
-    return boxes, scores, classes, max(0.5, how.block.score + 0.1), masks  # confident as a box is
+    block = how.block_as(Masks)
+    boxes, scores, classes, masks = detections(row, how.others[block.protos], block, how.activation, how.size)
+    return boxes, scores, classes, max(0.5, block.score + 0.1), masks  # confident as a box is
 
 
 def mask_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor,
-               outputs: Any = None) -> list[Any]:
+               outputs: Mapping[str, Tensor] | None = None) -> list[Problem]:
     shape = real.shape
     if shape is None or len(shape) == 3:
         return []

@@ -11,11 +11,22 @@ import math
 from typing import Any
 
 from gpux.answers import post
+from gpux.answers.records import Box
+from gpux.arrays import Array
+from gpux.config.blocks import Boxes
 
 EPS = 1e-7
 
 
-def covariance(boxes: Any) -> tuple[Any, Any, Any]:
+class OrientedBox(Box):
+    """One oriented box (`decode`): its class and score, `box` its centre, width and height [cx, cy, w, h], its
+    rotation in radians, and its 4 corners [x, y], in the original's pixels."""
+
+    angle: float
+    polygon: list[list[float]]
+
+
+def covariance(boxes: Array) -> tuple[Array, Array, Array]:
     """Each [cx, cy, w, h, angle] box's covariance terms (a, b, c) as a Gaussian of its area."""
     import numpy as np
 
@@ -24,7 +35,7 @@ def covariance(boxes: Any) -> tuple[Any, Any, Any]:
     return a * cos ** 2 + b * sin ** 2, a * sin ** 2 + b * cos ** 2, (a - b) * cos * sin
 
 
-def probiou(one: Any, two: Any) -> Any:
+def probiou(one: Array, two: Array) -> Array:
     """[N, M] probabilistic IoU of [N, 5] and [M, 5] boxes (ultralytics' batch_probiou)."""
     import numpy as np
 
@@ -40,7 +51,7 @@ def probiou(one: Any, two: Any) -> Any:
     return 1 - np.sqrt(1.0 - np.exp(-distance) + EPS)
 
 
-def rotated_nms(boxes: Any, scores: Any, classes: Any, iou: float) -> list[int]:
+def rotated_nms(boxes: Array, scores: Array, classes: Array, iou: float) -> list[int]:
     """Indices kept, best first: ultralytics' nms_rotated (a box goes where any better box of its class overlaps it
     by probabilistic IoU at `iou` or more, that box kept or not)."""
     import numpy as np
@@ -51,7 +62,7 @@ def rotated_nms(boxes: Any, scores: Any, classes: Any, iou: float) -> list[int]:
     return [int(order[i]) for i in np.flatnonzero((over >= iou).sum(axis=0) <= 0)]
 
 
-def corners(boxes: Any) -> Any:
+def corners(boxes: Array) -> Array:
     """[N, 4, 2] corners of [N, 5] boxes (ultralytics' xywhr2xyxyxyxy order)."""
     import numpy as np
 
@@ -62,7 +73,7 @@ def corners(boxes: Any) -> Any:
     return np.stack([centre + one + two, centre + one - two, centre - one - two, centre - one + two], axis=1)
 
 
-def detections(row: Any, block: Any, activation: tuple[bool, bool]) -> tuple[Any, Any, Any]:
+def detections(row: Array, block: Boxes, activation: tuple[bool, bool]) -> tuple[Array, Array, Array]:
     """(boxes [N, 5] cx, cy, w, h, angle (regularized), scores [N], classes [N]) after rotated NMS, best first."""
     import numpy as np
 
@@ -80,7 +91,7 @@ def detections(row: Any, block: Any, activation: tuple[bool, bool]) -> tuple[Any
     return boxes[kept], scores[kept], classes[kept]
 
 
-def decode(row: Any, how: Any) -> list[dict[str, Any]]:
+def decode(row: Array, how: Any) -> list[OrientedBox]:
     """The oriented boxes mapped back through the image's Placement (`how`: an answers.kinds.Decoding), sizes by
     its scale (a letterbox keeps the aspect; a stretch's per-axis scale is exact only for upright boxes)."""
     boxes, scores, classes = detections(row, how.block, how.activation)
@@ -92,7 +103,7 @@ def decode(row: Any, how: Any) -> list[dict[str, Any]]:
         boxes[:, 2], boxes[:, 3] = boxes[:, 2] / p.scale_x, boxes[:, 3] / p.scale_y
         polygons[..., 0] = (polygons[..., 0] - p.offset_x) / p.scale_x
         polygons[..., 1] = (polygons[..., 1] - p.offset_y) / p.scale_y
-    out = []
+    out: list[OrientedBox] = []
     for b, poly, s, c in zip(boxes, polygons, scores, classes, strict=True):
         out.append({"label": post.label(how.labels, int(c)), "index": int(c), "score": round(float(s), 6),
                     "box": [round(float(v), 2) for v in b[:4]], "angle": round(float(b[4]), 6),
@@ -100,7 +111,7 @@ def decode(row: Any, how: Any) -> list[dict[str, Any]]:
     return out
 
 
-def judge(row: Any, how: Any) -> tuple[Any, Any, Any]:
+def judge(row: Array, how: Any) -> tuple[Array, Array, Array]:
     """(polygons [N, 4, 2] in input pixels, scores, classes), compared by rotated IoU."""
     boxes, scores, classes = detections(row, how.block, how.activation)
     return corners(boxes), scores, classes

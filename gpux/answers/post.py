@@ -4,27 +4,31 @@ Answers are plain lists and dicts (JSON as they are), typed by gpux.answers.reco
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpux.answers.records import Box, Text, Top
+from gpux.arrays import Array
 from gpux.config.steps import BOX_LAYOUTS, Boxes
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
-def softmax(x: Any, axis: int = -1) -> Any:
+
+def softmax(x: Array, axis: int = -1) -> Array:
     import numpy as np
 
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def sigmoid(x: Any) -> Any:
+def sigmoid(x: Array) -> Array:
     import numpy as np
 
     with np.errstate(over="ignore"):
         return 1 / (1 + np.exp(-x))
 
 
-def activate(x: Any, softmax_: bool, sigmoid_: bool, axis: int = -1) -> Any:
+def activate(x: ArrayLike, softmax_: bool, sigmoid_: bool, axis: int = -1) -> Array:
     import numpy as np
 
     x = np.asarray(x, np.float32)
@@ -35,7 +39,7 @@ def label(labels: list[str] | None, index: int) -> str:
     return labels[index] if labels and index < len(labels) else str(index)
 
 
-def topk(scores: Any, k: int, labels: list[str] | None) -> list[Top]:
+def topk(scores: ArrayLike, k: int, labels: list[str] | None) -> list[Top]:
     """The `k` best of a 1-D row of class scores, best first: [{label, index, score}]."""
     import numpy as np
 
@@ -50,7 +54,7 @@ SMALL = 64  # up to this many boxes NMS runs in plain Python: there numpy's cost
 BLOCK = 256  # up to this many, one IoU matrix; beyond, one vectorized IoU per kept box until this many are left
 
 
-def nms(boxes: Any, scores: Any, iou: float, classes: Any = None) -> list[int]:
+def nms(boxes: Array, scores: Array, iou: float, classes: Array | None = None) -> list[int]:
     """Indices of the boxes kept by greedy non-maximum suppression, best first: each kept box suppresses the rest
     (of its class, where `classes` are given) that overlap it by more than `iou`. Every path computes the same
     float64 arithmetic, so the answer does not depend on which one the number of boxes picks. Arrays in: boxes
@@ -58,7 +62,7 @@ def nms(boxes: Any, scores: Any, iou: float, classes: Any = None) -> list[int]:
     n = len(scores)
     labels = [0] * n if classes is None else classes.tolist()
     if n <= SMALL:  # box by box in Python (whose floats are float64 too), best first as argsort below
-        kept: list[tuple[Any, ...]] = []
+        kept: list[tuple[float, float, float, float, float, int, int]] = []  # x1, y1, x2, y2, area, class, index
         b = boxes.tolist()
         for i in sorted(range(n), key=scores.tolist().__getitem__, reverse=True):
             x1, y1, x2, y2 = b[i]
@@ -88,7 +92,7 @@ def nms(boxes: Any, scores: Any, iou: float, classes: Any = None) -> list[int]:
     return keep + _matrix(s, iou)
 
 
-def _matrix(s: Any, iou: float) -> list[int]:
+def _matrix(s: Array, iou: float) -> list[int]:
     """NMS of up to BLOCK boxes (rows x1, y1, x2, y2, area, class, index; best first): every pair's overlap at
     once, then one pass that keeps each box no kept box suppressed."""
     import numpy as np
@@ -107,7 +111,7 @@ def _matrix(s: Any, iou: float) -> list[int]:
     return keep
 
 
-def anchor_grid(anchors: int, strides: tuple[int, ...], size: tuple[int, int] | None = None) -> Any:
+def anchor_grid(anchors: int, strides: tuple[int, ...], size: tuple[int, int] | None = None) -> Array:
     """[anchors, 3]: each anchor's cell x, y and its stride, the grid of each stride in turn (cells row-major) over
     an input of `size` (height, width; default: the square whose grids hold `anchors` cells). A ValueError says
     where the count does not fit."""
@@ -129,8 +133,8 @@ def anchor_grid(anchors: int, strides: tuple[int, ...], size: tuple[int, int] | 
     return grid
 
 
-def decode_boxes(pred: Any, spec: Boxes, activation: tuple[bool, bool] = (False, False),
-                 size: tuple[int, int] | None = None) -> tuple[Any, Any, Any]:
+def decode_boxes(pred: ArrayLike, spec: Boxes, activation: tuple[bool, bool] = (False, False),
+                 size: tuple[int, int] | None = None) -> tuple[Array, Array, Array]:
     """One output row in the declared layout (config.steps.BOX_LAYOUTS) → (boxes x1 y1 x2 y2 [N, 4], scores [N],
     classes [N]) at or above the score threshold after class-aware NMS, best first, at most spec.max. A raw grid
     is decoded over an input of `size` (height, width; default: the square its anchors make)."""
@@ -156,7 +160,7 @@ def decode_boxes(pred: Any, spec: Boxes, activation: tuple[bool, bool] = (False,
     return boxes[kept], scores[kept], classes[kept]
 
 
-def ctc_greedy(pred: Any, texts: list[str], blank: int, axis: int, activation: tuple[bool, bool]) -> Text:
+def ctc_greedy(pred: ArrayLike, texts: list[str], blank: int, axis: int, activation: tuple[bool, bool]) -> Text:
     """Greedy CTC decoding of one row ([time, classes], or [classes, time] for axis 1): the best class per step,
     repeats collapsed, blanks dropped, each class's text joined. The score is the mean of the kept steps' best
     probability (PaddleOCR's confidence), 0 where no step is kept."""
@@ -172,6 +176,6 @@ def ctc_greedy(pred: Any, texts: list[str], blank: int, axis: int, activation: t
     return {"text": text, "score": round(float(p[kept].astype(np.float64).mean()), 6) if kept.any() else 0.0}
 
 
-def box_answers(boxes: Any, scores: Any, classes: Any, labels: list[str] | None) -> list[Box]:
+def box_answers(boxes: Array, scores: Array, classes: Array, labels: list[str] | None) -> list[Box]:
     return [{"label": label(labels, int(c)), "index": int(c), "score": round(float(s), 6),
              "box": [round(float(v), 2) for v in b]} for b, s, c in zip(boxes, scores, classes, strict=True)]

@@ -10,11 +10,19 @@ from __future__ import annotations
 import io
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from gpux.config.steps import ImageSteps
 from gpux.errors import InputError
 from gpux.optional import require
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from gpux.arrays import Array
+
+# What an image comes as: a path, its encoded bytes, a PIL image, or an HxW / HxWxC uint8 array
+ImageSource: TypeAlias = "str | os.PathLike[str] | bytes | bytearray | memoryview | Image.Image | Array"
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 ORIENTATION = 0x0112  # the EXIF tag; 5..8 swap width and height
@@ -34,7 +42,7 @@ class Placement:
     height: int
     canvas: tuple[int, int] | None = None  # the tensor's height and width
 
-    def to_original(self, boxes: Any) -> Any:
+    def to_original(self, boxes: Array) -> Array:
         """[N, 4] boxes x1, y1, x2, y2 in tensor pixels → the original image's pixels, clipped to it."""
         import numpy as np
 
@@ -113,10 +121,12 @@ def _follow(r: Any, width: int, height: int, name: str) -> Geometry:
     return Geometry((fixed, resized), (canvas, fixed), (0, 0))
 
 
-def open_image(source: Any, name: str) -> Any:
+def open_image(source: ImageSource, name: str) -> Image.Image:
     """A PIL image from a path, bytes, a PIL image or an HxW / HxWxC uint8 array; one-line errors name `name`."""
     image_mod = require("PIL.Image", "images")
-    if isinstance(source, image_mod.Image):
+    from PIL import Image  # imported by require (or refused there): the module as its types name it
+
+    if isinstance(source, Image.Image):
         return source
     if hasattr(source, "__array_interface__"):
         return _from_array(image_mod, source, name)
@@ -143,7 +153,7 @@ def _from_array(image_mod: Any, array: Any, name: str) -> Any:
     return image_mod.fromarray(a[:, :, 0] if a.ndim == 3 and a.shape[2] == 1 else a)
 
 
-def upright(image: Any, steps: ImageSteps, name: str) -> tuple[Any, int, int]:
+def upright(image: Image.Image, steps: ImageSteps, name: str) -> tuple[Image.Image, int, int]:
     """The decoded, upright image in the steps' color mode, and its full upright width and height. A JPEG is
     decoded at a reduced scale (draft) when the steps shrink it at least twofold anyway."""
     ops = require("PIL.ImageOps", "images")
@@ -172,7 +182,7 @@ def _flattened(image: Any, background: tuple[int, int, int]) -> Any:
     return image_mod.alpha_composite(image_mod.new("RGBA", rgba.size, (*background, 255)), rgba).convert("RGB")
 
 
-def image_tensor(source: Any, steps: ImageSteps, dtype: str, name: str) -> tuple[Any, Placement]:
+def image_tensor(source: ImageSource, steps: ImageSteps, dtype: str, name: str) -> tuple[Array, Placement]:
     """[1, C, H, W] (or [1, H, W, C]) of `dtype` from one image, and its Placement. The resized pixels are
     written once, scaled and normalized on the way, into the preallocated tensor."""
     import numpy as np

@@ -4,31 +4,32 @@ gpux.config.kinds): the postprocess to declare, and why, in one comment; None wh
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+
+from gpux.model.tensor import Dim, Tensor
 
 PERSON_POINTS = 4 + 1 + 17 * 3  # ultralytics' COCO pose export: one class, 17 points of x, y, visibility
 
 
-def _spatial(inputs: list[Any]) -> list[tuple[Any, Any]]:
+def _spatial(inputs: Sequence[Tensor]) -> list[tuple[Dim, Dim]]:
     """The (height, width) dims of each 4-D input, read as [batch, C, H, W]."""
-    return [tuple(t.shape[2:]) for t in inputs if t.shape is not None and len(t.shape) == 4]
+    return [(t.shape[2], t.shape[3]) for t in inputs if t.shape is not None and len(t.shape) == 4]
 
 
-def boxes(shape: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any] = ()) -> str | None:
+def boxes(shape: tuple[Dim, ...], inputs: Sequence[Tensor], outputs: Sequence[Tensor] = ()) -> str | None:
     """[batch, 4 + classes, anchors], many more anchors than channels: ultralytics' detect export; or the first of
     one output (pair) per stride over a fixed input size: PicoDet's, YOLOv5's heads."""
     heads = per_stride(shape, inputs, outputs)
     if heads:
         return heads
-    if len(shape) == 3 and all(isinstance(d, int) for d in shape[1:]) and 5 <= shape[1] < shape[2] and \
-            shape[2] >= 100 and shape[1] != PERSON_POINTS:
+    if len(shape) == 3 and isinstance(shape[1], int) and isinstance(shape[2], int) and 5 <= shape[1] < shape[2] \
+            and shape[2] >= 100 and shape[1] != PERSON_POINTS:
         return (f"postprocess: {{boxes: {{layout: yolov8}}}}: [batch, 4 + {shape[1] - 4} classes, {shape[2]} anchors] "
                 "is ultralytics' detect layout")
     return None
 
 
-def keypoints(shape: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any] = ()) -> str | None:
+def keypoints(shape: tuple[Dim, ...], inputs: Sequence[Tensor], outputs: Sequence[Tensor] = ()) -> str | None:
     """[batch, 56, anchors]: ultralytics' person pose export (4 + 1 class + 17 x 3)."""
     if len(shape) == 3 and shape[1] == PERSON_POINTS and isinstance(shape[2], int) and shape[2] >= 100:
         return (f"postprocess: {{keypoints: {{points: 17, dims: 3}}}}: [batch, 56, {shape[2]} anchors] is ultralytics' "
@@ -36,10 +37,10 @@ def keypoints(shape: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any] 
     return None
 
 
-def text_boxes(shape: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any] = ()) -> str | None:
+def text_boxes(shape: tuple[Dim, ...], inputs: Sequence[Tensor], outputs: Sequence[Tensor] = ()) -> str | None:
     """[batch, 1, H, W] with the H, W of an image input (each the same size, or dynamic in both): a DB text
     detector's probability map."""
-    def same(a: Any, b: Any) -> bool:
+    def same(a: Dim, b: Dim) -> bool:
         return a == b or (not isinstance(a, int) and not isinstance(b, int))
 
     if len(shape) == 4 and shape[1] == 1 and any(same(shape[2], h) and same(shape[3], w) for h, w in _spatial(inputs)):
@@ -48,11 +49,11 @@ def text_boxes(shape: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any]
     return None
 
 
-def per_stride(shape: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any]) -> str | None:
+def per_stride(shape: tuple[Dim, ...], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> str | None:
     """For the stride-8 output of a detector with one output (pair) per stride over an input of fixed size: PicoDet's
     class scores [batch, cells, classes] and box distributions [batch, cells, 4 x bins] (classes told apart from 4 x
     bins), or YOLOv5's Detect heads [batch, 3, H / stride, W / stride, 5 + classes]."""
-    sizes = [hw for hw in _spatial(inputs) if all(isinstance(d, int) for d in hw)]
+    sizes = [(h, w) for h, w in _spatial(inputs) if isinstance(h, int) and isinstance(w, int)]
     shapes = {t.name: tuple(t.shape) for t in outputs if t.shape is not None}
     if len(sizes) != 1 or tuple(shape) not in shapes.values():
         return None
@@ -61,7 +62,8 @@ def per_stride(shape: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any]
         grids = [(math.ceil(h / s), math.ceil(w / s)) for s in strides]
         v5 = [[n for n, d in shapes.items() if len(d) == 5 and d[1] == 3 and tuple(d[2:4]) == g and
                isinstance(d[4], int) and d[4] > 5] for g in grids]
-        if len(strides) == 3 and all(len(v) == 1 for v in v5) and tuple(shape) == shapes[v5[0][0]]:
+        if len(strides) == 3 and all(len(v) == 1 for v in v5) and tuple(shape) == shapes[v5[0][0]] and \
+                isinstance(shape[4], int):  # (an int: the shape is a head's)
             return (f"postprocess: {{boxes: {{layout: yolov5_heads, heads: [{', '.join(v[0] for v in v5)}]}}}}: "
                     f"[batch, 3, H, W, 5 + {shape[4] - 5} classes] at strides 8, 16, 32 over the {w}x{h} input are "
                     "YOLOv5's Detect heads")
@@ -74,7 +76,8 @@ def per_stride(shape: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any]
     return None
 
 
-def _picodet(shape: tuple[Any, ...], shapes: dict[str, Any], counts: list[int]) -> tuple[list[str], ...] | None:
+def _picodet(shape: tuple[Dim, ...], shapes: Mapping[str, tuple[Dim, ...]], counts: list[int]
+             ) -> tuple[list[str], list[str]] | None:
     """(scores, distributions) per stride where each stride's cells hold exactly one of each, told apart (the
     classes are not 4 x bins), and `shape` is the first stride's scores."""
     levels = [[(n, d[2]) for n, d in shapes.items() if len(d) == 3 and d[1] == c and isinstance(d[2], int)]

@@ -14,7 +14,7 @@ from typing import Any
 from gpux.errors import StepError
 
 
-def resolve(root: Path, target: str) -> Callable[..., Any]:
+def resolve(root: Path, target: str) -> Callable[..., object]:
     """The function `module:function` names, importable from `root` (first on the import path while it is
     imported, then last, for the imports its functions make when called); a ValueError says why it is not there (for
     the caller to place at its gpux.yml line)."""
@@ -35,8 +35,9 @@ def resolve(root: Path, target: str) -> Callable[..., Any]:
     return found
 
 
-def call(function: Callable[..., Any], target: str, root: Path, *args: Any) -> Any:
-    """`function(*args)`; what it raises is a StepError naming the user's file and line."""
+def call(function: Callable[..., object], target: str, root: Path, *args: object) -> Any:
+    """`function(*args)`, as the user's function returns it (unchecked: an answer, a tensor, tensors by input name);
+    what it raises is a StepError naming the user's file and line."""
     try:
         return function(*args)
     except Exception as exc:  # the user's function may raise anything: theirs, named at their line, never gpux's
@@ -59,7 +60,7 @@ def _where(exc: BaseException, root: Path) -> str:
     return f"{shown}:{line}: {type(exc).__name__}: {exc}"
 
 
-def file_data(item: Any) -> Any:
+def file_data(item: object) -> object:
     """What a preprocess function is given: a path's bytes, bytes as they are, anything else (a PIL image, an
     array) as it is."""
     if isinstance(item, str | os.PathLike):
@@ -70,11 +71,11 @@ def file_data(item: Any) -> Any:
     return bytes(item) if isinstance(item, bytearray | memoryview) else item
 
 
-def canonical(answer: Any) -> str:
+def canonical(answer: object) -> str:
     """An answer as text to compare (verification): JSON, floats to 4 significant digits."""
     import json
 
-    def plain(value: Any) -> Any:
+    def plain(value: object) -> object:
         if hasattr(value, "tolist"):
             value = value.tolist()
         if isinstance(value, float):

@@ -5,13 +5,13 @@ files). Only the two ends are read, never the whole file."""
 from __future__ import annotations
 
 import os
-from typing import Any
 
+from gpux.arrays import Array
 from gpux.config.inputs import BytesSteps
 from gpux.errors import InputError, reading_file
 
 
-def read_ends(source: Any, head: int, tail: int, name: str) -> tuple[bytes, bytes]:
+def read_ends(source: object, head: int, tail: int, name: str) -> tuple[bytes, bytes]:
     """At most `head` bytes from the start and `tail` bytes from the end of a path or of bytes (both come from the
     whole content when it is shorter)."""
     if isinstance(source, bytes | bytearray | memoryview):
@@ -26,7 +26,7 @@ def read_ends(source: Any, head: int, tail: int, name: str) -> tuple[bytes, byte
         return first, f.read(tail) if tail else b""
 
 
-def bytes_tensor(source: Any, steps: BytesSteps, dtype: str, name: str) -> Any:
+def bytes_tensor(source: object, steps: BytesSteps, dtype: str, name: str) -> Array:
     """[1, head + tail] of `dtype`: the head bytes (stripped at the start, padded at the end), then the tail bytes
     (stripped at the end, padded at the start)."""
     import numpy as np

@@ -12,20 +12,55 @@ and the rows whose maps agree on AGREE_AT of their pixels or more (counted, so t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from gpux.answers import post
 from gpux.answers.kinds import Decoding
+from gpux.arrays import Array
+from gpux.config.blocks import Segmentation
 from gpux.config.load import Project
 from gpux.config.steps import Postprocess
-from gpux.errors import ModelError
-from gpux.model.tensor import Tensor
+from gpux.errors import ModelError, Problem
+from gpux.model.tensor import Dim, Tensor
+
+if TYPE_CHECKING:
+    from gpux.answers.draw import Canvas
 
 AGREE_AT = 0.99  # a row's class maps agree where this share of their pixels is the same class, or more
 FAST_CLASSES = 4096  # class indexes spanning more than this are counted by np.unique instead of a confusion table
 
 
-def own_map(row: Any, block: Any, activation: tuple[bool, bool]) -> Any:
+class SegmentClass(TypedDict):
+    """One class present in a class map: its label, index and how many of the map's pixels are that class."""
+
+    label: str
+    index: int
+    pixels: int
+
+
+class SegmentationMap(TypedDict):
+    """A semantic segmenter's answer (`decode`): the class map's [height, width], the classes present (most pixels
+    first), and the map as a PNG, base64 (`class_map` reads it back)."""
+
+    size: list[int]
+    classes: list[SegmentClass]
+    png: str
+
+
+class SegmentationAgreement(TypedDict):
+    """The artifact's class maps against the reference's (`compare`), pooled over rows."""
+
+    rows: int
+    pixels: int
+    classes: int  # classes in either map
+    pixel_agreement: float
+    mean_iou: float
+    rows_agree: float  # the share of rows agreeing on agree_at of their pixels or more
+    agree_at: float
+    least_agreement: float
+
+
+def own_map(row: Array, block: Segmentation, activation: tuple[bool, bool]) -> Array:
     """The class of each cell at the map's own size, [h, w] int64: the best channel, a one-channel map's
     foreground at `threshold`, or the indexes as they are."""
     import numpy as np
@@ -38,7 +73,7 @@ def own_map(row: Any, block: Any, activation: tuple[bool, bool]) -> Any:
     return a.argmax(axis=0).astype(np.int64)
 
 
-def _taps(pixels: int, scale: float, offset: float, canvas: int, cells: int) -> tuple[Any, Any, Any]:
+def _taps(pixels: int, scale: float, offset: float, canvas: int, cells: int) -> tuple[Array, Array, Array]:
     """Along one axis: each original pixel's centre in map cells, as the two cells it falls between (edges clamped)
     and its weight on the second."""
     import numpy as np
@@ -49,7 +84,7 @@ def _taps(pixels: int, scale: float, offset: float, canvas: int, cells: int) -> 
     return first, np.minimum(first + 1, cells - 1), (at - first).astype(np.float32)
 
 
-def _nearest(pixels: int, scale: float, offset: float, canvas: int, cells: int) -> Any:
+def _nearest(pixels: int, scale: float, offset: float, canvas: int, cells: int) -> Array:
     import numpy as np
 
     at = ((np.arange(pixels) + 0.5) * scale + offset) * cells / canvas
@@ -59,14 +94,15 @@ def _nearest(pixels: int, scale: float, offset: float, canvas: int, cells: int) 
 CHUNK = 1 << 22  # values interpolated at once: pixels x classes
 
 
-def original_map(row: Any, how: Decoding) -> Any:
-    """The class of each pixel of the original image, [height, width] int64, through `how.placement`: each pixel's
+def original_map(row: Array, how: Decoding) -> Array:
+    """The class of each pixel of the original image, [height, width] int64, through `how.image`: each pixel's
     centre mapped into the map, the scores interpolated there (bilinear), the best class. Where the four cells around
     a pixel share their best class it is the pixel's (a weighted mean of scores that class leads everywhere), so
     the scores are interpolated only between cells whose classes differ."""
     import numpy as np
 
-    a, block, p = np.asarray(row), how.block, how.placement
+    a, block, p = np.asarray(row), how.block_as(Segmentation), how.image
+    assert p is not None  # decode maps a row back only through an image's placement
     mh, mw = a.shape[-2:]
     ch, cw = p.canvas or (mh, mw)
     if block.layout == "classes":
@@ -77,7 +113,7 @@ def original_map(row: Any, how: Decoding) -> Any:
     scores = a.astype(np.float32) if a.shape[0] > 1 else post.activate(a, *how.activation)
     cells = np.ascontiguousarray(scores.transpose(1, 2, 0))  # [h, w, classes]: each cell's scores side by side
 
-    def at(rows: Any, cols: Any) -> Any:  # the scores interpolated at pixels (rows, cols): [pixels, classes]
+    def at(rows: Array, cols: Array) -> Array:  # the scores interpolated at pixels (rows, cols): [pixels, classes]
         wy, wx = fy[rows, None], fx[cols, None]
         return (cells[y0[rows], x0[cols]] * ((1 - wy) * (1 - wx)) + cells[y0[rows], x1[cols]] * ((1 - wy) * wx)
                 + cells[y1[rows], x0[cols]] * (wy * (1 - wx)) + cells[y1[rows], x1[cols]] * (wy * wx))
@@ -95,7 +131,7 @@ def original_map(row: Any, how: Decoding) -> Any:
     return out
 
 
-def png(mask: Any) -> str:
+def png(mask: Array) -> str:
     """A class map as a PNG (8-bit, or 16-bit past 255 classes), base64."""
     import base64
     import io
@@ -112,7 +148,7 @@ def png(mask: Any) -> str:
     return base64.b64encode(out.getvalue()).decode()
 
 
-def class_map(answer: dict[str, Any]) -> Any:
+def class_map(answer: SegmentationMap) -> Array:
     """The class map [height, width] of a segmentation answer (its PNG decoded)."""
     import base64
     import io
@@ -123,23 +159,24 @@ def class_map(answer: dict[str, Any]) -> Any:
     return np.asarray(Image.open(io.BytesIO(base64.b64decode(answer["png"]))), np.int64)
 
 
-def decode(row: Any, how: Decoding) -> dict[str, Any]:
+def decode(row: Array, how: Decoding) -> SegmentationMap:
     import numpy as np
 
-    mask = original_map(row, how) if how.placement is not None else own_map(row, how.block, how.activation)
+    mask = original_map(row, how) if how.image is not None else own_map(row, how.block_as(Segmentation),
+                                                                            how.activation)
     values, counts = np.unique(mask, return_counts=True)
     order = np.argsort(-counts, kind="stable")
-    classes = [{"label": post.label(how.labels, int(values[i])), "index": int(values[i]), "pixels": int(counts[i])}
-               for i in order]
+    classes: list[SegmentClass] = [{"label": post.label(how.labels, int(values[i])), "index": int(values[i]),
+                                    "pixels": int(counts[i])} for i in order]
     return {"size": list(mask.shape), "classes": classes, "png": png(mask)}
 
 
-def judge(row: Any, how: Decoding) -> Any:
+def judge(row: Array, how: Decoding) -> Array:
     """The class map at the model's own resolution."""
-    return own_map(row, how.block, how.activation)
+    return own_map(row, how.block_as(Segmentation), how.activation)
 
 
-def _confusion(reference: list[Any], got: list[Any]) -> Any:
+def _confusion(reference: list[Array], got: list[Array]) -> Array:
     """[classes, classes] pixel counts over every row (reference class, artifact class), classes renumbered."""
     import numpy as np
 
@@ -159,7 +196,7 @@ def _confusion(reference: list[Any], got: list[Any]) -> Any:
     return table.reshape(k, k)
 
 
-def compare(reference: list[Any], got: list[Any]) -> dict[str, Any]:
+def compare(reference: list[Array], got: list[Array]) -> SegmentationAgreement:
     """The artifact's class maps against the reference's, pooled over rows: the share of pixels of the same class,
     the mean over classes (in either map) of their IoU, and the share of rows agreeing on AGREE_AT of pixels."""
     import numpy as np
@@ -181,16 +218,16 @@ def compare(reference: list[Any], got: list[Any]) -> dict[str, Any]:
             "least_agreement": min(rows, default=1.0)}
 
 
-def counts(record: dict[str, Any]) -> str:
+def counts(record: SegmentationAgreement) -> str:
     return f"{record['rows']} rows, {record['pixels']} pixels, {record['classes']} classes"
 
 
-def text(record: dict[str, Any]) -> str:
+def text(record: SegmentationAgreement) -> str:
     return (f"class maps agree on {record['pixel_agreement']:.2%} of pixels, mean IoU {record['mean_iou']:.3f} "
             f"({record['rows_agree']:.0%} of {record['rows']} rows at >= {record['agree_at']:.0%})")
 
 
-def lines(name: str, answer: dict[str, Any]) -> list[str]:
+def lines(name: str, answer: SegmentationMap) -> list[str]:
     h, w = answer["size"]
     total = max(h * w, 1)
     return [f"  {name}: {w}x{h}, {len(answer['classes'])} class{'es' if len(answer['classes']) != 1 else ''}"] + \
@@ -200,7 +237,7 @@ def lines(name: str, answer: dict[str, Any]) -> list[str]:
 SHOWN = 5  # classes named in a --save picture's caption
 
 
-def draw(canvas: Any, name: str, answer: dict[str, Any]) -> None:
+def draw(canvas: Canvas, name: str, answer: SegmentationMap) -> None:
     """Each class present filled over the picture, half seen through, in its index's colour; the largest named
     with their share in the caption."""
     import numpy as np
@@ -217,10 +254,11 @@ def draw(canvas: Any, name: str, answer: dict[str, Any]) -> None:
                                                 for c in answer["classes"][:SHOWN]))
 
 
-def shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
+def shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Problem]:
     """scores: [batch, classes, H, W]; classes: [batch, H, W] or [batch, 1, H, W]; labels against the classes,
     declared once."""
-    block, dims, at = spec.block, real.shape, ("outputs", name, "postprocess", "segmentation")
+    block, dims, at = spec.segmentation, real.shape, ("outputs", name, "postprocess", "segmentation")
+    assert block is not None
     if dims is None:
         return []
     scores = block.layout == "scores"
@@ -239,7 +277,7 @@ def shape(project: Project, name: str, spec: Postprocess, labels: list[str] | No
     return []
 
 
-def propose(dims: tuple[Any, ...], inputs: list[Any], outputs: Sequence[Any] = ()) -> str | None:
+def propose(dims: tuple[Dim, ...], inputs: list[Tensor], outputs: Sequence[Tensor] = ()) -> str | None:
     """[batch, classes, H, W] at exactly an image input's H, W (fixed, or named alike), with more than one channel
     and other than the input's (an image-to-image model gives those): a semantic segmenter."""
     if len(dims) != 4 or not isinstance(dims[1], int) or dims[1] < 2 or dims[1] == 3:

@@ -5,17 +5,17 @@ problems a session refuses to open with, at the line that declares them."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from gpux.config.load import Project
 from gpux.config.steps import BOX_LAYOUTS, Postprocess, class_misfit, classes_axis
+from gpux.errors import Problem
 from gpux.model.tensor import Tensor
 
 AT = ("postprocess",)
 
 
 def label_problems(project: Project, name: str, spec: Postprocess | None, labels: list[str] | None, real: Tensor,
-                   less: str = "") -> list[Any]:
+                   less: str = "") -> list[Problem]:
     """The labels (a ctc output's texts: its charset with the blank and space) against the real class axis."""
     shape, axis = real.shape, classes_axis(spec)
     charset = spec is not None and spec.ctc is not None
@@ -31,7 +31,7 @@ def label_problems(project: Project, name: str, spec: Postprocess | None, labels
     return [project.problem(at, f"{wrong} ({name} has {size} on {where} in the model)")]
 
 
-def _rank3(project: Project, name: str, key: str, said: str, least: int, axis: int, real: Tensor) -> list[Any]:
+def _rank3(project: Project, name: str, key: str, said: str, least: int, axis: int, real: Tensor) -> list[Problem]:
     shape = real.shape
     if shape is None:
         return []
@@ -42,7 +42,7 @@ def _rank3(project: Project, name: str, key: str, said: str, least: int, axis: i
 
 
 def box_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor,
-              outputs: Mapping[str, Tensor] | None = None) -> list[Any]:
+              outputs: Mapping[str, Tensor] | None = None) -> list[Problem]:
     assert spec.boxes is not None
     layout = BOX_LAYOUTS[spec.boxes.layout]
     if layout.heads:
@@ -55,7 +55,7 @@ def box_shape(project: Project, name: str, spec: Postprocess, labels: list[str] 
 
 
 def heads_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None,
-                outputs: Mapping[str, Tensor]) -> list[Any]:
+                outputs: Mapping[str, Tensor]) -> list[Problem]:
     """The outputs a per-stride layout reads against their shapes (a missing one is Steps.of's to say), and the
     labels against the classes of its first head."""
     from gpux.model.heads import head_misfit
@@ -76,7 +76,7 @@ def heads_shape(project: Project, name: str, spec: Postprocess, labels: list[str
     return label_problems(project, name, spec, labels, outputs[name], less)
 
 
-def ctc_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
+def ctc_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Problem]:
     assert spec.ctc is not None
     said = ("ctc decodes [batch, time, classes] ([batch, classes, time] with axis: 1, [time, batch, classes] with "
             "time_major: true)")
@@ -84,7 +84,7 @@ def ctc_shape(project: Project, name: str, spec: Postprocess, labels: list[str] 
         label_problems(project, name, spec, labels, real)
 
 
-def map_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
+def map_shape(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Problem]:
     """A probability map is [batch, 1, H, W]."""
     shape = real.shape
     if shape is None or (len(shape) == 4 and (shape[1] == 1 or not isinstance(shape[1], int))):
@@ -93,6 +93,6 @@ def map_shape(project: Project, name: str, spec: Postprocess, labels: list[str] 
                             f"a db probability map comes as [batch, 1, height, width]; {name} is {list(shape)}")]
 
 
-def as_it_is(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Any]:
+def as_it_is(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor) -> list[Problem]:
     """A python step's contract: its function reads the row as it is."""
     return []

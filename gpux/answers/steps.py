@@ -8,23 +8,27 @@ kinds, the tokenizer file) and raises a ConfigError at the line that declares it
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias, TypeGuard
 
 from gpux.answers.audio import AUDIO_SUFFIXES, audio_tensor
-from gpux.answers.pre import IMAGE_SUFFIXES, Placement, image_tensor
+from gpux.answers.kinds import Where
+from gpux.answers.many import Infers, Item
+from gpux.answers.pre import IMAGE_SUFFIXES, image_tensor
 from gpux.answers.raw import bytes_tensor
 from gpux.answers.records import Answer, Answers
-from gpux.answers.text import TEXT_SUFFIXES, Spans, text_input, tokenizer
-from gpux.arrays import Feeds, Named
+from gpux.answers.text import TEXT_SUFFIXES, text_input, tokenizer
+from gpux.arrays import Array, Feeds, Named
 from gpux.config.inputs import Preprocess, check_preprocess
 from gpux.config.kinds import AnswerKind, kind_of, step
 from gpux.config.load import Project
-from gpux.config.steps import ImageSteps, Postprocess
-from gpux.errors import ConfigError, InputError
+from gpux.config.steps import Block, ImageSteps, Postprocess
+from gpux.errors import ConfigError, InputError, Problem
 from gpux.model.io import Tensor
+
+Predicted: TypeAlias = "Answers | list[Answers] | list[Answers | list[Answers]]"  # predict's: a file's, rows', a list
 
 SUFFIXES = {"image": IMAGE_SUFFIXES, "audio": AUDIO_SUFFIXES, "text": TEXT_SUFFIXES, "bytes": (),
             "python": ()}  # (): every file
@@ -36,11 +40,10 @@ class Steps:
     inputs: dict[str, Tensor]
     pre: dict[str, tuple[Preprocess, Tensor]]  # inputs with preprocess
     post: dict[str, tuple[Postprocess, list[str] | None]]  # outputs with postprocess, and their labels
-    code: dict[tuple[str, str], Any] = field(default_factory=dict)  # ("inputs" | "outputs", name) -> python step
+    code: dict[tuple[str, str], Callable[..., object]] = field(default_factory=dict)  # (inputs/outputs, name) -> step
 
     @classmethod
     def of(cls, project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]) -> Steps:
-
         cfg = project.config
         pre = {n: (s.preprocess, inputs[n]) for n, s in (cfg.inputs or {}).items()
                if s.preprocess is not None and n in inputs}
@@ -64,7 +67,7 @@ class Steps:
         """The inputs with preprocess: image."""
         return {n: (p.image, t) for n, (p, t) in self.pre.items() if p.image is not None}
 
-    def fixed_size(self, block: Any) -> tuple[int, int] | None:
+    def fixed_size(self, block: Block | None) -> tuple[int, int] | None:
         """(height, width) of the image input a block maps back through (its `image`, else the first), where its
         declared shape fixes them: the size tensors given without a file were made at."""
         images = self.images
@@ -74,7 +77,7 @@ class Steps:
         steps, tensor = images[name]
         shape = tensor.shape or ()
         hw = tuple(shape[2:4] if steps.layout == "nchw" else shape[1:3]) if len(shape) == 4 else ()
-        return (hw[0], hw[1]) if len(hw) == 2 and all(isinstance(d, int) for d in hw) else None  # type: ignore[return-value]
+        return (hw[0], hw[1]) if len(hw) == 2 and isinstance(hw[0], int) and isinstance(hw[1], int) else None
 
     @property
     def kinds(self) -> dict[str, AnswerKind]:
@@ -82,7 +85,7 @@ class Steps:
         return {n: k for n, (spec, _) in self.post.items() if (k := kind_of(spec)) is not None}
 
     @property
-    def blocks(self) -> dict[str, Any]:
+    def blocks(self) -> dict[str, Block]:
         """Each output's kind block (its settings under postprocess:), for those that declare a kind."""
         return {n: spec.block for n, (spec, _) in self.post.items() if spec.block is not None}
 
@@ -97,7 +100,7 @@ class Steps:
         """The kind of file the preprocessed input takes (image, bytes, audio, text), None without one."""
         return next((p.kind for p, _ in self.pre.values()), None)
 
-    def feeds(self, item: Any, name: str) -> tuple[Feeds, Any]:
+    def feeds(self, item: Item, name: str) -> tuple[Feeds, Where | None]:
         """The feeds for one item through the declared steps (an image: path, bytes, PIL image, HxWxC array; raw
         bytes: path or bytes; audio: path, bytes or a 1-D waveform; text: a str, a path or bytes), a ready tensor
         of the input's rank, or a dict of tensors (cast to the inputs); and where the item sits in them (an image's
@@ -107,7 +110,7 @@ class Steps:
         if isinstance(item, dict):
             return cast_all(item, self.inputs, "inputs"), None
         input_name, spec, tensor = self.file_input(name)
-        if self.ready(item):
+        if self._tensor(item):
             return cast_all({input_name: item}, self.inputs, "inputs"), None
         if spec.python is not None:
             from gpux.answers.python import call, file_data
@@ -127,10 +130,11 @@ class Steps:
             feeds = {input_name: audio_tensor(item, spec.audio, tensor.dtype, name)}
         return cast_all(feeds, self.inputs, name), None
 
-    def ready(self, item: Any) -> bool:
+    def ready(self, item: object) -> bool:
         """Whether `item` is tensors already: a dict, or an array of the file input's rank."""
-        if isinstance(item, dict):
-            return True
+        return isinstance(item, dict) or self._tensor(item)
+
+    def _tensor(self, item: object) -> TypeGuard[Array]:  # an array of the file input's rank
         shape = next((t.shape for _, t in self.pre.values()), None)
         return bool(shape) and hasattr(item, "__array_interface__") and getattr(item, "ndim", 0) == len(shape or ())
 
@@ -152,7 +156,7 @@ class Steps:
                              f"{', '.join(rest)}", hint="pass a dict of tensors")
         return input_name, spec, tensor
 
-    def file_answers(self, outputs: Named, placement: Placement | Spans | None) -> Answers:
+    def file_answers(self, outputs: Named, placement: Where | None) -> Answers:
         """A file's answers: its one row's, or for audio every window's (passthrough outputs stacked, answers in
         a list per output)."""
         if self.kind != "audio":
@@ -165,13 +169,13 @@ class Steps:
         return min((a.shape[self.post[n][0].batch_axis if n in self.post else 0] for n, a in outputs.items()
                     if getattr(a, "ndim", 0)), default=1)
 
-    def answers(self, outputs: Named, placement: Placement | Spans | None, row: int = 0,
+    def answers(self, outputs: Named, placement: Where | None, row: int = 0,
                 only: Sequence[str] | None = None) -> Answers:
         """Each output's answer for one batch row (of those named in `only`, else all but those a step reads that
         declare no postprocess of their own: masks' prototypes, a detector's heads), as its kind decodes it
         (gpux.config.kinds); outputs without postprocess stay arrays, those without a kind of answer their
         activated values."""
-        from gpux.answers.kinds import Decoding
+        from gpux.answers.kinds import Decoding, decoder
         from gpux.answers.post import activate
 
         out: Answers = {}
@@ -186,13 +190,13 @@ class Steps:
             others = {n: outputs[n][row] for n in getattr(spec.block, "reads", ()) if n in outputs}
             how = Decoding(spec=spec, labels=labels, placement=placement, function=self.code.get(("outputs", name)),
                            root=self.project.root, others=others, size=self.fixed_size(spec.block))
-            out[name] = step(kind, "decode")(arr[:, row] if spec.batch_axis else arr[row], how)
+            out[name] = decoder(kind)(arr[:, row] if spec.batch_axis else arr[row], how)
         return out
 
 
-def _read_field(block: Any, name: str) -> str:
+def _read_field(block: Block | None, name: str) -> str:
     """The field of a block that names an output its step reads."""
-    return block.read_field(name) if hasattr(block, "read_field") else "reads"
+    return getattr(block, "read_field", lambda _: "reads")(name)
 
 
 def _stacked(windows: list[Answer]) -> Answer:
@@ -218,7 +222,8 @@ def _texts(project: Project, name: str, spec: Postprocess) -> list[str] | None:
     return texts
 
 
-def _functions(project: Project, named: dict[tuple[str, str], str | None], problems: list[Any]) -> dict[Any, Any]:
+def _functions(project: Project, named: dict[tuple[str, str], str | None], problems: list[Problem]
+               ) -> dict[tuple[str, str], Callable[..., object]]:
     """Each python step's function, imported once; one that cannot be is a problem at its line."""
     from gpux.answers.python import resolve
 
@@ -235,7 +240,7 @@ def _functions(project: Project, named: dict[tuple[str, str], str | None], probl
 
 
 def _pre_misfits(project: Project, name: str, spec: Preprocess, real: Tensor,
-                 inputs: dict[str, Tensor]) -> list[Any]:
+                 inputs: dict[str, Tensor]) -> list[Problem]:
     """Problems of an input's preprocess against the model's real input (its rows, dtype) and its other inputs;
     a text's tokenizer file is read here."""
     at = ("inputs", name, "preprocess")
@@ -258,7 +263,7 @@ def _pre_misfits(project: Project, name: str, spec: Preprocess, real: Tensor,
 
 
 def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] | None, real: Tensor,
-             outputs: dict[str, Tensor]) -> list[Any]:
+             outputs: dict[str, Tensor]) -> list[Problem]:
     """Problems of an output's postprocess against its real shape, as its kind checks them (a python step reads
     the row as it is; a step that reads other outputs is given them all as `outputs`), else of its labels against
     the class axis."""
@@ -273,14 +278,14 @@ def _misfits(project: Project, name: str, spec: Postprocess, labels: list[str] |
     return label_problems(project, name, spec, labels, real)
 
 
-def describe(item: Any) -> str:
+def describe(item: object) -> str:
     """How an item is named in messages: its path, else its kind."""
     if isinstance(item, str | os.PathLike):
         return os.fspath(item)
     return "bytes" if isinstance(item, bytes | bytearray | memoryview) else type(item).__name__
 
 
-def predict(session: Any, steps: Steps, x: Any) -> Any:
+def predict(session: Infers, steps: Steps, x: Item | list[Item] | tuple[Item, ...]) -> Predicted:
     """Answers for one item, a list for a list (or tuple) of items; a dict of tensors answers every batch row (a
     list). `session` is a gpux Session (`run_feeds`, `output_names`), `steps` its project's steps bound once."""
     if isinstance(x, list | tuple):
@@ -295,7 +300,7 @@ def predict(session: Any, steps: Steps, x: Any) -> Any:
     return _one(session, steps, x)
 
 
-def _one(session: Any, steps: Steps, item: Any) -> Any:
+def _one(session: Infers, steps: Steps, item: Item) -> Answers | list[Answers]:
     feeds, placement = steps.feeds(item, "text" if isinstance(item, str) and steps.kind == "text" else describe(item))
     outputs = dict(zip(session.output_names, session.run_feeds(feeds), strict=True))
     if steps.ready(item):

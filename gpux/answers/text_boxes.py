@@ -6,19 +6,19 @@ numpy and Pillow only: the regions are labeled by runs, the rectangles found on 
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpux.answers.kinds import Decoding
 from gpux.answers.records import TextBox
+from gpux.arrays import Array
+from gpux.config.blocks import TextBoxes
 
 
-def decode(row: Any, how: Decoding) -> list[TextBox]:
+def decode(row: Array, how: Decoding) -> list[TextBox]:
     """One map [1, H, W] → its text regions, mapped back through the image's Placement (clipped to the image)."""
     import numpy as np
 
-    quads, scores = regions(row, how.block)
-    if how.placement is not None and len(quads):
-        p = how.placement
+    quads, scores = regions(row, how.block_as(TextBoxes))
+    p = how.image
+    if p is not None and len(quads):
         quads = quads.astype(np.float64)
         quads[..., 0] = ((quads[..., 0] - p.offset_x) / p.scale_x).clip(0, p.width)
         quads[..., 1] = ((quads[..., 1] - p.offset_y) / p.scale_y).clip(0, p.height)
@@ -26,16 +26,17 @@ def decode(row: Any, how: Decoding) -> list[TextBox]:
             for q, s in zip(quads, scores, strict=True)]
 
 
-def judge(row: Any, how: Decoding) -> tuple[Any, Any, Any, float]:
+def judge(row: Array, how: Decoding) -> tuple[Array, Array, Array, float]:
     """The regions in the map's pixels as the box comparison takes them: (quads, scores, one class, the score from
     which a region is confident: the box threshold + 0.1)."""
     import numpy as np
 
-    quads, scores = regions(row, how.block)
-    return quads, scores, np.zeros(len(scores), np.int64), min(1.0, how.block.box_threshold + 0.1)
+    block = how.block_as(TextBoxes)
+    quads, scores = regions(row, block)
+    return quads, scores, np.zeros(len(scores), np.int64), min(1.0, block.box_threshold + 0.1)
 
 
-def regions(row: Any, block: Any) -> tuple[Any, Any]:
+def regions(row: Array, block: TextBoxes) -> tuple[Array, Array]:
     """(quads [N, 4, 2] in map pixels, scores [N]) of one map [1, H, W] (or [H, W])."""
     import numpy as np
 
@@ -63,7 +64,7 @@ def regions(row: Any, block: Any) -> tuple[Any, Any]:
     return np.asarray(quads, np.float32).reshape(-1, 4, 2), np.asarray(scores, np.float32)
 
 
-def components(bitmap: Any) -> list[tuple[Any, Any]]:
+def components(bitmap: Array) -> list[tuple[Array, Array]]:
     """The (ys, xs) of the first and last pixel of each run of each 8-connected region of a boolean map (what its
     convex hull needs), the largest region first: runs of each row, joined with the runs they touch in the row
     above (union-find over runs)."""
@@ -107,7 +108,7 @@ def components(bitmap: Any) -> list[tuple[Any, Any]]:
     return [(ys, xs) for _, ys, xs in sorted(out, key=lambda c: -c[0])]
 
 
-def hull(points: Any) -> Any:
+def hull(points: Array) -> Array:
     """The convex hull of [N, 2] points, counter-clockwise (Andrew's monotone chain); a point or a line for fewer."""
     import numpy as np
 
@@ -115,8 +116,8 @@ def hull(points: Any) -> Any:
     if len(pts) < 3:
         return pts
 
-    def half(seq: Any) -> list[Any]:
-        out: list[Any] = []
+    def half(seq: Array) -> list[Array]:
+        out: list[Array] = []
         for p in seq:
             while len(out) >= 2 and (out[-1][0] - out[-2][0]) * (p[1] - out[-2][1]) - \
                     (out[-1][1] - out[-2][1]) * (p[0] - out[-2][0]) <= 0:
@@ -128,7 +129,7 @@ def hull(points: Any) -> Any:
     return np.asarray(lower[:-1] + upper[:-1])
 
 
-def min_area_box(points: Any) -> tuple[Any, float]:
+def min_area_box(points: Array) -> tuple[Array, float]:
     """The minimum-area rectangle around points [N, 2] (one side along an edge of their hull), as 4 corners
     [top-left, top-right, bottom-right, bottom-left] the way PaddleOCR orders them, and its shorter side."""
     import numpy as np
@@ -154,7 +155,7 @@ def min_area_box(points: Any) -> tuple[Any, float]:
     return order(corners), float(min(hi - lo))
 
 
-def order(corners: Any) -> Any:
+def order(corners: Array) -> Array:
     """PaddleOCR's get_mini_boxes order: by x, the left two top then bottom, the right two likewise, as [left-top,
     right-top, right-bottom, left-bottom]."""
     import numpy as np
@@ -165,7 +166,7 @@ def order(corners: Any) -> Any:
     return np.array([left[0], right[0], right[1], left[1]])
 
 
-def mean_inside(pred: Any, box: Any) -> float:
+def mean_inside(pred: Array, box: Array) -> float:
     """The mean probability over the pixels of the box's polygon (its corners truncated to pixels, as
     box_score_fast fills it), within the map."""
     import numpy as np
@@ -182,7 +183,7 @@ def mean_inside(pred: Any, box: Any) -> float:
     return float(region[m].mean()) if m.any() else 0.0
 
 
-def unclipped(box: Any, ratio: float) -> tuple[Any, float]:
+def unclipped(box: Array, ratio: float) -> tuple[Array, float]:
     """The rectangle grown by area x ratio / perimeter on every side (the minimum-area rectangle of its outline
     offset with round joins), and its shorter side."""
     import numpy as np

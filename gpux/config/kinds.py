@@ -6,17 +6,25 @@ answer"). A new kind is one module and one `register` call; its config block is 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pkgutil import resolve_name
-from typing import Any
+from typing import TYPE_CHECKING, Literal, Protocol, overload
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from gpux.arrays import Array
+    from gpux.documents import Agreement
+    from gpux.errors import Problem
 
 # A plug-in kind's config type by its key under postprocess: (register adds one); the built-in
 # kinds are Postprocess's own fields.
-ADDED: dict[str, Any] = {}
+ADDED: dict[str, type[BaseModel]] = {}
 
-__all__ = ["ADDED", "ANSWER_KEYS", "ANSWER_KINDS", "AnswerKind", "Floor", "kind_of", "proposals", "record_kind",
-           "register", "step"]
+__all__ = ["ADDED", "ANSWER_KEYS", "ANSWER_KINDS", "AnswerKind", "Declares", "Floor", "Shaped", "kind_of",
+           "proposals", "record_kind", "register", "step"]
 
 Floor = tuple[str, str, str]  # (metric in its agreement record, threshold key under verify:, what it is in words)
 
@@ -61,7 +69,7 @@ class AnswerKind:
     lines: str | None = None
     encode: str | None = None
     propose: str | None = None
-    config: Any = None  # a plug-in kind's config type (the built-in kinds' are Postprocess fields)
+    config: type[BaseModel] | None = None  # a plug-in kind's config type (the built-in kinds' are Postprocess fields)
     settings: tuple[str, ...] = ()  # threshold keys (verify:) `compare` takes as keyword arguments, where set
     layout: str | None = None  # a row for one layout of its key's block (kind_of picks it over the key's own row)
 
@@ -82,13 +90,13 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
         judge="gpux.quality.agreement:judge_topk", compare="gpux.quality.agreement:topk_agreement",
         floors=(("topk_overlap", "min_topk_overlap", "top-k label overlap"),),
         counts="gpux.quality.agreement:topk_counts", text="gpux.report.answers:topk_text",
-        draw="gpux.answers.draw:draw_top", lines="gpux.report.answers:top_lines"),
+        draw="gpux.answers.draw:draw_top", lines="gpux.answers.lines:top_lines"),
     "boxes": AnswerKind(
         key="boxes", record="boxes", rank=2, decode="gpux.answers.kinds:decode_boxes",
         judge="gpux.quality.agreement:judge_boxes", compare="gpux.quality.agreement:compare_boxes",
         floors=BOX_FLOORS, empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
         text="gpux.report.answers:boxes_text", fit="gpux.model.fit:box_misfit", shape="gpux.answers.shapes:box_shape",
-        draw="gpux.answers.draw:draw_boxes", lines="gpux.report.answers:box_lines",
+        draw="gpux.answers.draw:draw_boxes", lines="gpux.answers.lines:box_lines",
         propose="gpux.answers.propose:boxes"),
     "ctc": AnswerKind(
         key="ctc", record="text", rank=2, decode="gpux.answers.kinds:decode_ctc",
@@ -97,27 +105,27 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
                 ("cer", "max_cer", "character error rate")),
         empty="gpux.quality.agreement:no_text", counts="gpux.quality.agreement:text_counts",
         text="gpux.report.answers:text_text", fit="gpux.model.fit:ctc_misfit", shape="gpux.answers.shapes:ctc_shape",
-        draw="gpux.answers.draw:draw_text", lines="gpux.report.answers:text_lines"),
+        draw="gpux.answers.draw:draw_text", lines="gpux.answers.lines:text_lines"),
     "text_boxes": AnswerKind(
         key="text_boxes", record="text_boxes", rank=3, decode="gpux.answers.text_boxes:decode",
         judge="gpux.answers.text_boxes:judge", compare="gpux.quality.agreement:polygon_agreement", floors=BOX_FLOORS,
         counts="gpux.quality.agreement:box_counts", text="gpux.report.answers:boxes_text",
         fit="gpux.model.fit:map_misfit", shape="gpux.answers.shapes:map_shape",
-        draw="gpux.answers.draw:draw_polygons", lines="gpux.report.answers:polygon_lines",
+        draw="gpux.answers.draw:draw_polygons", lines="gpux.answers.lines:polygon_lines",
         propose="gpux.answers.propose:text_boxes"),
     "embedding": AnswerKind(
         key="embedding", record="embedding", rank=1, decode="gpux.answers.kinds:decode_embedding",
         judge="gpux.answers.kinds:judge_embedding", compare="gpux.quality.agreement:vector_agreement",
         floors=(("close", "min_rows_close", "rows whose vector keeps its direction"),), settings=("row_cosine",),
         counts="gpux.quality.agreement:close_counts", text="gpux.report.answers:embedding_text",
-        lines="gpux.report.answers:vector_lines", encode="gpux.answers.kinds:encode_vectors"),
+        lines="gpux.answers.lines:vector_lines", encode="gpux.answers.kinds:encode_vectors"),
     "keypoints": AnswerKind(
         key="keypoints", record="keypoints", rank=2, decode="gpux.answers.keypoints:decode",
         judge="gpux.quality.pose:judge_pose", compare="gpux.quality.pose:keypoint_agreement",
         floors=(*BOX_FLOORS, ("mean_oks", "min_box_iou", "mean keypoint similarity (OKS) of matched detections")),
         empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
         text="gpux.report.answers:pose_text", shape="gpux.answers.keypoints:pose_shape",
-        draw="gpux.answers.draw:draw_keypoints", lines="gpux.report.answers:pose_lines",
+        draw="gpux.answers.draw:draw_keypoints", lines="gpux.answers.lines:pose_lines",
         propose="gpux.answers.propose:keypoints"),
     "masks": AnswerKind(
         key="masks", record="masks", rank=2, decode="gpux.answers.masks:decode", judge="gpux.answers.masks:judge",
@@ -125,7 +133,7 @@ ANSWER_KINDS: dict[str, AnswerKind] = {
         floors=(*BOX_FLOORS, ("mean_mask_iou", "min_box_iou", "mean mask IoU of matched detections")),
         empty="gpux.quality.agreement:no_box_area", counts="gpux.quality.agreement:box_counts",
         text="gpux.report.answers:mask_text", shape="gpux.answers.masks:mask_shape",
-        draw="gpux.answers.draw:draw_masks", lines="gpux.report.answers:mask_lines"),
+        draw="gpux.answers.draw:draw_masks", lines="gpux.answers.lines:mask_lines"),
     "tokens": AnswerKind(
         key="tokens", record="tokens", rank=2, decode="gpux.answers.tokens:decode", judge="gpux.answers.tokens:judge",
         compare="gpux.answers.tokens:compare", floors=(("token_match", "min_exact_match", "tokens labelled the same"),),
@@ -167,7 +175,15 @@ def register(kind: AnswerKind) -> AnswerKind:
     return kind
 
 
-def kind_of(post: Any) -> AnswerKind | None:
+class Declares(Protocol):
+    """What kind_of reads of an output's postprocess (gpux.config.steps.Postprocess): the (key, block) of the kind
+    of answer it declares, None: values only."""
+
+    @property
+    def answer(self) -> tuple[str, object] | None: ...
+
+
+def kind_of(post: Declares | None) -> AnswerKind | None:
     """The row of the kind an output's Postprocess declares (None: values only)."""
     answer = post.answer if post is not None else None
     if not answer:
@@ -175,10 +191,22 @@ def kind_of(post: Any) -> AnswerKind | None:
     return ANSWER_KINDS.get(f"{answer[0]}.{getattr(answer[1], 'layout', None)}") or ANSWER_KINDS[answer[0]]
 
 
-def proposals(shape: Any, inputs: Any, outputs: Any = ()) -> list[str]:
+class Shaped(Protocol):
+    """A model's tensor as the propose steps read it (gpux.model.tensor.Tensor): its name, and its shape (None:
+    rank unknown; a dim: an int, a name, None where unnamed and dynamic)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[int | str | None, ...] | None: ...
+
+
+def proposals(shape: Sequence[int | str | None], inputs: Iterable[Shaped], outputs: Iterable[Shaped] = ()
+              ) -> list[str]:
     """What each kind proposes for an output of `shape` (gpux init), given the model's inputs and outputs."""
-    found = [step(k, "propose")(tuple(shape), list(inputs), list(outputs)) for k in ANSWER_KINDS.values()
-             if k.propose]
+    found = [propose(tuple(shape), list(inputs), list(outputs)) for k in ANSWER_KINDS.values()
+             if k.propose and (propose := step(k, "propose")) is not None]
     return [p for p in found if p]
 
 
@@ -187,8 +215,30 @@ def record_kind(record: str) -> AnswerKind | None:
     return next((k for k in ANSWER_KINDS.values() if k.record == record), None)
 
 
+# What each role's step returns, as AnswerKind's docstring names them (a kind's `decode` and `judge` return what
+# the answers room types: gpux.answers.kinds.decoder gives decode typed).
+@overload
+def step(kind: AnswerKind, role: Literal["decode"]) -> Callable[..., object]: ...
+@overload
+def step(kind: AnswerKind, role: Literal["compare"]) -> Callable[..., Agreement] | None: ...
+@overload
+def step(kind: AnswerKind, role: Literal["empty", "propose"]) -> Callable[..., str | None] | None: ...
+@overload
+def step(kind: AnswerKind, role: Literal["counts", "text"]) -> Callable[..., str] | None: ...
+@overload
+def step(kind: AnswerKind, role: Literal["fit"]) -> Callable[..., str | tuple[str, str] | None] | None: ...
+@overload
+def step(kind: AnswerKind, role: Literal["shape"]) -> Callable[..., list[Problem]] | None: ...
+@overload
+def step(kind: AnswerKind, role: Literal["draw"]) -> Callable[..., None] | None: ...
+@overload
+def step(kind: AnswerKind, role: Literal["lines"]) -> Callable[..., list[str]] | None: ...
+@overload
+def step(kind: AnswerKind, role: Literal["encode"]) -> Callable[..., Array] | None: ...
+@overload
+def step(kind: AnswerKind, role: str) -> Callable[..., object] | None: ...
 @cache
-def step(kind: AnswerKind, role: str) -> Any:
+def step(kind: AnswerKind, role: str) -> Callable[..., object] | None:
     """The function a kind names for `role` (a field of AnswerKind), None where it names none."""
     named = getattr(kind, role)
     return resolve_name(named) if named else None

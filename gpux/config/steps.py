@@ -7,9 +7,18 @@ session is opened (gpux.answers)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Protocol, TypeAlias
 
-from pydantic import BaseModel, BeforeValidator, Field, WithJsonSchema, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    SkipValidation,
+    WithJsonSchema,
+    model_serializer,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from gpux.config.base import Strict
@@ -30,9 +39,9 @@ from gpux.config.kinds import ADDED, ANSWER_KEYS
 from gpux.config.problems import show_value
 from gpux.config.tokens import Tokens
 
-__all__ = ["ADDED", "ANSWER_KEYS", "BOX_LAYOUTS", "BoxLayout", "BoxLayoutName", "Boxes", "Ctc", "Embedding",
-           "ImageSteps", "Keypoints", "Masks", "Postprocess", "Resize", "Segmentation", "Strict", "TextBoxes",
-           "check_image_shape", "check_labels", "class_misfit", "classes_axis", "declared_steps"]
+__all__ = ["ADDED", "ANSWER_KEYS", "BOX_LAYOUTS", "Block", "BoxLayout", "BoxLayoutName", "Boxes", "Ctc",
+           "Declared", "Embedding", "ImageSteps", "Keypoints", "Masks", "Postprocess", "Resize", "Segmentation",
+           "Strict", "TextBoxes", "check_image_shape", "check_labels", "class_misfit", "classes_axis", "declared_steps"]
 
 FRACTION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*/\s*(\d+(?:\.\d*)?)\s*$")
 
@@ -167,6 +176,12 @@ class ImageSteps(Strict):
 
 
 
+# A kind's own block under postprocess: topk's k, a python step's 'module:function', every other built-in kind's
+# pydantic block (gpux.config.blocks: Boxes, Ctc, TextBoxes, Embedding, Keypoints, Masks, Segmentation; Tokens), a
+# plug-in kind's the config type it registered (gpux.config.kinds.register; kept in Postprocess.added).
+Block: TypeAlias = int | str | BaseModel
+
+
 class Postprocess(Strict):
     softmax: bool = Field(False, description="Softmax over the class axis (for logits).")
     sigmoid: bool = Field(False, description="Sigmoid of every score (multi-label logits).")
@@ -194,7 +209,8 @@ class Postprocess(Strict):
     python: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="module:function, "
                                "imported from gpux.yml's folder: called with one batch row of the output (a numpy "
                                "array), returns a JSON-able answer (docs/answers.md, Python steps).")
-    added: SkipJsonSchema[tuple[tuple[str, Any], ...]] = Field((), exclude=True)  # plug-in kinds' (key, config)
+    # plug-in kinds' (key, config), each validated by its own type in _plugged (kept as it is here)
+    added: SkipJsonSchema[SkipValidation[tuple[tuple[str, Block], ...]]] = Field((), exclude=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -232,17 +248,17 @@ class Postprocess(Strict):
         return self
 
     @property
-    def answers(self) -> list[tuple[str, Any]]:
+    def answers(self) -> list[tuple[str, Block]]:
         """(key, its block) of each kind of answer declared (one, once validated)."""
         return [(k, getattr(self, k)) for k in ANSWER_KEYS if getattr(self, k) is not None] + list(self.added)
 
     @property
-    def answer(self) -> tuple[str, Any] | None:
+    def answer(self) -> tuple[str, Block] | None:
         """(key, block) of the kind of answer this output gives (gpux.config.kinds), None: values only."""
         return next(iter(self.answers), None)
 
     @property
-    def block(self) -> Any:
+    def block(self) -> Block | None:
         """The declared kind's own block (None: values only)."""
         return self.answer[1] if self.answer else None
 
@@ -262,7 +278,7 @@ def classes_axis(post: Postprocess | None) -> int:
     return getattr(post.block, "classes_axis", -1) if post is not None else -1
 
 
-def class_misfit(size: Any, entries: int, post: Postprocess | None) -> str | None:
+def class_misfit(size: int | str | None, entries: int, post: Postprocess | None) -> str | None:
     """Why `entries` labels (or ctc charset entries) do not fit a class axis of `size` ('labels for ... classes'
     for the caller to finish with where the size comes from); None where they fit or the size is not known."""
     if not isinstance(size, int):
@@ -273,7 +289,7 @@ def class_misfit(size: Any, entries: int, post: Postprocess | None) -> str | Non
     return None if entries == size else f"{entries} labels for {size} classes"
 
 
-def check_labels(labels: Any, shape: tuple[int | str, ...] | None, post: Postprocess | None
+def check_labels(labels: list[str] | str | None, shape: tuple[int | str, ...] | None, post: Postprocess | None
                  ) -> tuple[str, tuple[str, ...]] | None:
     """Why inline labels (or an inline ctc charset) do not fit the declared shape, and which field says so (None
     when they fit or it cannot be told)."""
@@ -309,7 +325,27 @@ def check_image_shape(image: ImageSteps, shape: tuple[int | str | None, ...]) ->
     return None
 
 
-def declared_steps(config: Any) -> list[str]:
+class _Input(Protocol):
+    @property
+    def preprocess(self) -> object | None: ...
+
+
+class _Output(Protocol):
+    @property
+    def postprocess(self) -> Postprocess | None: ...
+
+
+class Declared(Protocol):
+    """What declared_steps reads of a gpux.yml (gpux.config.schema.GpuxConfig): its inputs and outputs by name."""
+
+    @property
+    def inputs(self) -> Mapping[str, _Input] | None: ...
+
+    @property
+    def outputs(self) -> Mapping[str, _Output] | None: ...
+
+
+def declared_steps(config: Declared) -> list[str]:
     """Where a gpux.yml declares steps around the model: `inputs.NAME.preprocess`, `outputs.NAME.postprocess`."""
     return [f"inputs.{n}.preprocess" for n, t in (config.inputs or {}).items() if t.preprocess is not None] + \
         [f"outputs.{n}.postprocess" for n, t in (config.outputs or {}).items() if t.postprocess is not None]

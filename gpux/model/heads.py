@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, TypeGuard
+
+from gpux.model.tensor import Dim
+
+if TYPE_CHECKING:
+    from gpux.config.blocks import Boxes
+
+Shapes: TypeAlias = Mapping[str, tuple[Dim, ...] | None]  # each output's shape (None: not known; dims may be names)
 
 
 def cells(size: tuple[int, int], stride: int) -> tuple[int, int]:
@@ -15,24 +22,24 @@ def cells(size: tuple[int, int], stride: int) -> tuple[int, int]:
     return math.ceil(size[0] / stride), math.ceil(size[1] / stride)
 
 
-def head_misfit(block: Any, name: str, shapes: Mapping[str, Any], size: tuple[int, int] | None
-                ) -> tuple[str, str] | None:
+def head_misfit(block: Boxes, name: str, shapes: Shapes, size: tuple[int, int] | None) -> tuple[str, str] | None:
     """(the field, why) where the outputs a block names are missing or cannot be its layout's heads: `shapes`
     gives each output's shape (None: not known; dims may be names), `size` the input's (height, width) where
     known. None: they fit."""
-    fields = [("heads", n) for n in block.heads] + [("distributions", n) for n in block.distributions or ()]
+    heads = block.heads or []  # set for picodet and yolov5_heads (Boxes checks it)
+    fields = [("heads", n) for n in heads] + [("distributions", n) for n in block.distributions or ()]
     missing = [(f, n) for f, n in fields if n not in shapes]
     if missing:
         return missing[0][0], f"{missing[0][1]!r} is not an output of the model (outputs: {', '.join(shapes)})"
-    if name not in block.heads:
+    if name not in heads:
         return "heads", f"the output that declares the step, {name!r}, is not one of its heads"
     check = _picodet_misfit if block.layout == "picodet" else _yolov5_misfit
     return check(block, shapes, size)
 
 
-def _picodet_misfit(block: Any, shapes: Mapping[str, Any], size: tuple[int, int] | None) -> tuple[str, str] | None:
-    classes = None
-    for stride, s, d in zip(block.strides, block.heads, block.distributions, strict=True):
+def _picodet_misfit(block: Boxes, shapes: Shapes, size: tuple[int, int] | None) -> tuple[str, str] | None:
+    classes: int | None = None
+    for stride, s, d in zip(block.strides, block.heads or [], block.distributions or [], strict=True):
         hs, ds = shapes[s], shapes[d]
         if hs is not None and (len(hs) != 3 or (_int(hs[2]) and classes not in (None, hs[2]))):
             return "heads", f"{s} is {list(hs)}; picodet's class scores come as [batch, cells, classes], the same " \
@@ -48,8 +55,8 @@ def _picodet_misfit(block: Any, shapes: Mapping[str, Any], size: tuple[int, int]
     return None
 
 
-def _yolov5_misfit(block: Any, shapes: Mapping[str, Any], size: tuple[int, int] | None) -> tuple[str, str] | None:
-    for stride, h, a in zip(block.strides, block.heads, block.levels_anchors, strict=True):
+def _yolov5_misfit(block: Boxes, shapes: Shapes, size: tuple[int, int] | None) -> tuple[str, str] | None:
+    for stride, h, a in zip(block.strides, block.heads or [], block.levels_anchors, strict=True):
         shape = shapes[h]
         if shape is None:
             continue
@@ -68,5 +75,5 @@ def _strides(size: tuple[int, int], stride: int, makes: str, but: str) -> str:
             "each head, in order")
 
 
-def _int(d: Any) -> bool:
+def _int(d: Dim) -> TypeGuard[int]:
     return isinstance(d, int)

@@ -7,12 +7,13 @@ mapping back to an original image is needed to tell whether two detectors agree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 from gpux.answers.kinds import Decoding
 from gpux.config.kinds import AnswerKind, kind_of, record_kind, step
-from gpux.config.steps import Postprocess
+from gpux.config.steps import Boxes, Postprocess
 from gpux.documents import (
     AnswersRecord,
     BoxAgreement,
@@ -25,9 +26,22 @@ from gpux.documents import (
 from gpux.quality.metrics import CONFIDENT, TIE, Rule, Verification
 from gpux.quality.polygons import pairwise_polygon_iou
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from gpux.arrays import Array
+
 MATCH_IOU = 0.5  # an artifact box matches a reference box of the same label overlapping at least this much
 MARGIN = 0.1  # a confident box scores at least this much over the score threshold (and CONFIDENT)
 CLOSE = 0.99  # an embedding keeps its direction at this cosine with the reference's or more
+
+# What the judge steps hand `compare` per row (in the model's input pixels):
+JudgedTop: TypeAlias = "tuple[int, list[tuple[int, float]]]"  # k, and the best classes' (index, score), best first
+# boxes [N, 4] (or corners [N, 4, 2]), scores [N], classes [N], the score from which a box is confident, and for
+# pose detections and instance masks each detection's keypoints or mask
+JudgedBoxes: TypeAlias = "tuple[Array, Array, Array, float] | tuple[Array, Array, Array, float, Array]"
+JudgedText: TypeAlias = "tuple[str, bool] | str"  # a text and whether the row reads it confidently; or a text
+IoU: TypeAlias = "Callable[[ArrayLike, ArrayLike], Array]"  # boxes [N, ...] x boxes [M, ...] -> IoU [N, M]
 
 
 def answer_kind(spec: Postprocess) -> str | None:
@@ -37,15 +51,15 @@ def answer_kind(spec: Postprocess) -> str | None:
 
 
 # ---- top-k classes -----------------------------------------------------------------------------------------------
-def judge_topk(row: Any, how: Decoding) -> tuple[int, list[tuple[int, float]]]:
+def judge_topk(row: Array, how: Decoding) -> JudgedTop:
     """k, and the (index, score) of the best classes, best first: k of them, at least 2 (to tell a tie)."""
     from gpux.answers.post import activate, topk
 
-    k = how.block or 1
+    k = how.block_as(int) or 1
     return k, [(a["index"], a["score"]) for a in topk(activate(row, *how.activation), max(k, 2), None)]
 
 
-def topk_agreement(reference: list[Any], got: list[Any]) -> TopkAgreement:
+def topk_agreement(reference: Sequence[JudgedTop], got: Sequence[JudgedTop]) -> TopkAgreement:
     """Top-1 label agreement and the overlap of the k best labels (the fraction of the reference's top-k in the
     artifact's top-k), over rows whose reference ranks its best class (a tie at the top counts neither way)."""
     import math
@@ -63,19 +77,20 @@ def topk_agreement(reference: list[Any], got: list[Any]) -> TopkAgreement:
 
 
 # ---- boxes -------------------------------------------------------------------------------------------------------
-def judge_boxes(row: Any, how: Decoding) -> tuple[Any, Any, Any, float]:
+def judge_boxes(row: Array, how: Decoding) -> tuple[Array, Array, Array, float]:
     """The boxes, scores and classes after NMS (a raw grid's over an input of `how.size`: height, width; None: the
     square its anchors make), and the score from which a box is confident."""
     from gpux.answers import post
 
-    layout = post.BOX_LAYOUTS[how.block.layout]
+    block = how.block_as(Boxes)
+    layout = post.BOX_LAYOUTS[block.layout]
     if row.shape[layout.channels_axis - 1] < layout.others + 1:
         raise ValueError("fewer than 4 box coordinates and one class")
     if layout.angle or layout.heads:  # oriented boxes (corners, matched by rotated IoU); one output per stride
         from gpux.answers import heads, obb
 
-        return (*(obb if layout.angle else heads).judge(row, how), confident_score(how.block.score))
-    return (*post.decode_boxes(row, how.block, how.activation, how.size), confident_score(how.block.score))
+        return (*(obb if layout.angle else heads).judge(row, how), confident_score(block.score))
+    return (*post.decode_boxes(row, block, how.activation, how.size), confident_score(block.score))
 
 
 def confident_score(threshold: float) -> float:
@@ -84,7 +99,7 @@ def confident_score(threshold: float) -> float:
     return max(CONFIDENT, threshold + MARGIN)
 
 
-def pairwise_iou(a: Any, b: Any) -> Any:
+def pairwise_iou(a: ArrayLike, b: ArrayLike) -> Array:
     """IoU of every box in `a` [N, 4] with every box in `b` [M, 4] (x1, y1, x2, y2): [N, M]."""
     import numpy as np
 
@@ -97,7 +112,7 @@ def pairwise_iou(a: Any, b: Any) -> Any:
     return np.where(union > 0, w * h / np.where(union > 0, union, 1), 0.0)
 
 
-def match(reference: Sequence[Any], got: Sequence[Any], iou_of: Any = None) -> list[tuple[int, int, float]]:
+def match(reference: JudgedBoxes, got: JudgedBoxes, iou_of: IoU | None = None) -> list[tuple[int, int, float]]:
     """Greedy matching by the artifact's score: each artifact box (best first) takes the unmatched reference box
     of its label it overlaps most, at IoU >= MATCH_IOU. (artifact box, reference box, IoU) of each match."""
     import numpy as np
@@ -115,7 +130,7 @@ def match(reference: Sequence[Any], got: Sequence[Any], iou_of: Any = None) -> l
     return matches
 
 
-def compare_boxes(reference: list[Any], got: list[Any]) -> BoxAgreement:
+def compare_boxes(reference: Sequence[JudgedBoxes], got: Sequence[JudgedBoxes]) -> BoxAgreement:
     """Boxes by IoU; oriented boxes (judged as their corners, [N, 4, 2]) by rotated IoU."""
     import numpy as np
 
@@ -123,12 +138,13 @@ def compare_boxes(reference: list[Any], got: list[Any]) -> BoxAgreement:
     return box_agreement(reference, got, pairwise_polygon_iou if rotated else None)
 
 
-def polygon_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
+def polygon_agreement(reference: Sequence[JudgedBoxes], got: Sequence[JudgedBoxes]) -> BoxAgreement:
     """Text regions compared as boxes are (box_agreement), matched by polygon IoU."""
     return box_agreement(reference, got, pairwise_polygon_iou)
 
 
-def box_agreement(reference: list[Any], got: list[Any], iou_of: Any = None) -> BoxAgreement:
+def box_agreement(reference: Sequence[JudgedBoxes], got: Sequence[JudgedBoxes], iou_of: IoU | None = None
+                  ) -> BoxAgreement:
     """The artifact's boxes against the reference's, pooled over rows: precision, recall, F1 and the mean IoU
     of the matches; and on confident boxes (decode_boxes' 4th value), the share of the reference's the artifact
     finds and the share of the artifact's the reference has (no false box added). No boxes on either side agree
@@ -169,11 +185,11 @@ def edit_distance(a: str, b: str) -> int:
     return previous[-1]
 
 
-def judge_text(row: Any, how: Decoding) -> tuple[str, bool]:
+def judge_text(row: Array, how: Decoding) -> tuple[str, bool]:
     return decode_text(row, how.spec)
 
 
-def decode_text(row: Any, spec: Postprocess) -> tuple[str, bool]:
+def decode_text(row: Array, spec: Postprocess) -> tuple[str, bool]:
     """Greedy CTC decoding of one row with one character per class (its index as a code point): strings compare
     as the class sequences they are, whatever the charset file holds. And whether the row reads it confidently:
     every character it keeps (every step, where it keeps none) at a probability of CONFIDENT or more."""
@@ -196,7 +212,7 @@ def decode_text(row: Any, spec: Postprocess) -> tuple[str, bool]:
     return text, bool((p[kept] if kept.any() else p).min(initial=1.0) >= CONFIDENT)
 
 
-def text_agreement(reference: Sequence[Any], got: Sequence[Any]) -> TextAgreement:
+def text_agreement(reference: Sequence[JudgedText], got: Sequence[JudgedText]) -> TextAgreement:
     """Exact-match rate of the strings (all of them, and those the reference reads confidently: judged), and the
     character error rate: edits over the reference's characters. A row is a (text, confident) pair or a text."""
     ref = [r if isinstance(r, tuple) else (r, True) for r in reference]
@@ -209,7 +225,7 @@ def text_agreement(reference: Sequence[Any], got: Sequence[Any]) -> TextAgreemen
             "exact_confident": sum(sure) / len(sure) if sure else None}
 
 
-def exact_agreement(reference: Sequence[Any], got: Sequence[Any]) -> ExactAgreement:
+def exact_agreement(reference: Sequence[str], got: Sequence[str]) -> ExactAgreement:
     """The share of answers that read the same (a python step's, as canonical text)."""
     return {"rows": len(reference), "exact_match": sum(a == b for a, b in zip(reference, got, strict=True)) /
             len(reference) if reference else 1.0}
@@ -219,7 +235,7 @@ SLACK = 1e-9  # rounding of a mean: 44/55 is 0.7999999999999999, which meets a f
 
 
 # ---- judging ------------------------------------------------------------------------------------------------------
-def rows_of(arrays: Sequence[Any], rank: int) -> list[Any]:
+def rows_of(arrays: Sequence[Array], rank: int) -> list[Array]:
     """Every batch row of an output over the samples, each of rank `rank`."""
     import numpy as np
 
@@ -240,6 +256,7 @@ def _decoded(kind: AnswerKind, how: Decoding, arrays: Sequence[Any], sizes: Sequ
     import dataclasses
 
     judge = step(kind, "judge")
+    assert judge is not None  # (add_answers reads the kinds that judge)
     rank = getattr(how.block, "row_rank", None) or kind.rank  # a block may read rows of another rank (YOLOv5's heads)
     sized = sizes if sizes is not None and len(sizes) == len(arrays) else [None] * len(arrays)
     out = []
@@ -254,12 +271,12 @@ class Runs(NamedTuple):
     """The outputs compared: their names, and per sample the reference's outputs and the artifact's."""
 
     names: Sequence[str]
-    reference: Sequence[Sequence[Any]]
-    got: Sequence[Sequence[Any]]
+    reference: Sequence[Sequence[Array]]
+    got: Sequence[Sequence[Array]]
 
 
 def add_answers(result: Verification, posts: Mapping[str, Postprocess], runs: Runs, rules: Mapping[str, Rule],
-                judged: bool, root: Any = None, sizes: Sequence[tuple[int, int] | None] | None = None) -> None:
+                judged: bool, root: Path | None = None, sizes: Sequence[tuple[int, int] | None] | None = None) -> None:
     """Compare the answers of every output with declared post-processing, as its kind judges and compares them
     (gpux.config.kinds); a metric under its floor is a failure naming the output, the metric, its value and the
     floor (`judged` false: recorded only, as on generated inputs, whose answers mean nothing). `sizes`: each
@@ -284,7 +301,9 @@ def add_answers(result: Verification, posts: Mapping[str, Postprocess], runs: Ru
         settings = {k: tol[k] for k in kind.settings if tol.get(k) is not None}
         try:
             answers = _decoded(kind, how, ref, sizes, ref_others)
-            metrics = step(kind, "compare")(answers, _decoded(kind, how, out, sizes, got_others), **settings)
+            compare = step(kind, "compare")
+            assert compare is not None  # (a kind that judges compares)
+            metrics = compare(answers, _decoded(kind, how, out, sizes, got_others), **settings)
         except ValueError as exc:  # a raw grid whose size is not told (tensors given, no image input)
             result.outputs[name]["answers"] = {"kind": kind.record, "skipped": str(exc)}
             continue
@@ -299,7 +318,7 @@ def _judge(result: Verification, name: str, kind: AnswerKind, record: AnswersRec
     """The failures of one output's answers: the reference's saying nothing, each metric past its floor."""
     if answers is None:  # not judged
         return
-    empty = step(kind, "empty")(answers) if kind.empty else None
+    empty = said(answers) if kind.empty and (said := step(kind, "empty")) is not None else None
     if empty:
         result.failures.append(f"{name}: {empty} on every verification sample, so its postprocess does not read "
                                "what the model returns (check the layout, axis and activation declared)")
@@ -309,32 +328,34 @@ def _judge(result: Verification, name: str, kind: AnswerKind, record: AnswersRec
         low = key.startswith("min_")
         if floor is None or value is None or (value >= floor - SLACK if low else value <= floor + SLACK):
             continue
-        words = step(kind, "counts")(record) if kind.counts else f"{record.get('rows')} rows"
+        counts = step(kind, "counts") if kind.counts else None
+        words = counts(record) if counts is not None else f"{record.get('rows')} rows"
         result.failures.append(f"{name}: {label} {value:.6g} {'<' if low else '>'} {key} {floor:g} ({words})")
 
 
-def no_text(answers: Sequence[Any]) -> str | None:
+def no_text(answers: Sequence[JudgedText]) -> str | None:
     """Every text the reference reads is empty (a row is a (text, confident) pair or a text)."""
     texts = [a[0] if isinstance(a, tuple) else a for a in answers]
     return "every text the reference reads is empty" if texts and not any(texts) else None
 
 
-def no_box_area(answers: Sequence[Any]) -> str | None:
+def no_box_area(answers: Sequence[JudgedBoxes]) -> str | None:
     """Every box the reference finds is zero-sized (none found is an answer)."""
     import numpy as np
 
-    if any(np.asarray(b).ndim == 3 for b, *_ in answers):  # corners: their bounds
-        answers = [(np.concatenate([np.asarray(b).min(1), np.asarray(b).max(1)], 1), *rest) for b, *rest in answers]
-    boxes = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b, *_ in answers or [((), 0, 0)]])
+    found = [np.asarray(b) for b, *_ in answers]
+    if any(b.ndim == 3 for b in found):  # corners: their bounds
+        found = [np.concatenate([b.min(1), b.max(1)], 1) for b in found]
+    boxes = np.concatenate([np.asarray(b, np.float64).reshape(-1, 4) for b in found or [np.asarray(())]])
     if len(boxes) and not ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])).any():
         return "every box the reference finds is zero-sized"
     return None
 
 
-def degenerate(kind: str, answers: Sequence[Any]) -> str | None:
+def degenerate(kind: str, answers: Sequence[object]) -> str | None:
     """What makes the reference's answers over every sample say nothing, by the record's kind name."""
     row = record_kind(kind)
-    return step(row, "empty")(answers) if row is not None and row.empty else None
+    return said(answers) if row is not None and row.empty and (said := step(row, "empty")) is not None else None
 
 
 def box_counts(record: AnswersRecord) -> str:
@@ -360,7 +381,7 @@ def close_counts(record: AnswersRecord) -> str:
     return f"{record['rows']} rows at cosine >= {record['close_at']:g}"
 
 
-def vector_agreement(reference: Sequence[Any], got: Sequence[Any], row_cosine: float = CLOSE) -> VectorAgreement:
+def vector_agreement(reference: Sequence[Array], got: Sequence[Array], row_cosine: float = CLOSE) -> VectorAgreement:
     """Per row, the cosine of the artifact's vector with the reference's: the share at `row_cosine` or more
     (counted, so its one-sided bound says what the rows show: evidence.RATES), the least and the mean."""
     import numpy as np

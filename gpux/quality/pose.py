@@ -5,25 +5,33 @@ the masks by their IoU."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TypeAlias
 
-from gpux.answers.keypoints import detections
+from gpux.answers.keypoints import PoseAgreement, detections
 from gpux.answers.kinds import Decoding
-from gpux.documents import BoxAgreement
+from gpux.answers.masks import MaskAgreement
+from gpux.arrays import Array
+from gpux.config.blocks import Keypoints
 from gpux.quality.agreement import box_agreement, confident_score, match
 
 K = 0.1  # a point's spread as a share of the object's scale (COCO's sigmas x 2 run 0.05-0.21)
 SEEN = 0.5  # a reference point counts where its visibility is at least this (every point without visibility)
 
+# One row's detections as the comparisons take them (`judge_pose`, gpux.answers.masks.judge): boxes [N, 4], scores,
+# classes, the score from which one is confident, and keypoints [N, points, dims] or masks [N, H, W].
+Judged: TypeAlias = "tuple[Array, Array, Array, float, Array]"
 
-def judge_pose(row: Any, how: Decoding) -> tuple[Any, Any, Any, float, Any]:
+
+def judge_pose(row: Array, how: Decoding) -> Judged:
     """The detections in the input's pixels as keypoint_agreement takes them: boxes, scores, classes, the score
     from which one is confident, keypoints."""
-    boxes, scores, classes, points = detections(row, how.block, how.activation)
-    return boxes, scores, classes, confident_score(how.block.score), points
+    block = how.block_as(Keypoints)
+    boxes, scores, classes, points = detections(row, block, how.activation)
+    return boxes, scores, classes, confident_score(block.score), points
 
 
-def oks(reference: Any, got: Any, box: Any) -> float:
+def oks(reference: Array, got: Array, box: Array | Sequence[float]) -> float:
     """The object keypoint similarity of two [points, dims] arrays on the reference's box [x1, y1, x2, y2]."""
     import numpy as np
 
@@ -34,27 +42,25 @@ def oks(reference: Any, got: Any, box: Any) -> float:
     return float(np.exp(-d2 / (2 * area * K * K))[seen].mean()) if seen.any() else 1.0
 
 
-def keypoint_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
+def keypoint_agreement(reference: list[Judged], got: list[Judged]) -> PoseAgreement:
     """The boxes' agreement, and `mean_oks`: the mean OKS of the keypoints of the matched detections (None: none
     matched)."""
-    record: Any = box_agreement(reference, got)
+    boxes = box_agreement(reference, got)
     similar = [oks(r[4][j], g[4][i], r[0][j]) for r, g in zip(reference, got, strict=True)
                for i, j, _ in match(r, g)]
-    record["mean_oks"] = sum(similar) / len(similar) if similar else None
-    return record
+    return {**boxes, "mean_oks": sum(similar) / len(similar) if similar else None}
 
 
-def mask_agreement(reference: list[Any], got: list[Any]) -> BoxAgreement:
+def mask_agreement(reference: list[Judged], got: list[Judged]) -> MaskAgreement:
     """The boxes' agreement, and `mean_mask_iou`: the mean IoU of the masks of the matched detections (None: none
     matched)."""
     import numpy as np
 
-    record: Any = box_agreement(reference, got)
+    boxes = box_agreement(reference, got)
     ious = []
     for r, g in zip(reference, got, strict=True):
         for i, j, _ in match(r, g):
             a, b = np.asarray(r[4][j], bool), np.asarray(g[4][i], bool)
             union = int((a | b).sum())
             ious.append(float((a & b).sum()) / union if union else 1.0)
-    record["mean_mask_iou"] = sum(ious) / len(ious) if ious else None
-    return record
+    return {**boxes, "mean_mask_iou": sum(ious) / len(ious) if ious else None}

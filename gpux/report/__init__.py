@@ -304,7 +304,8 @@ def answer_parts(outputs: Mapping[str, OutputMetrics]) -> list[str]:
     parts = []
     for name, a in answers.items():
         kind = record_kind(a.get("kind", ""))
-        text = step(kind, "text")(a) if kind is not None and kind.text else ""
+        said = step(kind, "text") if kind is not None else None
+        text = said(a) if said is not None else ""
         if text:
             named = f"{name} " if len(answers) > 1 else ""
             parts.append(named + text + ("" if a.get("judged", True) else " not judged"))

@@ -136,11 +136,12 @@ def _plain(value: Any) -> Any:
 
 def format_answers(file: str, answers: dict[str, Any], kinds: Mapping[str, Any]) -> str:
     """`file:` then each output's lines as its kind writes them (gpux.config.kinds), a passthrough output's values."""
+    from gpux.answers.lines import value_lines
     from gpux.config.kinds import step
-    from gpux.report.answers import value_lines
 
     lines = [f"{file}:"]
     for name, answer in answers.items():
         kind = kinds.get(name)
-        lines += step(kind, "lines")(name, answer) if kind is not None and kind.lines else value_lines(name, answer)
+        written = step(kind, "lines") if kind is not None else None
+        lines += written(name, answer) if written is not None else value_lines(name, answer)
     return "\n".join(lines)

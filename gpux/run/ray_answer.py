@@ -15,10 +15,10 @@ from gpux.errors import Failure, classify
 if TYPE_CHECKING:
     import numpy as np
 
-    from gpux.answers.pre import Placement
+    from gpux.answers.kinds import Where
     from gpux.arrays import Feeds
 
-    Decoded = tuple[Feeds, Placement | None]  # a file's feeds and where its image sits in them
+    Decoded = tuple[Feeds, Where | None]  # a file's feeds and where its input sits in them (an image's, a text's)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,6 +14,11 @@ from gpux.errors import debugging, error_lines
 from gpux.optional import require
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    import onnx
+    import onnxruntime  # no type stubs: mypy reads it as untyped (ignore_missing_imports)
+
     from gpux.arrays import Feeds, Outputs
     from gpux.config.load import Project
     from gpux.plan.targets import Target
@@ -23,7 +28,7 @@ if TYPE_CHECKING:
 EXTERNAL_THRESHOLD = 1_800_000_000  # protobuf's 2 GB limit, with room
 
 
-def ort() -> Any:
+def ort() -> ModuleType:
     return require("onnxruntime")
 
 
@@ -33,7 +38,7 @@ ORT_GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BA
 
 
 def session_options(level: str = "basic", intra_op: int = 0, inter_op: int = 0,
-                    settings: dict[str, bool | str] | None = None) -> Any:
+                    settings: dict[str, bool | str] | None = None) -> onnxruntime.SessionOptions:
     so = ort().SessionOptions()
     so.graph_optimization_level = getattr(ort().GraphOptimizationLevel, ORT_GRAPH_OPTIMIZATION[level])
     so.intra_op_num_threads = intra_op
@@ -62,7 +67,7 @@ def optimize(src: Path, dst: Path, level: str) -> None:
         ort().InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
 
 
-def save_model(model: Any, dst: Path) -> None:
+def save_model(model: onnx.ModelProto, dst: Path) -> None:
     onnx = require("onnx")
     external = model.ByteSize() > EXTERNAL_THRESHOLD
     onnx.save_model(model, str(dst), save_as_external_data=external, location=dst.name + ".data")
@@ -72,7 +77,7 @@ def save_model(model: Any, dst: Path) -> None:
 class OrtSession:
     """An InferenceSession plus what actually runs it."""
 
-    session: Any
+    session: onnxruntime.InferenceSession  # (None once closed)
     requested: list[str]
     used: list[str]
     output_names: list[str] = field(default_factory=list)
@@ -288,12 +293,12 @@ def native_run(sess: OrtSession) -> Callable[[Feeds], Outputs]:
     return run
 
 
-def bind_device(sess: OrtSession, feeds: Feeds, n: int, device: tuple[str, int]) -> list[Any]:
+def bind_device(sess: OrtSession, feeds: Feeds, n: int, device: tuple[str, int]) -> list[Callable[[], object]]:
     """IO binding: inputs copied to the device once, outputs left there; a call is only the run. One binding
     per worker (a binding is not shared between threads)."""
     import functools
 
-    out = []
+    out: list[Callable[[], object]] = []
     for _ in range(n):
         binding = sess.session.io_binding()
         for name, value in feeds.items():
@@ -304,7 +309,7 @@ def bind_device(sess: OrtSession, feeds: Feeds, n: int, device: tuple[str, int])
     return out
 
 
-def bind(sess: OrtSession, feeds: Feeds, n: int) -> list[Any]:
+def bind(sess: OrtSession, feeds: Feeds, n: int) -> list[Callable[[], object]]:
     """The C++ session's own run with names and feeds fixed: no per-call Python checks. Sessions are
     thread-safe, so one callable serves every worker."""
     import functools

@@ -12,13 +12,18 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from gpux.serve.stats import LATENCY_BUCKETS, ModelStats
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics import MetricWrapperBase
+
+M = TypeVar("M", bound="MetricWrapperBase")  # a prometheus_client metric: its child of one label set is one too
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -159,7 +164,8 @@ class Metrics:
         self.ready = Gauge("gpux_model_ready", "1 when the model version is loaded and warmed up.",
                            ["model", "version"], registry=r)
 
-    def child(self, metric: Any, *labels: str) -> Any:
+    def child(self, metric: M, *labels: str) -> M:
+        """The metric's child of one label set (a gauge's, cached; a Family's own)."""
         if isinstance(metric, Family):
             return metric.child(*labels)
         key = (id(metric), *labels)

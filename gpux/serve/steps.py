@@ -21,8 +21,11 @@ from gpux.serve.errors import BadRequest, ServeError, TooLarge, is_bug
 
 if TYPE_CHECKING:
     from gpux.answers.pre import Placement
+    from gpux.answers.records import Answer, Answers
+    from gpux.arrays import Array
     from gpux.config.kinds import AnswerKind
     from gpux.config.load import Project
+    from gpux.config.steps import Postprocess
     from gpux.serve.memory import Budget
 
 
@@ -37,13 +40,13 @@ class Answering(Protocol):
     @property
     def kind(self) -> str | None: ...  # the kind of file the input takes (image, bytes, text)
     @property
-    def post(self) -> Mapping[str, Any]: ...  # answered outputs -> (their Postprocess, labels)
+    def post(self) -> Mapping[str, tuple[Postprocess, list[str] | None]]: ...  # answered outputs -> (spec, labels)
     @property
     def kinds(self) -> Mapping[str, AnswerKind]: ...
 
-    def feeds(self, item: Any, name: str) -> tuple[Feeds, Placement | None]: ...
+    def feeds(self, item: bytes, name: str) -> tuple[Feeds, Placement | None]: ...  # an encoded file (or text)
     def answers(self, outputs: Named, placement: Placement | None, row: int = 0,
-                only: Sequence[str] | None = None) -> Any: ...
+                only: Sequence[str] | None = None) -> Answers: ...
     def rows(self, outputs: Named) -> int: ...
 
 
@@ -67,22 +70,22 @@ def bind(project: Project, inputs: dict[str, Tensor], outputs: dict[str, Tensor]
     return steps, name
 
 
-def filled(steps: Any, name: str) -> list[str]:
+def filled(steps: Answering, name: str) -> list[str]:
     """The model's inputs other than `name` that a file sent to `name` fills (a text's mask and type ids)."""
     return [n for n in getattr(steps, "inputs", {}) if n != name]
 
 
-def as_bytes(entry: dict[str, Any], content_type: str, fills: Sequence[str] = ()) -> dict[str, Any]:
+def as_bytes(entry: Mapping[str, object], content_type: str, fills: Sequence[str] = ()) -> dict[str, object]:
     """Tensor metadata as the file side sees it: BYTES [-1], the tensor form kept in its parameters, and the other
     inputs it fills (`fills`, where there are any)."""
-    params: dict[str, Any] = {"content_type": content_type, "tensor_datatype": entry["datatype"],
-                              "tensor_shape": entry["shape"]}
+    params: dict[str, object] = {"content_type": content_type, "tensor_datatype": entry["datatype"],
+                                 "tensor_shape": entry["shape"]}
     if fills:
         params["fills"] = list(fills)
     return {"name": entry["name"], "datatype": "BYTES", "shape": [-1], "parameters": params}
 
 
-def wants_answers(parameters: dict[str, Any], files: bool) -> bool:
+def wants_answers(parameters: Mapping[str, object], files: bool) -> bool:
     """Answers by default for files, tensors for tensors; `parameters.answers` says otherwise."""
     value = parameters.get(ANSWERS, files)
     if not isinstance(value, bool):
@@ -206,7 +209,7 @@ def _internal(exc: Exception, name: str) -> ServeError:
     return ServeError(f"internal error while decoding {name}: {type(exc).__name__}: {exc}")
 
 
-def element_bytes(value: Any, name: str) -> bytes:
+def element_bytes(value: object, name: str) -> bytes:
     """An element as the file's bytes: binary and gRPC elements as sent, JSON strings base64-decoded."""
     if isinstance(value, bytes):
         return value
@@ -219,7 +222,7 @@ def element_bytes(value: Any, name: str) -> bytes:
     raise BadRequest(f"{name}: expected an encoded file (bytes, or base64 text in JSON), got {type(value).__name__}")
 
 
-def element_text(value: Any, name: str) -> bytes:
+def element_text(value: object, name: str) -> bytes:
     """An element as a text's UTF-8 bytes: binary and gRPC elements as sent, JSON strings as the text itself (a
     text is UTF-8, so Triton's rule holds: a BYTES string is its own bytes); an empty text is refused."""
     if isinstance(value, str):
@@ -250,13 +253,13 @@ def answer(model: Any, outputs: Named | list[Named], placements: list[Placement 
     return out
 
 
-def encoded(kind: Any, answers: list[Any], shape: tuple[int, ...] | None) -> Any:
+def encoded(kind: AnswerKind | None, answers: list[Answer], shape: tuple[int, ...] | None) -> Array:
     """A batch's answers of one output as its kind encodes them (an embedding: one FP32 tensor), else BYTES of
     `shape` (default: one per row), one JSON text each."""
     from gpux.config.kinds import step
 
-    if kind is not None and kind.encode:
-        return step(kind, "encode")(answers)
+    if kind is not None and kind.encode and (encode := step(kind, "encode")) is not None:
+        return encode(answers)
     texts = [json.dumps(a, separators=(",", ":"), default=_plain).encode() for a in answers]
     return np.array(texts, dtype=object).reshape(shape if shape is not None else (len(texts),))
 

@@ -10,14 +10,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gpux import report
+from gpux.answers.crops import PageAnswer, PageAnswers, Region, regions_of
+from gpux.answers.records import Answer
 from gpux.answers.steps import Steps
 from gpux.config.workspace import Step
 from gpux.errors import ConfigError, Problem, UsageError
 from gpux.run.session import Session
 from gpux.workspace.project import Models
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from gpux.answers.pre import ImageSource
 
 
 class PagesAsked(Protocol):
@@ -119,18 +126,18 @@ def _crop_problem(b: Bound, earlier: list[Bound]) -> str | None:
     return None
 
 
-def answer_page(bound: list[Bound], image: Any, name: str) -> dict[str, Any]:
+def answer_page(bound: list[Bound], image: Image.Image, name: str) -> PageAnswers:
     """One image's answers (`image`: as `page_image` decodes it; `name` what messages call it): the first step's
     on the image, then each crops step's on every region it reads."""
     first, *later = bound
     feeds, placement = first.steps.feeds(image, name)
     outputs = first.session.run(feeds)
-    answers: dict[str, Any] = {f"{first.step.model}.{k}": _plain(v)
-                               for k, v in first.steps.file_answers(outputs, placement).items()}
-    rgb = image.convert("RGB") if later else None
+    answers: PageAnswers = {f"{first.step.model}.{k}": _plain(v)
+                            for k, v in first.steps.file_answers(outputs, placement).items()}
+    rgb = image.convert("RGB") if later else image  # (no crops step: unused)
     for b in later:
         assert b.step.crops is not None
-        regions = answers[b.step.crops] = _ordered(answers[b.step.crops])
+        regions = answers[b.step.crops] = _ordered(regions_of(answers, b.step.crops))
         for j, region in enumerate(regions):
             from gpux.answers.crops import upright_crop
 
@@ -140,13 +147,13 @@ def answer_page(bound: list[Bound], image: Any, name: str) -> dict[str, Any]:
     return answers
 
 
-def _ordered(regions: list[Any]) -> list[Any]:
+def _ordered(regions: list[Region]) -> list[Region]:
     from gpux.answers.crops import reading_order
 
-    return reading_order([dict(r) for r in regions])  # type: ignore[misc]  # (a region gains its answers)
+    return reading_order([r.copy() for r in regions])  # copies: a region gains its answers
 
 
-def page_image(source: Any, name: str) -> Any:
+def page_image(source: ImageSource, name: str) -> Image.Image:
     """The image of a file (a path or its bytes), decoded and upright (its EXIF turn applied), in its own mode:
     what the first step's preprocess reads and the pixels the regions' corners are in. An InputError names `name`."""
     from gpux.answers.pre import open_image
@@ -155,7 +162,7 @@ def page_image(source: Any, name: str) -> Any:
 
     ops = require("PIL.ImageOps", "images")
     try:
-        image = ops.exif_transpose(open_image(source, name))
+        image: Image.Image = ops.exif_transpose(open_image(source, name))
         image.load()
     except (OSError, SyntaxError, ValueError) as exc:
         raise InputError(f"{name}: cannot decode the image: {exc}") from exc
@@ -173,7 +180,7 @@ def refuse_drawing(ms: Models, folder: str) -> str:
     return folder
 
 
-def save_page(image: Any, answers: dict[str, Any], bound: list[Bound], path: Path) -> Path:
+def save_page(image: Image.Image, answers: PageAnswers, bound: list[Bound], path: Path) -> Path:
     """The page with every step's answers drawn (gpux.answers.draw_regions), written to `path`."""
     from gpux.answers.draw import write_picture
     from gpux.answers.draw_regions import drawn_page
@@ -184,22 +191,24 @@ def save_page(image: Any, answers: dict[str, Any], bound: list[Bound], path: Pat
     return write_picture(drawn_page(image.convert("RGB"), answers, cropped, kinds, blocks), path)
 
 
-def _plain(value: Any) -> Any:
-    return value.tolist() if hasattr(value, "tolist") else value
+def _plain(value: Answer) -> Answer:
+    tolist = getattr(value, "tolist", None)  # an array (or a numpy scalar) as its plain values
+    return tolist() if tolist is not None else value
 
 
-def page_lines(file: str, answers: dict[str, Any], bound: list[Bound]) -> str:
+def page_lines(file: str, answers: PageAnswers, bound: list[Bound]) -> str:
     """`file:` then each answer as its kind writes it; a cropped region: its corners and score, then its own
     answers indented."""
+    from gpux.answers.lines import value_lines
     from gpux.config.kinds import step
-    from gpux.report.answers import value_lines
 
     kinds = {f"{b.step.model}.{k}": v for b in bound for k, v in b.steps.kinds.items()}
     cropped = {b.step.crops for b in bound if b.step.crops}
 
-    def written(name: str, answer: Any, indent: str = "") -> list[str]:
+    def written(name: str, answer: PageAnswer, indent: str = "") -> list[str]:
         kind = kinds.get(name)
-        got = step(kind, "lines")(name, answer) if kind is not None and kind.lines else value_lines(name, answer)
+        write = step(kind, "lines") if kind is not None and kind.lines else None
+        got = write(name, answer) if write is not None else value_lines(name, answer)
         return [indent + line for line in got]
 
     lines = [f"{file}:"]
@@ -207,8 +216,9 @@ def page_lines(file: str, answers: dict[str, Any], bound: list[Bound]) -> str:
         if name not in cropped:
             lines += written(name, answer)
             continue
-        lines.append(f"  {name}: {len(answer)} region{'s' if len(answer) != 1 else ''}")
-        for r in answer:
+        regions = regions_of(answers, name)
+        lines.append(f"  {name}: {len(regions)} region{'s' if len(regions) != 1 else ''}")
+        for r in regions:
             lines.append(f"    {r['score']:.3f} " + " ".join(f"({x:.0f},{y:.0f})" for x, y in r["box"]))
             lines += [line for k, a in r.get("answers", {}).items() for line in written(k, a, "    ")]
     return "\n".join(lines)
