@@ -58,6 +58,36 @@ def test_actor_options_follow_the_provider_and_the_config(tmp_path: Path) -> Non
     assert deployment_options(q, "cuda")["ray_actor_options"] == {"num_gpus": 1, "num_cpus": 0.5}
 
 
+def test_a_proxy_the_controller_killed_while_starting_is_waited_for_again(capsys: pytest.CaptureFixture[str]) -> None:
+    """Serve's controller kills an HTTP proxy not ready within its first wait (a busy machine) and starts another,
+    waiting longer: the start is tried again (Ray's own ActorDiedError, raised as serve.start raises it), up to
+    STARTS times; then Ray's error goes on (launch says it in one line)."""
+    import types
+
+    import ray
+
+    from gpux.deploy.ray_launch import STARTS, RayLaunch, start
+
+    tries: list[dict[str, Any]] = []
+
+    def flaky(http_options: dict[str, Any]) -> None:
+        tries.append(http_options)
+        if len(tries) < STARTS:
+            raise ray.exceptions.ActorDiedError()
+
+    def dead(http_options: dict[str, Any]) -> None:
+        tries.append(http_options)
+        raise ray.exceptions.ActorDiedError()
+
+    start(ray, types.SimpleNamespace(start=flaky), RayLaunch(targets=[], port=8123))
+    assert tries == [{"host": "127.0.0.1", "port": 8123}] * STARTS
+    assert "not ready in time (try 1 of 3)" in capsys.readouterr().err
+    tries.clear()
+    with pytest.raises(ray.exceptions.ActorDiedError):
+        start(ray, types.SimpleNamespace(start=dead), RayLaunch(targets=[]))
+    assert len(tries) == STARTS
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

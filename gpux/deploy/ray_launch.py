@@ -6,8 +6,10 @@ import os
 import signal
 import threading
 from dataclasses import dataclass
+from types import ModuleType
 
 from gpux import report
+from gpux.errors import GpuxError
 from gpux.optional import require
 
 
@@ -21,6 +23,27 @@ class RayLaunch:
     strict: bool = False
     api_key: str | None = None
     store: str | None = None
+
+
+class RayDeployFailed(GpuxError):
+    """Ray Serve could not start or run the applications."""
+
+
+STARTS = 3  # tries of Serve's start: its controller kills a proxy not ready in time, and waits longer the next time
+
+
+def start(ray: ModuleType, serve: ModuleType, req: RayLaunch) -> None:
+    """Serve started (or joined) with its HTTP proxy at host:port. On a busy machine the proxy may not be ready
+    within the controller's first wait (5 s): the controller kills it and starts another, waiting longer each time,
+    so the start is tried again rather than failing the deploy."""
+    for tried in range(1, STARTS + 1):
+        try:
+            serve.start(http_options={"host": req.host, "port": req.port})
+            return
+        except ray.exceptions.ActorDiedError:
+            if tried == STARTS:
+                raise
+            report.info(f"Ray Serve's HTTP proxy was not ready in time (try {tried} of {STARTS}); waiting again")
 
 
 def launch(req: RayLaunch) -> int:
@@ -37,9 +60,15 @@ def launch(req: RayLaunch) -> int:
     else:
         ray.init(include_dashboard=False, log_to_driver=False)
     try:
-        serve.start(http_options={"host": req.host, "port": req.port})
-        for a in applications:  # one application per model: Ray's proxy routes each request to its model
-            serve.run(a.application, name=a.name, route_prefix=a.route_prefix, blocking=False)
+        try:
+            start(ray, serve, req)
+            for a in applications:  # one application per model: Ray's proxy routes each request to its model
+                serve.run(a.application, name=a.name, route_prefix=a.route_prefix, blocking=False)
+        except ray.exceptions.RayError as exc:  # the cluster's failure (an actor lost, a node gone): one line
+            lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+            raise RayDeployFailed(f"Ray Serve could not deploy {', '.join(a.name for a in applications)}: "
+                                  f"{type(exc).__name__}: {lines[0][:300] if lines else ''}",
+                                  hint="see `ray status` and the cluster's logs, then deploy again") from exc
         report.info(f"Ray Serve ready at http://{req.host}:{req.port}/v2: {len(applications)} application(s) "
                     f"({', '.join(a.name for a in applications)})")
         if req.address:
