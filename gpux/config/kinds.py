@@ -34,7 +34,7 @@ class AnswerKind:
     """One kind of answer. The steps, each a 'module:function' (None: the kind has none):
 
     - `decode(row, how)`: one batch row (of rank `rank`) → its answer, in the original input's pixels where
-      `how.placement` (gpux.answers.kinds.Decoding) maps them back;
+      `how.image` (gpux.answers.kinds.Decoding: an image's placement) maps them back;
     - `judge(row, how)`: one row → what `compare` compares (in the model's input pixels, `how.size`);
     - `compare(reference, got)`: the agreement record (gpux.documents) of every row's judged answers (given the
       thresholds named in `settings` as keywords);

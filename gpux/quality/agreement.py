@@ -55,7 +55,7 @@ def judge_topk(row: Array, how: Decoding) -> JudgedTop:
     """k, and the (index, score) of the best classes, best first: k of them, at least 2 (to tell a tie)."""
     from gpux.answers.post import activate, topk
 
-    k = how.block_as(int) or 1
+    k = how.block_as(int)
     return k, [(a["index"], a["score"]) for a in topk(activate(row, *how.activation), max(k, 2), None)]
 
 

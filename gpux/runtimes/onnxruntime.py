@@ -77,7 +77,7 @@ def save_model(model: onnx.ModelProto, dst: Path) -> None:
 class OrtSession:
     """An InferenceSession plus what actually runs it."""
 
-    session: onnxruntime.InferenceSession  # (None once closed)
+    session: onnxruntime.InferenceSession  # (None once closed: a closed session is not run again)
     requested: list[str]
     used: list[str]
     output_names: list[str] = field(default_factory=list)
