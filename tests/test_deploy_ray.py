@@ -79,8 +79,16 @@ def test_a_proxy_the_controller_killed_while_starting_is_waited_for_again(capsys
         tries.append(http_options)
         raise ray.exceptions.ActorDiedError()
 
-    start(ray, types.SimpleNamespace(start=flaky), RayLaunch(targets=[], port=8123))
+    proxies = iter([{"node": "STARTING"}, {"node": "HEALTHY"}])
+    asked: list[dict[str, str]] = []
+
+    def status() -> types.SimpleNamespace:
+        asked.append(next(proxies))
+        return types.SimpleNamespace(proxies=asked[-1])
+
+    start(ray, types.SimpleNamespace(start=flaky, status=status), RayLaunch(targets=[], port=8123))
     assert tries == [{"host": "127.0.0.1", "port": 8123}] * STARTS
+    assert asked == [{"node": "STARTING"}, {"node": "HEALTHY"}], "after a retry, until the new proxy is healthy"
     assert "not ready in time (try 1 of 3)" in capsys.readouterr().err
     tries.clear()
     with pytest.raises(ray.exceptions.ActorDiedError):
@@ -101,6 +109,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     from ray import serve
 
     from gpux.deploy.ray import apps
+    from gpux.deploy.ray_launch import RayLaunch, start
 
     root = project(tmp_path_factory.mktemp("ray-mlp"))
     two = tmp_path_factory.mktemp("ray-two")
@@ -109,7 +118,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     port = free_port()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        start(ray, serve, RayLaunch(targets=[], port=port))  # as gpux deploy ray starts Serve (a busy machine: again)
         for a in apps([str(root), str(two)], provider="cpu"):
             serve.run(a.application, name=a.name, route_prefix=a.route_prefix, blocking=False)
         yield {"root": root, "two": two, "url": f"127.0.0.1:{port}", "serve": serve}

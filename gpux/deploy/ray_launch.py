@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -30,6 +31,7 @@ class RayDeployFailed(GpuxError):
 
 
 STARTS = 3  # tries of Serve's start: its controller kills a proxy not ready in time, and waits longer the next time
+PROXY_WAIT_S = 120  # a hang guard for the proxy started after a retry
 
 
 def start(ray: ModuleType, serve: ModuleType, req: RayLaunch) -> None:
@@ -39,11 +41,18 @@ def start(ray: ModuleType, serve: ModuleType, req: RayLaunch) -> None:
     for tried in range(1, STARTS + 1):
         try:
             serve.start(http_options={"host": req.host, "port": req.port})
-            return
+            break
         except ray.exceptions.ActorDiedError:
             if tried == STARTS:
                 raise
             report.info(f"Ray Serve's HTTP proxy was not ready in time (try {tried} of {STARTS}); waiting again")
+    if tried > 1:  # Serve joined, its new proxy still starting: answered only once the controller calls it healthy
+        deadline = time.monotonic() + PROXY_WAIT_S
+        while not all(p == "HEALTHY" for p in serve.status().proxies.values()):
+            if time.monotonic() > deadline:
+                raise RayDeployFailed(f"Ray Serve's HTTP proxy did not become healthy in {PROXY_WAIT_S} s",
+                                      hint="see `ray status` and the cluster's logs, then deploy again")
+            time.sleep(0.5)
 
 
 def launch(req: RayLaunch) -> int:
