@@ -134,7 +134,7 @@ def drawn(image: Image.Image, answers: Mapping[str, object], kinds: Mapping[str,
     canvas = Canvas(draw_mod.Draw(picture), font, max(2, round(max(w, h) / 300)), blocks or {})
     for name, answer in answers.items():
         kind = kinds.get(name)
-        if kind is not None and kind.draw and (draw := step(kind, "draw")) is not None:
+        if kind is not None and (draw := step(kind, "draw")) is not None:
             draw(canvas, name, answer)
     lines = canvas.lines
     band = len(lines) * (size + 4) + 4 if lines else 0

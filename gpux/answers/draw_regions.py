@@ -54,7 +54,7 @@ def captions(answers: Mapping[str, Answer], kinds: Mapping[str, AnswerKind], blo
     out: list[str] = []
     for name, answer in answers.items():
         kind = kinds.get(name)
-        if kind is None or not kind.draw or (draw := step(kind, "draw")) is None:
+        if kind is None or (draw := step(kind, "draw")) is None:
             continue
         draw(canvas, name, answer)
         out += [line.removeprefix(f"{name}: ") for line in canvas.lines]

@@ -206,7 +206,7 @@ def proposals(shape: Sequence[int | str | None], inputs: Iterable[Shaped], outpu
               ) -> list[str]:
     """What each kind proposes for an output of `shape` (gpux init), given the model's inputs and outputs."""
     found = [propose(tuple(shape), list(inputs), list(outputs)) for k in ANSWER_KINDS.values()
-             if k.propose and (propose := step(k, "propose")) is not None]
+             if (propose := step(k, "propose")) is not None]
     return [p for p in found if p]
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from gpux import report
-from gpux.errors import GpuxError
+from gpux.errors import GpuxError, first_line
 from gpux.optional import require
 
 
@@ -74,9 +74,8 @@ def launch(req: RayLaunch) -> int:
             for a in applications:  # one application per model: Ray's proxy routes each request to its model
                 serve.run(a.application, name=a.name, route_prefix=a.route_prefix, blocking=False)
         except ray.exceptions.RayError as exc:  # the cluster's failure (an actor lost, a node gone): one line
-            lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
             raise RayDeployFailed(f"Ray Serve could not deploy {', '.join(a.name for a in applications)}: "
-                                  f"{type(exc).__name__}: {lines[0][:300] if lines else ''}",
+                                  f"{first_line(exc)}",
                                   hint="see `ray status` and the cluster's logs, then deploy again") from exc
         report.info(f"Ray Serve ready at http://{req.host}:{req.port}/v2: {len(applications)} application(s) "
                     f"({', '.join(a.name for a in applications)})")

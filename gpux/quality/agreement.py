@@ -318,7 +318,7 @@ def _judge(result: Verification, name: str, kind: AnswerKind, record: AnswersRec
     """The failures of one output's answers: the reference's saying nothing, each metric past its floor."""
     if answers is None:  # not judged
         return
-    empty = said(answers) if kind.empty and (said := step(kind, "empty")) is not None else None
+    empty = said(answers) if (said := step(kind, "empty")) is not None else None
     if empty:
         result.failures.append(f"{name}: {empty} on every verification sample, so its postprocess does not read "
                                "what the model returns (check the layout, axis and activation declared)")
@@ -328,7 +328,7 @@ def _judge(result: Verification, name: str, kind: AnswerKind, record: AnswersRec
         low = key.startswith("min_")
         if floor is None or value is None or (value >= floor - SLACK if low else value <= floor + SLACK):
             continue
-        counts = step(kind, "counts") if kind.counts else None
+        counts = step(kind, "counts")
         words = counts(record) if counts is not None else f"{record.get('rows')} rows"
         result.failures.append(f"{name}: {label} {value:.6g} {'<' if low else '>'} {key} {floor:g} ({words})")
 
@@ -355,7 +355,7 @@ def no_box_area(answers: Sequence[JudgedBoxes]) -> str | None:
 def degenerate(kind: str, answers: Sequence[object]) -> str | None:
     """What makes the reference's answers over every sample say nothing, by the record's kind name."""
     row = record_kind(kind)
-    return said(answers) if row is not None and row.empty and (said := step(row, "empty")) is not None else None
+    return said(answers) if row is not None and (said := step(row, "empty")) is not None else None
 
 
 def box_counts(record: AnswersRecord) -> str:

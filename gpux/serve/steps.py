@@ -258,7 +258,7 @@ def encoded(kind: AnswerKind | None, answers: list[Answer], shape: tuple[int, ..
     `shape` (default: one per row), one JSON text each."""
     from gpux.config.kinds import step
 
-    if kind is not None and kind.encode and (encode := step(kind, "encode")) is not None:
+    if kind is not None and (encode := step(kind, "encode")) is not None:
         return encode(answers)
     texts = [json.dumps(a, separators=(",", ":"), default=_plain).encode() for a in answers]
     return np.array(texts, dtype=object).reshape(shape if shape is not None else (len(texts),))

@@ -207,7 +207,7 @@ def page_lines(file: str, answers: PageAnswers, bound: list[Bound]) -> str:
 
     def written(name: str, answer: PageAnswer, indent: str = "") -> list[str]:
         kind = kinds.get(name)
-        write = step(kind, "lines") if kind is not None and kind.lines else None
+        write = step(kind, "lines") if kind is not None else None
         got = write(name, answer) if write is not None else value_lines(name, answer)
         return [indent + line for line in got]
 
