@@ -1,5 +1,5 @@
-"""A file's answer as the terminal's lines, per built-in kind (the `lines` steps gpux.config.kinds names), and the
-values of an output no kind writes."""
+"""A file's answer as the terminal's lines, per built-in kind (the `lines` steps gpux.config.kinds names), the
+values of an output no kind writes, and either as an output's kind says (`answer_lines`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpux.answers.records import Box, Text, TextBox, Top, Vector
+from gpux.config.kinds import AnswerKind, step
 
 if TYPE_CHECKING:
     from gpux.answers.keypoints import Pose
@@ -46,6 +47,12 @@ def vector_lines(name: str, answer: Vector) -> list[str]:
     v = answer["vector"]
     head = ", ".join(f"{x:.4f}" for x in v[:4])
     return [f"  {name}: vector of {len(v)} [{head}{', ...' if len(v) > 4 else ''}]"]
+
+
+def answer_lines(kind: AnswerKind | None, name: str, answer: object) -> list[str]:
+    """An output's answer as its kind writes it (its `lines` step), else its values."""
+    write = step(kind, "lines") if kind is not None else None
+    return write(name, answer) if write is not None else value_lines(name, answer)
 
 
 def value_lines(name: str, answer: object) -> list[str]:

@@ -136,12 +136,7 @@ def _plain(value: Any) -> Any:
 
 def format_answers(file: str, answers: dict[str, Any], kinds: Mapping[str, Any]) -> str:
     """`file:` then each output's lines as its kind writes them (gpux.config.kinds), a passthrough output's values."""
-    from gpux.answers.lines import value_lines
-    from gpux.config.kinds import step
+    from gpux.answers.lines import answer_lines
 
-    lines = [f"{file}:"]
-    for name, answer in answers.items():
-        kind = kinds.get(name)
-        written = step(kind, "lines") if kind is not None else None
-        lines += written(name, answer) if written is not None else value_lines(name, answer)
-    return "\n".join(lines)
+    return "\n".join([f"{file}:", *(line for name, answer in answers.items()
+                                    for line in answer_lines(kinds.get(name), name, answer))])

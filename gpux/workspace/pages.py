@@ -199,17 +199,13 @@ def _plain(value: Answer) -> Answer:
 def page_lines(file: str, answers: PageAnswers, bound: list[Bound]) -> str:
     """`file:` then each answer as its kind writes it; a cropped region: its corners and score, then its own
     answers indented."""
-    from gpux.answers.lines import value_lines
-    from gpux.config.kinds import step
+    from gpux.answers.lines import answer_lines
 
     kinds = {f"{b.step.model}.{k}": v for b in bound for k, v in b.steps.kinds.items()}
     cropped = {b.step.crops for b in bound if b.step.crops}
 
     def written(name: str, answer: PageAnswer, indent: str = "") -> list[str]:
-        kind = kinds.get(name)
-        write = step(kind, "lines") if kind is not None else None
-        got = write(name, answer) if write is not None else value_lines(name, answer)
-        return [indent + line for line in got]
+        return [indent + line for line in answer_lines(kinds.get(name), name, answer)]
 
     lines = [f"{file}:"]
     for name, answer in answers.items():
