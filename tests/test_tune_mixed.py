@@ -148,3 +148,33 @@ def test_entropy_calibration_ranges_differ_from_minmax(tmp_path: Path) -> None:
 
     minmax, entropy = scales("minmax"), scales("entropy")
     assert minmax.keys() == entropy.keys() and any(not np.allclose(minmax[k], entropy[k]) for k in minmax)
+
+
+def test_the_entropy_search_finds_the_range_onnxruntimes_own_finds() -> None:
+    """gpux.runtimes.onnxruntime_int8.entropy_threshold against HistogramCollector.get_entropy_threshold itself, on
+    histograms its collector makes (merged over batches, so their bins grow) of activations shaped as nets make them."""
+    from onnxruntime.quantization.calibrate import HistogramCollector
+
+    from gpux.runtimes.onnxruntime_int8 import ENTROPY_BINS, entropy_threshold
+
+    rng = np.random.default_rng(3)
+    shapes = {"normal": lambda n: rng.standard_normal(n), "relu": lambda n: np.maximum(rng.standard_normal(n), 0),
+              "heavy": lambda n: rng.laplace(size=n) ** 3,
+              "sparse": lambda n: rng.standard_normal(n) * (rng.random(n) < 0.02),
+              "growing": lambda n: rng.standard_normal(n) * rng.uniform(1, 4)}
+    collector = HistogramCollector("entropy", symmetric=False, num_bins=256, num_quantized_bins=32, percentile=99.99,
+                                   scenario="same")
+    for _ in range(4):
+        collector.collect_value({k: make(20000).astype(np.float32) for k, make in shapes.items()})
+    assert collector.histogram_dict["growing"][0].size > 256, "a later batch's wider range grew the bins"
+    for name, histogram in collector.histogram_dict.items():
+        theirs = collector.get_entropy_threshold(histogram, 32)
+        ours = entropy_threshold(histogram, 32)
+        assert [float(x) for x in ours] == [float(x) for x in theirs], name
+        assert ours[0].dtype == theirs[0].dtype
+    big = HistogramCollector("entropy", False, ENTROPY_BINS["num_bins"], ENTROPY_BINS["num_quantized_bins"], 99.99,
+                             "same")
+    big.collect_value({"x": np.maximum(rng.standard_normal(50000), 0).astype(np.float32)})
+    histogram = big.histogram_dict["x"]
+    assert [float(x) for x in entropy_threshold(histogram, 128)] == \
+        [float(x) for x in big.get_entropy_threshold(histogram, 128)]

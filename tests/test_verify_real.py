@@ -325,3 +325,33 @@ def test_a_lossless_build_of_a_model_that_rejects_generated_inputs_is_built_unve
     assert ran.returncode == 0, ran.stderr
     doc = json.loads(ran.stdout)
     assert doc["verification"]["status"] == "unverified" and doc["outputs"]["output"]["shape"] == [1, 1]
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_candidates_judged_on_the_same_rows_run_the_reference_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   kept: bool) -> None:
+    from gpux.quality import references, verify
+
+    calls: list[int] = []
+    real = verify.reference_outputs
+    monkeypatch.setattr(verify, "reference_outputs", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(verify, "REFERENCES", references.References())
+    if not kept:
+        monkeypatch.setattr(references.References, "MAX_BYTES", 0)  # outputs over the cache's size are not kept
+    folder = matmul_project(tmp_path, "verify: {data: real.npz}\n")
+    np.savez(folder / "real.npz", x=np.random.default_rng(7).normal(0, 1, (6, 1, 64)).astype(np.float32))
+    yml = (folder / "gpux.yml").read_text()
+    digests = set()
+    for precision in ("fp32", "fp16"):  # two artifacts, each verified on the same six rows
+        (folder / "gpux.yml").write_text(yml + f"providers:\n  cpu: {{precision: {precision}}}\n")
+        doc = build(load_config(folder), "cpu").final.artifact.manifest["verification"]
+        assert doc["data"] == "verify.data" and doc["precision"] == precision and not doc["failures"], doc
+        digests.add(doc["data_digest"])
+    assert len(digests) == 1 and len(calls) == (1 if kept else 2)
+    matmul_project(tmp_path, "verify: {data: real.npz}\nproviders:\n  cpu: {precision: int8, quantization: dynamic}\n")
+    w = numpy_helper.from_array(np.full((64, 32), 1e4, np.float32), "w")  # another model in the same file
+    onnx.save(helper.make_model_gen_version(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [vi("x", ["batch", 64])], [vi("y", ["batch", 32])], [w]),
+        opset_imports=[helper.make_opsetid("", 17)]), str(folder / "model.onnx"))
+    build(load_config(folder), "cpu")
+    assert len(calls) == (2 if kept else 3), "a model rewritten in place is judged against its own reference"
