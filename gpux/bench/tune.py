@@ -63,6 +63,7 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
     interleaved in rounds (gpux.bench.rounds). The baseline's figures (None: no ONNX source to run plainly)."""
     from gpux.bench import rounds
     from gpux.bench.command import measured_row
+    from gpux.quality.references import REFERENCES
 
     concurrency = (req.concurrency or 4) if req.objective == "throughput" else 1
     protocol = bench.Protocol(warmup=3, warmup_seconds=min(0.2, req.seconds), runs=20, seconds=req.seconds,
@@ -71,7 +72,8 @@ def measure_all(project: Project, outcomes: list[Outcome], req: TuneRequest,
     opened: list[tuple[Outcome, Any]] = []
     base: Baseline | None = None
     try:
-        open_all(project, outcomes, req, protocol, deadline, log, opened)
+        with REFERENCES.kept():  # each rung judged on the same rows against the same reference
+            open_all(project, outcomes, req, protocol, deadline, log, opened)
         if not opened:
             return None
 

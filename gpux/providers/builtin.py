@@ -28,7 +28,7 @@ CPU_TUNE: TuneRows = (("fp32", {"precision": "fp32", "optimization": "basic"}),
             ("int8", {"precision": "int8", "quantization": "static", "optimization": "all"}))
 CPU_REFINE: Refinements = ({"quantization": "static"},
               (({"calibration_method": "percentile"}, 4), ({"keep_fp32": 0.05}, 3), ({"keep_fp32": 0.15}, 1.5),
-               ({"keep_fp32": 0.3}, 1.5), ({"calibration_method": "entropy"}, 12)))
+               ({"keep_fp32": 0.3}, 1.5), ({"calibration_method": "entropy"}, 3)))
 OPENVINO_TUNE: TuneRows = (("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "latency"}),
                  ("fp32", {"precision": "fp32", "inference_precision": "f32", "hint": "throughput"}),
                  ("bf16", {"precision": "fp32", "inference_precision": "bf16", "hint": "latency"}),
