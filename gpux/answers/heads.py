@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpux.answers import post
 from gpux.answers.records import Box
 from gpux.arrays import Array
+from gpux.config.blocks import Boxes
 from gpux.model.heads import cells
+
+if TYPE_CHECKING:
+    from gpux.answers.kinds import Decoding
 
 
 def grid_size(counts: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
@@ -44,7 +48,7 @@ def centres(size: tuple[int, int], stride: int) -> Array:
     return (np.stack([xs.ravel(), ys.ravel()], axis=1).astype(np.float32) + 0.5) * stride
 
 
-def levels(row: Array, how: Any, names: Sequence[str]) -> list[Array]:
+def levels(row: Array, how: Decoding, names: Sequence[str]) -> list[Array]:
     """The row of each named output (the declaring output's is `row`, the others come in `how.others`: `how` is
     a gpux.answers.kinds.Decoding)."""
     import numpy as np
@@ -93,14 +97,14 @@ def yolov5(heads: Sequence[Array], strides: Sequence[int], anchors: Sequence[Seq
     return np.concatenate(boxes), np.concatenate(scores)
 
 
-def detections(row: Array, how: Any, size: tuple[int, int] | None) -> tuple[Array, Array, Array]:
+def detections(row: Array, how: Decoding, size: tuple[int, int] | None) -> tuple[Array, Array, Array]:
     """(boxes [N, 4], scores, classes) in input pixels after the threshold and class-aware NMS, best first."""
     import numpy as np
 
-    block = how.block
-    heads = levels(row, how, block.heads)
+    block = how.block_as(Boxes)  # a heads layout names its heads (and picodet its distributions): Boxes checks it
+    heads = levels(row, how, block.heads or ())
     if block.layout == "picodet":
-        boxes, scores, classes = picodet(heads, levels(row, how, block.distributions), block.strides, size,
+        boxes, scores, classes = picodet(heads, levels(row, how, block.distributions or ()), block.strides, size,
                                          how.activation, block.score)
     else:
         boxes, every = yolov5(heads, block.strides, block.levels_anchors)
@@ -112,11 +116,11 @@ def detections(row: Array, how: Any, size: tuple[int, int] | None) -> tuple[Arra
     return boxes[kept], scores[kept], classes[kept]
 
 
-def decode(row: Array, how: Any) -> list[Box]:
+def decode(row: Array, how: Decoding) -> list[Box]:
     boxes, scores, classes = detections(row, how, how.canvas)
-    boxes = how.placement.to_original(boxes) if how.placement is not None else boxes
+    boxes = how.image.to_original(boxes) if how.image is not None else boxes
     return post.box_answers(boxes, scores, classes, how.labels)
 
 
-def judge(row: Array, how: Any) -> tuple[Array, Array, Array]:
+def judge(row: Array, how: Decoding) -> tuple[Array, Array, Array]:
     return detections(row, how, how.size)

@@ -8,12 +8,15 @@ Answered as {label, index, score, box: [cx, cy, w, h], angle, polygon: 4 corners
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpux.answers import post
 from gpux.answers.records import Box
 from gpux.arrays import Array
 from gpux.config.blocks import Boxes
+
+if TYPE_CHECKING:
+    from gpux.answers.kinds import Decoding
 
 EPS = 1e-7
 
@@ -91,13 +94,13 @@ def detections(row: Array, block: Boxes, activation: tuple[bool, bool]) -> tuple
     return boxes[kept], scores[kept], classes[kept]
 
 
-def decode(row: Array, how: Any) -> list[OrientedBox]:
+def decode(row: Array, how: Decoding) -> list[OrientedBox]:
     """The oriented boxes mapped back through the image's Placement (`how`: an answers.kinds.Decoding), sizes by
     its scale (a letterbox keeps the aspect; a stretch's per-axis scale is exact only for upright boxes)."""
-    boxes, scores, classes = detections(row, how.block, how.activation)
+    boxes, scores, classes = detections(row, how.block_as(Boxes), how.activation)
     polygons = corners(boxes)
-    if how.placement is not None:
-        p = how.placement
+    if how.image is not None:
+        p = how.image
         boxes = boxes.copy()
         boxes[:, 0], boxes[:, 1] = (boxes[:, 0] - p.offset_x) / p.scale_x, (boxes[:, 1] - p.offset_y) / p.scale_y
         boxes[:, 2], boxes[:, 3] = boxes[:, 2] / p.scale_x, boxes[:, 3] / p.scale_y
@@ -111,7 +114,7 @@ def decode(row: Array, how: Any) -> list[OrientedBox]:
     return out
 
 
-def judge(row: Array, how: Any) -> tuple[Array, Array, Array]:
+def judge(row: Array, how: Decoding) -> tuple[Array, Array, Array]:
     """(polygons [N, 4, 2] in input pixels, scores, classes), compared by rotated IoU."""
-    boxes, scores, classes = detections(row, how.block, how.activation)
+    boxes, scores, classes = detections(row, how.block_as(Boxes), how.activation)
     return corners(boxes), scores, classes

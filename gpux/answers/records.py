@@ -4,6 +4,7 @@ what `--json`, `--save` and the server write is the record as it is. Typing only
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TypeAlias, TypedDict
 
 from gpux.arrays import Array
@@ -44,10 +45,12 @@ class TextBox(TypedDict):
     score: float
 
 
-# One output's answer: the top-k classes, the boxes, the text, or the (activated) scores of an output without
-# answers; an audio file's is one per window (`steps.Steps.file_answers`). A python step's is whatever its
-# function returns.
-Answer: TypeAlias = "list[Top] | list[Box] | Text | Vector | list[TextBox] | Array | list[Answer]"
+# One output's answer: its kind's record or records (the built-in kinds' above; each newer kind's in its own module:
+# keypoints.Pose, masks.Instance, segmentation.SegmentationMap, heatmaps.HeatmapKeypoints, obb.OrientedBox,
+# tokens.Entity; a plug-in kind's its own), or the (activated) scores of an output without answers; an audio file's
+# is one per window (`steps.Steps.file_answers`). A python step's is whatever its function returns.
+Record: TypeAlias = Mapping[str, object]
+Answer: TypeAlias = "Record | Sequence[Record] | Array | list[Answer]"
 Answers: TypeAlias = "dict[str, Answer]"  # a file's answers: output name -> its answer
 
 __all__ = ["Answer", "Answers", "Box", "Text", "TextBox", "Top", "Vector"]

@@ -77,17 +77,23 @@ def save_model(model: onnx.ModelProto, dst: Path) -> None:
 class OrtSession:
     """An InferenceSession plus what actually runs it."""
 
-    session: onnxruntime.InferenceSession  # (None once closed: a closed session is not run again)
+    opened: onnxruntime.InferenceSession | None  # None once closed: its memory is released
     requested: list[str]
     used: list[str]
     output_names: list[str] = field(default_factory=list)
     input_names: list[str] = field(default_factory=list)
 
+    @property
+    def session(self) -> onnxruntime.InferenceSession:
+        if self.opened is None:
+            raise RuntimeError("an ONNX Runtime session run after it was closed")  # a gpux bug
+        return self.opened
+
     def run(self, feeds: Feeds) -> Outputs:
         return self.session.run(self.output_names, feeds)
 
     def close(self) -> None:
-        self.session = None
+        self.opened = None
 
 
 def create_session(model: Path, ep: str, ep_options: dict[str, str] | None, *, intra_op: int = 0,

@@ -165,9 +165,7 @@ class Metrics:
                            ["model", "version"], registry=r)
 
     def child(self, metric: M, *labels: str) -> M:
-        """The metric's child of one label set (a gauge's, cached; a Family's own)."""
-        if isinstance(metric, Family):
-            return metric.child(*labels)
+        """The gauge's child of one label set, cached (a Family keeps its own: `Family.child`)."""
         key = (id(metric), *labels)
         found = self._children.get(key)
         if found is None:
