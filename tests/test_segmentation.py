@@ -214,7 +214,7 @@ def test_init_proposes_segmentation_and_heatmaps_only_where_the_shape_tells(tmp_
 def test_a_foreground_map_through_a_centre_crop() -> None:
     """One channel of probabilities, cut at the threshold, through a resize and centre crop: the pixels the crop cut
     away take the nearest cells' class."""
-    from gpux.answers.kinds import Decoding
+    from gpux.answers.decoding import Decoding
     from gpux.answers.pre import Placement
     from gpux.answers.segmentation import decode, original_map
     from gpux.config.steps import Postprocess

@@ -24,7 +24,7 @@ from gpux.config.blocks import Boxes
 from gpux.model.heads import cells
 
 if TYPE_CHECKING:
-    from gpux.answers.kinds import Decoding
+    from gpux.answers.decoding import Decoding
 
 
 def grid_size(counts: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
@@ -50,7 +50,7 @@ def centres(size: tuple[int, int], stride: int) -> Array:
 
 def levels(row: Array, how: Decoding, names: Sequence[str]) -> list[Array]:
     """The row of each named output (the declaring output's is `row`, the others come in `how.others`: `how` is
-    a gpux.answers.kinds.Decoding)."""
+    a gpux.answers.decoding.Decoding)."""
     import numpy as np
 
     return [np.asarray(how.others.get(n, row), np.float32) for n in names]

@@ -5,7 +5,7 @@ detection with its keypoints [x, y(, visibility)], mapped back with the box to t
 from __future__ import annotations
 
 from gpux.answers import post
-from gpux.answers.kinds import Decoding
+from gpux.answers.decoding import Decoding
 from gpux.answers.records import Box
 from gpux.arrays import Array
 from gpux.config.blocks import Keypoints

@@ -17,7 +17,7 @@ from gpux.arrays import Array, Feeds, Named
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-    from gpux.answers.kinds import Where
+    from gpux.answers.decoding import Where
     from gpux.answers.pre import ImageSource
     from gpux.model.tensor import Tensor
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import TypedDict
 
 from gpux.answers import post
-from gpux.answers.kinds import Decoding
+from gpux.answers.decoding import Decoding
 from gpux.answers.records import Box
 from gpux.arrays import Array
 from gpux.config.blocks import Masks

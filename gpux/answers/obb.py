@@ -16,7 +16,7 @@ from gpux.arrays import Array
 from gpux.config.blocks import Boxes
 
 if TYPE_CHECKING:
-    from gpux.answers.kinds import Decoding
+    from gpux.answers.decoding import Decoding
 
 EPS = 1e-7
 
@@ -95,7 +95,7 @@ def detections(row: Array, block: Boxes, activation: tuple[bool, bool]) -> tuple
 
 
 def decode(row: Array, how: Decoding) -> list[OrientedBox]:
-    """The oriented boxes mapped back through the image's Placement (`how`: an answers.kinds.Decoding), sizes by
+    """The oriented boxes mapped back through the image's Placement (`how`: an answers.decoding.Decoding), sizes by
     its scale (a letterbox keeps the aspect; a stretch's per-axis scale is exact only for upright boxes)."""
     boxes, scores, classes = detections(row, how.block_as(Boxes), how.activation)
     polygons = corners(boxes)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypedDict
 
 from gpux.answers import post
-from gpux.answers.kinds import Decoding
+from gpux.answers.decoding import Decoding
 from gpux.arrays import Array
 from gpux.config.blocks import Segmentation
 from gpux.config.load import Project

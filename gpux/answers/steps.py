@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TypeAlias, TypeGuard
 
 from gpux.answers.audio import AUDIO_SUFFIXES, audio_tensor
-from gpux.answers.kinds import Where
+from gpux.answers.decoding import Where
 from gpux.answers.many import Infers, Item
 from gpux.answers.pre import IMAGE_SUFFIXES, image_tensor
 from gpux.answers.raw import bytes_tensor
@@ -175,7 +175,8 @@ class Steps:
         declare no postprocess of their own: masks' prototypes, a detector's heads), as its kind decodes it
         (gpux.config.kinds); outputs without postprocess stay arrays, those without a kind of answer their
         activated values."""
-        from gpux.answers.kinds import Decoding, decoder
+        from gpux.answers.decoding import Decoding
+        from gpux.answers.kinds import decoder
         from gpux.answers.post import activate
 
         out: Answers = {}

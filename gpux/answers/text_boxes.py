@@ -6,7 +6,7 @@ numpy and Pillow only: the regions are labeled by runs, the rectangles found on 
 
 from __future__ import annotations
 
-from gpux.answers.kinds import Decoding
+from gpux.answers.decoding import Decoding
 from gpux.answers.records import TextBox
 from gpux.arrays import Array
 from gpux.config.blocks import TextBoxes

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import NotRequired, TypedDict
 
 from gpux.answers import post
-from gpux.answers.kinds import Decoding
+from gpux.answers.decoding import Decoding
 from gpux.answers.text import Spans
 from gpux.arrays import Array
 from gpux.config.load import Project

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
-from gpux.answers.kinds import Decoding
+from gpux.answers.decoding import Decoding
 from gpux.config.kinds import AnswerKind, kind_of, record_kind, step
 from gpux.config.steps import Boxes, Postprocess
 from gpux.documents import (

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeAlias
 
+from gpux.answers.decoding import Decoding
 from gpux.answers.keypoints import PoseAgreement, detections
-from gpux.answers.kinds import Decoding
 from gpux.answers.masks import MaskAgreement
 from gpux.arrays import Array
 from gpux.config.blocks import Keypoints

@@ -15,7 +15,7 @@ from gpux.errors import Failure, classify
 if TYPE_CHECKING:
     import numpy as np
 
-    from gpux.answers.kinds import Where
+    from gpux.answers.decoding import Where
     from gpux.arrays import Feeds
 
     Decoded = tuple[Feeds, Where | None]  # a file's feeds and where its input sits in them (an image's, a text's)
