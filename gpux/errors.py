@@ -138,6 +138,11 @@ class VerificationFailed(BuildFailed):
     info: dict[str, Any] | None = None  # what the build step reported (its artifact's info)
 
 
+class TooSlow(VerificationFailed):
+    """A lossy artifact built within a speed screen (gpux.quality.speed.screened) and left unverified, being far
+    slower than a plain session: never published, never remembered (its speed is this machine's, at this moment)."""
+
+
 class ModelError(GpuxError):
     """The model itself cannot be used as declared (not a provider problem: no fallback helps)."""
 

@@ -31,6 +31,7 @@ DECLARED = {
     # context variables, set for a block and reset after it
     "gpux.report._INVOKED": "the running command's Invocation (report.invoked); reset when the command ends",
     "gpux.files._READING": "memos read but not written within files.reading_only; reset after it",
+    "gpux.quality.speed._SCREEN": "tune's speed screen for the builds within quality.speed.screened; reset after it",
     # facts of the process and the machine
     "gpux.model.compat._probe_limits": PROCESS_FACT,
     "gpux.providers.ort_available_eps": PROCESS_FACT,

@@ -184,3 +184,29 @@ def test_the_table_marks_each_row_and_the_one_tune_would_lock(mlp_project: Path)
     assert {t["mark"] for t in table if t["provider"] == "cpu"} == {VERIFIED}
     assert sum(t["locked"] == "True" for t in table) == 1
     assert cli("tune", str(mlp_project), "--csv").returncode == 2, "--csv without --table is a usage error"
+
+
+def test_a_lossy_build_screened_by_its_speed_is_not_verified_published_or_remembered(mlp_project: Path) -> None:
+    """Within tune's speed screen a lossy artifact is timed beside the plain session before it is verified; one
+    under the screen in every round stops there (screened here at 100×, which every artifact is under), leaves
+    nothing in the store and nothing remembered: the same build outside the screen is verified as ever."""
+    import pytest
+
+    from gpux.artifacts.build import build
+    from gpux.bench.table import NOT_MEASURED, row_of
+    from gpux.config.load import load_config
+    from gpux.errors import TooSlow
+    from gpux.quality.speed import screened
+
+    yml = mlp_project / "gpux.yml"
+    yml.write_text(yml.read_text() + "providers:\n  cpu: {precision: int8, quantization: dynamic}\n")
+    with screened(100.0), pytest.raises(TooSlow) as caught:
+        build(load_config(mlp_project), "cpu")
+    assert "× a plain fp32 session here" in caught.value.message and "under 100× in every round: not verified" \
+        in caught.value.message, caught.value.message
+    store = mlp_project / ".gpux" / "tiny-mlp"
+    assert not [p for p in store.glob("*int8*") if (p / "manifest.json").exists()], "nothing published"
+    built = build(load_config(mlp_project), "cpu").final.artifact
+    assert built.manifest["verification"]["status"] not in ("skipped", None) and built.manifest["info"]["vs_plain"]
+    row = row_of({"status": "too slow", "provider": "cpu", "precision": "int8", "why": caught.value.message})
+    assert (row["mark"], row["status"], row["detail"]) == (NOT_MEASURED, "not measured", caught.value.message)

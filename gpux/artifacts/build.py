@@ -14,7 +14,7 @@ from gpux.artifacts import store
 from gpux.artifacts.plan import FP32, BuildPlan, Planned, as_fp32, digest_of, plan_build
 from gpux.config.load import Project
 from gpux.documents import BuildDoc, BuiltDoc, SpeedDoc
-from gpux.errors import BuildFailed, VerificationFailed, model_step
+from gpux.errors import BuildFailed, TooSlow, VerificationFailed, model_step
 from gpux.files import locked
 from gpux.plan.targets import Target
 from gpux.runtimes import KIND_HINTS, ArtifactKind, Built, Context, Job, Log, NothingConverted
@@ -220,6 +220,8 @@ def _build_remembering(job: Job, step: Planned, src: Path, folder: Path, why: st
         store.remember_failure(root, name, folder.name, store.Failure(key=key + FP32, message=exc.message,
                                                                       hint=exc.hint))
         raise
+    except TooSlow:  # this machine's speed at this moment: never remembered
+        raise
     except VerificationFailed as exc:  # its key covers the data's digest and the thresholds
         store.remember_failure(root, name, folder.name, store.Failure(
             key=checked, message=exc.message, hint=exc.hint, verification=exc.verification, info=exc.info))
@@ -242,20 +244,15 @@ def _usable_source(project: Project, checked: Any, root: Path, log: Log) -> Path
 
 def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path,
            opened: Callable[[Feeds], Outputs] | None) -> SpeedDoc | None:
-    """A lossy artifact's speed beside a plain fp32 session of the source (quality.speed), said where slower."""
+    """A lossy artifact's speed beside a plain fp32 session of the source (quality.speed)."""
     from gpux.quality.speed import LOSSY, versus_plain
-    from gpux.report import slower_note
 
     verify = kind.verify_step()
     if target.precision not in LOSSY or verify is None:
         return None
     runner = opened or verify(main, target)
     measured = versus_plain(job, target, None if isinstance(runner, str) else runner)
-    speed = measured.to_dict() if measured is not None else None
-    note = slower_note(speed)
-    if note:
-        job.log(f"warning: {target.id}: {note}")
-    return speed
+    return measured.to_dict() if measured is not None else None
 
 
 def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Artifact:
@@ -281,14 +278,22 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
             "files": {},  # listed as it is published
         }
         if job.verify and project.config.verify.enabled:
+            from gpux.quality.speed import too_slow
             from gpux.quality.verify import run_verification
+            from gpux.report import slower_note
 
+            speed = _speed(job, step, target, workdir / main, opened)  # first: a screened build may stop here
+            why = too_slow(speed)
+            if why:
+                raise TooSlow(f"{target.id}: {why}", conversion=False)
             try:
                 manifest["verification"] = run_verification(job, step, target, workdir / main, opened)
             except VerificationFailed as exc:
                 exc.info = info
                 raise
-            info["vs_plain"] = _speed(job, step, target, workdir / main, opened)
+            info["vs_plain"] = speed
+            if note := slower_note(speed):
+                log(f"warning: {target.id}: {note}")
         else:
             manifest["verification"] = {"status": "skipped",
                                         "skipped": "--no-verify" if not job.verify else "verify.enabled: false"}

@@ -28,7 +28,7 @@ class Outcome:
     provider: str
     precision: str
     options: OptionFields
-    status: str = "pending"  # ok | failed verification | unverified | unavailable | over budget | not needed
+    status: str = "pending"  # ok | failed verification | unverified | unavailable | too slow | over budget | not needed
     row: Row = field(default_factory=lambda: Row())  # as measured (bench.command.measured_row), with tune's figures
     why: str = ""
     refines: Outcome | None = field(default=None, repr=False)  # the plain int8 candidate this one refines

@@ -17,7 +17,7 @@ from gpux.bench.accuracy import accuracy_of, verification_status
 from gpux.bench.records import Gate, Row
 from gpux.config.load import Project
 from gpux.documents import VerificationDoc
-from gpux.errors import GpuxError, InputError, VerificationFailed
+from gpux.errors import GpuxError, InputError, TooSlow, VerificationFailed
 from gpux.machine import environment_facts
 from gpux.plan.targets import with_options
 from gpux.report import tables
@@ -124,6 +124,9 @@ def open_one(project: Project, provider: str | None, precision: str | None, rows
     try:
         session = load(project, provider, strict=strict or pinned, store_dir=rows.store, log=rows.log,
                        provider_source="--provider", verified_only=strict)
+    except TooSlow as exc:  # screened out by its speed before verification (tune)
+        return bench.result_row(provider or "auto", label, None, bench.Phases(), status="too slow",
+                                error=exc.message)
     except VerificationFailed as exc:  # a headline, then one line per failing metric
         lines = [x.strip() for x in exc.message.splitlines() if x.strip()]
         return bench.result_row(provider or "auto", label, None, bench.Phases(), status="failed verification",

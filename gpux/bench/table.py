@@ -70,7 +70,7 @@ def row_of(c: dict[str, Any]) -> TableRow:
         mark, status = (VERIFIED, "verified") if verified else (KEPT_NOT, "unverified")
     elif c["status"] == "failed verification":
         mark, status = KEPT_NOT, "failed verification"
-    elif c["status"] in ("over budget", "not needed"):
+    elif c["status"] in ("over budget", "not needed", "too slow"):
         mark, status = NOT_MEASURED, "not measured"
     else:
         mark, status = FAILED, "could not run"

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,29 @@ if TYPE_CHECKING:
 ROUNDS = 5
 ROUND_S = 0.06  # seconds per side per round
 LOSSY = ("fp16", "bf16", "int8")
+# Within `screened`: a lossy artifact whose fastest round is under this fraction of the plain session's speed is not
+# verified (tune never locks a candidate below its untuned default, which runs as the plain session does)
+_SCREEN: ContextVar[float] = ContextVar("gpux_speed_screen", default=0.0)
+SCREEN = 0.5  # tune's: half the plain session's speed in every round, far outside the rounds' noise
+
+
+@contextmanager
+def screened(below: float = SCREEN) -> Iterator[None]:
+    """Builds in this block leave a lossy artifact slower than `below`× a plain session unverified (`too_slow`)."""
+    token = _SCREEN.set(below)
+    try:
+        yield
+    finally:
+        _SCREEN.reset(token)
+
+
+def too_slow(speed: SpeedDoc | None) -> str | None:
+    """Why a build within `screened` is not verified (its speed beside the plain session), else None."""
+    below = _SCREEN.get()
+    if not below or not speed or speed["high"] >= below:
+        return None
+    return (f"{speed['speedup']:.2f}× a plain fp32 session here ({speed['low']:.2f}–{speed['high']:.2f} per round), "
+            f"under {below:g}× in every round: not verified, as tune never locks a candidate slower than its default")
 
 
 @dataclass(frozen=True)
