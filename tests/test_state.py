@@ -26,6 +26,7 @@ DECLARED = {
     "gpux.serve.body.PLANS": "an infer header's reading, by its bytes and limits: at most KEPT, then emptied",
     "gpux.serve.body.HEADS": "a reply's JSON header, by what it is written from: at most KEPT, then emptied",
     "gpux.answers.text._load": "tokenizers by file, stamp and length: at most 8 (lru_cache)",
+    "gpux.quality.agreement._class_texts": "CTC's class characters by class count and blank: at most 8 (lru_cache)",
     "gpux.config.kinds.step": "the function a kind names for a role (resolved once per kind and role)",
     "gpux.answers.kinds.decoder": "the decode step a kind names (resolved once per kind)",
     # context variables, set for a block and reset after it

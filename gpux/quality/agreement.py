@@ -7,6 +7,7 @@ mapping back to an original image is needed to tell whether two detectors agree.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
@@ -23,8 +24,9 @@ from gpux.documents import (
     VectorAgreement,
     number,
 )
-from gpux.quality.metrics import CONFIDENT, TIE, Rule, Verification
+from gpux.quality.metrics import Rule, Verification
 from gpux.quality.polygons import pairwise_polygon_iou
+from gpux.quality.scores import CONFIDENT, TIE
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -189,6 +191,11 @@ def judge_text(row: Array, how: Decoding) -> tuple[str, bool]:
     return decode_text(row, how.spec)
 
 
+@functools.lru_cache(maxsize=8)  # a list per class count and blank (declared: tests/test_state.py)
+def _class_texts(classes: int, blank: int) -> list[str]:  # a character per class past Latin-1, the blank none
+    return [chr(0x100 + i) if i != blank else "" for i in range(classes)]
+
+
 def decode_text(row: Array, spec: Postprocess) -> tuple[str, bool]:
     """Greedy CTC decoding of one row with one character per class (its index as a code point): strings compare
     as the class sequences they are, whatever the charset file holds. And whether the row reads it confidently:
@@ -201,14 +208,11 @@ def decode_text(row: Array, spec: Postprocess) -> tuple[str, bool]:
     axis = spec.ctc.axis
     classes = row.shape[0 if axis == 1 else -1]
     blank = spec.ctc.blank % classes
-    texts = [chr(0x100 + i) if i != blank else "" for i in range(classes)]
-    text = str(ctc_greedy(row, texts, blank, axis, (spec.softmax, spec.sigmoid))["text"])
+    text = str(ctc_greedy(row, _class_texts(classes, blank), blank, axis, (spec.softmax, spec.sigmoid))["text"])
     probs = activate(row, spec.softmax, spec.sigmoid, axis=-1 if axis != 1 else 0)
     probs = probs.T if axis == 1 else probs
     best, p = probs.argmax(axis=1), probs.max(axis=1)
-    kept = np.ones(best.shape, bool)
-    kept[1:] = best[1:] != best[:-1]
-    kept &= best != blank
+    kept = np.concatenate([[True], best[1:] != best[:-1]]) & (best != blank)  # repeats collapsed, blanks dropped
     return text, bool((p[kept] if kept.any() else p).min(initial=1.0) >= CONFIDENT)
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpux.documents import Extra, OutputMetrics, VerificationDoc, number
+from gpux.quality.pairs import dot, finite_pair
+from gpux.quality.scores import scores
 
 # Default thresholds per execution precision; `verify:` overrides them for every output, `verify.outputs.NAME`
 # for one. None: not judged. Top-k metrics apply to class scores only, sums to probability distributions only,
@@ -43,8 +45,6 @@ LOSSY = frozenset({"int8", "best"})  # verified only on representative data (els
 # may pick int8 kernels
 NEGLIGIBLE = 1e-5  # an output (or slice) whose reference and error both stay below this is not judged by cosine
 MIN_SLICE_VALUES = 16  # slices smaller than this (pooled over samples) are too noisy to judge alone
-CONFIDENT = 0.5  # a reference row is confident when its top probability reaches this
-TIE = 1e-4  # a reference row whose top two differ by less (relative) has no top-1 to agree with
 
 
 def tolerances(precision: str, *overrides: Any) -> dict[str, float | None]:
@@ -164,7 +164,7 @@ def compare(names: Sequence[str], reference: Sequence[Sequence[Any]], got: Seque
         metrics["kind"] = kind
         problems += _slices(name, ref, out, Rule(judged, rule.kind, rule.axis), metrics)
         if kind in ("scores", "distribution"):
-            problems += _scores(name, ref, out, judged, kind, metrics)
+            problems += scores(name, ref, out, judged, kind, metrics)
         elif ref[0].dtype.kind == "f" and not rule.answers and judged.get("row_tolerance") is not None:
             from gpux.quality.values import values_record
 
@@ -233,19 +233,22 @@ def _dense(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | Non
     t = {"values": 0, "mismatched": 0, "finite": 0, "max_abs": 0.0, "scale": 0.0, "rg": 0.0, "rr": 0.0, "gg": 0.0,
          "within": 0}
     for a, b in zip(ref, out, strict=True):
-        r, g = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
-        finite_r, finite_g = np.isfinite(r), np.isfinite(g)
-        same_special = ~finite_r & ~finite_g & ((np.isnan(r) & np.isnan(g)) | (r == g))
-        t["values"] += r.size
-        t["mismatched"] += int(np.count_nonzero((finite_r != finite_g) | (~finite_r & ~finite_g & ~same_special)))
-        both = finite_r & finite_g
-        r, g = r[both], g[both]
+        t["values"] += a.size
+        if finite_pair(a, b):
+            r, g = a.ravel(), b.ravel()
+        else:
+            r, g = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+            finite_r, finite_g = np.isfinite(r), np.isfinite(g)
+            same_special = ~finite_r & ~finite_g & ((np.isnan(r) & np.isnan(g)) | (r == g))
+            t["mismatched"] += int(np.count_nonzero((finite_r != finite_g) | (~finite_r & ~finite_g & ~same_special)))
+            both = finite_r & finite_g
+            r, g = r[both], g[both]
         if not r.size:
             continue
         diff = np.abs(g - r)
         t["finite"] += r.size
         t["max_abs"], t["scale"] = max(t["max_abs"], float(diff.max())), max(t["scale"], float(np.abs(r).max()))
-        t["rg"], t["rr"], t["gg"] = t["rg"] + float(r @ g), t["rr"] + float(r @ r), t["gg"] + float(g @ g)
+        t["rg"], t["rr"], t["gg"] = t["rg"] + dot(r, g), t["rr"] + dot(r, r), t["gg"] + dot(g, g)
         if tol["atol"] is not None:
             t["within"] += int(np.count_nonzero(diff <= tol["atol"] + (tol["rtol"] or 0.0) * np.abs(r)))
     problems = []
@@ -300,13 +303,17 @@ def _slices(name: str, ref: list[Any], out: list[Any], rule: Rule, metrics: Outp
         return []
     sums = np.zeros((6, n))  # r·g, r·r, g·g, max |r|, max |g - r|, finite values: per slice
     for a, b in zip(ref, out, strict=True):
-        r, g = (np.moveaxis(x.astype(np.float64), axis, 0).reshape(n, -1) for x in (a, b))
-        both = np.isfinite(r) & np.isfinite(g)
-        r, g = np.where(both, r, 0.0), np.where(both, g, 0.0)
-        sums[:3] += (r * g).sum(1), (r * r).sum(1), (g * g).sum(1)
+        if finite_pair(a, b):
+            r, g = (np.moveaxis(x, axis, 0).reshape(n, -1) for x in (a, b))
+            sums[5] += r.shape[1]
+        else:
+            r, g = (np.moveaxis(x.astype(np.float64), axis, 0).reshape(n, -1) for x in (a, b))
+            both = np.isfinite(r) & np.isfinite(g)
+            r, g = np.where(both, r, 0.0), np.where(both, g, 0.0)
+            sums[5] += both.sum(1)
+        sums[:3] += dot(r, g, rows=True), dot(r, r, rows=True), dot(g, g, rows=True)
         sums[3] = np.maximum(sums[3], np.abs(r).max(1, initial=0.0))
         sums[4] = np.maximum(sums[4], np.abs(g - r).max(1, initial=0.0))
-        sums[5] += both.sum(1)
     cosines = [(_cosine_of(sums[0, i], sums[1, i], sums[2, i], sums[4, i]), i) for i in range(n)
                if sums[5, i] and max(sums[3, i], sums[4, i]) >= NEGLIGIBLE]
     if not cosines:
@@ -335,66 +342,3 @@ def spans(indices: list[int]) -> str:
             runs.append([i, i])
     text = ", ".join(f"{a}..{b}" if b > a else str(a) for a, b in runs[:6])
     return text + (f", … ({len(runs) - 6} more runs)" if len(runs) > 6 else "")
-
-
-def _scores(name: str, ref: list[Any], out: list[Any], tol: dict[str, float | None], kind: str,
-            metrics: OutputMetrics) -> list[str]:
-    """Class-score agreement along the last axis: top-1, the reference's top-1 within the artifact's top-5,
-    top-1 where the reference is confident; a distribution's rows must still sum to 1."""
-    import numpy as np
-
-    k = ref[0].shape[-1] if ref[0].ndim else 0
-    if k < 2 or not ref[0].size:
-        return []
-    table = np.concatenate([_score_rows(a, b, k, kind) for a, b in zip(ref, out, strict=True)], axis=1)
-    ranked = table[0] > 0  # rows the reference cannot rank (all non-finite, its top two tied) count neither way
-    if not ranked.any():
-        return []
-    agree, top5, confident, sum_error = table[1, ranked] > 0, table[2, ranked] > 0, table[3, ranked] > 0, \
-        table[4, ranked]
-    rows = int(ranked.sum())
-    metrics["rows"] = rows
-    metrics["top1"] = float(agree.mean())
-    if k > 5:
-        metrics["top5"] = float(top5.mean())
-    metrics["confident_rows"] = int(confident.sum())
-    if confident.any():
-        metrics["top1_confident"] = float(agree[confident].mean())
-    if kind == "distribution":
-        metrics["sum_error"] = float(sum_error.max())
-    problems = []
-    for key, label in (("top1", "top-1 agreement"), ("top5", "top-5 agreement (reference top-1 in top-5)"),
-                       ("top1_confident", "top-1 agreement where the reference is confident")):
-        floor, value = tol.get(f"min_{key}"), number(metrics, key)
-        if floor is not None and value is not None and value < floor:
-            n = metrics["confident_rows"] if key == "top1_confident" else rows
-            problems.append(f"{name}: {label} {value:.1%} < min_{key} {floor:.0%} ({n} rows)")
-    floor = tol.get("max_sum_error")
-    if kind == "distribution" and floor is not None and metrics["sum_error"] > floor:
-        problems.append(f"{name}: probabilities no longer sum to 1 (off by up to {metrics['sum_error']:.3g} > "
-                        f"max_sum_error {floor:g})")
-    return problems
-
-
-def _score_rows(a: Any, b: Any, k: int, kind: str) -> Any:
-    """Per row of one sample: [ranked, top-1 agrees, reference top-1 in the top-5, reference confident, how far
-    the artifact's row is from summing to 1]."""
-    import numpy as np
-
-    r, g = (np.asarray(x, np.float64).reshape(-1, k) for x in (a, b))
-    r, g = np.where(np.isfinite(r), r, -np.inf), np.where(np.isfinite(g), g, -np.inf)
-    top2 = -np.partition(-r, 1, axis=-1)[:, :2]
-    with np.errstate(invalid="ignore"):
-        ranked = np.isfinite(top2[:, 0]) & (top2[:, 0] - top2[:, 1] > TIE * np.maximum(np.abs(top2[:, 0]), 1.0))
-        best = r.argmax(-1)
-        top5 = (np.argpartition(-g, 5, axis=-1)[:, :5] == best[:, None]).any(-1) if k > 5 else ranked
-        confident = (r if kind == "distribution" else _softmax(r)).max(-1) >= CONFIDENT
-        off = np.nan_to_num(np.abs(g.sum(-1) - 1), nan=np.inf, posinf=np.inf)
-    return np.stack([ranked, best == g.argmax(-1), top5, confident, off]).astype(np.float64)
-
-
-def _softmax(x: Any) -> Any:
-    import numpy as np
-
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
