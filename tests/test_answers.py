@@ -19,7 +19,7 @@ from gpux.answers.pre import image_tensor
 from gpux.config.steps import Boxes, ImageSteps
 
 from .conftest import gpux
-from .trained import imagenet_crops, mobilenet_v2_example, package_file, yolov8_detector_example
+from .trained import imagenet_crops, mobilenet_v2_example, package_file, prebuilt, yolov8_detector_example
 
 CATS = range(281, 286)  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 MEAN, STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
@@ -31,13 +31,14 @@ def photo(name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def mobilenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The mobilenet_v2 example as committed (its gpux.yml) with the model and crops make_model.py writes."""
-    return mobilenet_v2_example(tmp_path_factory.mktemp("mobilenet_v2"))
+    """The mobilenet_v2 example as committed (its gpux.yml) with the model and crops make_model.py writes, built for
+    openvino (its int8 build is tests/test_answer_agreement.py's subject, made once per session)."""
+    return prebuilt(mobilenet_v2_example(tmp_path_factory.mktemp("mobilenet_v2")), "openvino")
 
 
 @pytest.fixture(scope="module")
 def detector(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return yolov8_detector_example(tmp_path_factory.mktemp("yolov8_detector"))
+    return prebuilt(yolov8_detector_example(tmp_path_factory.mktemp("yolov8_detector")), "cpu")  # once a session
 
 
 def json_lines(stdout: str) -> list[dict]:

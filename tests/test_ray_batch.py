@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from .conftest import gpux
-from .trained import mobilenet_v2_example, photos
+from .trained import mobilenet_v2_example, photos, prebuilt
 
 pytest.importorskip("pyarrow", reason="Ray Data needs pyarrow and pandas: pip install 'gpux-ml[ray]'")
 pytest.importorskip("pandas", reason="Ray Data needs pyarrow and pandas: pip install 'gpux-ml[ray]'")
@@ -52,7 +52,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     from ray.cluster_utils import Cluster
 
-    root = mobilenet_v2_example(tmp_path_factory.mktemp("mobilenet"))
+    # built for openvino, what auto runs here, once per session (deploy: is not the build's)
+    root = prebuilt(mobilenet_v2_example(tmp_path_factory.mktemp("mobilenet")), "openvino")
     yml = root / "gpux.yml"
     yml.write_text(yml.read_text() + "deploy:\n  ray:\n    batch: {files_per_call: 4}\n")
     folder = make_photos(tmp_path_factory.mktemp("photos") / "in", 36)

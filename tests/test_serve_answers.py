@@ -8,6 +8,7 @@ import asyncio
 import base64
 import io
 import json
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ import gpux
 
 from .conftest import gpux as gpux_cli
 from .serving import ServerThread, error_of, post
-from .trained import imagenet_crops, mobilenet_v2_example, package_file, yolov8_detector_example
+from .trained import imagenet_crops, mobilenet_v2_example, package_file, prebuilt, yolov8_detector_example
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -38,17 +39,20 @@ def photo(name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def mobilenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The mobilenet_v2 example as committed, with the model and crops its make_model.py writes."""
-    return mobilenet_v2_example(tmp_path_factory.mktemp("mobilenet_v2"))
+    """The mobilenet_v2 example as committed, with the model and crops its make_model.py writes, but cpu at fp32 (the
+    example's cpu int8 fails verification); built for cpu and openvino once per session (the builds are other
+    modules' subject)."""
+    folder = prebuilt(mobilenet_v2_example(tmp_path_factory.mktemp("mobilenet_v2")), "openvino")
+    yml = folder / "gpux.yml"
+    yml.write_text(yml.read_text().replace("cpu: {precision: int8, quantization: static, per_channel: true, "
+                                           "calibration: crops.npz}", "cpu: {precision: fp32}"))
+    return prebuilt(folder, "cpu")
 
 
 @pytest.fixture(scope="module", params=["cpu", "openvino"])
 def served(request: pytest.FixtureRequest, mobilenet: Path) -> Iterator[tuple[ServerThread, str, dict[str, Any]]]:
     """The example served on one provider, and the answers `gpux run --json` and `session.predict` give there."""
     provider = request.param
-    yml = mobilenet / "gpux.yml"  # the example's cpu int8 fails verification: served on cpu at fp32
-    yml.write_text(yml.read_text().replace("cpu: {precision: int8, quantization: static, per_channel: true, "
-                                           "calibration: crops.npz}", "cpu: {precision: fp32}"))
     with ServerThread([mobilenet], provider=provider) as server:
         assert server.server.repo.find("mobilenet-v2").provider == provider
         r = gpux_cli("run", str(mobilenet), *(str(photo(p)) for p in PHOTOS), "-p", provider, "--strict", "--json")
@@ -243,6 +247,7 @@ def test_files_of_concurrent_requests_run_as_one_batch(mobilenet: Path, tmp_path
     folder.mkdir()
     for name in ("model.onnx", "crops.npz", "imagenet_labels.txt"):
         (folder / name).symlink_to(mobilenet / name)
+    shutil.copytree(mobilenet / ".gpux", folder / ".gpux")  # serve: is not the build's: its artifacts are these
     text = (mobilenet / "gpux.yml").read_text() + "serve: {max_batch_size: 8, max_queue_delay_us: 500000}\n"
     (folder / "gpux.yml").write_text(text)
     sent = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg")
@@ -268,7 +273,7 @@ def test_files_of_concurrent_requests_run_as_one_batch(mobilenet: Path, tmp_path
 
 @pytest.fixture(scope="module")
 def detector(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return yolov8_detector_example(tmp_path_factory.mktemp("yolov8_detector"))
+    return prebuilt(yolov8_detector_example(tmp_path_factory.mktemp("yolov8_detector")), "cpu")  # once a session
 
 
 def test_a_detector_of_batch_one_answers_each_photo_with_boxes(detector: Path) -> None:

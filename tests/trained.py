@@ -8,6 +8,7 @@ conftest.py, keyed by the make_model.py's content and the arguments): each test 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -44,6 +45,31 @@ def built(example: str, what: str, make: Callable[[Path], object], script: Path 
             part.mkdir(parents=True)
             make(part)
             part.rename(folder)
+    return folder
+
+
+def prebuilt(folder: Path, *providers: str) -> Path:
+    """`folder`'s project with the store `gpux build FOLDER -p P` leaves for each of `providers`, built once per
+    session for every project of the same files (BUILT): a test of what runs on a built model, not of the build,
+    starts from the cache hit a second build would be. The store is the test's own copy; what it held is kept."""
+    import subprocess
+    import sys
+
+    digest = hashlib.sha256(",".join(providers).encode())
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and ".gpux" not in p.relative_to(folder).parts):
+        digest.update(f"\0{path.relative_to(folder)}\0".encode() + path.read_bytes())
+    made = None if BUILT is None else BUILT / f"store-{digest.hexdigest()[:16]}"
+    with contextlib.nullcontext() if made is None else locked(made.with_suffix(".lock")):
+        if made is None or not made.is_dir():
+            for provider in providers:
+                r = subprocess.run([sys.executable, "-m", "gpux", "build", str(folder), "-p", provider], text=True,
+                                   capture_output=True, timeout=1800)
+                assert r.returncode == 0, r.stderr
+            if made is not None:
+                shutil.copytree(folder / ".gpux", made.with_suffix(".part"), dirs_exist_ok=True)
+                made.with_suffix(".part").rename(made)
+            return folder
+    shutil.copytree(made, folder / ".gpux", dirs_exist_ok=True)  # beside what the store holds already
     return folder
 
 
