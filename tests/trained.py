@@ -8,7 +8,6 @@ conftest.py, keyed by the make_model.py's content and the arguments): each test 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -30,7 +29,12 @@ def built(example: str, what: str, make: Callable[[Path], object], script: Path 
     """The folder `make(folder)` wrote into, made once per session per (the script that makes it: the example's
     make_model.py unless named, `what`); a make that fails (a missing package) is tried again by the next caller."""
     source = (script or ROOT / "examples" / example / "make_model.py").read_bytes()
-    key = f"{example}-{hashlib.sha256(source + what.encode()).hexdigest()[:16]}"
+    return made_once(f"{example}-{hashlib.sha256(source + what.encode()).hexdigest()[:16]}", make)
+
+
+def made_once(key: str, make: Callable[[Path], object]) -> Path:
+    """The folder `make(folder)` wrote into, made once per session per `key` (BUILT; a temporary folder each time
+    where nothing is kept); a make that fails is tried again by the next caller."""
     if BUILT is None:
         import tempfile
 
@@ -50,26 +54,23 @@ def built(example: str, what: str, make: Callable[[Path], object], script: Path 
 
 def prebuilt(folder: Path, *providers: str) -> Path:
     """`folder`'s project with the store `gpux build FOLDER -p P` leaves for each of `providers`, built once per
-    session for every project of the same files (BUILT): a test of what runs on a built model, not of the build,
-    starts from the cache hit a second build would be. The store is the test's own copy; what it held is kept."""
+    session for every project of the same files (made_once): a test of what runs on a built model, not of the
+    build, starts from the cache hit a second build would be. The store is the test's own copy; what it held is
+    kept."""
     import subprocess
     import sys
+
+    def store(out: Path) -> None:
+        for provider in providers:
+            r = subprocess.run([sys.executable, "-m", "gpux", "build", str(folder), "-p", provider], text=True,
+                               capture_output=True, timeout=1800)
+            assert r.returncode == 0, r.stderr
+        shutil.copytree(folder / ".gpux", out, dirs_exist_ok=True)
 
     digest = hashlib.sha256(",".join(providers).encode())
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and ".gpux" not in p.relative_to(folder).parts):
         digest.update(f"\0{path.relative_to(folder)}\0".encode() + path.read_bytes())
-    made = None if BUILT is None else BUILT / f"store-{digest.hexdigest()[:16]}"
-    with contextlib.nullcontext() if made is None else locked(made.with_suffix(".lock")):
-        if made is None or not made.is_dir():
-            for provider in providers:
-                r = subprocess.run([sys.executable, "-m", "gpux", "build", str(folder), "-p", provider], text=True,
-                                   capture_output=True, timeout=1800)
-                assert r.returncode == 0, r.stderr
-            if made is not None:
-                shutil.copytree(folder / ".gpux", made.with_suffix(".part"), dirs_exist_ok=True)
-                made.with_suffix(".part").rename(made)
-            return folder
-    shutil.copytree(made, folder / ".gpux", dirs_exist_ok=True)  # beside what the store holds already
+    shutil.copytree(made_once(f"store-{digest.hexdigest()[:16]}", store), folder / ".gpux", dirs_exist_ok=True)
     return folder
 
 
