@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 from typing import Any, get_args
@@ -182,16 +183,19 @@ def paddle_reading(model: Path, crop: Any) -> tuple[Any, tuple[str, float]]:
 def test_ocr_int8_that_changes_confident_texts_fails_with_what_its_rows_show(recognizer: Path,
                                                                             tmp_path: Path) -> None:
     """Static int8 calibrated on the page's lines, judged on every 4th line held out and the rows derived from
-    them: the texts the FP32 model reads confidently change, and the failure says how often and what the rows show."""
+    them: the texts the FP32 model reads confidently change, and the failure says how often and what the rows show
+    (on 100 rows, not the example's 400: a failure this far below its floor shows on a quarter of them)."""
     for name in ("model.onnx", "charset.txt", "lines.npz"):
         shutil.copy(recognizer / name, tmp_path / name)
     text = (recognizer / "gpux.yml").read_text()
+    assert "derive: {rows: 400, mirror: false}" in text
+    text = text.replace("derive: {rows: 400, mirror: false}", "derive: {rows: 100, mirror: false}")
     (tmp_path / "gpux.yml").write_text(text.replace("\nverify:", "\nproviders:\n  cpu: {precision: int8, quantization: "
                                                                 "static, calibration: lines.npz}\nverify:", 1))
     r = gpux("build", str(tmp_path), "-p", "cpu")
     assert r.returncode == 1, r.stderr
-    assert "calibration hold-out (7 of 28 samples, not calibrated on) + 393 derived from them" in r.stderr, r.stderr
-    assert "exact matches of the texts the reference reads confidently 0." in r.stderr, r.stderr
+    assert "calibration hold-out (7 of 28 samples, not calibrated on) + 93 derived from them" in r.stderr, r.stderr
+    assert re.search(r"exact matches of the texts the reference reads confidently 0(\.0\d*)? <", r.stderr), r.stderr
     assert "< min_exact_match 0.99 (" in r.stderr and "rows read confidently)" in r.stderr, r.stderr
     assert "confident texts read the same " in r.stderr and "the rows show at most " in r.stderr, r.stderr
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from .conftest import ROOT, gpux
+from .trained import built
 
 # example -> (extra init arguments, the I/O its committed gpux.yml declares: the init must find the same)
 EXAMPLES = {
@@ -25,14 +26,18 @@ SLOW = {"mobilenet_v2", "torch_native", "yolov8_detector", "magika_filetype", "s
 
 
 def made(example: str, tmp_path: Path) -> Path:
-    """A copy of the example with its model made and its gpux.yml moved aside (returned parsed beside)."""
-    folder = tmp_path / example
-    shutil.copytree(ROOT / "examples" / example, folder, ignore=shutil.ignore_patterns(".gpux", "*.onnx", "*.pt*",
-                                                                                      "crops.npz"))
-    r = subprocess.run([sys.executable, "make_model.py"], cwd=folder, capture_output=True, text=True, timeout=300)
-    if r.returncode != 0 and "is not installed" in r.stderr + r.stdout:
-        pytest.skip(r.stderr.strip().splitlines()[-1])
-    assert r.returncode == 0, r.stderr
+    """A copy of the example with its model made by its make_model.py (run once per session) and its gpux.yml
+    moved aside (returned parsed beside)."""
+    def make(folder: Path) -> None:
+        shutil.copytree(ROOT / "examples" / example, folder, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(".gpux", "*.onnx", "*.pt*", "crops.npz"))
+        r = subprocess.run([sys.executable, "make_model.py"], cwd=folder, capture_output=True, text=True,
+                           timeout=300)
+        if r.returncode != 0 and "is not installed" in r.stderr + r.stdout:
+            pytest.skip(r.stderr.strip().splitlines()[-1])
+        assert r.returncode == 0, r.stderr
+
+    folder = shutil.copytree(built(example, "make_model.py", make), tmp_path / example)
     (folder / "gpux.yml").rename(folder / "committed.yml")
     for extra in ("make_model.py", "sample_input.py", "labels.txt", "charset.txt"):
         (folder / extra).unlink(missing_ok=True)
