@@ -35,8 +35,9 @@ demo: install
 	$(BIN)/python examples/mobilenet_v2/make_model.py   # a trained MobileNetV2 and real photo crops, from installed wheels
 	$(BIN)/gpux run examples/mobilenet_v2 "$$($(BIN)/python -c 'import skimage, pathlib; print(pathlib.Path(skimage.__file__).parent / "data" / "chelsea.png")')"
 
-# Two pytest-xdist workers, a module (or the modules sharing Ray or Docker) each at a time: tests/conftest.py SHARED.
-TEST_WORKERS ?= 2
+# Three pytest-xdist workers on the two cores, a module (or the modules sharing Ray or Docker) each at a time
+# (tests/conftest.py SHARED): much of the suite waits on subprocesses and servers, and a third worker fills those waits.
+TEST_WORKERS ?= 3
 test: install
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 

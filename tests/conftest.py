@@ -11,12 +11,18 @@ from typing import Any
 
 import pytest
 
+from gpux.deploy.ray_launch import SERVE_WAITS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Ray reads these once, when it is first imported: whichever test imports it first decides for the whole run. Every
 # Ray here keeps to loopback (its node IP is 127.0.0.1, not this machine's outward address) and sends no usage stats.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# The clusters the tests start (ray.cluster_utils, a local ray.init) inherit what a Ray that `gpux deploy ray` starts
+# is given: time for Serve's HTTP proxy to start and answer its health checks on a starved machine.
+for _name, _value in SERVE_WAITS.items():
+    os.environ.setdefault(_name, _value)
 
 
 def make_mlp(path: Path, features: int = 8, hidden: int = 16, classes: int = 4, seed: int = 0) -> Path:
@@ -179,7 +185,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
-# `make test` runs on two pytest-xdist workers (`-n 2`), scheduled by module (pytest_xdist_make_scheduler below):
+# `make test` runs on three pytest-xdist workers (`-n 3`), scheduled by module (pytest_xdist_make_scheduler below):
 # each module is one unit of work (its module fixtures built once), and modules that share a machine-wide resource
 # are one unit together (one Ray cluster, one Docker daemon at a time).
 SHARED = {"test_deploy_ray": "ray", "test_ray_batch": "ray", "test_package": "docker", "test_serve_package": "docker"}

@@ -32,6 +32,10 @@ class RayDeployFailed(GpuxError):
 
 STARTS = 3  # tries of Serve's start: its controller kills a proxy not ready in time, and waits longer the next time
 PROXY_WAIT_S = 120  # a hang guard for the proxy started after a retry
+# What a Ray that gpux starts itself (no --address) gives Serve's HTTP proxy to start and to answer a health check,
+# read by its controller: Ray's 5 s start kills the proxy again and again on a busy machine. A cluster joined keeps
+# its own settings. An environment that sets either keeps its value.
+SERVE_WAITS = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30"}
 
 
 def start(ray: ModuleType, serve: ModuleType, req: RayLaunch) -> None:
@@ -67,6 +71,8 @@ def launch(req: RayLaunch) -> int:
     if req.address:
         ray.init(address=req.address, log_to_driver=False)
     else:
+        for name, value in SERVE_WAITS.items():
+            os.environ.setdefault(name, value)
         ray.init(include_dashboard=False, log_to_driver=False)
     try:
         try:
