@@ -60,8 +60,9 @@ def test_actor_options_follow_the_provider_and_the_config(tmp_path: Path) -> Non
 
 def test_a_proxy_the_controller_killed_while_starting_is_waited_for_again(capsys: pytest.CaptureFixture[str]) -> None:
     """Serve's controller kills an HTTP proxy not ready within its first wait (a busy machine) and starts another,
-    waiting longer: the start is tried again (Ray's own ActorDiedError, raised as serve.start raises it), up to
-    STARTS times; then Ray's error goes on (launch says it in one line)."""
+    waiting longer; serve.start gives up on a proxy not up in 60 s: the start is tried again (Ray's own
+    ActorDiedError and serve.start's TimeoutError, raised as serve.start raises them), up to STARTS times; then
+    Ray's error goes on (launch says it in one line)."""
     import types
 
     import ray
@@ -72,6 +73,8 @@ def test_a_proxy_the_controller_killed_while_starting_is_waited_for_again(capsys
 
     def flaky(http_options: dict[str, Any]) -> None:
         tries.append(http_options)
+        if len(tries) == 1:  # serve.start's own 60 s wait for the proxy ran out (its message, its class)
+            raise TimeoutError("HTTP proxies not available after 60s.")
         if len(tries) < STARTS:
             raise ray.exceptions.ActorDiedError()
 

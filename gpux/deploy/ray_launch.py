@@ -33,20 +33,22 @@ class RayDeployFailed(GpuxError):
 STARTS = 3  # tries of Serve's start: its controller kills a proxy not ready in time, and waits longer the next time
 PROXY_WAIT_S = 120  # a hang guard for the proxy started after a retry
 # What a Ray that gpux starts itself (no --address) gives Serve's HTTP proxy to start and to answer a health check,
-# read by its controller: Ray's 5 s start kills the proxy again and again on a busy machine. A cluster joined keeps
-# its own settings. An environment that sets either keeps its value.
-SERVE_WAITS = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30"}
+# read by its controller: Ray's 5 s start kills the proxy again and again on a busy machine, where the proxy's
+# process alone has taken 62 s to start. A cluster joined keeps its own settings. An environment that sets either
+# keeps its value.
+SERVE_WAITS = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "90", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30"}
 
 
 def start(ray: ModuleType, serve: ModuleType, req: RayLaunch) -> None:
     """Serve started (or joined) with its HTTP proxy at host:port. On a busy machine the proxy may not be ready
-    within the controller's first wait (5 s): the controller kills it and starts another, waiting longer each time,
-    so the start is tried again rather than failing the deploy."""
+    within the controller's first wait (5 s): the controller kills it and starts another, waiting longer each time;
+    or not within serve.start's own wait for it (60 s, Ray's constant): the start is tried again (it then joins the
+    controller already running) rather than failing the deploy."""
     for tried in range(1, STARTS + 1):
         try:
             serve.start(http_options={"host": req.host, "port": req.port})
             break
-        except ray.exceptions.ActorDiedError:
+        except (ray.exceptions.ActorDiedError, TimeoutError):  # TimeoutError: "HTTP proxies not available after 60s"
             if tried == STARTS:
                 raise
             report.info(f"Ray Serve's HTTP proxy was not ready in time (try {tried} of {STARTS}); waiting again")
@@ -79,7 +81,8 @@ def launch(req: RayLaunch) -> int:
             start(ray, serve, req)
             for a in applications:  # one application per model: Ray's proxy routes each request to its model
                 serve.run(a.application, name=a.name, route_prefix=a.route_prefix, blocking=False)
-        except ray.exceptions.RayError as exc:  # the cluster's failure (an actor lost, a node gone): one line
+        except (ray.exceptions.RayError, TimeoutError) as exc:  # the cluster's failure (an actor lost, a node gone,
+            # a proxy that never came up): one line
             raise RayDeployFailed(f"Ray Serve could not deploy {', '.join(a.name for a in applications)}: "
                                   f"{first_line(exc)}",
                                   hint="see `ray status` and the cluster's logs, then deploy again") from exc
