@@ -149,9 +149,13 @@ def test_ctc_collapses_repeats_drops_blanks_and_scores_the_kept_steps() -> None:
 
 @pytest.fixture(scope="module")
 def recognizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ppocr_recognizer example as committed, with the model, charset, heading and lines make_model.py writes."""
+    """The ppocr_recognizer example as committed, with the model, charset, heading and lines make_model.py writes,
+    verified on 100 rows rather than its 400: its fp32 build is lossless, the tests check what it reads (and how an
+    int8 build fails), and the example's 400 rows cost a build of about a minute."""
     folder = ppocr_recognizer_files(tmp_path_factory.mktemp("ppocr_recognizer"), lines=True)
-    shutil.copy(ROOT / "examples" / "ppocr_recognizer" / "gpux.yml", folder)
+    text = (ROOT / "examples" / "ppocr_recognizer" / "gpux.yml").read_text()
+    assert "derive: {rows: 400, mirror: false}" in text
+    (folder / "gpux.yml").write_text(text.replace("derive: {rows: 400,", "derive: {rows: 100,"))
     return folder
 
 
@@ -184,12 +188,10 @@ def test_ocr_int8_that_changes_confident_texts_fails_with_what_its_rows_show(rec
                                                                             tmp_path: Path) -> None:
     """Static int8 calibrated on the page's lines, judged on every 4th line held out and the rows derived from
     them: the texts the FP32 model reads confidently change, and the failure says how often and what the rows show
-    (on 100 rows, not the example's 400: a failure this far below its floor shows on a quarter of them)."""
+    (on the fixture's 100 rows, not the example's 400: a failure this far below its floor shows on a quarter)."""
     for name in ("model.onnx", "charset.txt", "lines.npz"):
         shutil.copy(recognizer / name, tmp_path / name)
     text = (recognizer / "gpux.yml").read_text()
-    assert "derive: {rows: 400, mirror: false}" in text
-    text = text.replace("derive: {rows: 400, mirror: false}", "derive: {rows: 100, mirror: false}")
     (tmp_path / "gpux.yml").write_text(text.replace("\nverify:", "\nproviders:\n  cpu: {precision: int8, quantization: "
                                                                 "static, calibration: lines.npz}\nverify:", 1))
     r = gpux("build", str(tmp_path), "-p", "cpu")
@@ -201,17 +203,11 @@ def test_ocr_int8_that_changes_confident_texts_fails_with_what_its_rows_show(rec
 
 
 @pytest.mark.slow
-def test_the_ocr_recognizer_reads_a_printed_heading(recognizer: Path, tmp_path: Path) -> None:
-    """The example as committed, built verified on 100 rows rather than its 400: an fp32 build is lossless, and
-    what this test checks is the reading (the example's 400 rows cost a build of about a minute)."""
+def test_the_ocr_recognizer_reads_a_printed_heading(recognizer: Path) -> None:
     from PIL import Image
 
     import gpux as api
 
-    recognizer = shutil.copytree(recognizer, tmp_path / "ppocr_recognizer")
-    text = (recognizer / "gpux.yml").read_text()
-    assert "derive: {rows: 400, mirror: false}" in text
-    (recognizer / "gpux.yml").write_text(text.replace("rows: 400,", "rows: 100,"))
     r = gpux("run", str(recognizer), str(recognizer / "heading.png"), "-p", "cpu", "--strict", "--json")
     assert r.returncode == 0, r.stderr
     answer = json.loads(r.stdout)["answers"]["softmax_11.tmp_0"]
