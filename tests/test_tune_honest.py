@@ -15,10 +15,10 @@ from gpux.bench import rounds
 from gpux.bench.tune import Outcome, pick_best
 from gpux.config.locate import open_project
 from gpux.errors import DataError
+from gpux.model.inputs import read_samples
 from gpux.model.io import Tensor
 from gpux.plan.lock import LOCK_NAME
 from gpux.plan.targets import fitted_options, with_options
-from gpux.quality.calibrate import read_samples
 
 from .conftest import gpux as cli
 

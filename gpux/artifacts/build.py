@@ -85,11 +85,22 @@ def execute(plan: BuildPlan, *, force: bool = False, verify: bool = True, log: L
         return made(as_fp32(plan, exc.message))
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What the command asked of a build's execution: rebuild and retry remembered failures (--force), verify
+    (not --no-verify), refuse what is not verified (--strict)."""
+
+    force: bool = False
+    verify: bool = True
+    strict: bool = False
+
+
 def _execute(plan: BuildPlan, *, force: bool, verify: bool, log: Log, full_check: bool, for_run: bool,
              strict: bool) -> BuildResult:
     project, root = plan.project, plan.root
-    job = Job(project=project, inputs=plan.inputs, shapes=plan.shapes, verify=verify, log=log,
-              source=_usable_source(project, plan.checked, root, log), strict=strict, force=force)
+    job = Job(project=project, inputs=plan.inputs, shapes=plan.shapes, log=log,
+              source=_usable_source(project, plan.checked, root, log))
+    asked = Asked(force=force, verify=verify, strict=strict)
     result = BuildResult(project, plan.provider)
     for step in plan.steps:
         target, folder = step.target, root / project.name / step.folder
@@ -108,7 +119,7 @@ def _execute(plan: BuildPlan, *, force: bool, verify: bool, log: Log, full_check
                     stale = stale_why(project, step, root) if slow else None
                     from gpux.report import SLOW_BUILD
 
-                    art = _build_remembering(job, step, src, folder,
+                    art = _build_remembering(job, asked, step, src, folder,
                                              (stale or reason2 or reason) + (f"; {SLOW_BUILD}" if slow else ""))
                 else:
                     cached = True
@@ -199,13 +210,13 @@ def _cached(folder: Path, key: str, full: bool = False, verify: bool = False) ->
     return art, ""
 
 
-def _build_remembering(job: Job, step: Planned, src: Path, folder: Path, why: str) -> store.Artifact:
+def _build_remembering(job: Job, asked: Asked, step: Planned, src: Path, folder: Path, why: str) -> store.Artifact:
     """Build into `folder` (<store>/<model>/<target>-<key>), remembering a failure for this exact key so later
     runs skip it at once (--force retries)."""
     name, root, key = job.project.name, folder.parent.parent, step.key
     checked = key + ":verified"  # a verification failure holds only for builds that verify
-    known = None if job.force else store.recall_failure(root, name, folder.name, key) or \
-        (store.recall_failure(root, name, folder.name, checked) if job.verify else None)
+    known = None if asked.force else store.recall_failure(root, name, folder.name, key) or \
+        (store.recall_failure(root, name, folder.name, checked) if asked.verify else None)
     if known is not None:
         error = VerificationFailed if known.key == checked else BuildFailed
         again = error(f"{known.message} (remembered from an earlier build of this model with these runtime "
@@ -215,7 +226,7 @@ def _build_remembering(job: Job, step: Planned, src: Path, folder: Path, why: st
         raise again
     job.log(f"building {step.target.id} ({why})")
     try:
-        return _build_one(job, step, src, folder)
+        return _build_one(job, asked, step, src, folder)
     except NothingConverted as exc:  # the lossy target made nothing lossy: the fp32 artifact is built instead
         store.remember_failure(root, name, folder.name, store.Failure(key=key + FP32, message=exc.message,
                                                                       hint=exc.hint))
@@ -255,7 +266,7 @@ def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path,
     return measured.to_dict() if measured is not None else None
 
 
-def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Artifact:
+def _build_one(job: Job, asked: Asked, planned: Planned, src: Path, folder: Path) -> store.Artifact:
     from gpux.quality import calibrate
     from gpux.quality.verify import accuracy_goal
 
@@ -266,7 +277,7 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
     try:
         ctx = Context(project=project, target=target, src=src.resolve(), workdir=workdir, inputs=inputs, shapes=shapes,
                       log=log, calibration=lambda: calibrate.feeds(project, target, inputs, shapes, log),
-                      strict=job.strict, goal=lambda: accuracy_goal(job, target))
+                      strict=asked.strict, goal=lambda: accuracy_goal(job, target))
         started = time.perf_counter()
         info, opened = _run_step(ctx, step)
         main = str(info.pop("main"))
@@ -277,7 +288,7 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
             "build_seconds": round(time.perf_counter() - started, 3), "verification": None,
             "files": {},  # listed as it is published
         }
-        if job.verify and project.config.verify.enabled:
+        if asked.verify and project.config.verify.enabled:
             from gpux.quality.speed import too_slow
             from gpux.quality.verify import run_verification
             from gpux.report import slower_note
@@ -296,7 +307,7 @@ def _build_one(job: Job, planned: Planned, src: Path, folder: Path) -> store.Art
                 log(f"warning: {target.id}: {note}")
         else:
             manifest["verification"] = {"status": "skipped",
-                                        "skipped": "--no-verify" if not job.verify else "verify.enabled: false"}
+                                        "skipped": "--no-verify" if not asked.verify else "verify.enabled: false"}
         return store.publish(workdir, folder, manifest)
     finally:
         if workdir.exists():

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpux.arrays import Array, Feeds
 from gpux.config.problems import did_you_mean
-from gpux.errors import InputError
+from gpux.errors import DataError, InputError
 from gpux.model.io import Tensor, shape_text
 
 if TYPE_CHECKING:
@@ -65,6 +65,10 @@ def _float(dtype: str) -> str:
 
 
 def parse_json(text: str, tensors: dict[str, Tensor], origin: str = "--input") -> Feeds:
+    return cast_all(_json_object(text, origin), tensors, origin)
+
+
+def _json_object(text: str, origin: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -72,28 +76,66 @@ def parse_json(text: str, tensors: dict[str, Tensor], origin: str = "--input") -
                          hint="""pass an object such as '{"x": [[1.0, 2.0]]}'""") from exc
     if not isinstance(data, dict):
         raise InputError(f"{origin}: expected a JSON object mapping input names to arrays")
-    return cast_all(data, tensors, origin)
+    return data
 
 
 def load_file(path: str | Path, tensors: dict[str, Tensor]) -> Feeds:
-    p = Path(path)
+    """One sample file (.json, .npy, .npz) cast to the inputs."""
+    return cast_all(read_arrays(Path(path), tensors), tensors, str(path))
+
+
+def read_arrays(p: Path, tensors: dict[str, Tensor]) -> dict[str, Any]:
+    """A .json/.npy/.npz file's values by input name, as they are (not yet cast to the inputs)."""
     if not p.is_file():
         raise InputError(f"{p}: file not found")
     suffix = p.suffix.lower()
     if suffix == ".json":
-        return parse_json(p.read_text(encoding="utf-8"), tensors, str(p))
+        return _json_object(p.read_text(encoding="utf-8"), str(p))
     np = _np()
     try:
         loaded = np.load(p, allow_pickle=False)
     except NPY_ERRORS as exc:
         raise InputError(f"{p}: cannot read as {suffix or 'numpy'} data: {exc}") from exc
-    if suffix == ".npy" or not hasattr(loaded, "files"):
+    if not hasattr(loaded, "files"):
         if len(tensors) != 1:
             raise InputError(f"{p}: a .npy holds one array but the model has inputs {', '.join(tensors)}",
                              hint="use a .npz with one array per input name")
-        return cast_all({next(iter(tensors)): loaded}, tensors, str(p))
+        return {next(iter(tensors)): loaded}
     with loaded:
-        return cast_all({k: loaded[k] for k in loaded.files}, tensors, str(p))
+        return {k: loaded[k] for k in loaded.files}
+
+
+def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[Feeds]:
+    """Declared samples (verify.data, calibration): a file (.npz/.npy/.json) or a folder of them. An array with one
+    more axis than the input is a stack of samples along axis 0; an array of the input's own rank is one sample (a
+    batch); any other rank, or a file that does not fit the inputs, is a DataError naming the file."""
+    files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy", ".json")) if path.is_dir() \
+        else [path]
+    if not files:
+        raise DataError(f"{path}: no .npz/.npy/.json sample files found")
+    out: list[Feeds] = []
+    for f in files:
+        try:
+            raw = read_arrays(f, inputs)
+            ranks = {n: len(inputs[n].shape or ()) for n in raw if n in inputs and inputs[n].shape is not None}
+            _check_ranks(f, raw, ranks, inputs)
+            stacked = all(getattr(raw[n], "ndim", 0) == ranks[n] + 1 for n in ranks) and bool(ranks)
+            count = min(raw[n].shape[0] for n in ranks) if stacked else 0
+            out += [cast_all({n: raw[n][i] for n in raw}, inputs, str(f)) for i in range(count)] if stacked \
+                else [cast_all(raw, inputs, str(f))]
+        except InputError as exc:  # declared data is the config's: its exit code, not a command line's
+            raise DataError(exc.message, hint=exc.hint) from exc
+    return out
+
+
+def _check_ranks(f: Path, raw: dict[str, Any], ranks: dict[str, int], inputs: dict[str, Tensor]) -> None:
+    for n, rank in ranks.items():
+        ndim = getattr(raw[n], "ndim", None)
+        if ndim is not None and ndim not in (rank, rank + 1):
+            shape = list(raw[n].shape)
+            raise DataError(f"{f}: array {n!r} has shape {shape}, which fits input {n!r} "
+                            f"{shape_text(inputs[n].shape or ())} neither as one sample (rank {rank}) nor as a "
+                            f"stack of samples (rank {rank + 1})")
 
 
 def cast_all(data: Mapping[str, ArrayLike], tensors: dict[str, Tensor], origin: str) -> Feeds:

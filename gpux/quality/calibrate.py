@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from gpux.arrays import Array, Feeds
+from gpux.arrays import Feeds
 from gpux.config.load import Project
-from gpux.errors import DataError, GpuxError
-from gpux.model.inputs import NPY_ERRORS, cast_all, load_file, synthetic
+from gpux.model.inputs import read_samples, synthetic
 from gpux.model.io import Tensor
 from gpux.plan.targets import Target
 
@@ -168,58 +166,3 @@ def feeds(project: Project, target: Target, inputs: dict[str, Tensor], shapes: d
     log(f"warning: {target.id}: no calibration data declared; calibrating on {n} seeded random inputs "
         f"(accuracy on real data may differ: set {where})")
     return [synthetic(inputs, shapes, 1000 + i, ranges(project)) for i in range(n)]
-
-
-def read_samples(path: Path, inputs: dict[str, Tensor]) -> list[Feeds]:
-    """A file (.npz/.npy/.json) or a folder of them. An array with one more axis than the input is a
-    stack of samples along axis 0; an array of the input's own rank is one sample (a batch); any other rank is a
-    DataError naming the file, the input, its declared shape and the array's."""
-    files = sorted(p for p in path.iterdir() if p.suffix in (".npz", ".npy", ".json")) if path.is_dir() \
-        else [path]
-    if not files:
-        raise DataError(f"{path}: no .npz/.npy/.json sample files found")
-    out: list[Feeds] = []
-    for f in files:
-        try:
-            raw = _load_raw(f, inputs)
-        except GpuxError as exc:
-            raise DataError(exc.message, hint=exc.hint) from exc
-        ranks = {n: len(inputs[n].shape or ()) for n in raw if n in inputs and inputs[n].shape is not None}
-        _check_ranks(f, raw, ranks, inputs)
-        stacked = all(getattr(raw[n], "ndim", 0) == ranks[n] + 1 for n in ranks) and bool(ranks)
-        if stacked:
-            count = min(raw[n].shape[0] for n in ranks)
-            out += [cast_all({n: raw[n][i] for n in raw}, inputs, str(f)) for i in range(count)]
-        else:
-            out.append(cast_all(raw, inputs, str(f)))
-    return out
-
-
-def _check_ranks(f: Path, raw: dict[str, Array], ranks: dict[str, int], inputs: dict[str, Tensor]) -> None:
-    from gpux.model.io import shape_text
-
-    for n, rank in ranks.items():
-        ndim = getattr(raw[n], "ndim", None)
-        if ndim is not None and ndim not in (rank, rank + 1):
-            shape = list(raw[n].shape)
-            raise DataError(f"{f}: array {n!r} has shape {shape}, which fits input {n!r} "
-                            f"{shape_text(inputs[n].shape or ())} neither as one sample (rank {rank}) nor as a "
-                            f"stack of samples (rank {rank + 1})")
-
-
-def _load_raw(f: Path, inputs: dict[str, Tensor]) -> dict[str, Array]:
-    """A sample file's arrays by name, as they are (not yet cast to the inputs)."""
-    import numpy as np
-
-    if f.suffix == ".json":
-        return load_file(f, inputs)
-    try:
-        data = np.load(f, allow_pickle=False)
-    except NPY_ERRORS as exc:
-        raise DataError(f"{f}: cannot read samples: {exc}") from exc
-    if hasattr(data, "files"):
-        with data:
-            return {k: data[k] for k in data.files}
-    if len(inputs) != 1:
-        raise DataError(f"{f}: a .npy holds one array but the model has inputs {', '.join(inputs)}")
-    return {next(iter(inputs)): data}

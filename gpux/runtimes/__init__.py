@@ -321,13 +321,12 @@ class Context:
 
 @dataclass(kw_only=True)
 class Job:
-    """What every target of one build shares: the project, the model's interface and the verification setup."""
+    """What every target of one build shares, read by its steps and by quality: the project, the model's interface,
+    the sizes of symbolic dims and the model the first target reads. What the command asked (--force, --no-verify,
+    --strict) is the executor's (`artifacts.build.Asked`), not the steps'."""
 
     project: Project
     inputs: dict[str, Tensor]
     shapes: dict[str, int]
-    verify: bool
     log: Log
     source: Path  # the model the first target reads and the FP32 reference runs (IR-lowered copy if needed)
-    strict: bool = False
-    force: bool = False  # rebuild, and retry conversions remembered as failing
