@@ -188,3 +188,21 @@ def test_npz_samples_an_extra_axis_stacks_the_inputs_own_rank_is_one_batch(tmp_p
     np.savez(tmp_path / "deep.npz", x=np.zeros((2, 2, 1, 8), np.float32))
     with pytest.raises(DataError, match=r"shape \[2, 2, 1, 8\].*neither as one sample \(rank 2\)"):
         read_samples(tmp_path / "deep.npz", X)
+
+
+def test_declared_samples_that_do_not_fit_the_inputs_are_the_configs_error(tmp_path: Path) -> None:
+    """A sample file declared in gpux.yml (verify.data, calibration) naming an input the model lacks, or of a dim
+    that does not fit, is a DataError (the config's exit code), naming the file; the same file given to --file is
+    the command line's InputError."""
+    from gpux.errors import ExitCode, InputError
+    from gpux.model.inputs import load_file
+
+    np.savez(tmp_path / "named.npz", y=np.zeros((1, 8), np.float32))
+    np.savez(tmp_path / "wide.npz", x=np.zeros((1, 9), np.float32))
+    (tmp_path / "bad.json").write_text('{"x": [[1, 2]]', encoding="utf-8")
+    for name, said in (("named.npz", "no input 'y'"), ("wide.npz", "wide.npz"), ("bad.json", "not valid JSON")):
+        with pytest.raises(DataError, match=said) as err:
+            read_samples(tmp_path / name, X)
+        assert err.value.exit_code == ExitCode.CONFIG and str(tmp_path / name) in err.value.message
+        with pytest.raises(InputError):
+            load_file(tmp_path / name, X)
