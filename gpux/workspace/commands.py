@@ -1,10 +1,11 @@
-"""The work behind `gpux use`, and behind inspect/build/run when their target is a workspace."""
+"""The work behind `gpux use`, and behind inspect and build when their target is a workspace (a workspace's run:
+`workspace.pipeline.run_workspace`, `workspace.pages.answer_pages`)."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, Protocol, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 from gpux import report
 from gpux.documents import PlanDoc
@@ -12,9 +13,6 @@ from gpux.errors import GpuxError, UsageError
 from gpux.plan.choice import keep, read, write
 from gpux.report import tables
 from gpux.workspace.project import Models, derived, open_models, shared_choice
-
-# `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
-UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline", "report")
 
 
 class InUse(GpuxError):
@@ -121,97 +119,4 @@ def _show_built(names: list[str], provider: str, source: str) -> None:
         report.info(f"{n}: built for {provider} ({source})")
 
 
-class RunAsked(Protocol):
-    """What `gpux run` was asked for that a pipeline reads (gpux.run.command.RunRequest has it all); the options a
-    pipeline does not support are read by name (UNSUPPORTED)."""
-
-    @property
-    def provider(self) -> str | None: ...
-    @property
-    def store(self) -> str | None: ...
-    @property
-    def as_json(self) -> bool: ...
-    @property
-    def benchmark(self) -> bool: ...
-    @property
-    def batch(self) -> int | None: ...
-    @property
-    def runs(self) -> int | None: ...
-    @property
-    def warmup(self) -> int | None: ...
-    @property
-    def input_json(self) -> str | None: ...
-    @property
-    def input_file(self) -> str | None: ...
-    @property
-    def output(self) -> str | None: ...
-
-
-def run_workspace(ms: Models, req: RunAsked) -> int:
-    """Run the pipeline once on given inputs, or benchmark it per step and end to end."""
-    from gpux.model.inputs import load_file, parse_json, synthetic
-    from gpux.run.inuse import holding
-    from gpux.workspace.pipeline import benchmark, open_pipeline
-
-    if ms.workspace is None or not ms.workspace.config.pipeline:
-        raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to run; run one model by its folder")
-    refuse_unsupported(req)
-    if req.output and not req.output.endswith(".npz"):
-        raise UsageError(f"--output {req.output}: outputs are written as .npz; name the file *.npz")
-    choice = shared_choice(ms, req.provider)
-    store_dir, as_json = req.store, req.as_json
-    what = "gpux run --benchmark" if req.benchmark else "gpux run"
-    with holding(ms.place.name, ms.place.root, store_dir, what):
-        pipe = open_pipeline(ms, choice, store_dir, report.progress(as_json))
-        try:
-            if req.benchmark:
-                feeds = synthetic(pipe.inputs, {"batch": req.batch or 1})
-                doc = benchmark(pipe, feeds, req.runs or 100, req.warmup or 10)
-            else:
-                text, file = req.input_json, req.input_file
-                if (text is None) == (file is None):
-                    raise UsageError("pass one of --input or --file (or --benchmark)")
-                feeds = parse_json(text, pipe.inputs) if text is not None else load_file(file or "", pipe.inputs)
-                outputs = pipe.run_last(feeds)
-                if req.output:
-                    import numpy as np
-
-                    np.savez(req.output, **outputs)  # type: ignore[arg-type]  # (numpy: as if a name were allow_pickle)
-                doc = {"outputs": {k: v.tolist() for k, v in outputs.items()}}
-        finally:
-            pipe.close()
-    doc = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source,
-           "warnings": list(choice.warnings), **doc}
-    _render_run(doc, as_json)
-    return 0
-
-
-def refuse_unsupported(req: object, more: tuple[str, ...] = (), what: str = "running a workspace's pipeline") -> None:
-    """The `gpux run` options a pipeline run does not take (UNSUPPORTED, and `more`), refused in one line."""
-    names = {"as_csv": "csv", "input_json": "input", "input_file": "file"}
-    given = [f"--{names.get(k, k).replace('_', '-')}" for k in (*UNSUPPORTED, *more) if getattr(req, k, None)]
-    if given:
-        raise UsageError(f"{', '.join(given)}: not supported when {what}",
-                         hint="run one model by its folder for those; a pipeline is always strict")
-
-
-def _render_run(doc: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        report.emit_json(doc)
-        return
-    for w in doc["warnings"]:
-        report.warn(w)
-    report.info(f"{doc['workspace']}: every step on {doc['provider']} ({doc['source']})")
-    if "steps" not in doc:
-        for k, v in doc["outputs"].items():
-            print(f"{k}: {v}")
-        return
-    rows = [[r["step"], r["provider"], f"{r['p50_ms']:.4f}", f"{r['p99_ms']:.4f}", f"{r['mean_ms']:.4f}"]
-            for r in doc["steps"]]
-    e = doc["end_to_end"]
-    rows.append(["end to end", doc["provider"], f"{e['p50_ms']:.4f}", f"{e['p99_ms']:.4f}", f"{e['mean_ms']:.4f}"])
-    print(tables.format_table(["step", "provider", "p50 ms", "p99 ms", "mean ms"], rows))
-    print(f"{doc['runs']} runs after {doc['warmup']} warm-up; {e['per_s']:.1f} pipelines/s")
-
-
-__all__ = ["InUse", "build_workspace", "inspect_workspace", "run_workspace", "use_command"]
+__all__ = ["InUse", "build_workspace", "inspect_workspace", "use_command"]

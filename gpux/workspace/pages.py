@@ -57,8 +57,7 @@ def answer_pages(ms: Models, req: PagesAsked) -> int:
     from gpux.answers.draw import save_paths
     from gpux.answers.steps import input_files
     from gpux.run.inuse import holding
-    from gpux.workspace.commands import refuse_unsupported
-    from gpux.workspace.pipeline import close_all, open_sessions
+    from gpux.workspace.pipeline import close_all, open_sessions, refuse_unsupported
     from gpux.workspace.project import shared_choice
 
     if ms.workspace is None or not ms.workspace.config.pipeline:

@@ -1,5 +1,5 @@
 """Pipelines: steps that feed one model's outputs (named `MODEL.OUTPUT`) into the next model's inputs, run on
-one provider, timed per step and end to end."""
+one provider, timed per step and end to end; `gpux run` on a workspace's pipeline (`run_workspace`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from gpux import report
 from gpux.arrays import Feeds, Named
-from gpux.errors import ConfigError, Problem
+from gpux.errors import ConfigError, Problem, UsageError
 from gpux.model.tensor import Tensor
+from gpux.report import tables
 from gpux.run.session import Session
-from gpux.workspace.project import Choice, Models
+from gpux.workspace.project import Choice, Models, shared_choice
 
 
 @dataclass
@@ -177,4 +179,107 @@ def benchmark(pipe: Pipeline, feeds: Feeds, runs: int, warmup: int) -> dict[str,
             "end_to_end": {**stats(totals), "per_s": float(len(totals) / sum(totals))}}
 
 
-__all__ = ["Pipeline", "Stage", "Wiring", "benchmark", "close_all", "open_pipeline", "open_sessions", "wire"]
+# `gpux run` options a pipeline run does not take (the pipeline is strict: one provider for every step)
+UNSUPPORTED = ("placement", "duration", "shapes", "concurrency", "as_csv", "baseline", "report")
+
+
+class RunAsked(Protocol):
+    """What `gpux run` was asked for that a pipeline reads (gpux.run.command.RunRequest has it all); the options a
+    pipeline does not support are read by name (UNSUPPORTED)."""
+
+    @property
+    def provider(self) -> str | None: ...
+    @property
+    def store(self) -> str | None: ...
+    @property
+    def as_json(self) -> bool: ...
+    @property
+    def benchmark(self) -> bool: ...
+    @property
+    def batch(self) -> int | None: ...
+    @property
+    def runs(self) -> int | None: ...
+    @property
+    def warmup(self) -> int | None: ...
+    @property
+    def input_json(self) -> str | None: ...
+    @property
+    def input_file(self) -> str | None: ...
+    @property
+    def output(self) -> str | None: ...
+
+
+def run_workspace(ms: Models, req: RunAsked) -> int:
+    """Run the pipeline once on given inputs, or benchmark it per step and end to end."""
+    from gpux.run.inuse import holding
+
+    if ms.workspace is None or not ms.workspace.config.pipeline:
+        raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to run; run one model by its folder")
+    refuse_unsupported(req)
+    if req.output and not req.output.endswith(".npz"):
+        raise UsageError(f"--output {req.output}: outputs are written as .npz; name the file *.npz")
+    if not req.benchmark and (req.input_json is None) == (req.input_file is None):  # before any model is opened
+        raise UsageError("pass one of --input or --file (or --benchmark)")
+    choice = shared_choice(ms, req.provider)
+    store_dir, as_json = req.store, req.as_json
+    what = "gpux run --benchmark" if req.benchmark else "gpux run"
+    with holding(ms.place.name, ms.place.root, store_dir, what):
+        pipe = open_pipeline(ms, choice, store_dir, report.progress(as_json))
+        try:
+            doc = _run_pipeline(pipe, req)
+        finally:
+            pipe.close()
+    doc = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source,
+           "warnings": list(choice.warnings), **doc}
+    _render_run(doc, as_json)
+    return 0
+
+
+def _run_pipeline(pipe: Pipeline, req: RunAsked) -> dict[str, Any]:
+    """The inputs (seeded ones of --batch for --benchmark, else --input or --file), then the pipeline benchmarked per
+    step and end to end, or run once (its last step's outputs, written to --output too)."""
+    from gpux.model.inputs import load_file, parse_json, synthetic
+
+    feeds = synthetic(pipe.inputs, {"batch": req.batch or 1}) if req.benchmark else \
+        parse_json(req.input_json, pipe.inputs) if req.input_json is not None else \
+        load_file(req.input_file or "", pipe.inputs)
+    if req.benchmark:
+        return benchmark(pipe, feeds, req.runs or 100, req.warmup or 10)
+    outputs = pipe.run_last(feeds)
+    if req.output:
+        import numpy as np
+
+        np.savez(req.output, **outputs)  # type: ignore[arg-type]  # (numpy: as if a name were allow_pickle)
+    return {"outputs": {k: v.tolist() for k, v in outputs.items()}}
+
+
+def refuse_unsupported(req: object, more: tuple[str, ...] = (), what: str = "running a workspace's pipeline") -> None:
+    """The `gpux run` options a pipeline run does not take (UNSUPPORTED, and `more`), refused in one line."""
+    names = {"as_csv": "csv", "input_json": "input", "input_file": "file"}
+    given = [f"--{names.get(k, k).replace('_', '-')}" for k in (*UNSUPPORTED, *more) if getattr(req, k, None)]
+    if given:
+        raise UsageError(f"{', '.join(given)}: not supported when {what}",
+                         hint="run one model by its folder for those; a pipeline is always strict")
+
+
+def _render_run(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        report.emit_json(doc)
+        return
+    for w in doc["warnings"]:
+        report.warn(w)
+    report.info(f"{doc['workspace']}: every step on {doc['provider']} ({doc['source']})")
+    if "steps" not in doc:
+        for k, v in doc["outputs"].items():
+            print(f"{k}: {v}")
+        return
+    rows = [[r["step"], r["provider"], f"{r['p50_ms']:.4f}", f"{r['p99_ms']:.4f}", f"{r['mean_ms']:.4f}"]
+            for r in doc["steps"]]
+    e = doc["end_to_end"]
+    rows.append(["end to end", doc["provider"], f"{e['p50_ms']:.4f}", f"{e['p99_ms']:.4f}", f"{e['mean_ms']:.4f}"])
+    print(tables.format_table(["step", "provider", "p50 ms", "p99 ms", "mean ms"], rows))
+    print(f"{doc['runs']} runs after {doc['warmup']} warm-up; {e['per_s']:.1f} pipelines/s")
+
+
+__all__ = ["Pipeline", "Stage", "Wiring", "benchmark", "close_all", "open_pipeline", "open_sessions",
+           "refuse_unsupported", "run_workspace", "wire"]

@@ -42,7 +42,7 @@ def run_target(req: RunRequest) -> int:
     """`gpux run`: the target told apart and opened once; a workspace runs its pipeline (or answers its pages),
     a project answers files (here, or on Ray with --on), is benchmarked, or runs once on given inputs."""
     from gpux.run.inuse import holding
-    from gpux.workspace.commands import run_workspace
+    from gpux.workspace.pipeline import run_workspace
     from gpux.workspace.project import open_models
 
     if req.save and not req.files:
