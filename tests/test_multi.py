@@ -300,3 +300,12 @@ def test_cache_prune_keeps_the_saved_choice_and_in_use_locks(mlp_project: Path) 
         assert len(held) == 1 and f"a test (pid {os.getpid()}" in held[0]
     assert holders("tiny-mlp", mlp_project, None) == []
     assert json.loads(cli("inspect", str(mlp_project), "--json").stdout)["saved"] == "cpu"
+
+
+def test_a_pipeline_run_without_inputs_is_refused_before_any_model_is_built(ws: Path, tmp_path: Path) -> None:
+    np.savez(tmp_path / "in.npz", image=np.zeros((1, 3, 32, 32), np.float32))
+    for given in ([], ["--input", '{"image": 0}', "--file", str(tmp_path / "in.npz")]):
+        r = cli("run", str(ws), *given)
+        assert r.returncode == 2 and "pass one of --input or --file (or --benchmark)" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and "building" not in r.stderr
+    assert not any(ws.rglob("manifest.json")), "nothing was built for a run that could not start"
