@@ -13,7 +13,7 @@ from gpux.arrays import Feeds, Outputs
 from gpux.artifacts import store
 from gpux.artifacts.plan import FP32, BuildPlan, Planned, as_fp32, digest_of, plan_build
 from gpux.config.load import Project
-from gpux.documents import BuildDoc, BuiltDoc, SpeedDoc
+from gpux.documents import BuildDoc, BuiltDoc
 from gpux.errors import BuildFailed, TooSlow, VerificationFailed, model_step
 from gpux.files import locked
 from gpux.plan.targets import Target
@@ -253,19 +253,6 @@ def _usable_source(project: Project, checked: Any, root: Path, log: Log) -> Path
     return usable_source(project.source, checked.compat.lower_ir_to, checked.io.exchanged, root / ".lowered")
 
 
-def _speed(job: Job, kind: ArtifactKind, target: Target, main: Path,
-           opened: Callable[[Feeds], Outputs] | None) -> SpeedDoc | None:
-    """A lossy artifact's speed beside a plain fp32 session of the source (quality.speed)."""
-    from gpux.quality.speed import LOSSY, versus_plain
-
-    verify = kind.verify_step()
-    if target.precision not in LOSSY or verify is None:
-        return None
-    runner = opened or verify(main, target)
-    measured = versus_plain(job, target, None if isinstance(runner, str) else runner)
-    return measured.to_dict() if measured is not None else None
-
-
 def _build_one(job: Job, asked: Asked, planned: Planned, src: Path, folder: Path) -> store.Artifact:
     from gpux.quality import calibrate
     from gpux.quality.verify import accuracy_goal
@@ -289,22 +276,13 @@ def _build_one(job: Job, asked: Asked, planned: Planned, src: Path, folder: Path
             "files": {},  # listed as it is published
         }
         if asked.verify and project.config.verify.enabled:
-            from gpux.quality.speed import too_slow
-            from gpux.quality.verify import run_verification
-            from gpux.report import slower_note
+            from gpux.quality.judge import judge
 
-            speed = _speed(job, step, target, workdir / main, opened)  # first: a screened build may stop here
-            why = too_slow(speed)
-            if why:
-                raise TooSlow(f"{target.id}: {why}", conversion=False)
             try:
-                manifest["verification"] = run_verification(job, step, target, workdir / main, opened)
+                manifest["verification"], info["vs_plain"] = judge(job, step, target, workdir / main, opened)
             except VerificationFailed as exc:
                 exc.info = info
                 raise
-            info["vs_plain"] = speed
-            if note := slower_note(speed):
-                log(f"warning: {target.id}: {note}")
         else:
             manifest["verification"] = {"status": "skipped",
                                         "skipped": "--no-verify" if not asked.verify else "verify.enabled: false"}

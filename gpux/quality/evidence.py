@@ -102,6 +102,13 @@ def shortfall(weighed: Sequence[RateDoc], confidence: float = CONFIDENCE) -> str
     return f"{rows} judged rows ({w['output']}: {w['label']}) show at most {percent(w['bound'])}{level}; {more}"
 
 
+def shown_lines(weighed: list[RateDoc], confidence: float) -> list[str]:
+    """What the judged rows show of each rate that missed its floor: the bound beside the observed rate."""
+    return [f"{w['output']}: {w['label']} {w['agree']} of {w['rows']} rows ({percent(w['observed'])}): the rows show "
+            f"at most {percent(w['bound'])} ({confidence:.0%} one-sided), floor {percent(w['floor'])}"
+            for w in weighed if w["observed"] < w["floor"]]
+
+
 LOOSER_HIGHER = ("atol", "rtol", "row_tolerance")  # tolerances: a higher value is looser, as for every max_
 
 

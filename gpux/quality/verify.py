@@ -14,11 +14,10 @@ from gpux.arrays import Feeds, Outputs
 from gpux.config.load import Project
 from gpux.documents import Generated, Judged, RateDoc, VerificationDoc
 from gpux.errors import BuildFailed, GpuxError, ModelError, VerificationFailed
-from gpux.quality.evidence import CONFIDENCE, RULES, loosened, shortfall, weigh
+from gpux.quality.evidence import CONFIDENCE, RULES, loosened, shortfall, shown_lines, weigh
 from gpux.quality.metrics import DEFAULTS, KEYS, LOSSY, Rule, Verification, compare, pooled_cosine, tolerances
 from gpux.quality.references import REFERENCES
 from gpux.quality.values import tree_ensembles
-from gpux.report import percent
 
 if TYPE_CHECKING:
     from gpux.config.steps import Postprocess
@@ -276,13 +275,13 @@ def verdict(job: Job, target: Target, result: Verification, data: Data,
                                               "rows": data.rows}
     if not data.representative:
         result.shapes = dict(job.shapes)
+    trees = tree_ensembles(job.source) if result.precision != "fp32" else []
     confidence = job.project.config.verify.confidence
     weighed = weigh(result.outputs, {n: r.tol for n, r in (judged or {}).items()}, confidence) \
         if data.representative else []
     result.extra["evidence"] = {"confidence": confidence, "bound": "wilson", "rates": list(weighed)}
     result.extra["loosened"] = loosened(({k: r.tol.get(k) for k in r.user} for r in (judged or {}).values()),
                                         DEFAULTS.get(result.precision, DEFAULTS["fp32"]), confidence)
-    trees = tree_ensembles(job.source) if result.precision != "fp32" else []
     why = unverified_why(result, data, weighed, confidence, trees)
     result.status = "unverified" if why else "verified"
     job.log(f"verify {target.id}: {result.summary()}")
@@ -300,13 +299,6 @@ def verdict(job: Job, target: Target, result: Verification, data: Data,
         seen = f"; on generated data it failed: {'; '.join(result.failures)}" if result.failures else ""
         job.log(f"warning: {target.id}: unverified: {why}{seen} ({UNVERIFIED_FIX})")
     return result.to_dict()
-
-
-def shown_lines(weighed: list[RateDoc], confidence: float) -> list[str]:
-    """What the judged rows show of each rate that missed its floor: the bound beside the observed rate."""
-    return [f"{w['output']}: {w['label']} {w['agree']} of {w['rows']} rows ({percent(w['observed'])}): the rows show "
-            f"at most {percent(w['bound'])} ({confidence:.0%} one-sided), floor {percent(w['floor'])}"
-            for w in weighed if w["observed"] < w["floor"]]
 
 
 MIN_ROWS = 10  # real rows a lossy verdict needs where no rate is counted (dense outputs, judged by cosine)
