@@ -41,3 +41,18 @@ def test_the_script_prints_both_commands(capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["stays", "rooms", "climbs", "returns"]
     assert [line.rsplit(None, 4)[0] for line in lines[1:]] == ["gpux run", "gpux build"]
+
+
+def test_design_md_gives_the_walks_as_the_script_counts_them_now() -> None:
+    """docs/design.md's table of `python tools/walk.py` figures: its last row for each command (and for a build step)
+    is what the script counts on this code."""
+    walk = _walk()
+    code = walk.Code(ROOT / "gpux")
+    rows = [line.strip("|").split("|") for line in (ROOT / "docs" / "design.md").read_text().splitlines()
+            if line.startswith("| `gpux ") or line.startswith("| a build step")]
+    entries = {**walk.ENTRIES, "a build step": "gpux/artifacts/build.py:_build_one:job"}
+    for label, entry in entries.items():
+        last = [r for r in rows if r[0].strip().startswith(f"`{label}`" if label.startswith("gpux") else label)][-1]
+        counts, _ = walk.figures(code, entry)
+        said = [int(x) for x in last[1:5]]
+        assert said == [counts[k] for k in ("stays", "rooms", "climbs", "returns")], (label, last[0], counts)
