@@ -82,7 +82,7 @@ def test_a_proxy_the_controller_killed_while_starting_is_waited_for_again(capsys
         tries.append(http_options)
         raise ray.exceptions.ActorDiedError()
 
-    proxies = iter([{"node": "STARTING"}, {"node": "HEALTHY"}])
+    proxies = iter([{}, {"node": "STARTING"}, {"node": "HEALTHY"}])  # none listed yet: still starting
     asked: list[dict[str, str]] = []
 
     def status() -> types.SimpleNamespace:
@@ -91,7 +91,7 @@ def test_a_proxy_the_controller_killed_while_starting_is_waited_for_again(capsys
 
     start(ray, types.SimpleNamespace(start=flaky, status=status), RayLaunch(targets=[], port=8123))
     assert tries == [{"host": "127.0.0.1", "port": 8123}] * STARTS
-    assert asked == [{"node": "STARTING"}, {"node": "HEALTHY"}], "after a retry, until the new proxy is healthy"
+    assert asked == [{}, {"node": "STARTING"}, {"node": "HEALTHY"}], "after a retry, until the new proxy is healthy"
     assert "not ready in time (try 1 of 3)" in capsys.readouterr().err
     tries.clear()
     with pytest.raises(ray.exceptions.ActorDiedError):

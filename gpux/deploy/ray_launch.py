@@ -54,11 +54,16 @@ def start(ray: ModuleType, serve: ModuleType, req: RayLaunch) -> None:
             report.info(f"Ray Serve's HTTP proxy was not ready in time (try {tried} of {STARTS}); waiting again")
     if tried > 1:  # Serve joined, its new proxy still starting: answered only once the controller calls it healthy
         deadline = time.monotonic() + PROXY_WAIT_S
-        while not all(p == "HEALTHY" for p in serve.status().proxies.values()):
+        while not _healthy(serve.status().proxies):
             if time.monotonic() > deadline:
                 raise RayDeployFailed(f"Ray Serve's HTTP proxy did not become healthy in {PROXY_WAIT_S} s",
                                       hint="see `ray status` and the cluster's logs, then deploy again")
             time.sleep(0.5)
+
+
+def _healthy(proxies: dict[str, str]) -> bool:
+    """Whether Serve lists its HTTP proxies and calls every one healthy (none listed yet: still starting)."""
+    return bool(proxies) and all(p == "HEALTHY" for p in proxies.values())
 
 
 def launch(req: RayLaunch) -> int:
