@@ -153,7 +153,7 @@ def test_io_binding_path_runs_with_bound_buffers(mlp_project: Path) -> None:
     from gpux.runtimes import onnxruntime as ort
 
     art = build(load_config(mlp_project), "cpu").final.artifact
-    sess = ort.create_session(art.main, "CPUExecutionProvider", None)
+    sess = ort.create_session(art.main, "CPUExecutionProvider", None, level=ort.ONLINE_LEVEL)
     feeds = {"x": np.ones((2, 8), np.float32)}
     [call] = ort.bind_device(sess, feeds, 1, ("cpu", 0))
     call()

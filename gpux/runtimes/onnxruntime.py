@@ -98,8 +98,9 @@ class OrtSession:
 
 def create_session(model: Path, ep: str, ep_options: dict[str, str] | None, *, intra_op: int = 0,
                    inter_op: int = 0, settings: dict[str, bool | str] | None = None,
-                   level: str = "basic") -> OrtSession:
-    """Create a session asking for `ep` (then CPU); report what ONNX Runtime actually took."""
+                   level: str) -> OrtSession:
+    """Create a session asking for `ep` (then CPU); report what ONNX Runtime actually took. `level`: its graph
+    optimization, said by every caller (sessions that serve open at ONLINE_LEVEL, references at "disabled")."""
     so = session_options(level, intra_op, inter_op, settings)
     providers: list[Any] = [(ep, ep_options or {})]
     if ep != "CPUExecutionProvider":

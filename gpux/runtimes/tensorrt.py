@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 BLOCK = "tensorrt"  # the provider block whose `profiles` this runtime's planner reads (Core ML's too)
 ENGINES = "engines"  # folder inside the artifact: engine cache, timing cache
 CONTEXT_MODEL = "model_ctx.onnx"  # ONNX Runtime EP-context model pointing at the engine
+# ONNX Runtime's graph optimization at the engine's build and verification: basic, the rewrites it applies before the
+# graph is partitioned, to every EP's nodes (its extended and layout ones apply after, to nodes left to CPU and CUDA)
+TRT_LEVEL = "basic"
 
 
 def ep_options(opts: dict[str, Any], folder: Path, dump_context: bool) -> dict[str, str]:
@@ -68,7 +71,7 @@ def build_engine(ctx: Context) -> EngineInfo:
     shutil.copyfile(ctx.src, src)
     options = ep_options(ctx.target.options, ctx.workdir, dump_context=True)
     started = time.perf_counter()
-    sess = create_session(src, "TensorrtExecutionProvider", options)
+    sess = create_session(src, "TensorrtExecutionProvider", options, level=TRT_LEVEL)
     if sess.used[:1] != ["TensorrtExecutionProvider"]:
         raise BuildFailed(f"ONNX Runtime did not take TensorrtExecutionProvider (providers: {sess.used})")
     sess.run(synthetic(ctx.inputs, ctx.shapes, 0))
@@ -99,7 +102,8 @@ def verify_runner(artifact: Path, target: Target) -> Callable[[Feeds], Outputs] 
     avail = probe("tensorrt")
     if not avail.ok:
         return f"TensorRT cannot run here: {avail.reason}"
-    sess = create_session(artifact, "TensorrtExecutionProvider", ep_options(target.options, artifact.parent, False))
+    sess = create_session(artifact, "TensorrtExecutionProvider", ep_options(target.options, artifact.parent, False),
+                          level=TRT_LEVEL)
     return sess.run
 
 
