@@ -206,3 +206,25 @@ def test_declared_samples_that_do_not_fit_the_inputs_are_the_configs_error(tmp_p
         assert err.value.exit_code == ExitCode.CONFIG and str(tmp_path / name) in err.value.message
         with pytest.raises(InputError):
             load_file(tmp_path / name, X)
+
+
+def test_a_file_that_is_not_numpy_or_json_data_is_named_as_such_and_never_unpickled(tmp_path: Path) -> None:
+    """--file and declared samples read .json, .npy and .npz: any other file (a YAML file, an empty one, a pickle) is
+    refused by its first bytes, in one line naming it; numpy's own message about pickled data is not shown."""
+    import pickle
+
+    from gpux.errors import InputError
+    from gpux.model.inputs import load_file
+
+    (tmp_path / "gpux.yml").write_text("name: x\n", encoding="utf-8")
+    (tmp_path / "empty.npy").write_bytes(b"")
+    (tmp_path / "obj.npy").write_bytes(pickle.dumps({"x": [1.0] * 8}))
+    np.save(tmp_path / "ok.npy", np.zeros((1, 8), np.float32))
+    for name in ("gpux.yml", "empty.npy", "obj.npy"):
+        with pytest.raises(InputError) as err:
+            load_file(tmp_path / name, X)
+        said = err.value.message
+        assert said.startswith(f"{tmp_path / name}: not .json, .npy or .npz data") and "pickle" not in said, said
+        with pytest.raises(DataError):
+            read_samples(tmp_path / name, X)
+    assert load_file(tmp_path / "ok.npy", X)["x"].shape == (1, 8)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 DEFAULT_INT_RANGE = (0, 2)
 # what numpy.load raises on a file it cannot read as .npy/.npz (a damaged archive is zipfile's), allow_pickle off
 NPY_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile)
+NPY_HEADERS = (b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06")  # how .npy and .npz (a zip, or an empty zip) files begin
 
 
 def _np() -> Any:
@@ -91,6 +92,11 @@ def read_arrays(p: Path, tensors: dict[str, Tensor]) -> dict[str, Any]:
     suffix = p.suffix.lower()
     if suffix == ".json":
         return _json_object(p.read_text(encoding="utf-8"), str(p))
+    with p.open("rb") as fh:
+        head = fh.read(len(NPY_HEADERS[0]))
+    if not head.startswith(NPY_HEADERS):  # numpy would take it for pickled objects, which gpux never loads
+        raise InputError(f"{p}: not .json, .npy or .npz data (a .npy file starts with numpy's header, a .npz is a zip)",
+                         hint="save arrays with numpy.save/numpy.savez, or write JSON mapping input names to arrays")
     np = _np()
     try:
         loaded = np.load(p, allow_pickle=False)
