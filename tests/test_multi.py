@@ -309,3 +309,16 @@ def test_a_pipeline_run_without_inputs_is_refused_before_any_model_is_built(ws: 
         assert r.returncode == 2 and "pass one of --input or --file (or --benchmark)" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr and "building" not in r.stderr
     assert not any(ws.rglob("manifest.json")), "nothing was built for a run that could not start"
+
+
+def test_a_shape_no_model_has_is_refused_before_anything_is_built(ws: Path, mlp_project: Path) -> None:
+    """--shape NAME=SIZE names a symbolic dim of the model's inputs (in a workspace: of any of its models'); a
+    misspelt one would key a new artifact sized as if it were not given."""
+    r = cli("build", str(mlp_project), "--shape", "btach=4")
+    assert r.returncode == 2 and "--shape btach=...: tiny-mlp has no symbolic input dim 'btach' (its dims: batch)" \
+        in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not any(mlp_project.rglob("manifest.json"))
+    r = cli("build", str(ws), "--shape", "btach=4")
+    assert r.returncode == 2 and "detector or classifier has no symbolic input dim 'btach'" in r.stderr, r.stderr
+    assert not any(ws.rglob("manifest.json"))
+    assert cli("build", str(mlp_project), "--shape", "batch=4", "-p", "cpu").returncode == 0

@@ -45,12 +45,14 @@ def build_project(project: Project, req: BuildRequest, request: Asked) -> tuple[
     from gpux.model.io import check_model
     from gpux.plan.choice import Place, keep
     from gpux.plan.select import select
+    from gpux.plan.targets import refuse_unknown_dims
 
     checked = check_model(project, req.store)
     for w in [*project.warnings, *map(str, checked.notes)]:
         report.warn(w)
     selection = select(project, req.provider, req.strict, store_dir=req.store)
     project = selection.project or project  # the tune lock's options applied
+    refuse_unknown_dims(req.shapes, {project.name: checked.inputs})  # before anything is planned
     warnings = [*project.warnings, *map(str, checked.notes), *selection.warnings]
     walk = Walk(store_dir=req.store, shapes=req.shapes, dry_run=req.dry_run, retry=req.force)
     if req.dry_run:

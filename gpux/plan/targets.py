@@ -4,12 +4,16 @@ provider block changed (`with_options`, `fitted_options`). Each runtime plans it
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpux.config.load import Project
 from gpux.documents import TargetDoc
 from gpux.providers.options import OptionFields
+
+if TYPE_CHECKING:
+    from gpux.model.tensor import Tensor
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +42,20 @@ def resolve_shapes(project: Project, shapes: dict[str, int] | None = None) -> di
         out.setdefault("batch", project.config.benchmark.batch)
     out.update(shapes or {})
     return out
+
+
+def refuse_unknown_dims(shapes: Mapping[str, int] | None, models: Mapping[str, Mapping[str, Tensor]]) -> None:
+    """--shape names a symbolic dim of some model's inputs (`models`: each model's inputs by its name; an unnamed dim
+    is INPUT:AXIS), else a UsageError naming the dims there are: a misspelt name would key a new artifact, sized as
+    if nothing were given."""
+    from gpux.errors import UsageError
+
+    known = dict.fromkeys(d if isinstance(d, str) and d else f"{n}:{i}" for inputs in models.values()
+                          for n, t in inputs.items() for i, d in enumerate(t.shape or ()) if not isinstance(d, int))
+    unknown = sorted(set(shapes or ()) - set(known))
+    if unknown:
+        raise UsageError(f"--shape {unknown[0]}=...: {' or '.join(models) or 'the model'} has no symbolic input dim "
+                         f"{unknown[0]!r} (its dims: {', '.join(known) or 'none'})")
 
 
 def with_options(project: Project, provider: str, **update: Any) -> Project:

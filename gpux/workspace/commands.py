@@ -79,7 +79,8 @@ def inspect_workspace(ms: Models, store_dir: str | None, as_json: bool) -> int:
 
 
 class BuildOptions(TypedDict, total=False):
-    """What `gpux build` hands each model's build (artifacts.build.build's keyword options)."""
+    """What `gpux build` hands each model's plan (--shape; --force retries what the store remembers failing) and its
+    execution (`artifacts.build.execute`: --force, --no-verify, --strict)."""
 
     force: bool
     verify: bool
@@ -91,21 +92,25 @@ def build_workspace(ms: Models, provider: str | None, store_dir: str | None, as_
                     **options: Unpack[BuildOptions]) -> tuple[object, Callable[[], None]]:
     """Build every enabled model's artifacts for the one provider the workspace runs (`dry_run`: plan them): the
     report document (what --json prints), and what shows it as text."""
-    from gpux.artifacts.build import build
+    from gpux.artifacts.build import execute
     from gpux.artifacts.plan import plan_build
+    from gpux.plan.targets import refuse_unknown_dims
 
     choice = shared_choice(ms, provider)
     for w in choice.warnings:
         report.warn(w)
     head = {"workspace": ms.place.name, "provider": choice.provider, "source": choice.source}
+    shapes, force = options.get("shapes"), options.get("force", False)
+    plans = {n: plan_build(p, choice.provider, store_dir=store_dir, shapes=shapes, retry=force)
+             for n, p in ms.models.items()}  # every model planned before any is built
+    refuse_unknown_dims(shapes, {n: plan.inputs for n, plan in plans.items()})
     if dry_run:
-        plans = {n: plan_build(p, choice.provider, store_dir=store_dir, shapes=options.get("shapes")).to_dict()
-                 for n, p in ms.models.items()}
-        return {**head, "models": plans}, functools.partial(_show_plans, plans)
+        planned = {n: plan.to_dict() for n, plan in plans.items()}
+        return {**head, "models": planned}, functools.partial(_show_plans, planned)
     keep(choice.selection.reset)  # building settles the choice: a reset saved choice is saved
     log = report.progress(as_json)
-    built = {n: build(p, choice.provider, store_dir=store_dir, log=log, **options).to_dict()
-             for n, p in ms.models.items()}
+    built = {n: execute(plan, force=force, verify=options.get("verify", True), strict=options.get("strict", False),
+                        log=log).to_dict() for n, plan in plans.items()}
     return {**head, "models": built}, functools.partial(_show_built, list(built), choice.provider, choice.source)
 
 
