@@ -7,9 +7,12 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
 from .conftest import gpux as cli
 
 QUICK = ("--runs", "20", "--warmup", "2", "--duration", "0")
+X = json.dumps({"x": [[0.0] * 8]})
 
 
 def test_json_document_carries_timings_and_environment(mlp_project: Path) -> None:
@@ -114,3 +117,18 @@ def test_inputs_from_file_and_symbolic_shapes(tmp_path: Path) -> None:
     np.savez(tmp_path / "in.npz", ids=np.ones((3, 5), np.int64), scale=np.ones((3, 1), np.float32))
     r = cli("run", str(tmp_path), "--benchmark", *QUICK, "--file", str(tmp_path / "in.npz"), "--json")
     assert json.loads(r.stdout)["results"][0]["shapes"] == {"ids": [3, 5], "scale": [3, 1]}
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--input", X, "--runs", "5", "--csv"], "--runs, --csv are read by --benchmark, not by a run on --input"),
+    (["--input", X, "--shape", "batch=2"], "--shape is read by --benchmark, not by a run on --input or --file"),
+    (["--input", X, "--concurrency", "2"], "--concurrency is read by --benchmark or answering FILES on Ray, not by"),
+    (["--benchmark", "--input", X], "--input is read by a run on --input or --file, not by --benchmark"),
+    (["--benchmark", "--placement"], "--placement is read by a run on --input or --file or answering FILES, not by"),
+])
+def test_an_option_the_way_of_running_does_not_read_is_refused_not_ignored(mlp_project: Path, args: list[str],
+                                                                             said: str) -> None:
+    r = cli("run", str(mlp_project), *args)
+    assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len([x for x in r.stderr.splitlines() if x.startswith("error:")]) == 1
+    assert not any(mlp_project.rglob("manifest.json")), "refused before anything is built"

@@ -45,6 +45,43 @@ class RunRequest:
     actor_gpus: float | None = None
 
 
+# The ways `gpux run` runs one project, and the options that only some of them read: an option given to a way that
+# does not read it is refused in one line, not ignored. (--save without FILES, and --save or --benchmark with --on ray,
+# are refused where they are read, in words of their own.)
+WAYS = {"once": "a run on --input or --file", "files": "answering FILES", "ray": "answering FILES on Ray",
+        "benchmark": "--benchmark"}
+READ_BY = {"input_json": ("once",), "input_file": ("once", "benchmark"), "output": ("once", "ray"),
+           "placement": ("once", "files"), "batch": ("benchmark", "files", "ray"), "concurrency": ("benchmark", "ray"),
+           "runs": ("benchmark",), "warmup": ("benchmark",), "duration": ("benchmark",), "shapes": ("benchmark",),
+           "as_csv": ("benchmark",), "baseline": ("benchmark",)}
+FLAGS = {"input_json": "--input", "input_file": "--file", "as_csv": "--csv", "shapes": "--shape"}
+
+
+def way_of(req: RunRequest) -> str:
+    """Which way a project runs: on Ray, benchmarked, answering FILES, or once on given inputs."""
+    return "ray" if req.on != "local" else "benchmark" if req.benchmark else "files" if req.files else "once"
+
+
+def refuse_unread(req: RunRequest) -> None:
+    """The options given that the way this project runs does not read (READ_BY), refused in one line."""
+    from gpux.errors import UsageError
+
+    way = way_of(req)
+    unread: dict[tuple[str, ...], list[str]] = {}
+    for k, ways in READ_BY.items():
+        if getattr(req, k) and way not in ways:
+            unread.setdefault(ways, []).append(FLAGS.get(k, f"--{k.replace('_', '-')}"))
+    if unread:
+        said = "; ".join(f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} read by {_either(ways)}"
+                         for ways, flags in unread.items())
+        raise UsageError(f"{said}, not by {WAYS[way]}", hint="leave them out, or run the way that reads them")
+
+
+def _either(ways: tuple[str, ...]) -> str:
+    said = [WAYS[w] for w in ways]
+    return said[0] if len(said) == 1 else f"{', '.join(said[:-1])} or {said[-1]}"
+
+
 def run_once(project: Project, req: RunRequest) -> int:
     """One inference on the inputs of --input or --file: outputs printed, or written to --output."""
     from gpux.errors import InputError
@@ -98,4 +135,4 @@ def write_outputs(path: str, outputs: Named) -> None:
         raise InputError(f"--output {path}: cannot write: {exc.strerror or exc}") from exc
 
 
-__all__ = ["RunRequest", "run_once", "write_outputs"]
+__all__ = ["READ_BY", "RunRequest", "refuse_unread", "run_once", "way_of", "write_outputs"]

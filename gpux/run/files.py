@@ -22,14 +22,10 @@ def answer_files(project: Project, req: RunRequest) -> int:
 
     from gpux.answers.many import answer_many, batch_size
     from gpux.answers.steps import Steps, file_kind, sources
-    from gpux.errors import UsageError
     from gpux.model.io import interface
     from gpux.run.inuse import holding
     from gpux.run.session import load
 
-    given = [f"--{k}" for k, v in (("input", req.input_json), ("file", req.input_file), ("output", req.output)) if v]
-    if given:
-        raise UsageError(f"{', '.join(given)} and files both given; pass one kind of input")
     files = sources(req.files, file_kind(project))  # a text project's argument may be the text itself
     inputs, outputs = interface(project, req.store)
     steps = Steps.of(project, inputs, outputs)  # what the model's real shapes say of the steps, before any build
@@ -75,8 +71,7 @@ def answer_elsewhere(project: Project, req: RunRequest) -> int:
 
     if not req.files:
         raise UsageError(f"--on {req.on} answers files; pass them (gpux run NAME FOLDER --on {req.on})")
-    given = [f"--{k}" for k, v in (("input", req.input_json), ("file", req.input_file), ("save", req.save),
-                                   ("benchmark", req.benchmark), ("placement", req.placement)) if v]
+    given = [f"--{k}" for k, v in (("save", req.save), ("benchmark", req.benchmark)) if v]  # the rest: READ_BY
     if given:
         raise UsageError(f"{', '.join(given)} cannot go with --on {req.on}; it answers files")
     from gpux.run.ray_batch import BatchRequest, answer_on_ray

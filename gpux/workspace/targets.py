@@ -68,6 +68,9 @@ def run_target(req: RunRequest) -> int:
         from gpux.errors import UsageError
 
         raise UsageError("--resume, --actor-cpus and --actor-gpus go with --on ray")
+    from gpux.run.command import refuse_unread
+
+    refuse_unread(req)
     if req.on != "local":
         from gpux.run.files import answer_elsewhere
 
