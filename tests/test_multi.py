@@ -322,3 +322,12 @@ def test_a_shape_no_model_has_is_refused_before_anything_is_built(ws: Path, mlp_
     assert r.returncode == 2 and "detector or classifier has no symbolic input dim 'btach'" in r.stderr, r.stderr
     assert not any(ws.rglob("manifest.json"))
     assert cli("build", str(mlp_project), "--shape", "batch=4", "-p", "cpu").returncode == 0
+
+
+def test_a_pipeline_option_its_run_does_not_read_is_refused(ws: Path, tmp_path: Path) -> None:
+    np.savez(tmp_path / "in.npz", image=np.zeros((1, 3, 32, 32), np.float32))
+    r = cli("run", str(ws), "--file", str(tmp_path / "in.npz"), "--runs", "5")
+    assert r.returncode == 2 and "--runs: not supported when running a workspace's pipeline once" in r.stderr
+    r = cli("run", str(ws), "--benchmark", "--file", str(tmp_path / "in.npz"))
+    assert r.returncode == 2 and "--file: not supported when running a workspace's pipeline" in r.stderr
+    assert not any(ws.rglob("manifest.json"))

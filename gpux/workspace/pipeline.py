@@ -215,7 +215,8 @@ def run_workspace(ms: Models, req: RunAsked) -> int:
 
     if ms.workspace is None or not ms.workspace.config.pipeline:
         raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to run; run one model by its folder")
-    refuse_unsupported(req)
+    timed = ("input_json", "input_file", "output") if req.benchmark else ("runs", "warmup", "batch")  # not read
+    refuse_unsupported(req, timed, "running a workspace's pipeline" + ("" if req.benchmark else " once"))
     if req.output and not req.output.endswith(".npz"):
         raise UsageError(f"--output {req.output}: outputs are written as .npz; name the file *.npz")
     if not req.benchmark and (req.input_json is None) == (req.input_file is None):  # before any model is opened
