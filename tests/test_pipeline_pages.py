@@ -104,6 +104,8 @@ pipeline:
     r = gpux("run", str(wrong), str(page / "ppocr_detector" / "page.png"), "-p", "cpu")
     assert r.returncode == 3, r.stderr
     assert "pipeline.2.crops: 'recognizer.softmax_11.tmp_0' answers no text regions" in r.stderr, r.stderr
+    r = gpux("run", str(ws), str(page / "ppocr_detector" / "page.png"), "--batch", "4", "--runs", "3")
+    assert r.returncode == 2 and "--runs, --batch: not supported when answering files through a pipeline" in r.stderr
 
 
 def test_a_turned_region_is_cut_upright() -> None:

@@ -62,7 +62,8 @@ def answer_pages(ms: Models, req: PagesAsked) -> int:
 
     if ms.workspace is None or not ms.workspace.config.pipeline:
         raise UsageError(f"{ms.place.name}: the workspace has no pipeline: to answer files; name one model's folder")
-    refuse_unsupported(req, ("input_json", "input_file", "output", "benchmark"), "answering files through a pipeline")
+    refuse_unsupported(req, ("input_json", "input_file", "output", "benchmark", "runs", "warmup", "batch"),
+                       "answering files through a pipeline")
     files = input_files(req.files, "image")
     saved = save_paths(files, refuse_drawing(ms, req.save)) if req.save else []
     choice = shared_choice(ms, req.provider)
