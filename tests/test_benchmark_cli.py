@@ -125,6 +125,7 @@ def test_inputs_from_file_and_symbolic_shapes(tmp_path: Path) -> None:
     (["--input", X, "--concurrency", "2"], "--concurrency is read by --benchmark or answering FILES on Ray, not by"),
     (["--benchmark", "--input", X], "--input is read by a run on --input or --file, not by --benchmark"),
     (["--benchmark", "--placement"], "--placement is read by a run on --input or --file or answering FILES, not by"),
+    (["--benchmark", "--csv", "--json"], "--csv and --json both given: pick the one to write on stdout"),
 ])
 def test_an_option_the_way_of_running_does_not_read_is_refused_not_ignored(mlp_project: Path, args: list[str],
                                                                              said: str) -> None:

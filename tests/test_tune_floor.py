@@ -184,6 +184,8 @@ def test_the_table_marks_each_row_and_the_one_tune_would_lock(mlp_project: Path)
     assert {t["mark"] for t in table if t["provider"] == "cpu"} == {VERIFIED}
     assert sum(t["locked"] == "True" for t in table) == 1
     assert cli("tune", str(mlp_project), "--csv").returncode == 2, "--csv without --table is a usage error"
+    both = cli("tune", str(mlp_project), "--table", "--csv", "--json")
+    assert both.returncode == 2 and "--csv and --json both given" in both.stderr, both.stderr
 
 
 def test_a_lossy_build_screened_by_its_speed_is_not_verified_published_or_remembered(mlp_project: Path) -> None:

@@ -297,6 +297,8 @@ def tune(target: str, precisions: str, providers: str | None, report: str | None
         check_report_path(report)
     if kwargs["as_csv"] and not kwargs["table"]:
         raise click.UsageError("--csv writes the table: add --table")
+    if kwargs["as_csv"] and kwargs["as_json"]:
+        raise click.UsageError("--csv and --json both given: pick the one to write on stdout")
     lock = run_tune(TuneRequest(target=target, precisions=tuple(precisions.split(",")),
                                 providers=tuple(providers.split(",")) if providers else None, **kwargs))
     if kwargs["as_json"]:

@@ -66,6 +66,8 @@ def refuse_unread(req: RunRequest) -> None:
     """The options given that the way this project runs does not read (READ_BY), refused in one line."""
     from gpux.errors import UsageError
 
+    if req.as_csv and req.as_json:
+        raise UsageError("--csv and --json both given: pick the one to write on stdout")
     way = way_of(req)
     unread: dict[tuple[str, ...], list[str]] = {}
     for k, ways in READ_BY.items():
