@@ -181,6 +181,8 @@ INVALID: list[tuple[str, str, list[str]]] = [
     ("tensorrt-profile-order",
      BASE + "providers:\n  tensorrt:\n    profiles:\n      batch: {min: 8, opt: 4, max: 16}\n",
      ["gpux.yml:6:15 providers.tensorrt.profiles.batch: expected min <= opt <= max, got 8, 4, 16"]),
+    ("shape-range-order", BASE + "shapes:\n  batch: {min: 4, opt: 2, max: 8}\n",
+     ["gpux.yml:4:11 shapes.batch: expected min <= opt <= max, got 4, 2, 8"]),
     ("tensorrt-profile-name", BASE + "providers:\n  tensorrt:\n    profiles:\n      2d: {min: 1, opt: 1, max: 1}\n",
      ["gpux.yml:6:7 providers.tensorrt.profiles.2d: expected a dimension name: letters, digits and '_', not "
       "starting with a digit, got '2d'"]),

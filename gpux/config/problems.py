@@ -278,6 +278,10 @@ def describe_errors(written: Written, root: type[BaseModel], errors: list[ErrorD
         if deeper:  # the value had one member's type; report that member's own errors
             found += [(loc, *_message(root, loc, err), err) for loc, err in deeper]
             continue
+        ruled = [(loc, err) for loc, err in members if err["type"] in ("value_error", "gpux")]
+        if ruled:  # the value had one member's type and broke that member's own rule (min <= opt <= max): that rule
+            found += [(loc, *_message(root, loc, err), err) for loc, err in ruled]
+            continue
         wanted: list[str] = []
         for _, err in members:
             kind, ctx = err["type"], err.get("ctx") or {}
