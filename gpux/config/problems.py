@@ -274,26 +274,7 @@ def describe_errors(written: Written, root: type[BaseModel], errors: list[ErrorD
         msg, key = _message(root, loc, err)
         found.append((loc, msg, key or key_error, err))  # a bad mapping key: point at the key
     for prefix, members in unions.items():
-        deeper = [(loc, err) for loc, err in members if len(loc) > len(prefix)]
-        if deeper:  # the value had one member's type; report that member's own errors
-            found += [(loc, *_message(root, loc, err), err) for loc, err in deeper]
-            continue
-        ruled = [(loc, err) for loc, err in members if err["type"] in ("value_error", "gpux")]
-        if ruled:  # the value had one member's type and broke that member's own rule (min <= opt <= max): that rule
-            found += [(loc, *_message(root, loc, err), err) for loc, err in ruled]
-            continue
-        wanted: list[str] = []
-        for _, err in members:
-            kind, ctx = err["type"], err.get("ctx") or {}
-            if kind == "literal_error":
-                wanted.append(ctx.get("expected", "").replace(" or ", ", "))
-            elif kind in _BOUNDS:
-                wanted.append(f"a value {_BOUNDS[kind][0]} {ctx.get(_BOUNDS[kind][1])}")
-            else:
-                wanted.append(_ALTERNATIVES.get(kind, err["msg"].lower()))
-        first = members[0][1]
-        found.append((prefix, f"expected {' or '.join(dict.fromkeys(wanted))}, got {show_value(first.get('input'))}",
-                      False, first))
+        found += _union_problems(root, prefix, members)
     # 'naem: unknown field (did you mean name?)' already says that name is missing
     suggested = {(*loc[:-1], m.group(1)) for loc, msg, _, err in found if err["type"] == "extra_forbidden"
                  for m in [re.search(r"did you mean '([^']*)'", msg)] if m}
@@ -312,3 +293,25 @@ def describe_errors(written: Written, root: type[BaseModel], errors: list[ErrorD
             problem = Problem(problem.file, line, col, problem.field, problem.message)
         out.append(problem)
     return out
+
+
+def _union_problems(root: type[BaseModel], prefix: Loc, members: list[tuple[Loc, ErrorDetails]]) \
+        -> list[tuple[Loc, str, bool, ErrorDetails]]:
+    """One value no member of a union took: the errors of the member whose type it had (deeper in it, or that
+    member's own rule it broke), else one line of what the members want."""
+    deeper = [(loc, err) for loc, err in members if len(loc) > len(prefix)]
+    ruled = [(loc, err) for loc, err in members if err["type"] in ("value_error", "gpux")]
+    if deeper or ruled:  # the value had one member's type: that member's own errors (min <= opt <= max)
+        return [(loc, *_message(root, loc, err), err) for loc, err in deeper or ruled]
+    wanted: list[str] = []
+    for _, err in members:
+        kind, ctx = err["type"], err.get("ctx") or {}
+        if kind == "literal_error":
+            wanted.append(ctx.get("expected", "").replace(" or ", ", "))
+        elif kind in _BOUNDS:
+            wanted.append(f"a value {_BOUNDS[kind][0]} {ctx.get(_BOUNDS[kind][1])}")
+        else:
+            wanted.append(_ALTERNATIVES.get(kind, err["msg"].lower()))
+    first = members[0][1]
+    return [(prefix, f"expected {' or '.join(dict.fromkeys(wanted))}, got {show_value(first.get('input'))}", False,
+             first)]
