@@ -358,3 +358,12 @@ def test_candidates_judged_on_the_same_rows_in_a_tune_run_the_reference_once(tmp
         build(load_config(folder), "cpu")
         assert len(calls) == (2 if kept else 3), "a model rewritten in place is judged against its own reference"
     assert cache.get(cache.key(folder / "model.onnx", doc["data_digest"])) is None, "nothing is kept after a tune"
+
+
+def test_declared_data_that_does_not_fit_names_gpux_yml_the_field_and_the_file(mlp_project: Path) -> None:
+    np.savez(mlp_project / "rows.npz", y=np.zeros((4, 8), np.float32))
+    cfg = mlp_project / "gpux.yml"
+    cfg.write_text(cfg.read_text() + "verify:\n  data: rows.npz\n")
+    r = cli("build", str(mlp_project), "-p", "cpu")
+    line = f"error: {cfg}: verify.data: {mlp_project / 'rows.npz'}: the model has no input 'y'; inputs: x"
+    assert r.returncode == 3 and line in r.stderr and "Traceback" not in r.stderr, r.stderr

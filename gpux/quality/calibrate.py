@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpux.arrays import Feeds
 from gpux.config.load import Project
+from gpux.errors import DataError
 from gpux.model.inputs import read_samples, synthetic
 from gpux.model.io import Tensor
 from gpux.plan.targets import Target
@@ -60,10 +62,10 @@ def declared_samples(project: Project, target: Target, inputs: dict[str, Tensor]
     """The one split of declared data: the calibration samples quantization may use, the samples verification
     judges (none: it generates its own), where those come from, and whether they are representative."""
     path = target.options.get("calibration")
-    declared = read_samples(project.root.resolve() / path, inputs) if path else []
+    declared = _declared(project, "calibration", project.root.resolve() / path, inputs) if path else []
     v = project.config.verify
     if v.data:
-        feeds = read_samples(project.root / v.data, inputs)
+        feeds = _declared(project, "verify.data", project.root / v.data, inputs)
         seen = {feed_digest(f) for f in declared}
         kept = [f for f in feeds if feed_digest(f) not in seen]
         if kept:
@@ -75,6 +77,15 @@ def declared_samples(project: Project, target: Target, inputs: dict[str, Tensor]
         return calibration, held, f"calibration hold-out ({len(held)} of {len(declared)} samples, not calibrated " \
             "on)", True
     return declared, declared, "calibration data (the same samples it was calibrated on)", False
+
+
+def _declared(project: Project, field: str, path: Path, inputs: dict[str, Tensor]) -> list[Feeds]:
+    """The samples of a file or folder gpux.yml names at `field`; one that cannot be read or does not fit the inputs
+    is a DataError naming gpux.yml and the field, then the file."""
+    try:
+        return read_samples(path, inputs)
+    except DataError as exc:
+        raise DataError(f"{project.path}: {field}: {exc.message}", hint=exc.hint) from exc
 
 
 def _data(feeds: list[Feeds], source: str, representative: bool, inputs: dict[str, Tensor]) -> Data:
