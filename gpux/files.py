@@ -37,6 +37,20 @@ def store_root(project_root: Path, override: str | Path | None = None) -> Path:
     return Path(chosen).resolve() if chosen else project_root / ".gpux"
 
 
+def make_dir(path: Path) -> Path:
+    """`path` made with its parents (a store's folders); where no folder can be made (a file in the way, a place no
+    folder can be, no permission) a UsageError naming it and the store's settings."""
+    from gpux.errors import UsageError
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileNotFoundError, NotADirectoryError, FileExistsError, PermissionError) as exc:
+        why = "a file is there, not a folder" if isinstance(exc, FileExistsError) else exc.strerror or exc
+        raise UsageError(f"{path}: cannot create the folder: {why}",
+                         hint=f"name a folder gpux can write with --store or ${STORE_ENV}") from exc
+    return path
+
+
 def stamp(st: os.stat_result) -> list[int]:
     """What says a file is unchanged without reading it: size and mtime, and what a rewrite cannot keep (the inode:
     a file written anew and renamed over; the ctime: a file rewritten in place, even with its mtime set back)."""
@@ -119,7 +133,7 @@ def umask() -> int:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """`path` replaced at once by a file holding `text`, with the mode open() would give it (the umask's)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o666 & ~umask())
@@ -139,6 +153,6 @@ def locked(path: Path) -> Iterator[None]:
     """An exclusive inter-process lock on `path` (an OS lock: released by the OS if the process dies)."""
     from filelock import FileLock
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     with FileLock(path, mode=0o644):
         yield

@@ -253,3 +253,22 @@ def test_schema_check_without_a_file_asks_for_one(tmp_path: Path) -> None:
     assert "pass -o FILE" in _one_error(r.stderr)
     r = gpux("schema", "--check", "-o", "mine.json", cwd=tmp_path)
     assert r.returncode == 1 and _one_error(r.stderr).startswith("error: mine.json: does not exist")
+
+
+@pytest.mark.parametrize("store", ["file", "under-a-file"])
+def test_a_store_no_folder_can_be_made_at_is_one_line_not_a_traceback(mlp_project: Path, tmp_path: Path,
+                                                                      store: str) -> None:
+    """--store (or $GPUX_STORE) naming a file, or a folder under one: build, run, use and tune each say the folder in
+    one line (exit 2) and nothing is written."""
+    (tmp_path / "file").write_text("not a folder", encoding="utf-8")
+    where = tmp_path / "file" if store == "file" else tmp_path / "file" / "store"
+    x = '{"x": [[0, 0, 0, 0, 0, 0, 0, 0]]}'
+    for args in (["build", str(mlp_project)], ["run", str(mlp_project), "--input", x], ["use", "cpu", str(mlp_project)],
+                 ["tune", str(mlp_project), "--seconds", "0.1"]):
+        r = gpux(*args, "--store", str(where))
+        said = "is a file" if store == "file" else "cannot create the folder"  # a file: click's own check says it
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    r = gpux("run", str(mlp_project), "--input", x, env={"GPUX_STORE": str(where)})
+    assert r.returncode == 2 and "cannot create the folder" in r.stderr and "--store or $GPUX_STORE" in r.stderr, \
+        r.stderr
+    assert (tmp_path / "file").read_text(encoding="utf-8") == "not a folder"

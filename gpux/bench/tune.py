@@ -266,13 +266,14 @@ def _why(o: Outcome, best: Outcome, fastest: Outcome, objective: str, slower: bo
 def tune(req: TuneRequest) -> dict[str, Any]:
     from gpux.bench import rounds
     from gpux.config.locate import open_project
-    from gpux.files import atomic_write_text
+    from gpux.files import atomic_write_text, make_dir, store_root
 
     if req.objective not in OBJECTIVES:
         raise UsageError(f"--objective {req.objective}: expected one of {', '.join(OBJECTIVES)}")
     from gpux.bench.floor import DEFAULT, kept_out, with_floor
 
     project = open_project(req.target)
+    make_dir(store_root(project.root, req.store))  # a store it cannot write fails here, not as every candidate's row
     outcomes, floor = with_floor(project, candidates(project, req), req)
     started = time.monotonic()
     baseline = measure_all(project, outcomes, req, report.progress(req.as_json))

@@ -25,8 +25,7 @@ def holding(name: str, root: Path, store_dir: str | Path | None, what: str) -> I
     """Mark project (or workspace) `name` in use by this process while the block runs."""
     from filelock import FileLock
 
-    folder = _folder(name, root, store_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = files.make_dir(_folder(name, root, store_dir))
     lock = folder / f"{os.getpid()}-{time.monotonic_ns()}.lock"
     note = lock.with_suffix(".json")
     since = time.strftime("%H:%M:%S", time.gmtime())
