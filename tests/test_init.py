@@ -151,3 +151,14 @@ def test_init_writes_what_the_model_returns_beside_the_link_named(tmp_path: Path
     assert r.returncode == 0 and "metadata says y is [1, seqlen] but it returns [4, 1, 3]" in r.stderr, r.stderr
     r = gpux("init", str(tmp_path / "project" / "model.onnx"))
     assert r.returncode == 2 and f"{written}: exists" in r.stderr, r.stderr
+
+
+def test_init_on_a_file_that_is_no_model_is_the_models_error(tmp_path: Path) -> None:
+    """An empty .onnx, or one that is no ONNX model, is exit 3 (the model itself) as build and run say it."""
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    (tmp_path / "text.onnx").write_text("not a model", encoding="utf-8")
+    for name in ("empty.onnx", "text.onnx"):
+        r = gpux("init", name, cwd=tmp_path)
+        assert r.returncode == 3 and f"{name}: not" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert gpux("build", name, cwd=tmp_path).returncode == 3
+    assert not (tmp_path / "gpux.yml").exists()

@@ -113,8 +113,10 @@ def onnx_io(src: Path, sizes: dict[str, int]) -> tuple[list[Tensor], list[Tensor
     from gpux.model.probe import real_io
 
     io = read_io(src)
-    if io.problems:
-        raise UsageError(f"{src}: {io.problems[0]}")
+    if io.problems:  # the model itself (docs/exit-codes.md: 3), as build and run say it
+        from gpux.errors import ModelError
+
+        raise ModelError(f"{src}: {io.problems[0]}")
     named = [_named(t) for t in io.inputs]
     fit_sizes(src, named, sizes, check_only=True)
     real = real_io(src, io.inputs, None, {t.name: _sized(t, sizes) for t in named}) if sizes else \
