@@ -37,9 +37,9 @@ def store_root(project_root: Path, override: str | Path | None = None) -> Path:
     return Path(chosen).resolve() if chosen else project_root / ".gpux"
 
 
-def make_dir(path: Path) -> Path:
+def make_dir(path: Path, hint: str | None = None) -> Path:
     """`path` made with its parents (a store's folders); where no folder can be made (a file in the way, a place no
-    folder can be, no permission) a UsageError naming it and the store's settings."""
+    folder can be, no permission) a UsageError naming it, and `hint` (default: the store's settings)."""
     from gpux.errors import UsageError
 
     try:
@@ -47,7 +47,7 @@ def make_dir(path: Path) -> Path:
     except (FileNotFoundError, NotADirectoryError, FileExistsError, PermissionError) as exc:
         why = "a file is there, not a folder" if isinstance(exc, FileExistsError) else exc.strerror or exc
         raise UsageError(f"{path}: cannot create the folder: {why}",
-                         hint=f"name a folder gpux can write with --store or ${STORE_ENV}") from exc
+                         hint=hint or f"name a folder gpux can write with --store or ${STORE_ENV}") from exc
     return path
 
 

@@ -357,3 +357,10 @@ def test_base_image_per_provider_wins_over_the_global_one(tmp_path: Path) -> Non
     project = load_config(tmp_path)
     assert plan_image(project, "cuda", []).base_image == "mine/cuda:12"
     assert plan_image(project, "cpu", []).base_image == "mine/any:1"
+
+
+def test_a_context_folder_that_cannot_be_made_is_one_line(mlp_project: Path, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder", encoding="utf-8")
+    r = gpux("package", str(mlp_project), "--dockerfile-only", str(tmp_path / "file" / "ctx"))
+    assert r.returncode == 2 and "cannot create the folder" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "pass an empty or new folder" in r.stderr

@@ -32,7 +32,7 @@ from gpux.deploy.docker import (
 from gpux.deploy.image import ImagePlan, choose_provider, image_row, plan_image
 from gpux.deploy.wheel import write_wheel
 from gpux.errors import UsageError
-from gpux.files import store_root
+from gpux.files import make_dir, store_root
 
 WRITTEN = ("Dockerfile", "gpux-ca.crt", "wheels", "model", "store")  # what a context folder holds
 
@@ -85,10 +85,10 @@ def packaged_config(project: Project, source_rel: str) -> str:
 
 def write_context(plan: ImagePlan, project: Project, io: Any, out: Path, link: bool = False) -> Path:
     """Write Dockerfile, model/, store/, wheels/ and the CA bundle into `out` (created or emptied of them)."""
-    if out.exists() and any(p.name not in WRITTEN for p in out.iterdir()):
+    if out.is_dir() and any(p.name not in WRITTEN for p in out.iterdir()):
         raise UsageError(f"{out} holds files gpux did not write; the whole folder is the image's build context",
                          hint="pass an empty or new folder")
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out, hint="pass an empty or new folder")
     for name in WRITTEN:
         p = out / name
         if p.is_dir():
